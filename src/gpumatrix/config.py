@@ -1,0 +1,320 @@
+"""`ci/matrix.yaml`: GPU classes, runners and bot settings, loaded into frozen dataclasses.
+
+The file is validated as a whole: every problem (unknown key, duplicate label, a runner naming an
+unknown class, a non-positive count or timeout, ...) is collected with its line and reported at once
+through `MatrixError`, so a maintainer fixes the file in one pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpumatrix import GpumatrixError
+
+__all__ = [
+    "CPU_CLASS",
+    "PERMISSION_LEVELS",
+    "BotConfig",
+    "GpuClass",
+    "Matrix",
+    "MatrixError",
+    "Problem",
+    "Runner",
+    "load_matrix",
+    "parse_matrix",
+]
+
+CPU_CLASS = "cpu"
+# Ordered as GitHub's collaborator roles: a level grants everything to its left.
+PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
+# Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
+_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_CAPABILITY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a configuration or test file, at a place a person can open."""
+
+    source: str
+    line: int  # 1-based; 0 when the problem concerns the whole file
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}: {self.message}" if self.line else f"{self.source}: {self.message}"
+
+
+class MatrixError(GpumatrixError):
+    """`ci/matrix.yaml` is invalid; `problems` holds every problem found, in file order."""
+
+    def __init__(self, problems: list[Problem] | tuple[Problem, ...]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"invalid runner matrix ({len(self.problems)} problem(s)):\n{lines}")
+
+
+@dataclass(frozen=True)
+class GpuClass:
+    """A GPU class, defined by compute capability; device names are for display only."""
+
+    name: str
+    description: str
+    compute_capabilities: tuple[tuple[int, int], ...]
+    device_names: tuple[str, ...] = ()
+
+    @property
+    def is_cpu(self) -> bool:
+        return not self.compute_capabilities
+
+
+@dataclass(frozen=True)
+class Runner:
+    """A CI runner: one class, a GPU count, its `runs-on` labels, a job timeout and a shard limit."""
+
+    label: str
+    gpu_class: str
+    gpus: int
+    runs_on: tuple[str, ...]
+    timeout_minutes: int
+    max_shards: int = 1
+
+
+@dataclass(frozen=True)
+class BotConfig:
+    """Settings of the /rerun-test bot (frozen defaults, fail closed)."""
+
+    permission: str = "write"
+    allow_edits: bool = False
+    workflow: str = "gpu-tests.yml"
+    ref: str = "main"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    classes: Mapping[str, GpuClass]
+    runners: tuple[Runner, ...]
+    bot: BotConfig = field(default_factory=BotConfig)
+    source: str = "ci/matrix.yaml"
+
+    def runner(self, label: str) -> Runner | None:
+        for runner in self.runners:
+            if runner.label == label:
+                return runner
+        return None
+
+    def runners_of(self, class_name: str) -> tuple[Runner, ...]:
+        return tuple(r for r in self.runners if r.gpu_class == class_name)
+
+    def runner_for(self, class_name: str, gpus: int) -> Runner | None:
+        """The runner of `class_name` with the fewest GPUs that is still >= `gpus` (file order breaks ties).
+
+        On the CPU class every file fits the (GPU-less) runner: a CPU test needs no GPU.
+        """
+        candidates = self.runners_of(class_name)
+        if class_name == CPU_CLASS:
+            return candidates[0] if candidates else None
+        fitting = [r for r in candidates if r.gpus >= gpus]
+        return min(fitting, key=lambda r: r.gpus) if fitting else None
+
+    def class_for_capability(self, capability: tuple[int, int]) -> GpuClass | None:
+        for gpu_class in self.classes.values():
+            if capability in gpu_class.compute_capabilities:
+                return gpu_class
+        return None
+
+
+def load_matrix(path: str | Path) -> Matrix:
+    """Read and validate a matrix file; raises `MatrixError` listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MatrixError([Problem(str(path), 0, f"cannot read the runner matrix: {exc.strerror}")]) from exc
+    return parse_matrix(text, source=str(path))
+
+
+def parse_matrix(text: str, *, source: str = "ci/matrix.yaml") -> Matrix:
+    """Validate matrix YAML `text`; every problem is reported together, with its line."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 0
+        raise MatrixError([Problem(source, line, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from exc
+    return _MatrixParser(source).parse(root)
+
+
+class _MatrixParser:
+    """Walks the composed YAML node tree so every value keeps its line number."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.problems: list[Problem] = []
+        self._constructor = yaml.SafeLoader("")
+
+    # -- node helpers ---------------------------------------------------------------------------
+    def error(self, node: yaml.Node | None, message: str) -> None:
+        line = node.start_mark.line + 1 if node is not None else 0
+        self.problems.append(Problem(self.source, line, message))
+
+    def value(self, node: yaml.Node) -> Any:
+        return self._constructor.construct_object(node, deep=True)
+
+    def mapping(self, node: yaml.Node | None, what: str) -> Iterator[tuple[str, yaml.ScalarNode, yaml.Node]]:
+        """Yield (key, key node, value node); reports non-mappings and duplicate keys."""
+        if not isinstance(node, yaml.MappingNode):
+            self.error(node, f"{what} must be a mapping")
+            return
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(self.value(key_node))
+            if key in seen:
+                self.error(key_node, f"duplicate key {key!r} in {what}")
+                continue
+            seen.add(key)
+            yield key, key_node, value_node
+
+    def check_keys(self, node: yaml.Node, allowed: tuple[str, ...], what: str) -> dict[str, yaml.Node]:
+        found: dict[str, yaml.Node] = {}
+        for key, key_node, value_node in self.mapping(node, what):
+            if key not in allowed:
+                self.error(key_node, f"unknown key {key!r} in {what} (expected one of: {', '.join(allowed)})")
+            else:
+                found[key] = value_node
+        return found
+
+    def string_list(self, node: yaml.Node, what: str) -> tuple[str, ...]:
+        if not isinstance(node, yaml.SequenceNode) or not all(
+            isinstance(item, yaml.ScalarNode) for item in node.value
+        ):
+            self.error(node, f"{what} must be a list of strings")
+            return ()
+        return tuple(str(self.value(item)) for item in node.value)
+
+    def positive_int(self, node: yaml.Node, what: str, *, allow_zero: bool = False) -> int:
+        value = self.value(node) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.error(node, f"{what} must be an integer, got {value!r}")
+            return 0
+        if value < 0 or (value == 0 and not allow_zero):
+            self.error(node, f"{what} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
+        return value
+
+    # -- sections -------------------------------------------------------------------------------
+    def parse(self, root: yaml.Node | None) -> Matrix:
+        if root is None:
+            self.error(None, "the runner matrix is empty (expected 'classes' and 'runners')")
+            raise MatrixError(self.problems)
+        top = self.check_keys(root, ("classes", "runners", "bot"), "the runner matrix")
+        for required in ("classes", "runners"):
+            if required not in top and isinstance(root, yaml.MappingNode):
+                self.error(root, f"missing required key {required!r}")
+        classes = self.parse_classes(top["classes"]) if "classes" in top else {}
+        runners = self.parse_runners(top["runners"], classes) if "runners" in top else ()
+        bot = self.parse_bot(top["bot"]) if "bot" in top else BotConfig()
+        if self.problems:
+            raise MatrixError(sorted(self.problems, key=lambda p: p.line))
+        return Matrix(classes=classes, runners=runners, bot=bot, source=self.source)
+
+    def parse_classes(self, node: yaml.Node) -> dict[str, GpuClass]:
+        classes: dict[str, GpuClass] = {}
+        owner_of: dict[tuple[int, int], str] = {}
+        for name, key_node, value_node in self.mapping(node, "classes"):
+            where = f"class {name!r}"
+            fields = self.check_keys(value_node, ("description", "compute_capability", "device_names"), where)
+            capabilities: list[tuple[int, int]] = []
+            cc_node = fields.get("compute_capability")
+            if cc_node is None:
+                self.error(value_node if isinstance(value_node, yaml.MappingNode) else key_node,
+                           f"{where} needs 'compute_capability' (a list like [\"9.0\"]; [] for {CPU_CLASS!r})")
+            else:
+                for text in self.string_list(cc_node, f"{where} compute_capability"):
+                    match = _CAPABILITY_RE.match(text)
+                    if match is None:
+                        self.error(cc_node, f"{where}: compute capability {text!r} is not of the form 'major.minor'")
+                        continue
+                    capability = (int(match[1]), int(match[2]))
+                    if capability in owner_of:
+                        self.error(cc_node, f"{where}: compute capability {text} already belongs to class "
+                                            f"{owner_of[capability]!r}")
+                    owner_of[capability] = name
+                    capabilities.append(capability)
+            if name == CPU_CLASS and capabilities:
+                self.error(cc_node, f"class {CPU_CLASS!r} means no GPU: its compute_capability must be []")
+            if name != CPU_CLASS and cc_node is not None and not capabilities:
+                self.error(cc_node, f"{where} has no compute capability; only {CPU_CLASS!r} may have none")
+            description = fields.get("description")
+            names_node = fields.get("device_names")
+            classes[name] = GpuClass(
+                name=name,
+                description=str(self.value(description)) if description is not None else name,
+                compute_capabilities=tuple(capabilities),
+                device_names=self.string_list(names_node, f"{where} device_names") if names_node else (),
+            )
+        if CPU_CLASS not in classes and isinstance(node, yaml.MappingNode):
+            self.error(node, f"the class {CPU_CLASS!r} (no GPU) must be defined")
+        return classes
+
+    def parse_runners(self, node: yaml.Node, classes: Mapping[str, GpuClass]) -> tuple[Runner, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            self.error(node, "runners must be a list")
+            return ()
+        allowed = ("label", "class", "gpus", "runs_on", "timeout_minutes", "max_shards")
+        runners: list[Runner] = []
+        labels: dict[str, int] = {}
+        for index, item in enumerate(node.value):
+            fields = self.check_keys(item, allowed, f"runner #{index + 1}")
+            label = str(self.value(fields["label"])) if "label" in fields else ""
+            where = f"runner {label!r}" if label else f"runner #{index + 1}"
+            for required in ("label", "class", "runs_on", "timeout_minutes"):
+                if required not in fields and isinstance(item, yaml.MappingNode):
+                    self.error(item, f"{where} is missing required key {required!r}")
+            if "label" in fields:
+                if not _LABEL_RE.match(label):
+                    self.error(fields["label"], f"{where}: labels use letters, digits, '.', '_' and '-' only")
+                if label in labels:
+                    self.error(fields["label"], f"duplicate runner label {label!r} (first defined on line "
+                                                f"{labels[label]})")
+                else:
+                    labels[label] = fields["label"].start_mark.line + 1
+            class_name = str(self.value(fields["class"])) if "class" in fields else ""
+            if "class" in fields and class_name not in classes:
+                self.error(fields["class"], f"{where} names unknown class {class_name!r} "
+                                            f"(known: {', '.join(classes) or 'none'})")
+            is_cpu = class_name == CPU_CLASS
+            gpus = 0
+            if "gpus" in fields:
+                gpus = self.positive_int(fields["gpus"], f"{where} gpus", allow_zero=is_cpu)
+                if is_cpu and gpus:
+                    self.error(fields["gpus"], f"{where}: a {CPU_CLASS!r} runner has no GPUs (gpus: 0)")
+            elif not is_cpu and isinstance(item, yaml.MappingNode):
+                self.error(item, f"{where} is missing required key 'gpus'")
+            runs_on = self.string_list(fields["runs_on"], f"{where} runs_on") if "runs_on" in fields else ()
+            if "runs_on" in fields and not runs_on:
+                self.error(fields["runs_on"], f"{where} runs_on must name at least one label")
+            timeout = self.positive_int(fields["timeout_minutes"], f"{where} timeout_minutes") \
+                if "timeout_minutes" in fields else 0
+            shards = self.positive_int(fields["max_shards"], f"{where} max_shards") if "max_shards" in fields else 1
+            runners.append(Runner(label, class_name, gpus, runs_on, timeout, shards))
+        return tuple(runners)
+
+    def parse_bot(self, node: yaml.Node) -> BotConfig:
+        fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref"), "bot")
+        defaults = BotConfig()
+        permission = str(self.value(fields["permission"])) if "permission" in fields else defaults.permission
+        if permission not in PERMISSION_LEVELS:
+            self.error(fields["permission"], f"bot permission {permission!r} is not one of "
+                                             f"{', '.join(PERMISSION_LEVELS)}")
+        allow_edits = self.value(fields["allow_edits"]) if "allow_edits" in fields else defaults.allow_edits
+        if not isinstance(allow_edits, bool):
+            self.error(fields["allow_edits"], f"bot allow_edits must be true or false, got {allow_edits!r}")
+            allow_edits = False
+        workflow = str(self.value(fields["workflow"])) if "workflow" in fields else defaults.workflow
+        ref = str(self.value(fields["ref"])) if "ref" in fields else defaults.ref
+        return BotConfig(permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref)
