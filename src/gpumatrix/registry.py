@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpumatrix.config import CPU_CLASS, Matrix, Problem
+from gpumatrix.config import CPU_CLASS, Matrix, Problem, load_matrix
 
 __all__ = [
     "Registration",
@@ -22,6 +22,7 @@ __all__ = [
     "build_registry",
     "discover",
     "find_test_files",
+    "load_tree",
     "read_registration",
 ]
 
@@ -87,6 +88,12 @@ def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests") -> R
             problems.append(Problem(path, 0, f"cannot read test file: {exc}"))
     registry = build_registry(sources, matrix)
     return Registry(registry.files, tuple(problems) + registry.problems)
+
+
+def load_tree(root: str | Path) -> tuple[Matrix, Registry]:
+    """The matrix (`root/ci/matrix.yaml`, raising `MatrixError` when invalid) and the registry of `root`."""
+    matrix = load_matrix(Path(root) / "ci" / "matrix.yaml")
+    return matrix, discover(root, matrix)
 
 
 def build_registry(sources: Mapping[str, str], matrix: Matrix) -> Registry:

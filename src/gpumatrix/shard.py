@@ -1,0 +1,110 @@
+"""Split a runner's files into shards for a GitHub Actions `strategy.matrix`.
+
+Files are packed longest-first by `est_time` (LPT: each file goes to the least-loaded shard), into the
+fewest shards whose longest shard fits the runner's time budget, up to the runner's `max_shards`.
+For a fixed shard count LPT's longest shard is within 4/3 of the optimum (Graham, 1969); the unit
+tests check that bound against brute force.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpumatrix.config import Matrix, Runner
+from gpumatrix.registry import Registration, Registry
+
+__all__ = [
+    "BUDGET_FRACTION",
+    "Shard",
+    "ShardPlan",
+    "budget_seconds",
+    "lpt_pack",
+    "parse_shard_spec",
+    "plan_runner",
+    "plan_matrix",
+]
+
+# Tests get this share of the job timeout; the rest covers checkout, environment set-up and the
+# spread between an estimate and a slow day.
+BUDGET_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int  # 1-based, as `--shard I/N` spells it
+    files: tuple[str, ...]
+    est_time: float
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    runner: Runner
+    shards: tuple[Shard, ...]
+    over_budget: bool  # even max_shards shards cannot fit the runner's budget
+
+    @property
+    def count(self) -> int:
+        return len(self.shards)
+
+
+def budget_seconds(runner: Runner) -> float:
+    return runner.timeout_minutes * 60 * BUDGET_FRACTION
+
+
+def lpt_pack(items: Iterable[tuple[str, float]], shards: int) -> list[list[tuple[str, float]]]:
+    """Longest-processing-time-first packing of (name, seconds) into `shards` bins.
+
+    Deterministic: ties in time break by name, ties in load by shard index.
+    """
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    ordered = sorted(items, key=lambda item: (-item[1], item[0]))
+    bins: list[list[tuple[str, float]]] = [[] for _ in range(shards)]
+    heap = [(0.0, index) for index in range(shards)]
+    for name, seconds in ordered:
+        load, index = heapq.heappop(heap)
+        bins[index].append((name, seconds))
+        heapq.heappush(heap, (load + seconds, index))
+    return bins
+
+
+def plan_runner(runner: Runner, files: Sequence[Registration]) -> ShardPlan:
+    """The fewest shards (<= max_shards) whose longest shard fits the runner's budget."""
+    items = [(f.path, f.est_time) for f in files]
+    budget = budget_seconds(runner)
+    # More shards than files cannot shorten the longest shard.
+    most = max(1, min(runner.max_shards, len(items)))
+    for count in range(1, most + 1):
+        bins = [b for b in lpt_pack(items, count) if b] or [[]]
+        longest = max(sum(t for _, t in b) for b in bins)
+        if longest <= budget or count == most:
+            shards = tuple(
+                Shard(index=i + 1, files=tuple(sorted(name for name, _ in b)), est_time=sum(t for _, t in b))
+                for i, b in enumerate(bins)
+            )
+            return ShardPlan(runner=runner, shards=shards, over_budget=longest > budget)
+    raise AssertionError("unreachable: the loop returns when count == most")  # pragma: no cover
+
+
+def plan_matrix(matrix: Matrix, registry: Registry) -> list[ShardPlan]:
+    """One plan per runner that has files; runners with nothing registered get no job."""
+    plans = []
+    for runner in matrix.runners:
+        files = registry.for_runner(runner.label)
+        if files:
+            plans.append(plan_runner(runner, files))
+    return plans
+
+
+def parse_shard_spec(spec: str) -> tuple[int, int]:
+    """`"2/4"` -> (2, 4); raises ValueError naming the expected form."""
+    index_text, sep, count_text = spec.partition("/")
+    try:
+        index, count = int(index_text), int(count_text)
+    except ValueError:
+        index = count = 0
+    if not sep or count < 1 or not 1 <= index <= count:
+        raise ValueError(f"--shard must be I/N with 1 <= I <= N (for example 1/2), got {spec!r}")
+    return index, count
