@@ -199,7 +199,9 @@ def serve(pipeline: RequestPipeline) -> tuple[ThreadingHTTPServer, threading.Thr
     server.daemon_threads = True
     host, port = server.server_address[:2]
     pipeline.shapes = Shapes(pipeline.state, f"http://{host}:{port}")
-    thread = threading.Thread(target=server.serve_forever, name="github-emulator", daemon=True)
+    # shutdown() waits up to one poll interval; the default 0.5 s made every test's teardown cost 0.5 s.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                              name="github-emulator", daemon=True)
     thread.start()
 
     def stop() -> None:
