@@ -1,0 +1,65 @@
+"""Who may run the bot, and which comments it does not look at: every filter says why it stopped.
+
+The filters run as a fixed chain of early returns (the order of Prow's trigger plugin): event kind,
+edits, issues that are not PRs, bots, the bot itself; the permission check comes last because it is
+the only one that costs an API call. Permissions are ordered `none < read < triage < write < maintain <
+admin` and fail closed: an unknown level or a failed lookup counts as `none`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpumatrix.bot.event import CommentEvent
+from gpumatrix.config import PERMISSION_LEVELS, BotConfig
+
+__all__ = ["STATUS_MARKER", "Ignored", "authorize", "permission_level", "screen_event"]
+
+# Every comment the bot writes starts with this hidden marker (see gpumatrix.bot.render).
+STATUS_MARKER = "<!-- gpumatrix:"
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """The comment is not acted on; `reason` is what the log and the `plan` output show."""
+
+    reason: str
+
+
+def screen_event(event: CommentEvent, *, bot: BotConfig) -> Ignored | None:
+    """The filters that need no API call; None means the comment may be looked at."""
+    if event.action not in ("created", "edited"):
+        return Ignored(f"Comment was {event.action}; only new comments are handled.")
+    if event.action == "edited" and not bot.allow_edits:
+        return Ignored("Comment was edited; edits are ignored (bot.allow_edits is false).")
+    if not event.is_pull_request:
+        return Ignored("Comment on an issue that is not a pull request.")
+    if event.author_type == "Bot" or event.author.endswith("[bot]"):
+        return Ignored("Comment by a bot.")
+    if event.body.lstrip().startswith(STATUS_MARKER):
+        return Ignored("Comment by gpumatrix itself.")
+    return None
+
+
+def permission_level(permission: str | None, role_name: str | None = None) -> str:
+    """The commenter's level in PERMISSION_LEVELS; unknown or missing values count as `none`.
+
+    GitHub's collaborator-permission endpoint reports `permission` in the legacy four levels (a
+    maintainer shows as `write`) and the finer `role_name` (`maintain`, `triage`, or a custom role);
+    the higher of the two that this table knows is the level.
+    """
+    known = [value for value in (permission, role_name) if value in PERMISSION_LEVELS]
+    return max(known, key=PERMISSION_LEVELS.index) if known else "none"
+
+
+def authorize(author: str, level: str | None, *, required: str) -> Ignored | None:
+    """None when `level` reaches `required`; a lookup that failed is passed as `level=None`."""
+    if required not in PERMISSION_LEVELS:
+        raise ValueError(f"required must be one of {', '.join(PERMISSION_LEVELS)}, got {required!r}")
+    granted = level if level in PERMISSION_LEVELS else "none"
+    if PERMISSION_LEVELS.index(granted) >= PERMISSION_LEVELS.index(required):
+        return None
+    if level is None:
+        return Ignored(f"@{author}'s permission could not be read; treated as none "
+                       f"(/rerun-test needs {required}).")
+    return Ignored(f"@{author} has {granted} permission; /rerun-test needs {required}.")

@@ -1,0 +1,176 @@
+"""The comment handler's decisions as one fixed chain of early returns, with I/O behind `Facts`.
+
+    screen (event kind, edits, non-PR issues, bots, itself) -> parse -> permission -> usage problem
+    -> PR head (SHA + registry) -> --sha -> list | rerun-failed | resolve -> plan
+
+Every stop carries a reason a person can act on. The facts that cost an API call (permission, PR head,
+latest status comment) are asked for only when the chain gets that far, through the narrow `Facts`
+interface: `gpumatrix bot handle` answers it from GitHub and git, `gpumatrix plan` offline, tests with
+small fakes. The `Decision` says what to post and dispatch; carrying it out is `gpumatrix.bot.handle`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from gpumatrix import GpumatrixError
+from gpumatrix.bot.authorize import Ignored, authorize, screen_event
+from gpumatrix.bot.event import CommentEvent
+from gpumatrix.bot.parse import LIST, RERUN_FAILED, Command, parse_comment
+from gpumatrix.bot.plan import RunnerGroup, check_runners, check_sha, plan_groups, plan_listing, replan_group
+from gpumatrix.bot.render import GroupStatus, StatusComment, render_listing, render_status_comment
+from gpumatrix.bot.resolve import Refusal, resolve_specs
+from gpumatrix.config import Matrix
+from gpumatrix.registry import Registry
+
+__all__ = ["ACTIONS", "Decision", "Facts", "Head", "Unavailable", "decide", "plan_comment", "screen"]
+
+ACTIONS = ("dispatch", "list", "rerun-failed", "ignore", "refuse")
+# A run that failed, was cancelled, or never started because its dispatch failed is worth re-running.
+_RERUN_STATES = ("failed", "cancelled", "error")
+
+
+class Unavailable(GpumatrixError):
+    """A fact cannot be known here (for example the latest status comment in an offline dry run)."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """The PR head: its SHA, read once and pinned, and the registry of its tree read as data."""
+
+    sha: str | None
+    registry: Registry
+
+
+class Facts(Protocol):
+    def permission(self, login: str) -> str | None:
+        """The commenter's level in PERMISSION_LEVELS; None when the lookup failed."""
+
+    def head(self) -> Head:
+        """The PR head, read once; raises `Unavailable` when its tree cannot be read."""
+
+    def latest_status(self) -> StatusComment | None:
+        """The PR's latest status comment with every run's current state; raises `Unavailable`."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # one of ACTIONS
+    reason: str
+    command: Command | None = None
+    groups: tuple[RunnerGroup, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
+    sha: str | None = None
+    status: StatusComment | None = None  # the status comment to post, before any dispatch
+    comment: str | None = None  # the Markdown to post: the status comment or the listing
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The `gpumatrix plan --json` document."""
+        errors = [{"spec": r.spec, "message": r.message} for r in self.refusals]
+        if not self.groups and not errors:  # nothing else explains the outcome: the reason does
+            errors.append({"spec": self.command.line if self.command else "", "message": self.reason})
+        return {
+            "action": self.action,
+            "runners": [{"label": g.label, "tests": list(g.tests)} for g in self.groups],
+            "errors": errors,
+            "comment": self.comment,
+        }
+
+
+def screen(event: CommentEvent, *, matrix: Matrix) -> Ignored | Command:
+    """The filters that need no API call, then the parse: the command, or why there is none."""
+    ignored = screen_event(event, bot=matrix.bot)
+    if ignored is not None:
+        return ignored
+    command = parse_comment(event.body)
+    if command is None:
+        return Ignored("No /rerun-test or /rerun-failed command in the comment.")
+    return command
+
+
+def plan_comment(event: CommentEvent, *, matrix: Matrix, facts: Facts) -> Decision:
+    """The whole chain for one comment event."""
+    screened = screen(event, matrix=matrix)
+    if isinstance(screened, Ignored):
+        return Decision("ignore", screened.reason)
+    return decide(event, screened, matrix=matrix, facts=facts)
+
+
+def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Facts) -> Decision:
+    """From a parsed command to what to post and dispatch."""
+    # Authorization comes before any usage message: strangers get no comment from the bot.
+    denied = authorize(event.author, facts.permission(event.author), required=matrix.bot.permission)
+    if denied is not None:
+        return Decision("ignore", denied.reason, command)
+    status = StatusComment(source_comment_id=event.comment_id, command=command.line, author=event.author,
+                           pr=event.issue_number or None)
+    if command.problem:
+        return _refuse(command, status, command.problem)
+
+    try:
+        head = facts.head()
+    except Unavailable as exc:  # e.g. the PR moved while its tree was fetched: nothing was planned
+        return _refuse(command, status, str(exc))
+    status = replace(status, sha=head.sha)
+    problem = check_sha(command.sha, head.sha)
+    if problem:
+        return _refuse(command, status, problem)
+
+    if command.kind == LIST:
+        listing, refusals = plan_listing(head.registry, matrix, runners=command.runners)
+        comment = render_listing(listing, source_comment_id=event.comment_id, sha=head.sha)
+        return Decision("list", f"{sum(map(len, listing.values()))} registered file(s) on {len(listing)} runner(s)",
+                        command, tuple(RunnerGroup(label, paths) for label, paths in listing.items()),
+                        tuple(refusals), head.sha, comment=comment)
+
+    if command.kind == RERUN_FAILED:
+        return _rerun_failed(command, status, head, matrix, facts)
+
+    resolution = resolve_specs(command.specs, head.registry)
+    plan = plan_groups(resolution.targets, head.registry, matrix, runners=command.runners)
+    refusals = resolution.refusals + plan.refusals
+    return _dispatch("dispatch", command, status, plan.groups, refusals)
+
+
+def _rerun_failed(command: Command, status: StatusComment, head: Head, matrix: Matrix, facts: Facts) -> Decision:
+    try:
+        previous = facts.latest_status()
+    except Unavailable as exc:
+        return Decision("rerun-failed", str(exc), command, sha=head.sha)
+    if previous is None:
+        return _refuse(command, status, "there is no earlier status comment on this PR to re-run from")
+    refusals, _ = check_runners(command.runners, matrix)
+    groups: list[RunnerGroup] = []
+    for old in previous.groups:
+        if old.state not in _RERUN_STATES or (command.runners and old.label not in command.runners):
+            continue
+        group, dropped = replan_group(old.label, old.tests, head.registry)
+        refusals += dropped
+        if group is not None:
+            groups.append(group)
+    if not groups and not refusals:
+        return _refuse(command, status, "nothing failed or was cancelled in the latest status comment")
+    return _dispatch("rerun-failed", command, status, tuple(groups), tuple(refusals))
+
+
+def _dispatch(action: str, command: Command, status: StatusComment, groups: tuple[RunnerGroup, ...],
+              refusals: tuple[Refusal, ...]) -> Decision:
+    status = replace(status, groups=tuple(GroupStatus(g.label, g.tests) for g in groups), refusals=refusals)
+    comment = render_status_comment(status)
+    if not groups:
+        return Decision("refuse", "nothing to dispatch: every spec was refused", command, (), refusals,
+                        status.sha, status, comment)
+    tests = sum(len(g.tests) for g in groups)
+    reason = f"{len(groups)} runner group(s), {tests} test(s)"
+    return Decision(action, reason, command, groups, refusals, status.sha, status, comment)
+
+
+def _refuse(command: Command, status: StatusComment, problem: str) -> Decision:
+    status = replace(status, problem=problem)
+    return Decision("refuse", problem, command, sha=status.sha, status=status,
+                    comment=render_status_comment(status))

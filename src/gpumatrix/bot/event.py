@@ -1,0 +1,70 @@
+"""The facts the bot needs from an `issue_comment` webhook payload, checked once at the edge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpumatrix import GpumatrixError
+
+__all__ = ["CommentEvent", "EventError", "load_event"]
+
+
+class EventError(GpumatrixError):
+    """The event file is missing, unreadable, or not an `issue_comment` payload."""
+
+
+@dataclass(frozen=True)
+class CommentEvent:
+    action: str  # created, edited or deleted
+    comment_id: int
+    body: str
+    author: str
+    author_type: str  # "User", "Bot" or "Organization"
+    issue_number: int
+    is_pull_request: bool
+    repository: str = ""  # owner/name, when the payload names it
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> CommentEvent:
+        """Read an `issue_comment` payload; raises `EventError` naming the first missing field."""
+        if not isinstance(payload, Mapping):
+            raise EventError(f"an issue_comment event must be a JSON object, got {type(payload).__name__}")
+        comment = _field(payload, "comment", Mapping)
+        user = _field(comment, "user", Mapping, where="comment")
+        issue = _field(payload, "issue", Mapping)
+        repository = payload.get("repository")
+        return cls(
+            action=_field(payload, "action", str),
+            comment_id=_field(comment, "id", int, where="comment"),
+            body=comment.get("body") or "",
+            author=_field(user, "login", str, where="comment.user"),
+            author_type=str(user.get("type") or "User"),
+            issue_number=_field(issue, "number", int, where="issue"),
+            # GitHub sends PR comments as issue comments; only PRs carry `issue.pull_request`.
+            is_pull_request=bool(issue.get("pull_request")),
+            repository=str(repository.get("full_name") or "") if isinstance(repository, Mapping) else "",
+        )
+
+
+def load_event(path: str | Path) -> CommentEvent:
+    """Read an `issue_comment` event file (`$GITHUB_EVENT_PATH`)."""
+    try:
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EventError(f"cannot read the event file {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise EventError(f"the event file {path} is not JSON: {exc}") from exc
+    return CommentEvent.from_payload(payload)
+
+
+def _field(mapping: Mapping[str, Any], key: str, kind: type, *, where: str = "") -> Any:
+    value = mapping.get(key)
+    # bool is an int subclass: a `true` id is as wrong as a missing one.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        name = f"{where}.{key}" if where else key
+        raise EventError(f"not an issue_comment event: `{name}` is missing or not a {kind.__name__}")
+    return value

@@ -1,0 +1,162 @@
+"""Find and parse the `/rerun-test` command in a PR comment.
+
+Only the first line that *starts* with a command counts, and only where a reader of the rendered comment
+sees it as the commenter's own words: quoted text (`>` lines and their lazy continuations), fenced and
+indented code, and HTML comments are skipped, so a quoted reply or a pasted log never fires again.
+Invisible format characters (Unicode category Cf: zero-width spaces, bidi overrides, ...) are removed
+first, so a command cannot be hidden from, or smuggled past, a human reader.
+
+Parsing only splits on whitespace: no quoting, no escapes, nothing a shell would interpret. Whether a
+spec names a registered test is decided later, against the registry (`gpumatrix.bot.resolve`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = [
+    "LIST",
+    "MAX_SPECS",
+    "RERUN_FAILED",
+    "RERUN_TEST",
+    "Command",
+    "command_lines",
+    "parse_comment",
+    "strip_format_characters",
+]
+
+RERUN_TEST = "rerun-test"
+LIST = "list"
+RERUN_FAILED = "rerun-failed"
+# One comment dispatches at most this many specs: enough for any honest re-run, and it bounds the size
+# of the workflow inputs and of the status comment.
+MAX_SPECS = 50
+
+USAGE = "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA]  |  /rerun-test ?  |  /rerun-failed"
+
+_COMMAND_RE = re.compile(r"/(rerun-test|rerun-failed)(?=\s|$)")
+_FENCE_RE = re.compile(r"(`{3,}|~{3,})(.*)$")
+_SHA_RE = re.compile(r"[0-9a-f]{7,40}")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command found in a comment; `problem` is set when it is malformed and must be refused whole."""
+
+    kind: str  # RERUN_TEST, LIST or RERUN_FAILED
+    line: str  # the command line as written (format characters removed), for the status comment
+    specs: tuple[str, ...] = ()
+    runners: tuple[str, ...] = ()
+    sha: str | None = None
+    problem: str | None = None
+
+
+def strip_format_characters(text: str) -> str:
+    """Remove every Unicode format character (category Cf)."""
+    if text.isascii():  # the common case: nothing to remove, and no per-character scan
+        return text
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+
+
+def command_lines(body: str) -> Iterator[str]:
+    """Yield the lines of `body` that a command may start on, leading indentation removed.
+
+    A simplified CommonMark block scan: enough to tell the commenter's own top-level lines from quotes,
+    code and hidden HTML comments.
+    """
+    fence: str | None = None  # the opening fence while inside a fenced code block
+    in_quote = False  # inside a block quote, including its lazy continuation lines
+    in_html_comment = False
+    for raw in body.splitlines():
+        indent = len(raw) - len(raw.lstrip(" "))
+        line = raw.strip()
+        if fence is not None:
+            if indent < 4 and line.startswith(fence[0] * len(fence)) and not line.strip(fence[0]):
+                fence = None
+            continue
+        if in_html_comment:
+            in_html_comment = "-->" not in line
+            continue
+        if not line:
+            in_quote = False
+            continue
+        if raw.startswith("\t") or indent >= 4:
+            continue  # indented code (or an indented continuation: never a command either way)
+        match = _FENCE_RE.match(line)
+        if match and not (match[1][0] == "`" and "`" in match[2]):
+            fence, in_quote = match[1], False
+            continue
+        if line.startswith(">"):
+            in_quote = True
+            continue
+        if in_quote:
+            continue  # lazy continuation: rendered inside the quote
+        if line.startswith("<!--"):
+            in_html_comment = "-->" not in line[4:]
+            continue
+        yield line
+
+
+def parse_comment(body: str) -> Command | None:
+    """The first command in `body`, or None when the comment holds no command."""
+    if not isinstance(body, str):
+        raise TypeError(f"body must be a str, got {type(body).__name__}")
+    for line in command_lines(strip_format_characters(body)):
+        match = _COMMAND_RE.match(line)
+        if match:
+            return _parse_arguments(match[1], line, line[match.end():].split())
+    return None
+
+
+def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
+    specs: list[str] = []
+    runners: list[str] = []
+    sha: str | None = None
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if not token.startswith("-"):
+            specs.append(token)
+            continue
+        option, has_value, value = token.partition("=")
+        if option not in ("--runner", "--sha"):
+            return _refused(name, line, f"unknown option {token[:40]!r}; usage: {USAGE}")
+        if not has_value:
+            if index == len(tokens) or tokens[index].startswith("-"):
+                return _refused(name, line, f"{option} needs a value; usage: {USAGE}")
+            value = tokens[index]
+            index += 1
+        if option == "--runner":
+            runners.append(value)
+        elif sha is not None:
+            return _refused(name, line, "--sha is given more than once")
+        else:
+            sha = value.lower()
+            if not _SHA_RE.fullmatch(sha):
+                return _refused(name, line, f"--sha {value[:40]!r} is not a commit SHA (7 to 40 hex digits)")
+    runners = list(dict.fromkeys(runners))
+
+    if name == RERUN_FAILED:
+        if specs or sha is not None:
+            return _refused(RERUN_FAILED, line, "/rerun-failed takes no tests and no --sha (only --runner); "
+                                                "it re-runs the failed groups of the latest status comment")
+        return Command(RERUN_FAILED, line, runners=tuple(runners))
+    if specs == ["?"]:
+        if sha is not None:
+            return _refused(LIST, line, "/rerun-test ? takes no --sha (only --runner)")
+        return Command(LIST, line, runners=tuple(runners))
+    if "?" in specs:
+        return _refused(RERUN_TEST, line, "`?` lists the registered tests and cannot be combined with test specs")
+    if not specs:
+        return _refused(RERUN_TEST, line, f"no test given; usage: {USAGE}")
+    if len(specs) > MAX_SPECS:
+        return _refused(RERUN_TEST, line, f"too many specs: {len(specs)} (at most {MAX_SPECS} per comment)")
+    return Command(RERUN_TEST, line, specs=tuple(specs), runners=tuple(runners), sha=sha)
+
+
+def _refused(kind: str, line: str, problem: str) -> Command:
+    return Command(kind, line, problem=problem)

@@ -1,0 +1,222 @@
+"""The status comment: its model, its Markdown, and the hidden state that lets `sync` rebuild it.
+
+One status comment per command. Its body is rendered as a whole from a `StatusComment`, and that value
+is also stored in the body as one hidden JSON marker, so `gpumatrix bot sync` can read the comment back,
+refresh every run it references from the Actions API, and write the whole truth again: concurrent,
+repeated or cancelled writers lose nothing because nobody edits a part of the comment.
+
+Text that came from a comment or a PR (specs, the command line, registry messages) is shown only in
+code spans or with HTML escaped, so it cannot mention people, inject markup or close the marker.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpumatrix.bot.resolve import Refusal
+
+__all__ = [
+    "STATE_EMOJI",
+    "TERMINAL_STATES",
+    "GroupStatus",
+    "StatusComment",
+    "code_span",
+    "parse_status_comment",
+    "render_listing",
+    "render_status_comment",
+    "run_state",
+    "source_marker",
+]
+
+# pending: planned, not dispatched yet (or a dry run). error: the dispatch itself failed.
+STATE_EMOJI = {
+    "pending": "⏳",
+    "queued": "⏳",
+    "running": "🔄",
+    "passed": "✅",
+    "failed": "❌",
+    "cancelled": "⚠️",
+    "error": "❗",
+}
+TERMINAL_STATES = frozenset({"passed", "failed", "cancelled", "error"})
+REFUSED = "⛔"
+
+_STATE_RE = re.compile(r"<!-- gpumatrix:state (\{.*?\}) -->", re.DOTALL)
+_SPAN_LIMIT = 120
+_SINGLE_LINE_LIMIT = 100  # a longer pytest command is split one test per line
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """One runner group of a status comment and where its run stands."""
+
+    label: str
+    tests: tuple[str, ...]
+    state: str = "pending"
+    run_id: int | None = None
+    url: str | None = None
+    error: str | None = None  # why the dispatch failed: "HTTP 422: ..."
+
+    def __post_init__(self) -> None:
+        if self.state not in STATE_EMOJI:
+            raise ValueError(f"state must be one of {', '.join(STATE_EMOJI)}, got {self.state!r}")
+
+
+@dataclass(frozen=True)
+class StatusComment:
+    source_comment_id: int
+    command: str  # the command line as written
+    author: str
+    pr: int | None = None
+    sha: str | None = None
+    groups: tuple[GroupStatus, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
+    problem: str | None = None  # the whole command is refused
+
+    def with_groups(self, groups: Sequence[GroupStatus]) -> StatusComment:
+        return replace(self, groups=tuple(groups))
+
+
+def run_state(status: str | None, conclusion: str | None) -> str:
+    """Map a workflow run's `status`/`conclusion` to a comment state; never `passed` unless `success`."""
+    if status != "completed":
+        return "running" if status == "in_progress" else "queued"
+    if conclusion == "success":
+        return "passed"
+    if conclusion in ("cancelled", "skipped", "neutral", "stale"):
+        return "cancelled"
+    return "failed"  # failure, timed_out, startup_failure, action_required, and anything new
+
+
+def source_marker(comment_id: int) -> str:
+    return f"<!-- gpumatrix:source={comment_id} -->"
+
+
+def code_span(text: str) -> str:
+    """`text` as one inline code span: single line, no backticks, bounded length."""
+    flat = " ".join(str(text).replace("`", "'").split())
+    if len(flat) > _SPAN_LIMIT:
+        flat = flat[: _SPAN_LIMIT - 1] + "…"
+    return f"`{flat}`" if flat else "` `"
+
+
+def render_status_comment(status: StatusComment) -> str:
+    """The Markdown of a status comment, hidden markers included."""
+    lines = [source_marker(status.source_comment_id), _header(status), ""]
+    for group in status.groups:
+        lines += [_group_line(group), "", "```bash", *_pytest_command(group.tests), "```", ""]
+    if status.problem:
+        lines += [f"{REFUSED} {code_span(status.command)}: {_escape(status.problem)}", ""]
+    lines += [f"{REFUSED} {code_span(r.spec)}: {_escape(r.message)}" for r in status.refusals]
+    if status.refusals:
+        lines.append("")
+    lines.append(f"<!-- gpumatrix:state {_dump_state(status)} -->")
+    return "\n".join(lines)
+
+
+def parse_status_comment(body: str) -> StatusComment | None:
+    """Read the hidden state back; None when `body` is not a readable status comment."""
+    match = _STATE_RE.search(body or "")
+    if match is None:
+        return None
+    try:
+        data = json.loads(match[1])
+        return StatusComment(
+            source_comment_id=int(data["source"]),
+            command=str(data["command"]),
+            author=str(data["author"]),
+            pr=_optional_int(data.get("pr")),
+            sha=str(data["sha"]) if data.get("sha") else None,
+            groups=tuple(GroupStatus(label=str(g["label"]), tests=tuple(str(t) for t in g["tests"]),
+                                     state=str(g["state"]), run_id=_optional_int(g.get("run_id")),
+                                     url=str(g["url"]) if g.get("url") else None,
+                                     error=str(g["error"]) if g.get("error") else None)
+                         for g in data.get("groups", ())),
+            refusals=tuple(Refusal(str(spec), str(message)) for spec, message in data.get("refusals", ())),
+            problem=str(data["problem"]) if data.get("problem") else None,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def render_listing(groups: Mapping[str, Sequence[str]], *, source_comment_id: int, sha: str | None) -> str:
+    """The reply to `/rerun-test ?`: the registered test files of each runner."""
+    where = f" at {code_span(sha)}" if sha else ""
+    lines = [source_marker(source_comment_id), f"🧪 Registered test files{where}, by runner:", ""]
+    for label, paths in groups.items():
+        count = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
+        if not paths:
+            lines += [f"- {label}: no files", ""]
+            continue
+        lines += [f"<details><summary>{label}: {count}</summary>", "", "```", *paths, "```", "</details>", ""]
+    lines.append("Re-run one with `/rerun-test <file>[::node] [--runner LABEL]`.")
+    return "\n".join(lines)
+
+
+def _header(status: StatusComment) -> str:
+    parts = [code_span(status.command), f"from @{status.author}"]
+    if status.pr is not None:
+        parts.append(f"on #{status.pr}")
+    if status.sha:
+        parts.append(f"at {code_span(status.sha)}")
+    return " ".join(parts)
+
+
+def _group_line(group: GroupStatus) -> str:
+    count = f"{len(group.tests)} test{'s' if len(group.tests) != 1 else ''}"
+    emoji = STATE_EMOJI[group.state]
+    if group.state == "error":
+        detail = f"dispatch failed: {_escape(group.error or 'unknown error')}"
+    elif group.url:
+        detail = f"[View workflow run]({group.url})"
+    else:
+        detail = "not dispatched yet"
+    return f"🚀 {group.label} ({count}): {emoji} {detail}"
+
+
+def _pytest_command(tests: Sequence[str]) -> list[str]:
+    # Node ids may hold `[...]`, a shell glob: quote every argument so the line pastes as it ran.
+    args = [shlex.quote(test) for test in tests]
+    single = " ".join(["pytest", *args])
+    if len(single) <= _SINGLE_LINE_LIMIT:
+        return [single]
+    return ["pytest \\", *(f"  {arg} \\" for arg in args[:-1]), f"  {args[-1]}"]
+
+
+def _escape(text: str) -> str:
+    """Plain text for Markdown: HTML escaped, and a fullwidth at sign so `@name` never mentions anyone."""
+    flat = " ".join(str(text).split())
+    return html.escape(flat[:400], quote=False).replace("@", "\uff20")
+
+
+def _dump_state(status: StatusComment) -> str:
+    data = {
+        "v": 1,
+        "source": status.source_comment_id,
+        "command": status.command,
+        "author": status.author,
+        "pr": status.pr,
+        "sha": status.sha,
+        "groups": [{"label": g.label, "tests": list(g.tests), "state": g.state, "run_id": g.run_id,
+                    "url": g.url, "error": g.error} for g in status.groups],
+        "refusals": [[r.spec, r.message] for r in status.refusals],
+        "problem": status.problem,
+    }
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    # An HTML comment ends at `-->` or `--!>`; with `<` and `>` escaped neither can occur in the JSON.
+    # `@` is escaped too, so no mention hides in the marker whatever a renderer makes of it.
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("@", "\\u0040")
+
+
+def _optional_int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
