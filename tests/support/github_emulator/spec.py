@@ -4,8 +4,9 @@ The document is `tests/fixtures/github/rest-api.slice.openapi.json` (OpenAPI 3.0
 Routing is ours: one anchored regex per path template, because openapi-core's matcher does not know GitHub's
 `x-multi-segment` extension (the `{path}` of the contents API spans slashes). Validation is openapi-core's:
 path, query and body of every request, and the body of every response whose status the operation declares.
-Measured on this slice: building the validator takes ~0.16 s (done once per process), validating one request
-2-5 ms.
+Measured on this slice (median of 300 loopback requests through httpx): building the validator takes ~0.2 s,
+once per process; request validation adds ~1.3 ms and response validation 0.5-1.5 ms, for 2.3-3.5 ms a round
+trip against 0.4 ms with both off.
 """
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ def _describe(error: BaseException) -> str:
         details = []
         for se in schema_errors:
             at = "/".join(str(p) for p in se.absolute_path)
-            details.append(f"{where}{' at ' + at if at else ''}: {se.message}")
+            # jsonschema's message repeats the whole offending value; 300 characters say what is wrong.
+            details.append(f"{where}{' at ' + at if at else ''}: {se.message[:300]}")
         return "; ".join(details)
     if cause is not None:
         return f"{where}: {cause}"
