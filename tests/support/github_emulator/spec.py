@@ -243,9 +243,17 @@ def _describe(error: BaseException) -> str:
         details = []
         for se in schema_errors:
             at = "/".join(str(p) for p in se.absolute_path)
-            # jsonschema's message repeats the whole offending value; 300 characters say what is wrong.
-            details.append(f"{where}{' at ' + at if at else ''}: {se.message[:300]}")
+            details.append(f"{where}{' at ' + at if at else ''}: {_shorten(se.message)}")
         return "; ".join(details)
     if cause is not None:
         return f"{where}: {cause}"
     return str(error) or type(error).__name__
+
+
+def _shorten(message: str, limit: int = 300) -> str:
+    # jsonschema's message repeats the whole offending value before saying what is wrong with it ("{...} has
+    # too many properties"): keep both ends.
+    if len(message) <= limit:
+        return message
+    half = limit // 2
+    return f"{message[:half]} ... {message[-half:]}"
