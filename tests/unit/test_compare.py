@@ -1,0 +1,605 @@
+"""Table-driven tests of gpumatrix.compare: every rule, on numpy arrays and on torch tensors."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gpumatrix._compare_arrays as compare_arrays
+from gpumatrix import register
+from gpumatrix.compare import (
+    assert_close,
+    assert_diff,
+    assert_same_bits,
+    assert_ulp_close,
+    best,
+    calc_diff,
+    rel_error,
+    ulp_distance,
+    worst,
+)
+
+register(on=("cpu",), est_time=5)
+
+NAN, INF = math.nan, math.inf
+BF16_MAX = 3.3895313892515355e38  # largest finite bfloat16, 0x7F7F
+_ML_DTYPES = {"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz"}
+_CODE_VIEWS = {1: ("uint8", "uint8"), 2: ("uint16", "int16"), 4: ("uint32", "int32")}
+
+
+@pytest.fixture(params=["numpy", "torch", "torch-kernels"])
+def lib(request, monkeypatch) -> str:
+    """The library inputs are made in. CPU tensors are normally read through numpy; "torch-kernels"
+    turns that off so the torch code path that GPU tensors take runs here too."""
+    if request.param == "torch-kernels":
+        monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+    return "numpy" if request.param == "numpy" else "torch"
+
+
+def _numpy_dtype(dtype: str) -> np.dtype:
+    return np.dtype(getattr(ml_dtypes, dtype)) if dtype in _ML_DTYPES else np.dtype(dtype)
+
+
+def make(lib: str, values: list, dtype: str):
+    """values (Python numbers, NaN and Inf included) as a numpy array or CPU tensor of dtype."""
+    array = np.array(values, dtype=_numpy_dtype(dtype))
+    if lib == "numpy":
+        return array
+    if dtype in _ML_DTYPES:
+        codes = array.reshape(-1).view(_CODE_VIEWS[array.itemsize][0])
+        return from_codes(lib, codes, dtype).reshape(array.shape)
+    torch = pytest.importorskip("torch")
+    return torch.from_numpy(array.copy())
+
+
+def from_codes(lib: str, codes, dtype: str):
+    """Bit patterns (unsigned ints) as an array of dtype: the only way to name a specific NaN code."""
+    unsigned, signed = _CODE_VIEWS[_numpy_dtype(dtype).itemsize]
+    raw = np.array(codes, dtype=unsigned)
+    if lib == "numpy":
+        return raw.view(_numpy_dtype(dtype))
+    torch = pytest.importorskip("torch")
+    # torch reads fp8 codes through uint8 and wider ones through the signed integer of their width.
+    return torch.from_numpy(raw.view(signed).copy()).view(getattr(torch, dtype))
+
+
+def failure_message(check, *args, **kwargs) -> str:
+    with pytest.raises(AssertionError) as caught:
+        check(*args, **kwargs)
+    return str(caught.value)
+
+
+def assert_float(result: float, expected: float) -> None:
+    """Exact for 0 and inf, NaN only when NaN was expected, else to 12 significant digits."""
+    assert isinstance(result, float), type(result)
+    if math.isnan(expected):
+        assert math.isnan(result), result
+    else:
+        assert result == expected or math.isclose(result, expected, rel_tol=1e-12), (result, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# assert_close
+
+CLOSE_PASSES = [
+    ("identical-float32", [1.0, -2.5, 3.0], [1.0, -2.5, 3.0], "float32", {}),
+    ("within-default-float32", [1.000001], [1.0], "float32", {}),
+    ("negative-zero", [-0.0, 0.0], [0.0, -0.0], "float32", {}),
+    ("same-infinities", [INF, -INF, 1.0], [INF, -INF, 1.0], "float32", {}),
+    ("equal-nan-both-sides", [NAN, 1.0], [NAN, 1.0], "float32", {"equal_nan": True}),
+    ("empty", [], [], "float32", {}),
+    ("budget-absorbs-finite-miss", [1.0, 2.0, 3.5], [1.0, 2.0, 3.0], "float32", {"max_mismatch": 1}),
+    ("explicit-tolerance", [1.05], [1.0], "float32", {"rtol": 0.0, "atol": 0.1}),
+    ("numpy-int-budget", [1.0, 2.5], [1.0, 2.0], "float32", {"max_mismatch": np.int64(1)}),
+    ("float64-default", [1.00000005], [1.0], "float64", {}),
+    ("float16-default", [1.0009765625], [1.0], "float16", {}),
+    ("bfloat16-one-step", [1.0078125], [1.0], "bfloat16", {}),
+    ("e4m3-one-step", [1.125], [1.0], "float8_e4m3fn", {}),
+    ("e5m2-one-step", [1.25], [1.0], "float8_e5m2", {}),
+    ("int-exact", [1, 2, 3], [1, 2, 3], "int32", {}),
+    ("bool-exact", [True, False], [True, False], "bool", {}),
+]
+
+CLOSE_FAILURES = [
+    ("nan-first", [NAN, 1.0, 2.0], [0.0, 1.0, 2.0], "float32", {}, ["1 unexpected NaN (first at (0,))"]),
+    ("nan-last", [0.0, 1.0, NAN], [0.0, 1.0, 2.0], "float32", {}, ["1 unexpected NaN (first at (2,))"]),
+    ("nan-only-element", [NAN], [0.0], "float32", {}, ["1 / 1 (100%) elements mismatched"]),
+    ("nan-in-expected", [1.0], [NAN], "float32", {}, ["expected: 1 unexpected NaN (first at (0,))"]),
+    (
+        "nan-under-generous-budget",
+        [NAN, 1.0, 2.0, 3.0],
+        [0.0, 1.0, 2.0, 3.0],
+        "float32",
+        {"max_mismatch": 1000},
+        ["(max_mismatch=1000)", "NaN/Inf failures, which no tolerance or max_mismatch absorbs: 1"],
+    ),
+    (
+        "nan-under-infinite-tolerance",
+        [NAN, 5.0],
+        [1.0, 1.0],
+        "float32",
+        {"rtol": INF, "atol": INF},
+        ["actual:   1 unexpected NaN (first at (0,))"],
+    ),
+    (
+        "nan-both-sides-without-equal-nan",
+        [1.0, NAN],
+        [1.0, NAN],
+        "float32",
+        {},
+        ["actual:   1 unexpected NaN (first at (1,))", "expected: 1 unexpected NaN (first at (1,))"],
+    ),
+    ("equal-nan-one-side", [NAN], [1.0], "float32", {"equal_nan": True}, ["actual:   1 unexpected NaN"]),
+    (
+        "plus-inf-vs-minus-inf",
+        [1.0, INF],
+        [1.0, -INF],
+        "float32",
+        {"max_mismatch": 5},
+        [
+            "actual:   0 unexpected NaN, 1 unmatched Inf (first at (1,))",
+            "expected: 0 unexpected NaN, 1 unmatched",
+        ],
+    ),
+    (
+        "inf-vs-nan",
+        [INF],
+        [NAN],
+        "float32",
+        {"equal_nan": True},
+        ["actual:   0 unexpected NaN, 1 unmatched Inf (first at (0,))", "expected: 1 unexpected NaN"],
+    ),
+    (
+        "inf-vs-finite-under-huge-tolerance",
+        [INF],
+        [1.0],
+        "float32",
+        {"rtol": 1e300, "atol": 1e300},
+        ["1 unmatched Inf (first at (0,))"],
+    ),
+    (
+        "finite-vs-inf-rtol-one",
+        [1.0],
+        [INF],
+        "float32",
+        {"rtol": 1.0, "atol": 0.0},
+        ["expected: 0 unexpected"],
+    ),
+    (
+        "bf16-inf-vs-largest-finite",
+        [INF],
+        [BF16_MAX],
+        "bfloat16",
+        {"max_mismatch": 1},
+        ["actual:   0 unexpected NaN, 1 unmatched Inf (first at (0,))"],
+    ),
+    ("float32-beyond-default", [1.0001], [1.0], "float32", {}, ["1 pairs of finite values (first at (0,))"]),
+    ("bfloat16-beyond-default", [1.03125], [1.0], "bfloat16", {}, ["rtol=0.016, atol=1e-05"]),
+    ("e4m3-beyond-default", [1.25], [1.0], "float8_e4m3fn", {}, ["rtol=0.125, atol=0.001953125"]),
+    ("int-off-by-one", [1, 2, 3], [1, 2, 4], "int32", {}, ["1 / 3 (33.33%)", "(exact for int32)"]),
+    ("bool-flip", [True, True], [True, False], "bool", {}, ["first at (1,)"]),
+    ("budget-exceeded", [1.5, 2.5, 3.0], [1.0, 2.0, 3.0], "float32", {"max_mismatch": 1}, ["2 / 3 (66.67%)"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "actual", "expected", "dtype", "kwargs"), CLOSE_PASSES, ids=[row[0] for row in CLOSE_PASSES]
+)
+def test_assert_close_passes(lib, case, actual, expected, dtype, kwargs):
+    assert_close(make(lib, actual, dtype), make(lib, expected, dtype), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("case", "actual", "expected", "dtype", "kwargs", "fragments"),
+    CLOSE_FAILURES,
+    ids=[row[0] for row in CLOSE_FAILURES],
+)
+def test_assert_close_fails(lib, case, actual, expected, dtype, kwargs, fragments):
+    message = failure_message(assert_close, make(lib, actual, dtype), make(lib, expected, dtype), **kwargs)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+
+
+def test_assert_close_message_carries_every_field():
+    actual = np.array([[1.0, NAN, 3.0], [INF, 5.0, 6.5]], dtype=np.float32)
+    expected = np.array([[1.0, 2.0, 3.0], [-INF, 5.0, 6.0]], dtype=np.float32)
+    message = failure_message(assert_close, actual, expected, name="logits")
+    assert message.splitlines() == [
+        "logits: not close: 3 / 6 (50%) elements mismatched (max_mismatch=0)",
+        "  NaN/Inf failures, which no tolerance or max_mismatch absorbs: 2",
+        "    actual:   1 unexpected NaN (first at (0, 1)), 1 unmatched Inf (first at (1, 0))",
+        "    expected: 0 unexpected NaN, 1 unmatched Inf (first at (1, 0))",
+        "  outside tolerance: 1 pairs of finite values (first at (1, 2))",
+        "  worst absolute difference: 0.5 at (1, 2): actual 6.5, expected 6.0",
+        "  worst relative difference: 0.08333333333333333 at (1, 2): actual 6.5, expected 6.0",
+        "  actual: numpy float32; expected: numpy float32; shape (2, 3)",
+        "  tolerance: |actual - expected| <= atol + rtol * |expected|, rtol=1.3e-06, atol=1e-05 "
+        "(defaults for float32), equal_nan=False",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "fp8", "actual_codes", "expected_codes", "kwargs", "passes"),
+    [
+        ("e4m3-nan-0x7f-vs-448", "float8_e4m3fn", [0x7F], [0x7E], {"rtol": 1e6, "atol": 1e6}, False),
+        ("e4m3-nan-0xff-vs-448", "float8_e4m3fn", [0xFF], [0x7E], {"max_mismatch": 1}, False),
+        ("e4m3-nan-vs-nan", "float8_e4m3fn", [0x7F], [0x7F], {}, False),
+        ("e4m3-nan-vs-nan-equal-nan", "float8_e4m3fn", [0x7F, 0x7E], [0xFF, 0x7E], {"equal_nan": True}, True),
+        ("e4m3-minus-448", "float8_e4m3fn", [0xFE], [0xFE], {}, True),
+        ("e5m2-inf-vs-largest", "float8_e5m2", [0x7C], [0x7B], {"max_mismatch": 1}, False),
+        ("e5m2-inf-vs-minus-inf", "float8_e5m2", [0x7C], [0xFC], {}, False),
+        ("e5m2-same-inf", "float8_e5m2", [0x7C], [0x7C], {}, True),
+    ],
+)
+def test_assert_close_fp8_codes(lib, case, fp8, actual_codes, expected_codes, kwargs, passes):
+    actual, expected = from_codes(lib, actual_codes, fp8), from_codes(lib, expected_codes, fp8)
+    if passes:
+        assert_close(actual, expected, **kwargs)
+    else:
+        assert "NaN/Inf failures" in failure_message(assert_close, actual, expected, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("case", "actual_shape", "expected_shape"),
+    [("row-vs-column", (3,), (1, 3)), ("transposed", (2, 3), (3, 2)), ("scalar-vs-one", (), (1,))],
+)
+@pytest.mark.parametrize("check", [assert_close, assert_same_bits], ids=["assert_close", "assert_same_bits"])
+def test_shape_mismatch_fails(case, actual_shape, expected_shape, check):
+    message = failure_message(check, np.zeros(actual_shape, np.float32), np.zeros(expected_shape, np.float32))
+    assert f"shape mismatch: actual {actual_shape} vs expected {expected_shape}" in message
+
+
+@pytest.mark.parametrize(
+    ("case", "actual", "expected", "passes"),
+    [
+        ("float-scalars", 1.0, 1.0, True),
+        ("float-scalars-differ", 1.0, 1.001, False),
+        ("int-scalars-differ", 3, 4, False),
+        ("int64-above-2**53", np.array([2**53 + 1]), np.array([2**53]), False),
+        (
+            "numpy-vs-torch-bf16",
+            np.array([1.0, 2.0], ml_dtypes.bfloat16),
+            ("torch", [1.0, 2.0], "bfloat16"),
+            True,
+        ),
+        ("torch-vs-numpy-nan", ("torch", [1.0, NAN], "float32"), np.array([1.0, 2.0], np.float32), False),
+        ("torch-vs-scalar", ("torch", 2.5, "float32"), 2.5, True),
+        ("torch-int64-above-2**53", ("torch", [2**53 + 1], "int64"), ("torch", [2**53], "int64"), False),
+    ],
+)
+def test_assert_close_mixed_inputs(lib, case, actual, expected, passes):
+    # lib only picks how CPU tensors are read (through numpy or by torch); inputs are as listed.
+    actual, expected = (make(*v) if isinstance(v, tuple) else v for v in (actual, expected))
+    if passes:
+        assert_close(actual, expected)
+    else:
+        failure_message(assert_close, actual, expected)
+
+
+@pytest.mark.parametrize(
+    ("case", "call", "error", "fragment"),
+    [
+        ("rtol-alone", lambda x: assert_close(x, x, rtol=1e-3), ValueError, "atol is missing"),
+        ("negative-atol", lambda x: assert_close(x, x, rtol=0.0, atol=-1.0), ValueError, "atol must be"),
+        ("nan-rtol", lambda x: assert_close(x, x, rtol=NAN, atol=0.0), ValueError, "rtol must be"),
+        ("string-rtol", lambda x: assert_close(x, x, rtol="0.1", atol=0.0), TypeError, "rtol must be"),
+        ("negative-budget", lambda x: assert_close(x, x, max_mismatch=-1), ValueError, "max_mismatch"),
+        ("fractional-budget", lambda x: assert_close(x, x, max_mismatch=1.5), TypeError, "max_mismatch"),
+        ("bool-budget", lambda x: assert_close(x, x, max_mismatch=True), TypeError, "max_mismatch"),
+        ("int-equal-nan", lambda x: assert_close(x, x, equal_nan=1), TypeError, "equal_nan"),
+        ("int-name", lambda x: assert_close(x, x, name=3), TypeError, "name"),
+        ("list-actual", lambda x: assert_close([1.0], x), TypeError, "actual must be a torch.Tensor"),
+        ("str-expected", lambda x: assert_close(x, "1.0"), TypeError, "expected must be a torch.Tensor"),
+        ("complex", lambda x: assert_close(x.astype(np.complex64), x), TypeError, "float, integer or bool"),
+        (
+            "no-default-tolerance",
+            lambda x: assert_close(x, x.astype(ml_dtypes.float8_e4m3fnuz)),
+            ValueError,
+            "no default tolerance",
+        ),
+        (
+            "ulp-float64",
+            lambda x: ulp_distance(x.astype(np.float64), x.astype(np.float64)),
+            TypeError,
+            "dtypes",
+        ),
+        ("ulp-mixed-dtypes", lambda x: ulp_distance(x, x.astype(np.float16)), TypeError, "share a dtype"),
+        ("ulp-shapes", lambda x: ulp_distance(x, x[:1]), ValueError, "same shape"),
+        ("negative-max-ulp", lambda x: assert_ulp_close(x, x, max_ulp=-1), ValueError, "max_ulp"),
+        ("nan-max-diff", lambda x: assert_diff(x, x, max_diff=NAN), ValueError, "max_diff"),
+        ("rel-error-shapes", lambda x: rel_error(x, x[:1]), ValueError, "same shape"),
+        ("calc-diff-shapes", lambda x: calc_diff(x, x[:1]), ValueError, "x and y"),
+    ],
+)
+def test_bad_arguments_are_rejected(case, call, error, fragment):
+    with pytest.raises(error, match=fragment):
+        call(np.array([1.0, 2.0], dtype=np.float32))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4096])
+def test_chunked_scans_report_global_indices(lib, monkeypatch, chunk):
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", chunk)
+    expected = make(lib, list(range(10)), "float32")
+    actual = make(lib, [0.0, 1.0, 2.0, 3.0, 4.5, 5.0, 6.0, NAN, 10.0, 9.0], "float32")
+    message = failure_message(assert_close, actual, expected)
+    assert "1 unexpected NaN (first at (7,))" in message
+    assert "outside tolerance: 2 pairs of finite values (first at (4,))" in message
+    assert "worst absolute difference: 2.0 at (8,): actual 10.0, expected 8.0" in message
+    assert "3 / 10 (30%)" in message
+    assert_float(rel_error(make(lib, list(range(1, 11)), "float32"), expected), math.sqrt(10 / 285))
+    assert_float(calc_diff(make(lib, [1.0] * 10, "float32"), make(lib, [1.0] * 10, "float32")), 0.0)
+    bits = failure_message(assert_same_bits, actual, expected)
+    assert bits.splitlines()[1:4] == [
+        "  first 3 differing (index: actual vs expected):",
+        "    (4,): 0x40900000 (4.5) vs 0x40800000 (4.0)",
+        "    (7,): 0x7fc00000 (nan) vs 0x40e00000 (7.0)",
+    ]
+    ulp = failure_message(assert_ulp_close, actual, expected, max_ulp=1)
+    assert "infinite distances (a NaN, or an Inf not met by the same Inf): 1 elements (first at (7,))" in ulp
+
+
+# ---------------------------------------------------------------------------------------------
+# rel_error, calc_diff, assert_diff
+
+METRIC_CASES = [
+    # id, actual, expected, rel_error, calc_diff
+    ("identical", [1.0, 2.0], [1.0, 2.0], 0.0, 0.0),
+    ("orthogonal", [1.0, 0.0], [0.0, 1.0], math.sqrt(2.0), 1.0),
+    ("opposite", [1.0], [-1.0], 2.0, 2.0),
+    ("three-vs-one", [3.0], [1.0], 2.0, 0.4),
+    ("known-norms", [3.0, 0.0], [0.0, 4.0], 1.25, 1.0),
+    ("both-all-zero", [0.0, -0.0], [0.0, 0.0], 0.0, 0.0),
+    ("empty", [], [], 0.0, 0.0),
+    ("expected-all-zero", [1.0, 2.0], [0.0, 0.0], INF, 1.0),
+    ("nan-in-actual", [NAN, 1.0], [1.0, 1.0], NAN, NAN),
+    ("nan-in-expected", [1.0, 1.0], [1.0, NAN], NAN, NAN),
+    ("plus-inf-vs-minus-inf", [INF, 1.0], [-INF, 1.0], NAN, NAN),
+    ("inf-vs-finite", [INF], [1.0], NAN, NAN),
+    ("same-inf-left-out", [INF, 1.0], [INF, 2.0], 0.5, NAN),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "actual", "expected", "rel", "diff"), METRIC_CASES, ids=[row[0] for row in METRIC_CASES]
+)
+def test_metrics(lib, case, actual, expected, rel, diff):
+    a, e = make(lib, actual, "float32"), make(lib, expected, "float32")
+    assert_float(rel_error(a, e), rel)
+    assert_float(calc_diff(a, e), diff)
+
+
+@pytest.mark.parametrize(
+    ("case", "actual", "expected", "max_diff", "fragment"),
+    [
+        ("within", [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 1e-9, None),
+        ("metric-over", [3.0], [1.0], 1e-3, "output: calc_diff 0.4 > max_diff 0.001"),
+        ("nan-under-infinite-max-diff", [1.0, NAN], [1.0, 2.0], INF, "1 / 2 (50%) elements hold NaN or Inf"),
+        ("same-inf-still-fails", [INF], [INF], 1.0, "actual:   0 NaN, 1 Inf (first at (0,))"),
+    ],
+)
+def test_assert_diff(lib, case, actual, expected, max_diff, fragment):
+    a, e = make(lib, actual, "float32"), make(lib, expected, "float32")
+    if fragment is None:
+        assert_diff(a, e, max_diff=max_diff)
+    else:
+        assert fragment in failure_message(assert_diff, a, e, max_diff=max_diff)
+
+
+# ---------------------------------------------------------------------------------------------
+# worst / best
+
+
+@pytest.mark.parametrize(
+    ("case", "values", "largest", "smallest"),
+    [
+        ("ordered", (1.0, 3.0, 2.0), 3.0, 1.0),
+        ("nan-last", (0.0, NAN), NAN, NAN),
+        ("nan-first", (NAN, 0.0), NAN, NAN),
+        ("nan-middle", (1.0, NAN, -1.0), NAN, NAN),
+        ("single", (5.0,), 5.0, 5.0),
+        ("infinities", (-INF, INF, 0.0), INF, -INF),
+        ("ints", (1, 2), 2.0, 1.0),
+        ("numpy-scalars", (np.float32(0.5), np.float64(0.25)), 0.5, 0.25),
+        ("numpy-nan", (np.float32(0.5), np.float64(NAN)), NAN, NAN),
+    ],
+)
+def test_worst_and_best(case, values, largest, smallest):
+    assert_float(worst(*values), largest)
+    assert_float(best(*values), smallest)
+
+
+@pytest.mark.parametrize(
+    ("case", "values", "error"),
+    [
+        ("nothing", (), ValueError),
+        ("string", ("1.0",), TypeError),
+        ("list", ([1.0, 2.0],), TypeError),
+        ("array", (np.array([1.0, 2.0]),), TypeError),
+    ],
+)
+@pytest.mark.parametrize("function", [worst, best], ids=["worst", "best"])
+def test_worst_and_best_reject(case, values, error, function):
+    with pytest.raises(error):
+        function(*values)
+
+
+# ---------------------------------------------------------------------------------------------
+# ulp_distance, assert_ulp_close, assert_same_bits
+
+ULP_CASES = [
+    # id, dtype, actual codes, expected codes, distances
+    (
+        "e4m3",
+        "float8_e4m3fn",
+        [0x7F, 0xFF, 0x7E, 0x00, 0x01, 0x7F, 0xFE],
+        [0x7E, 0x7E, 0x7D, 0x80, 0x81, 0x7F, 0x7E],
+        [INF, INF, 1, 0, 2, INF, 2 * 0x7E],
+    ),
+    (
+        "e5m2",
+        "float8_e5m2",
+        [0x7C, 0x7C, 0x7C, 0x7D, 0x3C],
+        [0x7B, 0xFC, 0x7C, 0x7D, 0x3D],
+        [INF, INF, 0, INF, 1],
+    ),
+    (
+        "bfloat16",
+        "bfloat16",
+        [0x7F80, 0x3F80, 0x8000, 0x0001, 0xFF80, 0x7FC0],
+        [0x7F7F, 0x3F81, 0x0000, 0x8001, 0xFF80, 0x7F7F],
+        [INF, 1, 0, 2, 0, INF],
+    ),
+    ("float16", "float16", [0x7C00, 0x3C00, 0x7E00], [0x7BFF, 0x3C02, 0x7E00], [INF, 2, INF]),
+    (
+        "float32",
+        "float32",
+        [0x7F800000, 0x3F800000, 0x7FC00000, 0x00000000, 0x3F800000, 0xBF800000],
+        [0x7F7FFFFF, 0x3F800001, 0x7F800000, 0x80000000, 0x40000000, 0x3F800000],
+        [INF, 1, INF, 0, 0x800000, 2 * 0x3F800000],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype", "actual", "expected", "distances"), ULP_CASES, ids=[row[0] for row in ULP_CASES]
+)
+def test_ulp_distance(lib, case, dtype, actual, expected, distances):
+    result = ulp_distance(from_codes(lib, actual, dtype), from_codes(lib, expected, dtype))
+    assert type(result).__module__.split(".")[0] == lib
+    assert str(result.dtype).removeprefix("torch.") == "float64"
+    assert result.tolist() == distances
+
+
+def test_ulp_distance_keeps_shape(lib):
+    actual = make(lib, [[1.0, 2.0], [3.0, NAN]], "float32")
+    result = ulp_distance(actual, make(lib, [[1.0, 2.0], [3.0, 4.0]], "float32"))
+    assert tuple(result.shape) == (2, 2)
+    assert result.tolist() == [[0.0, 0.0], [0.0, INF]]
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype", "actual", "expected", "max_ulp", "fragments"),
+    [
+        ("one-step", "bfloat16", [0x3F80, 0x3F81], [0x3F81, 0x3F80], 1, None),
+        ("zero-signs", "float32", [0x80000000], [0x00000000], 0, None),
+        ("same-inf", "float16", [0x7C00], [0x7C00], 0, None),
+        ("two-steps", "bfloat16", [0x3F80, 0x3F82], [0x3F80, 0x3F80], 1, ["worst distance: 2.0 ulp at (1,)"]),
+        (
+            "e4m3-nan-next-to-448",
+            "float8_e4m3fn",
+            [0x7E, 0x7F],
+            [0x7E, 0x7E],
+            10**6,
+            ["1 / 2 (50%)", "actual nan [0x7f], expected 448.0 [0x7e]", "actual:   1 NaN (first at (1,))"],
+        ),
+        ("same-nan-code", "float8_e4m3fn", [0x7F], [0x7F], 10**6, ["infinite distances"]),
+        (
+            "bf16-inf-vs-largest",
+            "bfloat16",
+            [0x7F80],
+            [0x7F7F],
+            10**6,
+            ["actual:   0 NaN, 1 Inf (first at (0,))", "[0x7f80]", "[0x7f7f]"],
+        ),
+    ],
+)
+def test_assert_ulp_close(lib, case, dtype, actual, expected, max_ulp, fragments):
+    a, e = from_codes(lib, actual, dtype), from_codes(lib, expected, dtype)
+    if fragments is None:
+        assert_ulp_close(a, e, max_ulp=max_ulp)
+        return
+    message = failure_message(assert_ulp_close, a, e, max_ulp=max_ulp)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+
+
+@pytest.mark.parametrize(
+    ("case", "actual", "expected", "line"),
+    [
+        ("e4m3-equal-codes-nan-included", ("float8_e4m3fn", [0x7F, 0x7E, 0xFF]), None, None),
+        (
+            "e4m3-nan-vs-448",
+            ("float8_e4m3fn", [0x00, 0x7F]),
+            ("float8_e4m3fn", [0x00, 0x7E]),
+            "(1,): 0x7f (nan) vs 0x7e (448.0)",
+        ),
+        ("e8m0-bytes", ("uint8", [127, 0xFF]), ("uint8", [127, 0xFE]), "(1,): 0xff (255) vs 0xfe (254)"),
+        (
+            "packed-int32",
+            ("int32", [0x7F7F7F7F]),
+            ("int32", [0x7F7F7F7E]),
+            "(0,): 0x7f7f7f7f (2139062143) vs 0x7f7f7f7e",
+        ),
+        (
+            "negative-zero",
+            ("float32", [-0.0]),
+            ("float32", [0.0]),
+            "(0,): 0x80000000 (-0.0) vs 0x00000000 (0.0)",
+        ),
+        ("dtype-mismatch", ("float8_e4m3fn", [0x7E]), ("float8_e5m2", [0x7E]), "dtype mismatch"),
+    ],
+)
+def test_assert_same_bits(lib, case, actual, expected, line):
+    def build(spec):
+        dtype, values = spec
+        return from_codes(lib, values, dtype) if dtype.startswith("float8") else make(lib, values, dtype)
+
+    a = build(actual)
+    e = build(actual if expected is None else expected)
+    if line is None:
+        assert_same_bits(a, e)
+    else:
+        assert line in failure_message(assert_same_bits, a, e)
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy without torch
+
+_WITHOUT_TORCH = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    class BlockTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ImportError("torch is blocked")
+            return None
+
+    sys.meta_path.insert(0, BlockTorch())
+    try:
+        import torch
+    except ImportError:
+        print("torch blocked")
+    import gpumatrix.compare as compare
+    import ml_dtypes, numpy as np
+
+    compare.assert_close(np.ones(3, np.float32), np.ones(3, np.float32))
+    compare.assert_close(np.ones(2, ml_dtypes.bfloat16), np.ones(2, ml_dtypes.bfloat16))
+    try:
+        compare.assert_close(np.array([np.nan], np.float32), np.array([1.0], np.float32))
+    except AssertionError as exc:
+        print("nan rejected:", "1 unexpected NaN" in str(exc))
+    codes = np.array([0x7F], np.uint8).view(ml_dtypes.float8_e4m3fn)
+    print("ulp:", compare.ulp_distance(codes, np.array([0x7E], np.uint8).view(ml_dtypes.float8_e4m3fn)))
+    print("torch loaded:", "torch" in sys.modules)
+    """
+)
+
+
+def test_numpy_inputs_work_where_torch_cannot_be_imported():
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "torch blocked",
+        "nan rejected: True",
+        "ulp: [inf]",
+        "torch loaded: False",
+    ]
