@@ -1,0 +1,277 @@
+"""The bot's GitHub REST client: githubkit underneath, retries with backoff, and a token nobody sees.
+
+githubkit (and its HTTP stack) is imported only when a client is built, so `import gpumatrix.bot` stays
+light. Calls go through githubkit's typed REST methods (API version 2026-03-10, githubkit's current
+description), except the workflow dispatch: it asks for `return_run_details`, which the 2022-11-28
+description defines and githubkit's 2026-03-10 body model does not carry, so it is sent as a raw request
+under that version (in 2026-03-10 the details became the only behaviour; both are supported).
+
+Retries: 5xx and transport errors wait `backoff_base * 2**attempt`; a secondary rate limit waits what
+Retry-After says; a wait longer than `max_wait` is not waited for, the call fails instead. Every HTTP
+attempt counts in `calls`. githubkit's own retry and HTTP cache are off: the cache would serve a run's
+state up to a minute old to `sync`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpumatrix import GpumatrixError
+
+__all__ = [
+    "DEFAULT_API_URL",
+    "CommentData",
+    "DispatchedRun",
+    "GitHubApiError",
+    "GitHubClient",
+    "JobInfo",
+    "MissingEnvironment",
+    "PullHead",
+    "RetryPolicy",
+    "RunInfo",
+]
+
+DEFAULT_API_URL = "https://api.github.com"
+_DISPATCH_API_VERSION = "2022-11-28"
+_PAGE = 100
+
+
+class GitHubApiError(GpumatrixError):
+    """A GitHub call failed for good (after the retries its status allows); never holds the token."""
+
+    def __init__(self, method: str, path: str, status: int | None, message: str) -> None:
+        self.method, self.path, self.status, self.message = method, path, status, message
+        where = f"HTTP {status}" if status is not None else "no response"
+        super().__init__(f"{method} {path}: {where}: {message}")
+
+
+class MissingEnvironment(GpumatrixError):
+    """GITHUB_TOKEN or GITHUB_REPOSITORY is not set."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 4
+    backoff_base: float = 1.0  # seconds; tests set it near 0 to stay fast
+    max_wait: float = 60.0  # a single wait above this fails the call instead
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
+        if not self.backoff_base >= 0:
+            raise ValueError(f"backoff_base must be >= 0 seconds, got {self.backoff_base!r}")
+        if not self.max_wait >= 0:
+            raise ValueError(f"max_wait must be >= 0 seconds, got {self.max_wait!r}")
+
+
+@dataclass(frozen=True)
+class PullHead:
+    number: int
+    sha: str
+    state: str
+
+
+@dataclass(frozen=True)
+class CommentData:
+    id: int
+    body: str
+    author: str
+    author_type: str
+
+
+@dataclass(frozen=True)
+class DispatchedRun:
+    run_id: int
+    html_url: str
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: int
+    status: str | None
+    conclusion: str | None
+    html_url: str
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    name: str
+    status: str | None
+    conclusion: str | None
+
+
+class GitHubClient:
+    """Everything the bot asks GitHub, for one repository."""
+
+    def __init__(self, *, token: str, repository: str, base_url: str = DEFAULT_API_URL,
+                 retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
+                 timeout: float = 30.0) -> None:
+        if not isinstance(token, str) or not token:
+            raise ValueError("token must be a non-empty string (GITHUB_TOKEN)")
+        owner, _, repo = repository.partition("/") if isinstance(repository, str) else ("", "", "")
+        if not owner or not repo or "/" in repo:
+            raise ValueError(f"repository must be 'owner/name' (GITHUB_REPOSITORY), got {repository!r}")
+        from githubkit import GitHub  # lazily: githubkit and pydantic cost ~150 ms to import
+
+        self.owner, self.repo, self.base_url = owner, repo, base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self.calls = 0
+        self._sleep = sleep
+        self._github = GitHub(token, base_url=self.base_url, auto_retry=False, http_cache=False, timeout=timeout)
+        self._context: Any = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GitHubClient:
+        """A client from GITHUB_TOKEN, GITHUB_REPOSITORY and GITHUB_API_URL, read now (not at import)."""
+        env = os.environ if environ is None else environ
+        missing = [name for name in ("GITHUB_TOKEN", "GITHUB_REPOSITORY") if not env.get(name)]
+        if missing:
+            raise MissingEnvironment(f"{' and '.join(missing)} must be set in the environment")
+        return cls(token=env["GITHUB_TOKEN"], repository=env["GITHUB_REPOSITORY"],
+                   base_url=env.get("GITHUB_API_URL") or DEFAULT_API_URL, **options)
+
+    def __repr__(self) -> str:  # never the token
+        return f"GitHubClient(repository='{self.owner}/{self.repo}', base_url='{self.base_url}')"
+
+    def __enter__(self) -> GitHubClient:
+        self._context = self._github.__enter__()  # one HTTP connection pool for every call
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._github.__exit__(*exc_info)
+        self._context = None
+
+    # -- the calls ----------------------------------------------------------------------------------------
+
+    def permission(self, login: str) -> tuple[str, str | None]:
+        """(`permission`, `role_name`) of `login`; a 404 (not a collaborator) raises like any failure."""
+        data = self._json("GET", f"collaborators/{login}/permission",
+                          lambda rest: rest.repos.get_collaborator_permission_level(self.owner, self.repo, login))
+        return str(data.get("permission") or "none"), data.get("role_name")
+
+    def pull_head(self, number: int) -> PullHead:
+        data = self._json("GET", f"pulls/{number}", lambda rest: rest.pulls.get(self.owner, self.repo, number))
+        return PullHead(number, str(data["head"]["sha"]), str(data.get("state") or ""))
+
+    def add_reaction(self, comment_id: int, content: str) -> bool:
+        """React to an issue comment; True when created, False when this token had already reacted so."""
+        response = self._call("POST", f"issues/comments/{comment_id}/reactions",
+                              lambda rest: rest.reactions.create_for_issue_comment(
+                                  self.owner, self.repo, comment_id, content=content))
+        return response.status_code == 201
+
+    def list_comments(self, issue_number: int) -> list[CommentData]:
+        comments: list[CommentData] = []
+        page = 1
+        while True:
+            data = self._json("GET", f"issues/{issue_number}/comments",
+                              lambda rest, page=page: rest.issues.list_comments(
+                                  self.owner, self.repo, issue_number, per_page=_PAGE, page=page))
+            comments += [_comment(item) for item in data]
+            if len(data) < _PAGE:
+                return comments
+            page += 1
+
+    def get_comment(self, comment_id: int) -> CommentData:
+        return _comment(self._json("GET", f"issues/comments/{comment_id}",
+                                   lambda rest: rest.issues.get_comment(self.owner, self.repo, comment_id)))
+
+    def create_comment(self, issue_number: int, body: str) -> int:
+        data = self._json("POST", f"issues/{issue_number}/comments",
+                          lambda rest: rest.issues.create_comment(self.owner, self.repo, issue_number, body=body))
+        return int(data["id"])
+
+    def update_comment(self, comment_id: int, body: str) -> None:
+        self._call("PATCH", f"issues/comments/{comment_id}",
+                   lambda rest: rest.issues.update_comment(self.owner, self.repo, comment_id, body=body))
+
+    def dispatch(self, workflow: str, *, ref: str, inputs: Mapping[str, str]) -> DispatchedRun:
+        path = f"actions/workflows/{workflow}/dispatches"
+        data = self._json("POST", path, lambda rest: self._github.request(
+            "POST", f"/repos/{self.owner}/{self.repo}/{path}",
+            json={"ref": ref, "inputs": dict(inputs), "return_run_details": True},
+            headers={"X-GitHub-Api-Version": _DISPATCH_API_VERSION}))
+        return DispatchedRun(int(data["workflow_run_id"]), str(data["html_url"]))
+
+    def get_run(self, run_id: int) -> RunInfo:
+        data = self._json("GET", f"actions/runs/{run_id}",
+                          lambda rest: rest.actions.get_workflow_run(self.owner, self.repo, run_id))
+        return RunInfo(int(data["id"]), data.get("status"), data.get("conclusion"), str(data.get("html_url") or ""))
+
+    def run_jobs(self, run_id: int) -> list[JobInfo]:
+        """The jobs of a run's latest attempt (the first 100: a gpu-tests run has a handful)."""
+        data = self._json("GET", f"actions/runs/{run_id}/jobs",
+                          lambda rest: rest.actions.list_jobs_for_workflow_run(
+                              self.owner, self.repo, run_id, per_page=_PAGE))
+        return [JobInfo(str(job.get("name") or ""), job.get("status"), job.get("conclusion"))
+                for job in data.get("jobs", ())]
+
+    # -- retries ------------------------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, send: Callable[[Any], Any]) -> Any:
+        response = self._call(method, path, send)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise GitHubApiError(method, self._path(path), response.status_code, "the answer is not JSON") from exc
+
+    def _call(self, method: str, path: str, send: Callable[[Any], Any]) -> Any:
+        from githubkit.exception import RequestError, RequestFailed
+
+        attempt = 0
+        while True:
+            self.calls += 1
+            try:
+                return send(self._github.rest)
+            except RequestFailed as exc:
+                status = exc.response.status_code
+                wait = self._wait_after(exc, status, attempt)
+                if wait is None:
+                    raise GitHubApiError(method, self._path(path), status, _message(exc.response)) from None
+            except RequestError as exc:  # transport: refused, reset, timed out
+                wait = self._backoff(attempt)
+                if wait is None:
+                    raise GitHubApiError(method, self._path(path), None, type(exc.exc).__name__) from None
+            self._sleep(wait)
+            attempt += 1
+
+    def _wait_after(self, exc: Any, status: int, attempt: int) -> float | None:
+        from githubkit.exception import RateLimitExceeded
+
+        if isinstance(exc, RateLimitExceeded):  # githubkit read Retry-After (or the reset time) for us
+            wait = exc.retry_after.total_seconds()
+            return wait if attempt < self.retry.max_retries and wait <= self.retry.max_wait else None
+        if status >= 500:
+            return self._backoff(attempt)
+        if status in (403, 429) and "secondary rate limit" in _message(exc.response).lower():
+            # No Retry-After: GitHub asks for at least a minute.
+            wait = max(60.0, self._backoff(attempt) or 0.0)
+            return wait if attempt < self.retry.max_retries and wait <= self.retry.max_wait else None
+        return None
+
+    def _backoff(self, attempt: int) -> float | None:
+        if attempt >= self.retry.max_retries:
+            return None
+        return min(self.retry.backoff_base * 2**attempt, self.retry.max_wait)
+
+    def _path(self, path: str) -> str:
+        return f"/repos/{self.owner}/{self.repo}/{path}"
+
+
+def _comment(item: Mapping[str, Any]) -> CommentData:
+    user = item.get("user") or {}
+    return CommentData(int(item["id"]), str(item.get("body") or ""), str(user.get("login") or ""),
+                       str(user.get("type") or "User"))
+
+
+def _message(response: Any) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.raw_response.reason_phrase or "error"
+    message = data.get("message") if isinstance(data, Mapping) else None
+    return " ".join(str(message or "error").split())[:300]
