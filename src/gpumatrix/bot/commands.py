@@ -1,0 +1,174 @@
+"""The bot's CLI: `gpumatrix bot handle`, `gpumatrix bot sync` and the offline `gpumatrix plan`.
+
+Each command computes a result and a separate step prints it. Errors derive from `GpumatrixError` and
+are mapped to an exit code in one place: 0 done (an ignored comment included, with its reason), 1 a
+failure (GitHub, git), 2 a usage or configuration error. GITHUB_TOKEN, GITHUB_REPOSITORY and
+GITHUB_API_URL are read when `handle` or `sync` runs; the token is never printed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from gpumatrix import GpumatrixError
+from gpumatrix.config import PERMISSION_LEVELS, Matrix, MatrixError, load_matrix
+
+if TYPE_CHECKING:  # the bot's modules load when a command runs, not when the CLI is imported
+    from gpumatrix.bot.decide import Head
+
+__all__ = ["bot", "plan"]
+
+
+def _default_root() -> Path:
+    from gpumatrix.bot.tree import git_toplevel
+
+    return git_toplevel(Path.cwd()) or Path.cwd()
+
+
+def _load(root: Path | None) -> tuple[Path, Matrix]:
+    root = root or _default_root()
+    # The bot's settings come from this tree (the default branch), never from the PR being tested.
+    return root, load_matrix(root / "ci" / "matrix.yaml")
+
+
+@contextmanager
+def _exit_codes() -> Iterator[None]:
+    """The one place errors become exit codes; messages never hold the token."""
+    from gpumatrix.bot.event import EventError
+    from gpumatrix.bot.github import MissingEnvironment
+    from gpumatrix.bot.sync import SyncError
+
+    try:
+        yield
+    except (MatrixError, EventError, MissingEnvironment, SyncError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    except GpumatrixError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+
+
+_root_option = click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+                            help="Tree holding ci/matrix.yaml and tests/ (default: the repository root).")
+_backoff_option = click.option("--retry-backoff", type=click.FloatRange(min=0), default=1.0, show_default=True,
+                               help="Seconds before the first retry of a failed GitHub call (doubles each time).")
+
+
+@click.group(name="bot")
+def bot() -> None:
+    """The /rerun-test PR-comment bot."""
+
+
+@bot.command(name="handle")
+@click.option("--event", "event_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The issue_comment event file ($GITHUB_EVENT_PATH).")
+@_root_option
+@_backoff_option
+def handle(event_path: Path, root: Path | None, retry_backoff: float) -> None:
+    """Handle one PR comment: authorize, plan, dispatch, post the status comment."""
+    from gpumatrix.bot.event import load_event
+    from gpumatrix.bot.github import GitHubClient, RetryPolicy
+    from gpumatrix.bot.handle import handle_event
+    from gpumatrix.bot.tree import read_test_sources
+
+    with _exit_codes():
+        root, matrix = _load(root)
+        event = load_event(event_path)
+        # The clone is checked out without credentials; the PR head is fetched with the job's token.
+        read_sources = functools.partial(read_test_sources, token=os.environ.get("GITHUB_TOKEN"))
+        with GitHubClient.from_env(os.environ, retry=RetryPolicy(backoff_base=retry_backoff)) as client:
+            result = handle_event(event, matrix=matrix, client=client, root=root, read_sources=read_sources)
+        click.echo(f"{result.action}: {result.reason}")
+        if result.comment_id is not None:
+            click.echo(f"comment: {result.comment_id}")
+        for group in result.status.groups if result.status else ():
+            click.echo(f"  {group.label}: {group.state}" + (f" {group.url}" if group.url else "")
+                       + (f" ({group.error})" if group.error else ""))
+        click.echo(f"API calls: {client.calls}")
+
+
+@bot.command(name="sync")
+@click.option("--comment-id", required=True, type=click.IntRange(min=1), help="The status comment to rewrite.")
+@click.option("--run-id", type=click.IntRange(min=1), default=None,
+              help="The run asking for the sync; it must be one the comment references.")
+@_root_option
+@_backoff_option
+def sync(comment_id: int, run_id: int | None, root: Path | None, retry_backoff: float) -> None:
+    """Rewrite a status comment from the current state of every run it references."""
+    del root  # accepted like every command's; sync needs only the comment and the Actions API
+    from gpumatrix.bot.github import GitHubClient, RetryPolicy
+    from gpumatrix.bot.render import STATE_EMOJI
+    from gpumatrix.bot.sync import sync_status_comment
+
+    with _exit_codes():
+        with GitHubClient.from_env(os.environ, retry=RetryPolicy(backoff_base=retry_backoff)) as client:
+            result = sync_status_comment(comment_id, client=client, run_id=run_id)
+        states = ", ".join(f"{label} {STATE_EMOJI[state]} {state}" for label, state in result.states.items())
+        click.echo(f"synced comment {comment_id} ({result.writes} write(s)): {states or 'no runs'}")
+
+
+@click.command(name="plan")
+@click.option("--author-permission", type=click.Choice(PERMISSION_LEVELS), default=None,
+              help="The commenter's permission (default: exactly what ci/matrix.yaml requires).")
+@click.option("--pr", "pr_number", type=click.IntRange(min=1), default=None, help="The PR number to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@_root_option
+@click.argument("text")
+def plan(author_permission: str | None, pr_number: int | None, as_json: bool, root: Path | None,
+         text: str) -> None:
+    """Dry run: print what a comment TEXT would do and the comment it would post. No network."""
+    from gpumatrix.bot.decide import plan_comment
+    from gpumatrix.bot.event import CommentEvent
+
+    with _exit_codes():
+        root, matrix = _load(root)
+        event = CommentEvent(action="created", comment_id=0, body=text, author="author", author_type="User",
+                             issue_number=pr_number or 0, is_pull_request=True)
+        facts = _OfflineFacts(root, matrix, author_permission or matrix.bot.permission)
+        decision = plan_comment(event, matrix=matrix, facts=facts)
+    if as_json:
+        click.echo(json.dumps(decision.to_json(), indent=2, ensure_ascii=False))
+        return
+    click.echo(f"action: {decision.action} ({decision.reason})")
+    if decision.sha:
+        click.echo(f"sha: {decision.sha}")
+    for group in decision.groups:
+        click.echo(f"runner {group.label}: {len(group.tests)} test(s)")
+        for test in group.tests:
+            click.echo(f"  {test}")
+    for error in decision.to_json()["errors"]:
+        click.echo(f"refused {error['spec']!r}: {error['message']}")
+    if decision.comment is not None:
+        click.echo("\n--- comment ---")
+        click.echo(decision.comment)
+
+
+class _OfflineFacts:
+    """`Facts` for the dry run: the given permission, the working tree at `root`, no status comments."""
+
+    def __init__(self, root: Path, matrix: Matrix, level: str) -> None:
+        self.root, self.matrix, self.level = root, matrix, level
+
+    def permission(self, login: str) -> str | None:
+        return self.level
+
+    def head(self) -> Head:
+        from gpumatrix.bot.decide import Head
+        from gpumatrix.bot.tree import git_head
+        from gpumatrix.registry import discover
+
+        return Head(git_head(self.root), discover(self.root, self.matrix))
+
+    def latest_status(self) -> None:
+        from gpumatrix.bot.decide import Unavailable
+
+        raise Unavailable("offline: /rerun-failed reads the PR's latest status comment when the bot handles it")
+

@@ -1,0 +1,189 @@
+"""`gpumatrix bot handle`: carry out the decision for one `issue_comment` event.
+
+API calls, in order, for a command that dispatches to N runners (N + 6 in all):
+
+    👀 reaction (receipt, and the idempotency lock)   1
+    collaborator permission                            1
+    pull request (head SHA, read once and pinned)      1
+    status comment, posted before dispatch             1   (its id is a workflow input)
+    workflow dispatch, one per runner                  N
+    status comment, rewritten with run links           1
+    🚀 / 😕 reaction (outcome)                          1
+
+The PR head's tree costs no call: it is read from git objects (`gpumatrix.bot.tree`). Idempotency costs
+no extra call either: creating a reaction answers 201 the first time and 200 when this token already
+reacted so, which makes the 👀 on receipt a test-and-set lock on the source comment. A comment seen
+before dispatches nothing new; its status comment (found by the source marker) is re-synced instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from gpumatrix.bot.authorize import Ignored, permission_level
+from gpumatrix.bot.decide import Decision, Head, Unavailable, decide, screen
+from gpumatrix.bot.event import CommentEvent
+from gpumatrix.bot.github import CommentData, DispatchedRun, GitHubApiError, JobInfo, PullHead, RunInfo
+from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment, render_status_comment
+from gpumatrix.bot.sync import refresh_groups, sync_status_comment
+from gpumatrix.bot.tree import TreeError, read_test_sources
+from gpumatrix.config import Matrix
+from gpumatrix.registry import build_registry
+
+__all__ = ["HandleClient", "HandleResult", "dispatch_inputs", "handle_event"]
+
+SourceReader = Callable[..., Mapping[str, str]]
+
+
+class HandleClient(Protocol):
+    def add_reaction(self, comment_id: int, content: str) -> bool: ...
+
+    def permission(self, login: str) -> tuple[str, str | None]: ...
+
+    def pull_head(self, number: int) -> PullHead: ...
+
+    def list_comments(self, issue_number: int) -> list[CommentData]: ...
+
+    def get_comment(self, comment_id: int) -> CommentData: ...
+
+    def create_comment(self, issue_number: int, body: str) -> int: ...
+
+    def update_comment(self, comment_id: int, body: str) -> None: ...
+
+    def dispatch(self, workflow: str, *, ref: str, inputs: Mapping[str, str]) -> DispatchedRun: ...
+
+    def get_run(self, run_id: int) -> RunInfo: ...
+
+    def run_jobs(self, run_id: int) -> list[JobInfo]: ...
+
+
+@dataclass(frozen=True)
+class HandleResult:
+    action: str  # the decision's action
+    reason: str
+    comment_id: int | None = None  # the status comment (or listing) posted or re-synced
+    status: StatusComment | None = None
+
+
+def dispatch_inputs(group: GroupStatus, status: StatusComment, comment_id: int) -> dict[str, str]:
+    """The workflow inputs of one runner group: only registry paths and validated node ids."""
+    return {
+        "runner": group.label,
+        "tests": "\n".join(group.tests),
+        "pr_number": str(status.pr),
+        "sha": status.sha or "",
+        "status_comment_id": str(comment_id),
+    }
+
+
+def handle_event(event: CommentEvent, *, matrix: Matrix, client: HandleClient, root: str | Path,
+                 read_sources: SourceReader = read_test_sources) -> HandleResult:
+    """Handle one comment event end to end; see the module docstring for the calls it makes."""
+    screened = screen(event, matrix=matrix)
+    if isinstance(screened, Ignored):
+        return HandleResult("ignore", screened.reason)
+
+    first_time = client.add_reaction(event.comment_id, "eyes")
+    # An edit (handled only with bot.allow_edits) may carry a new command under the same 👀.
+    if not first_time or event.action == "edited":
+        seen = _existing_status(event, screened.line, client)
+        if seen is not None or (not first_time and event.action == "created"):
+            return _already_handled(seen, client)
+
+    facts = _LiveFacts(event, matrix=matrix, client=client, root=Path(root), read_sources=read_sources)
+    decision = decide(event, screened, matrix=matrix, facts=facts)
+    try:
+        return _carry_out(decision, event, matrix=matrix, client=client)
+    except Exception:
+        _react(client, event.comment_id, "confused")  # best effort: the original error is what matters
+        raise
+
+
+def _carry_out(decision: Decision, event: CommentEvent, *, matrix: Matrix, client: HandleClient) -> HandleResult:
+    if decision.action == "ignore":
+        client.add_reaction(event.comment_id, "confused")
+        return HandleResult("ignore", decision.reason)
+    if decision.action == "list":
+        comment_id = client.create_comment(event.issue_number, decision.comment or "")
+        return HandleResult("list", decision.reason, comment_id)
+    if decision.status is None:  # rerun-failed with nothing to read: nothing to post
+        client.add_reaction(event.comment_id, "confused")
+        return HandleResult(decision.action, decision.reason)
+
+    comment_id = client.create_comment(event.issue_number, decision.comment or "")
+    if not decision.groups:
+        client.add_reaction(event.comment_id, "confused")
+        return HandleResult(decision.action, decision.reason, comment_id, decision.status)
+
+    groups: list[GroupStatus] = []
+    for group in decision.status.groups:
+        try:
+            run = client.dispatch(matrix.bot.workflow, ref=matrix.bot.ref,
+                                  inputs=dispatch_inputs(group, decision.status, comment_id))
+        except GitHubApiError as exc:  # only this runner's line shows it; the others still go
+            groups.append(replace(group, state="error", error=f"HTTP {exc.status}: {exc.message}"
+                                  if exc.status is not None else exc.message))
+        else:
+            groups.append(replace(group, state="queued", run_id=run.run_id, url=run.html_url))
+    status = decision.status.with_groups(groups)
+    client.update_comment(comment_id, render_status_comment(status))
+    dispatched = sum(group.state != "error" for group in groups)
+    client.add_reaction(event.comment_id, "rocket" if dispatched else "confused")
+    reason = f"{decision.reason}; dispatched {dispatched} of {len(groups)}"
+    return HandleResult(decision.action, reason, comment_id, status)
+
+
+def _existing_status(event: CommentEvent, line: str, client: HandleClient) -> CommentData | None:
+    """The status comment this source comment (and, after an edit, this command line) already has."""
+    for comment in reversed(client.list_comments(event.issue_number)):
+        status = parse_status_comment(comment.body) if comment.author_type == "Bot" else None
+        if status is not None and status.source_comment_id == event.comment_id and status.command == line:
+            return comment
+    return None
+
+
+def _already_handled(seen: CommentData | None, client: HandleClient) -> HandleResult:
+    if seen is None:
+        return HandleResult("ignore", "Comment already handled (👀 is there); nothing dispatched.")
+    synced = sync_status_comment(seen.id, client=client)
+    return HandleResult("ignore", "Comment already handled; nothing dispatched, its status comment re-synced.",
+                        seen.id, synced.status)
+
+
+def _react(client: HandleClient, comment_id: int, content: str) -> None:
+    try:
+        client.add_reaction(comment_id, content)
+    except GitHubApiError:
+        pass
+
+
+class _LiveFacts:
+    """`Facts` from GitHub and git, each read at most once."""
+
+    def __init__(self, event: CommentEvent, *, matrix: Matrix, client: HandleClient, root: Path,
+                 read_sources: SourceReader) -> None:
+        self.event, self.matrix, self.client, self.root, self.read_sources = event, matrix, client, root, read_sources
+
+    def permission(self, login: str) -> str | None:
+        try:
+            return permission_level(*self.client.permission(login))
+        except GitHubApiError:  # fail closed: a lookup that failed grants nothing
+            return None
+
+    def head(self) -> Head:
+        pull = self.client.pull_head(self.event.issue_number)
+        try:
+            sources = self.read_sources(self.root, pull.sha, pr_number=self.event.issue_number)
+        except TreeError as exc:
+            raise Unavailable(str(exc)) from exc
+        return Head(pull.sha, build_registry(sources, self.matrix))
+
+    def latest_status(self) -> StatusComment | None:
+        for comment in reversed(self.client.list_comments(self.event.issue_number)):
+            status = parse_status_comment(comment.body) if comment.author_type == "Bot" else None
+            if status is not None and status.groups:
+                return status.with_groups(refresh_groups(status.groups, self.client))
+        return None

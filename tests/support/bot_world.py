@@ -1,0 +1,118 @@
+"""A pull request for the /rerun-test bot to act on: the REST emulator plus a git clone holding its head.
+
+The bot reads the PR head's test files from git objects (`gpumatrix.bot.tree`), so the head commit of
+the emulated PR is a real commit in a local clone, and the emulator serves the same tree. Shared by
+tests/e2e/test_bot_emulator.py and benchmarks/bot.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from github_emulator import GitHubEmulator
+
+from gpumatrix.bot.event import CommentEvent
+from gpumatrix.bot.github import GitHubClient, RetryPolicy
+from gpumatrix.bot.handle import HandleResult, handle_event
+from gpumatrix.config import Matrix, load_matrix
+
+__all__ = ["EIGHT_RUNNER_COMMAND", "FILES", "MATRIX_YAML", "PR", "BotWorld", "make_world"]
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+PR = 7
+
+# Eight runners, so one command can fan out to eight runs.
+MATRIX_YAML = """\
+classes:
+  cpu: {compute_capability: []}
+  "5090": {compute_capability: ["12.0"]}
+  h100: {compute_capability: ["9.0"]}
+  b200: {compute_capability: ["10.0"]}
+  gb300: {compute_capability: ["10.3"]}
+runners:
+  - {label: cpu, class: cpu, gpus: 0, runs_on: [ubuntu-latest], timeout_minutes: 60}
+  - {label: 1-gpu-5090, class: "5090", gpus: 1, runs_on: [gpu-5090], timeout_minutes: 45}
+  - {label: 1-gpu-h100, class: h100, gpus: 1, runs_on: [gpu-h100], timeout_minutes: 45}
+  - {label: 2-gpu-h100, class: h100, gpus: 2, runs_on: [gpu-h100-2], timeout_minutes: 60}
+  - {label: 8-gpu-h100, class: h100, gpus: 8, runs_on: [gpu-h100-8], timeout_minutes: 60}
+  - {label: 4-gpu-b200, class: b200, gpus: 4, runs_on: [gpu-b200], timeout_minutes: 60}
+  - {label: 8-gpu-b200, class: b200, gpus: 8, runs_on: [gpu-b200-8], timeout_minutes: 60}
+  - {label: 4-gpu-gb300, class: gb300, gpus: 4, runs_on: [gpu-gb300], timeout_minutes: 60}
+bot: {permission: write, workflow: gpu-tests.yml, ref: main}
+"""
+
+
+def _registered(on: str, gpus: int) -> str:
+    return f"from gpumatrix import register\nregister(on={on}, gpus={gpus}, est_time=30)\n\n\ndef test_x():\n    pass\n"
+
+
+FILES = {
+    "tests/kernels/test_quantize.py": _registered('("h100", "b200", "gb300", "5090")', 1),  # 4 runners
+    "tests/kernels/test_gemm.py": _registered('("h100",)', 2),
+    "tests/e2e/test_model.py": _registered('("h100", "b200")', 8),
+    "tests/unit/test_config.py": _registered('("cpu",)', 1),
+}
+EIGHT_RUNNER_COMMAND = "/rerun-test test_quantize.py test_gemm.py test_model.py test_config.py"
+
+_GIT_ENV = {"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.com", "GIT_COMMITTER_NAME": "dev",
+            "GIT_COMMITTER_EMAIL": "dev@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, capture_output=True, text=True,
+                          check=True)
+    return done.stdout.strip()
+
+
+@dataclass
+class BotWorld:
+    gh: GitHubEmulator
+    root: Path
+    sha: str
+    matrix: Matrix
+    waits: list[float] = field(default_factory=list)  # every retry wait the clients asked for
+
+    def comment(self, body: str, *, login: str = "alice") -> CommentEvent:
+        posted = self.gh.add_comment(PR, body, login=login)
+        return CommentEvent.from_payload(self.gh.comment_event(posted["id"]))
+
+    def client(self, *, sleep: Callable[[float], None] | None = None) -> GitHubClient:
+        """A client whose retries record their waits instead of sleeping (tests assert the waits)."""
+        return GitHubClient(token=self.gh.token, repository=self.gh.repository, base_url=self.gh.base_url,
+                            retry=RetryPolicy(backoff_base=0.05), sleep=sleep or self.waits.append)
+
+    def handle(self, event: CommentEvent) -> tuple[HandleResult, int]:
+        """Handle `event` with a fresh client; returns the result and the API calls it made."""
+        with self.client() as client:
+            result = handle_event(event, matrix=self.matrix, client=client, root=self.root)
+        return result, client.calls
+
+
+def make_world(gh: GitHubEmulator, directory: Path, *, files: dict[str, str] | None = None,
+               permissions: dict[str, str] | None = None) -> BotWorld:
+    """A clone at `directory` whose HEAD is PR #7's head on `gh`, with gpu-tests.yml declared."""
+    files = FILES if files is None else files
+    root = directory / "clone"
+    (root / "ci").mkdir(parents=True)
+    (root / "ci" / "matrix.yaml").write_text(MATRIX_YAML)
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "the PR head")
+    sha = _git(root, "rev-parse", "HEAD")
+    gh.add_pull(PR, head_sha=sha, tree={"ci/matrix.yaml": MATRIX_YAML, **files}, files=list(files))
+    for login, level in (permissions or {"alice": "write"}).items():
+        gh.set_permission(login, level)
+    workflow = REPOSITORY_ROOT / ".github" / "workflows" / "gpu-tests.yml"
+    if workflow.is_file():  # dispatch exactly the inputs the real workflow declares
+        gh.add_workflow_file(workflow)
+    else:
+        gh.add_workflow("gpu-tests.yml", inputs={"runner": True, "tests": False, "pr_number": False, "sha": True,
+                                                 "status_comment_id": False})
+    return BotWorld(gh, root, sha, load_matrix(root / "ci" / "matrix.yaml"))
