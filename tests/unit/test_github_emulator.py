@@ -540,9 +540,13 @@ def test_request_log_records_each_request(gh: GitHubEmulator, api: httpx.Client)
 
 def test_base_url_needs_a_serving_emulator() -> None:
     emulator = GitHubEmulator()
+    emulator.add_issue(1)
     with pytest.raises(RuntimeError, match="not serving"):
         _ = emulator.base_url
+    with pytest.raises(RuntimeError, match="not serving"):
+        emulator.add_comment(1, "before serving")
     with emulator as served:
+        assert served.comments(1) == []  # the refused comment changed nothing
         assert served.base_url.startswith("http://127.0.0.1:")
         assert served.env() == {"GITHUB_TOKEN": served.token, "GITHUB_REPOSITORY": "acme/mxfuse",
                                 "GITHUB_API_URL": served.base_url}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .faults import Fault
 from .server import RecordedRequest, RequestPipeline, Violation, serve
+from .shapes import Shapes
 from .spec import rest_description
 from .state import (
     CheckRunRecord,
@@ -32,10 +33,9 @@ def workflow_inputs(workflow_file: str | Path) -> tuple[str, dict[str, bool]]:
         raise ValueError(f"workflow_file: {workflow_file} is not a workflow")
     # YAML 1.1 reads the bare key `on` as the boolean True.
     triggers = document.get("on", document.get(True))
-    dispatch = triggers.get("workflow_dispatch") if isinstance(triggers, dict) else None
     if not isinstance(triggers, dict) or "workflow_dispatch" not in triggers:
         raise ValueError(f"workflow_file: {workflow_file} has no workflow_dispatch trigger")
-    inputs = (dispatch or {}).get("inputs") or {}
+    inputs = (triggers["workflow_dispatch"] or {}).get("inputs") or {}
     name = str(document.get("name") or Path(workflow_file).name)
     return name, {key: bool((spec or {}).get("required", False)) for key, spec in inputs.items()}
 
@@ -69,7 +69,7 @@ class GitHubEmulator:
         self._state = RepoState(owner, repo, default_branch=default_branch, actor=actor, actor_type=actor_type)
         self._pipeline = RequestPipeline(state=self._state, description=rest_description(), token=token,
                                          lock=self._lock, strict=strict)
-        self._stop: Any = None
+        self._stop: Callable[[], None] | None = None
         self._base_url: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -77,9 +77,7 @@ class GitHubEmulator:
     def start(self) -> GitHubEmulator:
         if self._stop is not None:
             raise RuntimeError("the emulator is already serving")
-        server, _, self._stop = serve(self._pipeline)
-        host, port = server.server_address[:2]
-        self._base_url = f"http://{host}:{port}"
+        self._base_url, self._stop = serve(self._pipeline)
         return self
 
     def close(self) -> None:
@@ -99,6 +97,12 @@ class GitHubEmulator:
         if self._base_url is None:
             raise RuntimeError("the emulator is not serving: use `with GitHubEmulator(...) as gh` or start()")
         return self._base_url
+
+    def _shapes(self) -> Shapes:
+        # Bodies carry the emulator's own URLs, which exist only once it listens.
+        if self._base_url is None:
+            raise RuntimeError("the emulator is not serving: use `with GitHubEmulator(...) as gh` or start()")
+        return self._pipeline.shapes
 
     @property
     def repository(self) -> str:
@@ -183,28 +187,32 @@ class GitHubEmulator:
         if user_type not in ("User", "Bot", "Organization"):
             raise ValueError(f"user_type: expected 'User', 'Bot' or 'Organization', got {user_type!r}")
         with self._lock:
+            shapes = self._shapes()
             record = self._state.create_comment(issue_number, body, login=login, user_type=user_type,
                                                 author_association=author_association)
-            return self._pipeline.shapes.comment(record)
+            return shapes.comment(record)
 
     def edit_comment(self, comment_id: int, body: str) -> dict[str, Any]:
         with self._lock:
-            return self._pipeline.shapes.comment(self._state.update_comment(comment_id, body))
+            shapes = self._shapes()
+            return shapes.comment(self._state.update_comment(comment_id, body))
 
     def comment(self, comment_id: int) -> dict[str, Any]:
         with self._lock:
-            return self._pipeline.shapes.comment(self._state.comment(comment_id))
+            if comment_id not in self._state.comments:
+                raise ValueError(f"comment_id: no comment {comment_id}")
+            return self._shapes().comment(self._state.comments[comment_id])
 
     def comments(self, issue_number: int) -> list[dict[str, Any]]:
         with self._lock:
             found = sorted((c for c in self._state.comments.values() if c.issue_number == issue_number),
                            key=lambda c: c.id)
-            return [self._pipeline.shapes.comment(c) for c in found]
+            return [self._shapes().comment(c) for c in found]
 
     def reactions(self, comment_id: int) -> list[dict[str, Any]]:
         with self._lock:
             found = [r for r in self._state.reactions.values() if r.comment_id == comment_id]
-            return [self._pipeline.shapes.reaction(r) for r in found]
+            return [self._shapes().reaction(r) for r in found]
 
     # -- workflows and runs ---------------------------------------------------------------------------------
 
@@ -268,7 +276,9 @@ class GitHubEmulator:
     def comment_event(self, comment_id: int, *, action: str = "created", previous_body: str = "") -> dict[str, Any]:
         """The `issue_comment` payload GitHub would deliver for a comment in this repository."""
         with self._lock:
-            c = self._state.comment(comment_id)
+            if comment_id not in self._state.comments:
+                raise ValueError(f"comment_id: no comment {comment_id}")
+            c = self._state.comments[comment_id]
             is_pr = self._state.issue(c.issue_number).is_pull
             user_id = self._state.user_id(c.login)
         return issue_comment_event(

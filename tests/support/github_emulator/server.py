@@ -67,7 +67,7 @@ class RequestPipeline:
                  strict: bool) -> None:
         self.state, self.description = state, description
         self.token, self.lock, self.strict = token, lock, strict
-        # Bodies carry URLs of the emulator itself, known once it listens: `serve` binds them.
+        # Bodies carry URLs of the emulator itself, known once it listens: `serve` replaces this.
         self.shapes = Shapes(state, "http://127.0.0.1:0")
         self.faults = FaultPlan()
         self.requests: list[RecordedRequest] = []
@@ -192,13 +192,14 @@ def _make_handler(pipeline: RequestPipeline) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(pipeline: RequestPipeline) -> tuple[ThreadingHTTPServer, threading.Thread, Callable[[], None]]:
-    """Start serving on 127.0.0.1 on a free port; returns the server, its thread and a stop function."""
+def serve(pipeline: RequestPipeline) -> tuple[str, Callable[[], None]]:
+    """Start serving on 127.0.0.1 on a free port; returns the base URL and a function that stops serving."""
     pipeline.description.warm()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(pipeline))
     server.daemon_threads = True
     host, port = server.server_address[:2]
-    pipeline.shapes = Shapes(pipeline.state, f"http://{host}:{port}")
+    base_url = f"http://{host}:{port}"
+    pipeline.shapes = Shapes(pipeline.state, base_url)
     # shutdown() waits up to one poll interval; the default 0.5 s made every test's teardown cost 0.5 s.
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
                               name="github-emulator", daemon=True)
@@ -209,4 +210,4 @@ def serve(pipeline: RequestPipeline) -> tuple[ThreadingHTTPServer, threading.Thr
         server.server_close()
         thread.join(timeout=5)
 
-    return server, thread, stop
+    return base_url, stop
