@@ -191,3 +191,41 @@ TRIGGERS = [
 @pytest.mark.parametrize(("name", "trigger", "settings"), TRIGGERS)
 def test_triggers(name: str, trigger: str, settings: Any) -> None:
     assert _triggers(_load(name))[trigger] == settings
+
+
+def _cli_commands() -> dict[str, set[str]]:
+    """Every gpumatrix (sub)command path and its long options, read from the click application."""
+    import click
+
+    from gpumatrix.cli import main
+
+    found: dict[str, set[str]] = {}
+
+    def walk(command: click.Command, path: str) -> None:
+        found[path] = {opt for p in command.params for opt in p.opts if opt.startswith("--")}
+        if isinstance(command, click.Group):
+            for sub_name, sub in command.commands.items():
+                walk(sub, f"{path} {sub_name}".strip())
+
+    walk(main, "")
+    return found
+
+
+def test_workflows_call_only_commands_and_options_the_cli_has() -> None:
+    commands = _cli_commands()
+    calls = []
+    for name in WORKFLOW_FILES:
+        for _, step in _steps(_load(name)):
+            script = step.get("run", "")
+            invocation = re.search(r"(?:^|[\s/])gpumatrix((?: [a-z]+)+)", script)
+            if invocation is None:
+                continue
+            words = invocation.group(1).split()
+            path = " ".join(w for i, w in enumerate(words) if " ".join(words[: i + 1]) in commands)
+            options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", script)) - {"--disable-pip-version-check"}
+            calls.append((name, path, sorted(options - commands.get(path, set()))))
+    assert sorted({(name, path) for name, path, _ in calls}) == [
+        ("gpu-tests.yml", "bot sync"), ("gpu-tests.yml", "matrix"), ("gpu-tests.yml", "run"),
+        ("pr-gpu.yml", "matrix"), ("rerun-test.yml", "bot handle"), ("status-sync.yml", "bot sync"),
+    ]
+    assert [(name, path, unknown) for name, path, unknown in calls if unknown] == []
