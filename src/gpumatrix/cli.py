@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from gpumatrix import GpumatrixError
+from gpumatrix.bot.commands import bot, plan
 from gpumatrix.config import MatrixError
 from gpumatrix.registry import load_tree
 
@@ -174,13 +175,5 @@ def run(label: str, shard: str | None, workers: str | None, tests_file: Path | N
     sys.exit(execute_run(_console(), root or find_root(), options))
 
 
-def _attach_bot_commands() -> None:
-    try:
-        from gpumatrix.bot.commands import bot, plan
-    except ImportError:  # the bot's optional dependencies are missing: the rest of the CLI still works
-        return
-    main.add_command(bot)
-    main.add_command(plan)
-
-
-_attach_bot_commands()
+main.add_command(bot)
+main.add_command(plan)
