@@ -1,10 +1,11 @@
 """The bot's GitHub REST client: githubkit underneath, retries with backoff, and a token nobody sees.
 
 githubkit (and its HTTP stack) is imported only when a client is built, so `import gpumatrix.bot` stays
-light. Calls go through githubkit's typed REST methods (API version 2026-03-10, githubkit's current
-description), except the workflow dispatch: it asks for `return_run_details`, which the 2022-11-28
-description defines and githubkit's 2026-03-10 body model does not carry, so it is sent as a raw request
-under that version (in 2026-03-10 the details became the only behaviour; both are supported).
+light. Requests go through githubkit's core `request` (auth, base URL, connection pool, GitHub's error
+and rate-limit types) rather than its typed REST methods: a typed method builds the pydantic models of
+its whole response graph on first use (400 ms for `pulls.get` alone, measured), and the bot reads a
+handful of JSON fields. Every request names API version 2022-11-28, the description the project's
+contract tests check against (tests/fixtures/github), where dispatch takes `return_run_details`.
 
 Retries: 5xx and transport errors wait `backoff_base * 2**attempt`; a secondary rate limit waits what
 Retry-After says; a wait longer than `max_wait` is not waited for, the call fails instead. Every HTTP
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 DEFAULT_API_URL = "https://api.github.com"
-_DISPATCH_API_VERSION = "2022-11-28"
+API_VERSION = "2022-11-28"
 _PAGE = 100
 
 
@@ -115,7 +117,7 @@ class GitHubClient:
         owner, _, repo = repository.partition("/") if isinstance(repository, str) else ("", "", "")
         if not owner or not repo or "/" in repo:
             raise ValueError(f"repository must be 'owner/name' (GITHUB_REPOSITORY), got {repository!r}")
-        from githubkit import GitHub  # lazily: githubkit and pydantic cost ~150 ms to import
+        from githubkit import GitHub  # lazily: githubkit, httpx and pydantic cost ~150 ms to import
 
         self.owner, self.repo, self.base_url = owner, repo, base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
@@ -149,84 +151,70 @@ class GitHubClient:
 
     def permission(self, login: str) -> tuple[str, str | None]:
         """(`permission`, `role_name`) of `login`; a 404 (not a collaborator) raises like any failure."""
-        data = self._json("GET", f"collaborators/{login}/permission",
-                          lambda rest: rest.repos.get_collaborator_permission_level(self.owner, self.repo, login))
+        data = self._json("GET", f"collaborators/{_quote(login)}/permission")
         return str(data.get("permission") or "none"), data.get("role_name")
 
     def pull_head(self, number: int) -> PullHead:
-        data = self._json("GET", f"pulls/{number}", lambda rest: rest.pulls.get(self.owner, self.repo, number))
+        data = self._json("GET", f"pulls/{int(number)}")
         return PullHead(number, str(data["head"]["sha"]), str(data.get("state") or ""))
 
     def add_reaction(self, comment_id: int, content: str) -> bool:
         """React to an issue comment; True when created, False when this token had already reacted so."""
-        response = self._call("POST", f"issues/comments/{comment_id}/reactions",
-                              lambda rest: rest.reactions.create_for_issue_comment(
-                                  self.owner, self.repo, comment_id, content=content))
+        response = self._call("POST", f"issues/comments/{int(comment_id)}/reactions", json={"content": content})
         return response.status_code == 201
 
     def list_comments(self, issue_number: int) -> list[CommentData]:
         comments: list[CommentData] = []
         page = 1
         while True:
-            data = self._json("GET", f"issues/{issue_number}/comments",
-                              lambda rest, page=page: rest.issues.list_comments(
-                                  self.owner, self.repo, issue_number, per_page=_PAGE, page=page))
+            data = self._json("GET", f"issues/{int(issue_number)}/comments", params={"per_page": _PAGE, "page": page})
             comments += [_comment(item) for item in data]
             if len(data) < _PAGE:
                 return comments
             page += 1
 
     def get_comment(self, comment_id: int) -> CommentData:
-        return _comment(self._json("GET", f"issues/comments/{comment_id}",
-                                   lambda rest: rest.issues.get_comment(self.owner, self.repo, comment_id)))
+        return _comment(self._json("GET", f"issues/comments/{int(comment_id)}"))
 
     def create_comment(self, issue_number: int, body: str) -> int:
-        data = self._json("POST", f"issues/{issue_number}/comments",
-                          lambda rest: rest.issues.create_comment(self.owner, self.repo, issue_number, body=body))
-        return int(data["id"])
+        return int(self._json("POST", f"issues/{int(issue_number)}/comments", json={"body": body})["id"])
 
     def update_comment(self, comment_id: int, body: str) -> None:
-        self._call("PATCH", f"issues/comments/{comment_id}",
-                   lambda rest: rest.issues.update_comment(self.owner, self.repo, comment_id, body=body))
+        self._call("PATCH", f"issues/comments/{int(comment_id)}", json={"body": body})
 
     def dispatch(self, workflow: str, *, ref: str, inputs: Mapping[str, str]) -> DispatchedRun:
-        path = f"actions/workflows/{workflow}/dispatches"
-        data = self._json("POST", path, lambda rest: self._github.request(
-            "POST", f"/repos/{self.owner}/{self.repo}/{path}",
-            json={"ref": ref, "inputs": dict(inputs), "return_run_details": True},
-            headers={"X-GitHub-Api-Version": _DISPATCH_API_VERSION}))
+        data = self._json("POST", f"actions/workflows/{_quote(workflow)}/dispatches",
+                          json={"ref": ref, "inputs": dict(inputs), "return_run_details": True})
         return DispatchedRun(int(data["workflow_run_id"]), str(data["html_url"]))
 
     def get_run(self, run_id: int) -> RunInfo:
-        data = self._json("GET", f"actions/runs/{run_id}",
-                          lambda rest: rest.actions.get_workflow_run(self.owner, self.repo, run_id))
+        data = self._json("GET", f"actions/runs/{int(run_id)}")
         return RunInfo(int(data["id"]), data.get("status"), data.get("conclusion"), str(data.get("html_url") or ""))
 
     def run_jobs(self, run_id: int) -> list[JobInfo]:
         """The jobs of a run's latest attempt (the first 100: a gpu-tests run has a handful)."""
-        data = self._json("GET", f"actions/runs/{run_id}/jobs",
-                          lambda rest: rest.actions.list_jobs_for_workflow_run(
-                              self.owner, self.repo, run_id, per_page=_PAGE))
+        data = self._json("GET", f"actions/runs/{int(run_id)}/jobs", params={"per_page": _PAGE})
         return [JobInfo(str(job.get("name") or ""), job.get("status"), job.get("conclusion"))
                 for job in data.get("jobs", ())]
 
     # -- retries ------------------------------------------------------------------------------------------
 
-    def _json(self, method: str, path: str, send: Callable[[Any], Any]) -> Any:
-        response = self._call(method, path, send)
+    def _json(self, method: str, path: str, **request: Any) -> Any:
+        response = self._call(method, path, **request)
         try:
             return response.json()
         except ValueError as exc:
             raise GitHubApiError(method, self._path(path), response.status_code, "the answer is not JSON") from exc
 
-    def _call(self, method: str, path: str, send: Callable[[Any], Any]) -> Any:
+    def _call(self, method: str, path: str, **request: Any) -> Any:
         from githubkit.exception import RequestError, RequestFailed
 
         attempt = 0
         while True:
             self.calls += 1
             try:
-                return send(self._github.rest)
+                return self._github.request(method, self._path(path), headers={"X-GitHub-Api-Version": API_VERSION},
+                                            **request)
             except RequestFailed as exc:
                 status = exc.response.status_code
                 wait = self._wait_after(exc, status, attempt)
@@ -266,6 +254,10 @@ def _comment(item: Mapping[str, Any]) -> CommentData:
     user = item.get("user") or {}
     return CommentData(int(item["id"]), str(item.get("body") or ""), str(user.get("login") or ""),
                        str(user.get("type") or "User"))
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(str(segment), safe="")
 
 
 def _message(response: Any) -> str:
