@@ -2,7 +2,7 @@
 
 The same code runs on numpy arrays and torch tensors (on any device): elementwise work uses the
 functions both modules name alike (isnan, abs, where, ...); the few calls that differ are the small
-``_lib_*`` helpers below. Only scalars (counts, indices, sums) leave the device, once per chunk.
+``_lib_*`` functions below. Only scalars (counts, indices, sums) leave the device, once per chunk.
 """
 
 from __future__ import annotations
