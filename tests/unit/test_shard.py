@@ -21,7 +21,7 @@ def _optimal_makespan(times: list[float], shards: int) -> float:
     best = float("inf")
     for assignment in itertools.product(range(shards), repeat=len(times)):
         loads = [0.0] * shards
-        for item, shard in zip(times, assignment):
+        for item, shard in zip(times, assignment, strict=True):
             loads[shard] += item
         best = min(best, max(loads))
     return best
