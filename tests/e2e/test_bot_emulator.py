@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,27 @@ def test_handling_the_same_comment_again_dispatches_nothing(world: BotWorld) -> 
     assert again.comment_id == first.comment_id  # its status comment was re-synced instead
     assert "✅" in line_of(gh.comment(first.comment_id)["body"], "1-gpu-5090")
     assert reactions(gh, event.comment_id) == ["eyes", "rocket"]
+
+
+def test_edits_fire_again_only_when_allowed_and_changed(world: BotWorld) -> None:
+    gh = world.gh
+    posted = gh.add_comment(PR, "/rerun-test test_gemm.py", login="alice")
+    world.handle(CommentEvent.from_payload(gh.comment_event(posted["id"])))
+    gh.edit_comment(posted["id"], "/rerun-test test_config.py")
+    edited = CommentEvent.from_payload(gh.comment_event(posted["id"], action="edited",
+                                                        previous_body="/rerun-test test_gemm.py"))
+
+    ignored, _ = world.handle(edited)  # bot.allow_edits is false in ci/matrix.yaml
+    assert ignored.action == "ignore" and "edits are ignored" in ignored.reason
+    assert [run.inputs["runner"] for run in gh.runs] == ["2-gpu-h100"]
+
+    world.matrix = replace(world.matrix, bot=replace(world.matrix.bot, allow_edits=True))
+    changed, _ = world.handle(edited)
+    assert changed.action == "dispatch"
+    assert [run.inputs["runner"] for run in gh.runs] == ["2-gpu-h100", "cpu"]
+    again, _ = world.handle(edited)  # the same edit delivered twice
+    assert again.action == "ignore" and again.comment_id == changed.comment_id
+    assert len(gh.runs) == 2
 
 
 def test_unauthorized_commenter_gets_no_comment(world: BotWorld) -> None:

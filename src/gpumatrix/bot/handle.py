@@ -18,7 +18,7 @@ before dispatches nothing new; its status comment (found by the source marker) i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -94,8 +94,8 @@ def handle_event(event: CommentEvent, *, matrix: Matrix, client: HandleClient, r
             return _already_handled(seen, client)
 
     facts = _LiveFacts(event, matrix=matrix, client=client, root=Path(root), read_sources=read_sources)
-    decision = decide(event, screened, matrix=matrix, facts=facts)
     try:
+        decision = decide(event, screened, matrix=matrix, facts=facts)
         return _carry_out(decision, event, matrix=matrix, client=client)
     except Exception:
         _react(client, event.comment_id, "confused")  # best effort: the original error is what matters
@@ -136,11 +136,18 @@ def _carry_out(decision: Decision, event: CommentEvent, *, matrix: Matrix, clien
     return HandleResult(decision.action, reason, comment_id, status)
 
 
+def _status_comments(client: HandleClient, issue_number: int) -> Iterator[tuple[CommentData, StatusComment]]:
+    """The PR's status comments, newest first; only a bot's comments count, whoever copies the marker."""
+    for comment in reversed(client.list_comments(issue_number)):
+        status = parse_status_comment(comment.body) if comment.author_type == "Bot" else None
+        if status is not None:
+            yield comment, status
+
+
 def _existing_status(event: CommentEvent, line: str, client: HandleClient) -> CommentData | None:
     """The status comment this source comment (and, after an edit, this command line) already has."""
-    for comment in reversed(client.list_comments(event.issue_number)):
-        status = parse_status_comment(comment.body) if comment.author_type == "Bot" else None
-        if status is not None and status.source_comment_id == event.comment_id and status.command == line:
+    for comment, status in _status_comments(client, event.issue_number):
+        if status.source_comment_id == event.comment_id and status.command == line:
             return comment
     return None
 
@@ -182,8 +189,7 @@ class _LiveFacts:
         return Head(pull.sha, build_registry(sources, self.matrix))
 
     def latest_status(self) -> StatusComment | None:
-        for comment in reversed(self.client.list_comments(self.event.issue_number)):
-            status = parse_status_comment(comment.body) if comment.author_type == "Bot" else None
-            if status is not None and status.groups:
+        for _, status in _status_comments(self.client, self.event.issue_number):
+            if status.groups:  # a refusal dispatched nothing and has nothing to re-run
                 return status.with_groups(refresh_groups(status.groups, self.client))
         return None
