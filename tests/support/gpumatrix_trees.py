@@ -1,0 +1,106 @@
+"""Throwaway test trees for the gpumatrix pytest plugin, and a way to run pytest on them.
+
+A tree has its own ci/matrix.yaml (so the plugin is active in it) and its own pytest.ini (so it is
+its own rootdir). pytest runs in a subprocess with a clean environment: the fake hardware, the
+lease directory and the lease log are set per run, and nothing leaks from the outer test run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MATRIX_YAML", "PytestRun", "overlapping_leases", "read_jsonl", "registered", "run_pytest", "write_tree"]
+
+# The classes of DESIGN.md and a runner set like ci/matrix.yaml's; kept literal here so these
+# tests do not change meaning when the project's own matrix grows.
+MATRIX_YAML = """\
+classes:
+  cpu: {description: no GPU, compute_capability: []}
+  "5090": {description: RTX 5090, compute_capability: ["12.0"]}
+  h100: {description: Hopper, compute_capability: ["9.0"]}
+  b200: {description: Blackwell, compute_capability: ["10.0"]}
+  gb300: {description: Blackwell Ultra, compute_capability: ["10.3"]}
+runners:
+  - {label: cpu, class: cpu, gpus: 0, runs_on: [ubuntu-latest], timeout_minutes: 30}
+  - {label: 1-gpu-5090, class: "5090", gpus: 1, runs_on: [gpu-5090], timeout_minutes: 30}
+  - {label: 1-gpu-h100, class: h100, gpus: 1, runs_on: [gpu-h100], timeout_minutes: 30}
+  - {label: 2-gpu-h100, class: h100, gpus: 2, runs_on: [gpu-h100-2], timeout_minutes: 30}
+  - {label: 4-gpu-b200, class: b200, gpus: 4, runs_on: [gpu-b200], timeout_minutes: 30}
+  - {label: 4-gpu-gb300, class: gb300, gpus: 4, runs_on: [gpu-gb300], timeout_minutes: 30}
+"""
+
+
+def registered(on: Sequence[str], *, gpus: int = 1, est_time: float = 1, body: str = "") -> str:
+    """Source of a test file registered with these (literal) arguments, followed by `body`."""
+    header = f"from gpumatrix import register\n\nregister(on={tuple(on)!r}, gpus={gpus}, est_time={est_time})\n"
+    return header + textwrap.dedent(body)
+
+
+def write_tree(root: Path, files: Mapping[str, str], *, matrix: str | None = MATRIX_YAML) -> Path:
+    """Write `files` ({relative path: source}) under `root`, with pytest.ini and ci/matrix.yaml (unless None)."""
+    extra = {"ci/matrix.yaml": matrix} if matrix is not None else {}
+    for relative, text in {**extra, "pytest.ini": "[pytest]\n", **files}.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+@dataclass(frozen=True)
+class PytestRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any] | None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_pytest(root: Path, *args: str, hardware: str | None, env: Mapping[str, str] | None = None,
+               report: bool = True, timeout: float = 180) -> PytestRun:
+    """`python -m pytest ARGS` in `root` under `GPUMATRIX_HARDWARE=hardware` (None: unset).
+
+    Leases go to `root/.leases`, so concurrent runs of different tests never contend.
+    """
+    clean = {key: value for key, value in os.environ.items()
+             if not key.startswith(("GPUMATRIX_", "PYTEST_", "CUDA_VISIBLE_DEVICES"))}
+    clean |= {"GPUMATRIX_LEASE_DIR": str(root / ".leases"), "PYTHONDONTWRITEBYTECODE": "1"}
+    if hardware is not None:
+        clean["GPUMATRIX_HARDWARE"] = hardware
+    clean |= dict(env or {})
+    report_path = root / f"gpumatrix-report-{uuid.uuid4().hex}.json"  # runs on one tree may overlap
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+    if report:
+        command += ["--gpumatrix-report", str(report_path)]
+    done = subprocess.run(command, cwd=root, env=clean, capture_output=True, text=True, timeout=timeout)
+    data = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else None
+    report_path.unlink(missing_ok=True)
+    return PytestRun(done.returncode, done.stdout, done.stderr, data)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def overlapping_leases(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(device, holder, holder) for every two lease-log records that held one device at once."""
+    found = []
+    for i, first in enumerate(records):
+        for second in records[i + 1:]:
+            shared = set(first["devices"]) & set(second["devices"])
+            if shared and first["acquired"] < second["released"] and second["acquired"] < first["released"]:
+                found.extend((device, first["nodeid"], second["nodeid"]) for device in sorted(shared))
+    return found
