@@ -1,0 +1,262 @@
+"""GPU leases: each test holds the GPUs it uses alone, across pytest-xdist workers and separate runs.
+
+One `filelock` per device (flock: the kernel drops it when its holder dies, so a crashed run leaves
+no stale lease). A process takes devices only while it holds a turnstile lock, and releases the
+turnstile once it has all it asked for. That keeps multi-GPU leases from deadlocking (no one waits
+for a device while another acquirer holds some of what it needs, because acquirers are one at a
+time) and from starving (a waiting 2-GPU lease stops 1-GPU leases from taking each device it frees).
+
+CUDA reads CUDA_VISIBLE_DEVICES once, when the driver initialises in a process; after that the
+process's devices are fixed ("bound"). `ProcessLeases` follows that: once bound, a test needing at
+most the bound set leases exactly it (still exclusive, sometimes idle GPUs), and a test needing more
+is planned for a fresh child process (`LeasePlan.in_child`), which the pytest plugin runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from gpumatrix import GpumatrixError
+
+__all__ = [
+    "LEASE_DIR_ENV",
+    "LEASE_LOG_ENV",
+    "LEASE_TIMEOUT_ENV",
+    "LeasePlan",
+    "LeaseTimeout",
+    "ProcessLeases",
+    "cuda_initialized",
+    "default_lock_dir",
+    "lease_gpus",
+    "plan_lease",
+]
+
+LEASE_DIR_ENV = "GPUMATRIX_LEASE_DIR"
+LEASE_LOG_ENV = "GPUMATRIX_LEASE_LOG"
+LEASE_TIMEOUT_ENV = "GPUMATRIX_LEASE_TIMEOUT"
+# 10 ms: a free device is noticed well within a test's own noise, and a poll (open + flock + close
+# per device) costs microseconds.
+_POLL_SECONDS = 0.01
+_CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+class LeaseTimeout(GpumatrixError):
+    """The GPUs a test needs stayed held by others past the lease timeout."""
+
+
+def default_lock_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """`GPUMATRIX_LEASE_DIR`, else one directory per user under the system temp dir.
+
+    Every run of one user on one machine must share it: that is what makes leases exclusive.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(LEASE_DIR_ENV):
+        return Path(env[LEASE_DIR_ENV])
+    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    return Path(tempfile.gettempdir()) / f"gpumatrix-leases-{user}"
+
+
+@contextmanager
+def lease_gpus(count: int, *, devices: Sequence[str], lock_dir: Path, timeout: float | None,
+               holder: str = "", worker: str = "", log: Path | None = None) -> Iterator[tuple[str, ...]]:
+    """Hold `count` of `devices` exclusively for the `with` block; yields the leased ids.
+
+    Blocks until they are free; `timeout` seconds (None: forever) bounds the wait, after which
+    `LeaseTimeout` names who holds what. `holder` labels the lease (a test's node id) in that message
+    and in `log`, a JSON-lines file that gets one line per lease when it ends.
+    """
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise TypeError(f"count must be an int, got {type(count).__name__}")
+    if isinstance(devices, str) or len(set(devices)) != len(devices):
+        raise ValueError(f"devices must be a sequence of distinct device ids, got {devices!r}")
+    if not 1 <= count <= len(devices):
+        raise ValueError(f"count must be between 1 and len(devices)={len(devices)}, got {count}")
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with ExitStack() as held:
+        turnstile = FileLock(lock_dir / "turnstile.lock")
+        try:
+            turnstile.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic()),
+                              poll_interval=_POLL_SECONDS)
+        except Timeout:
+            raise LeaseTimeout(_timeout_message(count, devices, lock_dir, timeout)) from None
+        try:
+            leased = _take_devices(count, devices, lock_dir, deadline, held)
+        finally:
+            turnstile.release()
+        if leased is None:
+            raise LeaseTimeout(_timeout_message(count, devices, lock_dir, timeout))
+        acquired, acquired_wall = time.monotonic(), time.time()
+        for device in leased:
+            _holder_file(lock_dir, device).write_text(
+                json.dumps({"pid": os.getpid(), "holder": holder, "since": acquired_wall}), encoding="utf-8")
+        try:
+            yield leased
+        finally:
+            for device in leased:
+                _holder_file(lock_dir, device).unlink(missing_ok=True)
+            if log is not None:
+                # Written before the locks go: a reader never sees a later lease of these devices
+                # logged ahead of this one ending.
+                record = {"nodeid": holder, "pid": os.getpid(), "worker": worker, "devices": list(leased),
+                          "acquired": acquired, "released": time.monotonic(),
+                          "acquired_wall": acquired_wall, "released_wall": time.time()}
+                with open(log, "a", encoding="utf-8") as stream:  # one short O_APPEND write per line
+                    stream.write(json.dumps(record) + "\n")
+
+
+def _lock_name(device: str) -> str:
+    return "gpu-" + re.sub(r"[^A-Za-z0-9._-]", "_", device)
+
+
+def _holder_file(lock_dir: Path, device: str) -> Path:
+    return lock_dir / f"{_lock_name(device)}.holder.json"
+
+
+def _take_devices(count: int, devices: Sequence[str], lock_dir: Path, deadline: float | None,
+                  held: ExitStack) -> tuple[str, ...] | None:
+    """Under the turnstile: take free devices, keep them, and wait for the rest; None on timeout."""
+    taken: list[str] = []
+    while True:
+        for device in devices:
+            if device in taken:
+                continue
+            lock = FileLock(lock_dir / f"{_lock_name(device)}.lock")
+            try:
+                lock.acquire(blocking=False)
+            except Timeout:
+                continue
+            held.callback(lock.release)
+            taken.append(device)
+            if len(taken) == count:
+                return tuple(taken)
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(_POLL_SECONDS)
+
+
+def _timeout_message(count: int, devices: Sequence[str], lock_dir: Path, timeout: float | None) -> str:
+    holders = []
+    for device in devices:
+        try:
+            info = json.loads(_holder_file(lock_dir, device).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        since = time.strftime("%H:%M:%S", time.localtime(info["since"]))
+        holders.append(f"{device} by pid {info['pid']} ({info['holder'] or 'unnamed'}) since {since}")
+    held = "; held: " + ", ".join(holders) if holders else " (another run was acquiring)"
+    return (f"waited {timeout:g} s for {count} of GPUs {', '.join(devices)} in {lock_dir}{held}; "
+            f"raise {LEASE_TIMEOUT_ENV} or find what holds them")
+
+
+# -- CUDA's binding of a process to its devices -----------------------------------------------------
+
+def _resident_libcuda() -> Any | None:
+    """The CUDA driver library if this process has already loaded it; never loads it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+
+
+def cuda_initialized(*, find_libcuda: Callable[[], Any | None] = _resident_libcuda) -> bool:
+    """Whether the CUDA driver is initialised in this process, i.e. CUDA_VISIBLE_DEVICES was read.
+
+    `torch.cuda.is_initialized()` is not enough: `torch.cuda.is_available()` or a Triton launch
+    initialises the driver (and fixes the visible devices) without it. cuDeviceGetCount answers
+    CUDA_ERROR_NOT_INITIALIZED before cuInit and initialises nothing, so asking it is free.
+    """
+    libcuda = find_libcuda()
+    if libcuda is None:
+        return False
+    count = ctypes.c_int(0)
+    return libcuda.cuDeviceGetCount(ctypes.byref(count)) != _CUDA_ERROR_NOT_INITIALIZED
+
+
+@dataclass(frozen=True)
+class LeasePlan:
+    """How one test gets its GPUs in this process, and why."""
+
+    count: int  # devices to lease
+    pool: tuple[str, ...]  # devices to lease them from
+    in_child: bool  # run the test in a fresh process holding the lease
+    reason: str
+
+
+def plan_lease(need: int, *, devices: Sequence[str], bound: Sequence[str] | None) -> LeasePlan:
+    """Plan a lease of `need` GPUs among `devices`, for a process whose CUDA is `bound` (or None)."""
+    if not 1 <= need <= len(devices):
+        raise ValueError(f"need must be between 1 and the {len(devices)} device(s) of this machine, got {need}")
+    if bound is None:
+        return LeasePlan(need, tuple(devices), False, f"any {need} free")
+    if need <= len(bound):
+        return LeasePlan(len(bound), tuple(bound), False,
+                         f"CUDA in this process already uses {', '.join(bound) or 'no device'}: lease exactly those")
+    return LeasePlan(need, tuple(devices), True,
+                     f"needs {need} GPU(s) but CUDA in this process is bound to {', '.join(bound) or 'none'}")
+
+
+@dataclass
+class ProcessLeases:
+    """The leases of one test process, one test at a time, and what CUDA in it is bound to."""
+
+    devices: tuple[str, ...]  # this process's visible devices before any lease narrows them
+    lock_dir: Path
+    timeout: float | None = None
+    log: Path | None = None
+    worker: str = ""
+    bound: tuple[str, ...] | None = None
+    _stack: ExitStack | None = field(default=None, repr=False)
+    _visible: tuple[str, ...] = field(default=(), repr=False)
+    _saved_env: str | None = field(default=None, repr=False)
+
+    def plan(self, need: int) -> LeasePlan:
+        self._note_binding(self.devices)  # initialised outside any lease: bound to the process's own set
+        return plan_lease(need, devices=self.devices, bound=self.bound)
+
+    def start(self, plan: LeasePlan, *, holder: str) -> tuple[str, ...]:
+        """Lease for one test and point CUDA_VISIBLE_DEVICES at the leased devices."""
+        if self._stack is not None:
+            raise RuntimeError("a lease is already active in this process; finish() it first")
+        stack = ExitStack()
+        leased = stack.enter_context(lease_gpus(plan.count, devices=plan.pool, lock_dir=self.lock_dir,
+                                                timeout=self.timeout, holder=holder, worker=self.worker,
+                                                log=self.log))
+        self._stack, self._visible = stack, leased
+        self._saved_env = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(leased)
+        return leased
+
+    def finish(self) -> None:
+        """Restore CUDA_VISIBLE_DEVICES and release; a no-op when no lease is active."""
+        if self._stack is None:
+            return
+        self._note_binding(self._visible)
+        if self._saved_env is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self._saved_env
+        stack, self._stack = self._stack, None
+        stack.close()
+
+    def _note_binding(self, visible: tuple[str, ...]) -> None:
+        if self.bound is None and cuda_initialized():
+            self.bound = visible
