@@ -1,0 +1,483 @@
+"""pytest plugin: run what this machine can, skip the rest with a reason, lease GPUs to each test.
+
+Active only where the root (the rootdir, or `--gpumatrix-root`) has `ci/matrix.yaml`, so installing
+the package disturbs no other project's pytest. Once active:
+
+- a collected `tests/**/test_*.py` that is not validly registered is a collection error naming the
+  file and the problem (it is not imported);
+- a test whose file needs GPUs this machine lacks is skipped: `evaluate_hardware` gives the reason;
+- `--runner LABEL` keeps the runner's slice (the rest is deselected) and first checks that this
+  machine is that runner's class and GPU count, with no GPU already busy;
+- each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
+  only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
+  bound to runs in a fresh pytest child, whose reports are replayed here;
+- `--gpumatrix-report PATH` writes a JSON summary by file and test (`RunReport`), for `gpumatrix run`.
+
+Hooks stay thin; decisions are plain functions. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpumatrix import GpumatrixError
+from gpumatrix.config import CPU_CLASS, Matrix, MatrixError, Problem, Runner, load_matrix
+from gpumatrix.hardware import Hardware, detect, preflight
+from gpumatrix.leases import (
+    LEASE_LOG_ENV,
+    LEASE_TIMEOUT_ENV,
+    LeasePlan,
+    ProcessLeases,
+    default_lock_dir,
+)
+from gpumatrix.registry import Registration, discover
+
+__all__ = ["HELD_LEASE_ENV", "REPLAY_TO_ENV", "HardwareSkip", "RunReport", "evaluate_hardware"]
+
+# Set for a child pytest that runs one test under a lease its parent holds.
+HELD_LEASE_ENV = "GPUMATRIX_HELD_LEASE"
+REPLAY_TO_ENV = "GPUMATRIX_REPLAY_TO"
+_WORKER_HARDWARE = "gpumatrix_hardware"
+_WORKER_DESELECTED = "gpumatrix_deselected"
+
+
+@dataclass(frozen=True)
+class HardwareSkip:
+    reason: str
+
+
+def evaluate_hardware(registration: Registration, hardware: Hardware) -> HardwareSkip | None:
+    """None when this machine can run the file; else why not, naming what it needs and what is here."""
+    if CPU_CLASS in registration.on:
+        return None
+    if hardware.gpu_class in registration.on and hardware.count >= registration.gpus:
+        return None
+    needs = "|".join(name for name in registration.on if name != CPU_CLASS)
+    return HardwareSkip(f"needs {registration.gpus} x {needs}; this machine: {hardware.describe()}")
+
+
+_RANK = {"passed": 0, "skipped": 1, "errors": 2, "failed": 3}
+
+
+@dataclass
+class RunReport:
+    """Outcomes by test (its worst phase wins), collection errors by file, and deselections."""
+
+    outcomes: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # nodeid: (file, kind, reason)
+    deselected: set[str] = field(default_factory=set)
+
+    def add(self, nodeid: str, file: str, kind: str, reason: str = "") -> None:
+        previous = self.outcomes.get(nodeid)
+        if previous is None or _RANK[kind] > _RANK[previous[1]]:
+            self.outcomes[nodeid] = (file, kind, reason)
+
+    def add_test_report(self, report: pytest.TestReport, file: str) -> None:
+        if report.when == "call":
+            kind = "failed" if report.failed else "skipped" if report.skipped else "passed"
+        elif report.failed:
+            kind = "errors"
+        elif report.skipped:
+            kind = "skipped"
+        else:
+            return  # a passing setup or teardown says nothing the call does not
+        reason = ""
+        if kind == "skipped":
+            wasxfail = getattr(report, "wasxfail", None)
+            reason = f"xfail: {wasxfail}" if wasxfail is not None else _skip_reason(report)
+        self.add(report.nodeid, file, kind, reason)
+
+    def to_json(self, *, hardware: Hardware, runner: str | None, hardware_skips: dict[str, str],
+                problems: list[str]) -> dict[str, Any]:
+        files: dict[str, dict[str, list[Any]]] = {}
+        totals = dict.fromkeys(("passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
+        for nodeid, (file, kind, reason) in sorted(self.outcomes.items()):
+            entry = files.setdefault(file, {"passed": [], "failed": [], "errors": [], "skipped": []})
+            totals[kind] += 1
+            if kind != "skipped":
+                entry[kind].append(nodeid)
+                continue
+            by_hardware = hardware_skips.get(file) == reason
+            totals["hardware_skipped"] += by_hardware
+            entry["skipped"].append({"nodeid": nodeid, "reason": reason, "hardware": by_hardware})
+        totals["deselected"] = len(self.deselected)
+        return {"hardware": hardware.to_dict(), "runner": runner, "problems": problems,
+                "files": files, "totals": totals}
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple):
+        text = str(report.longrepr[2])
+        return text.removeprefix("Skipped: ")
+    return str(report.longrepr)
+
+
+@dataclass
+class _State:
+    root: Path
+    hardware: Hardware
+    registrations: dict[str, Registration]
+    problems: dict[str, list[Problem]]
+    runner: Runner | None
+    report_path: Path | None
+    leases: ProcessLeases | None
+    replay_to: Path | None
+    report: RunReport = field(default_factory=RunReport)
+    _relpaths: dict[Path, str | None] = field(default_factory=dict)
+
+    def relpath(self, path: Path) -> str | None:
+        """Root-relative '/'-path of a file, as the registry names it; None outside the root."""
+        if path not in self._relpaths:
+            try:
+                self._relpaths[path] = Path(path).resolve().relative_to(self.root).as_posix()
+            except ValueError:
+                self._relpaths[path] = None
+        return self._relpaths[path]
+
+    def file_of(self, config: pytest.Config, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return self.relpath(config.rootpath / path) or path
+
+
+_STATE = pytest.StashKey[_State]()
+_NEED = pytest.StashKey[int]()
+_PLAN = pytest.StashKey[LeasePlan]()
+
+
+def _state(config: pytest.Config) -> _State | None:
+    return config.stash.get(_STATE, None)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpumatrix", "hardware-gated GPU test matrix (ci/matrix.yaml)")
+    group.addoption("--runner", metavar="LABEL", default=None,
+                    help="run only this runner's slice, after checking this machine is that runner")
+    group.addoption("--gpumatrix-report", metavar="PATH", default=None,
+                    help="write a JSON summary of outcomes by file, with hardware skips marked")
+    group.addoption("--gpumatrix-root", metavar="DIR", default=None,
+                    help="the tree holding ci/matrix.yaml and tests/ (default: the rootdir)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    root_option = config.getoption("gpumatrix_root")
+    root = Path(config.invocation_params.dir, root_option).resolve() if root_option else config.rootpath.resolve()
+    matrix_path = root / "ci" / "matrix.yaml"
+    if not matrix_path.is_file():
+        asked = [f"--{name}" for name in ("runner", "gpumatrix-report", "gpumatrix-root")
+                 if config.getoption(name.replace("-", "_"))]
+        if asked:
+            raise pytest.UsageError(f"{', '.join(asked)} need(s) a runner matrix, and {matrix_path} does not "
+                                    f"exist; pass --gpumatrix-root DIR")
+        return
+    try:
+        matrix = load_matrix(matrix_path)
+    except MatrixError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    runner = _runner_option(config, matrix)
+    hardware = _hardware(config, matrix)
+    registry = discover(root, matrix)
+    problems: dict[str, list[Problem]] = {}
+    for problem in registry.problems:
+        problems.setdefault(problem.source, []).append(problem)
+    report_option = config.getoption("gpumatrix_report")
+    replay_to = os.environ.get(REPLAY_TO_ENV)
+    state = config.stash[_STATE] = _State(
+        root=root, hardware=hardware,
+        registrations={r.path: r for r in registry.files}, problems=problems, runner=runner,
+        report_path=Path(config.invocation_params.dir, report_option) if report_option else None,
+        leases=_process_leases(config, hardware), replay_to=Path(replay_to) if replay_to else None)
+    if state.report_path is not None or state.replay_to is not None:
+        config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
+
+
+def _runner_option(config: pytest.Config, matrix: Matrix) -> Runner | None:
+    label = config.getoption("runner")
+    if label is None:
+        return None
+    runner = matrix.runner(label)
+    if runner is None:
+        raise pytest.UsageError(f"--runner {label!r} is not a runner of {matrix.source} "
+                                f"(labels: {', '.join(r.label for r in matrix.runners)})")
+    return runner
+
+
+def _hardware(config: pytest.Config, matrix: Matrix) -> Hardware:
+    if _is_worker(config) and _WORKER_HARDWARE in config.workerinput:  # type: ignore[attr-defined]
+        return Hardware.from_dict(config.workerinput[_WORKER_HARDWARE])  # type: ignore[attr-defined]
+    try:
+        return detect(matrix)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+def _process_leases(config: pytest.Config, hardware: Hardware) -> ProcessLeases | None:
+    if not hardware.count or os.environ.get(HELD_LEASE_ENV):  # a child runs under its parent's lease
+        return None
+    timeout_text = os.environ.get(LEASE_TIMEOUT_ENV, "")
+    try:
+        timeout = float(timeout_text) if timeout_text else None
+    except ValueError:
+        raise pytest.UsageError(f"{LEASE_TIMEOUT_ENV}={timeout_text!r} is not a number of seconds") from None
+    log = os.environ.get(LEASE_LOG_ENV)
+    worker = config.workerinput["workerid"] if _is_worker(config) else "main"  # type: ignore[attr-defined]
+    return ProcessLeases(devices=hardware.device_ids, lock_dir=default_lock_dir(), timeout=timeout,
+                         log=Path(log) if log else None, worker=worker)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: workers take the controller's view of the hardware instead of probing again."""
+    state = _state(node.config)
+    if state is not None:
+        node.workerinput[_WORKER_HARDWARE] = state.hardware.to_dict()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    state = _state(config)
+    if state is None:
+        return None
+    runner = f"; runner: {state.runner.label}" if state.runner else ""
+    return [f"gpumatrix: this machine: {state.hardware.describe()} (from {state.hardware.source}){runner}"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With --runner, refuse to start on a machine that is not the runner it claims to be."""
+    state = _state(session.config)
+    if state is None or state.runner is None or _is_worker(session.config):
+        return
+    problems = preflight(state.hardware, state.runner)
+    if problems:
+        _write_report(state, problems)
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise pytest.UsageError(f"this machine cannot run runner {state.runner.label!r}:\n{lines}")
+
+
+# -- collection -------------------------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """An unregistered or invalidly registered test file fails collection without being imported."""
+    state = _state(collector.config)
+    if state is None or not isinstance(collector, pytest.Module):
+        return None
+    path = state.relpath(collector.path)
+    if path is None or path in state.registrations or not _is_registered_kind(path):
+        return None
+    problems = state.problems.get(path) or [Problem(path, 0, "not registered (it was added after the run started?)")]
+    return pytest.CollectReport(collector.nodeid, "failed", "\n".join(map(str, problems)), [])
+
+
+def _is_registered_kind(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return path.startswith("tests/") and name.startswith("test_") and name.endswith(".py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = _state(config)
+    if state is None:
+        return
+    kept, deselected = [], []
+    for item in items:
+        path = state.relpath(item.path)
+        registration = state.registrations.get(path) if path else None
+        if state.runner and (registration is None or state.runner.label not in registration.runners):
+            deselected.append(item)
+            continue
+        kept.append(item)
+        if registration is None:
+            continue
+        skip = evaluate_hardware(registration, state.hardware)
+        if skip is not None:
+            item.add_marker(pytest.mark.skip(reason=skip.reason))
+        elif state.hardware.count and state.hardware.gpu_class in registration.on:
+            item.stash[_NEED] = registration.gpus
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if not items:
+        return
+    config = items[0].config
+    state = _state(config)
+    if state is None:
+        return
+    state.report.deselected.update(item.nodeid for item in items)
+    if _is_worker(config):  # the controller collects nothing under xdist: tell it at the end
+        config.workeroutput.setdefault(_WORKER_DESELECTED, []).extend(item.nodeid for item in items)  # type: ignore[attr-defined]
+
+
+# -- running: leases --------------------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
+    state = _state(item.config)
+    need = item.stash.get(_NEED, 0)
+    if state is None or state.leases is None or not need:
+        return None
+    plan = state.leases.plan(need)
+    if not plan.in_child:
+        item.stash[_PLAN] = plan
+        return None  # leased in setup, released in teardown
+    _run_in_child(item, state.leases, plan)
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Lease before any fixture runs, so fixtures see only the leased GPUs too."""
+    state = _state(item.config)
+    need = item.stash.get(_NEED, 0)
+    if state is None or state.leases is None or not need:
+        return
+    plan = item.stash.get(_PLAN, None)
+    if plan is None:  # another plugin ran this test's protocol (a rerun, say): plan here
+        plan = state.leases.plan(need)
+        if plan.in_child:
+            raise GpumatrixError(f"{plan.reason}; only gpumatrix's own test protocol can move it to a fresh "
+                                 f"process, and another plugin ran this one")
+    else:
+        del item.stash[_PLAN]
+    state.leases.start(plan, holder=item.nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        state = _state(item.config)
+        if state is not None and state.leases is not None:
+            state.leases.finish()
+
+
+def _run_in_child(item: pytest.Item, leases: ProcessLeases, plan: LeasePlan) -> None:
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    try:
+        leased = leases.start(plan, holder=item.nodeid)
+    except Exception as exc:  # a lease timeout: report it as this test's setup error
+        _log_setup_error(item, exc)
+    else:
+        try:
+            reports = _child_reports(item, leased)
+        finally:
+            leases.finish()
+        for report in reports:
+            ihook.pytest_runtest_logreport(report=report)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def _log_setup_error(item: pytest.Item, error: BaseException) -> None:
+    def fail() -> None:
+        raise error
+
+    call = pytest.CallInfo.from_call(fail, when="setup")
+    item.ihook.pytest_runtest_logreport(report=item.ihook.pytest_runtest_makereport(item=item, call=call))
+
+
+def _child_reports(item: pytest.Item, leased: tuple[str, ...]) -> list[pytest.TestReport]:
+    """Run `item` alone in a fresh pytest whose CUDA sees `leased`; its reports, as this process's."""
+    config = item.config
+    with tempfile.TemporaryDirectory(prefix="gpumatrix-child-") as scratch:
+        replay = Path(scratch, "reports.jsonl")
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(leased), HELD_LEASE_ENV: ",".join(leased),
+               REPLAY_TO_ENV: str(replay)}
+        done = subprocess.run([sys.executable, "-m", "pytest", *_child_args(item, Path(scratch))],
+                              cwd=config.invocation_params.dir, env=env, capture_output=True, text=True)
+        lines = replay.read_text(encoding="utf-8").splitlines() if replay.exists() else []
+    reports = [config.hook.pytest_report_from_serializable(config=config, data=json.loads(line))
+               for line in lines]
+    if not any(report.when == "setup" for report in reports):  # it never ran: collection failed
+        _log_setup_error(item, RuntimeError(
+            f"the child pytest running {item.nodeid} on GPUs {', '.join(leased)} reported no test "
+            f"(exit {done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-4000:]}"))
+        return []
+    return reports
+
+
+def _child_args(item: pytest.Item, scratch: Path) -> list[str]:
+    config = item.config
+    _, _, selector = item.nodeid.partition("::")
+    args = [f"{item.path}::{selector}" if selector else str(item.path), "-q", "-p", "no:cacheprovider",
+            "--rootdir", str(config.rootpath), "--basetemp", str(scratch / "tmp"),
+            f"--import-mode={config.option.importmode}"]
+    if config.inipath is not None:
+        args += ["-c", str(config.inipath)]
+    if config.getoption("gpumatrix_root"):
+        args += ["--gpumatrix-root", str(_state(config).root)]  # type: ignore[union-attr]
+    if config.pluginmanager.has_plugin("xdist"):
+        args += ["-n", "0"]  # overrides a -n from addopts
+    invocation = list(config.invocation_params.args)
+    for flag, value in zip(invocation, invocation[1:], strict=False):
+        if flag == "-p":  # plugins the run enabled or disabled
+            args += ["-p", value]
+    return args
+
+
+# -- reporting --------------------------------------------------------------------------------------
+
+class _Recorder:
+    """Report hooks, registered per run: a report does not say which run it belongs to."""
+
+    def __init__(self, config: pytest.Config, state: _State) -> None:
+        self.config, self.state = config, state
+        self.controller = not _is_worker(config)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Hand outcomes to the parent (a child under a held lease), or record them (controller)."""
+        if self.state.replay_to is not None:
+            data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
+            with open(self.state.replay_to, "a", encoding="utf-8") as stream:
+                stream.write(json.dumps(data) + "\n")
+        if self.state.report_path is not None and self.controller:
+            self.state.report.add_test_report(report, self.state.file_of(self.config, report.nodeid))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed and self.state.report_path is not None and self.controller:
+            self.state.report.add(report.nodeid, self.state.file_of(self.config, report.nodeid), "errors")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    state = _state(node.config)
+    output = getattr(node, "workeroutput", None) or {}
+    if state is not None:
+        state.report.deselected.update(output.get(_WORKER_DESELECTED, ()))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = _state(session.config)
+    if state is not None and state.report_path is not None and not _is_worker(session.config):
+        _write_report(state, [])
+
+
+def _write_report(state: _State, problems: list[str]) -> None:
+    hardware_skips = {}
+    for path, registration in state.registrations.items():
+        skip = evaluate_hardware(registration, state.hardware)
+        if skip is not None:
+            hardware_skips[path] = skip.reason
+    data = state.report.to_json(hardware=state.hardware, runner=state.runner.label if state.runner else None,
+                                hardware_skips=hardware_skips, problems=problems)
+    path = state.report_path
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,62 @@
+"""gpumatrix imports and its pytest plugin runs where torch is not installed (plain CI runners, the bot)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gpumatrix_trees import registered, write_tree
+
+from gpumatrix import register
+
+register(on=("cpu",), est_time=4)
+
+# Makes `import torch` fail as it does where torch is not installed, then runs the given code.
+_WITHOUT_TORCH = """
+import importlib.abc, sys
+
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"No module named {name!r} (hidden for this test)")
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+try:
+    import torch
+except ImportError:
+    pass
+else:
+    raise SystemExit("the finder did not hide torch")
+"""
+
+
+@pytest.mark.parametrize("module", ["gpumatrix", "gpumatrix.config", "gpumatrix.registry", "gpumatrix.hardware",
+                                    "gpumatrix.plugin", "gpumatrix.leases"])
+def test_module_imports_without_torch(module: str) -> None:
+    code = _WITHOUT_TORCH + f"import {module}\nassert 'torch' not in sys.modules, 'torch was imported'\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_plugin_gates_and_leases_without_torch(tmp_path: Path) -> None:
+    write_tree(tmp_path, {
+        "tests/test_cpu.py": registered(("cpu",), body="def test_a():\n    pass\n"),
+        "tests/test_gpu.py": registered(("h100",), gpus=2, body="import os\n\ndef test_a():\n"
+                                        "    assert len(os.environ['CUDA_VISIBLE_DEVICES'].split(',')) == 2\n"),
+    })
+    code = _WITHOUT_TORCH + (
+        "import os, pytest\n"
+        f"os.environ.update(GPUMATRIX_HARDWARE='2xh100', GPUMATRIX_LEASE_DIR={str(tmp_path / 'leases')!r})\n"
+        "status = pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist'])\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "raise SystemExit(status)\n")
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("GPUMATRIX_", "PYTEST_", "CUDA_VISIBLE_DEVICES"))}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
