@@ -404,6 +404,8 @@ def test_comments_are_paginated_with_link_header(gh: GitHubEmulator, api: httpx.
     assert 'rel="next"' not in second.headers["Link"] and 'rel="prev"' in second.headers["Link"]
     bodies = [c["body"] for c in first.json() + second.json()]
     assert bodies == [f"note {n}" for n in range(34)]
+    zero = api.get(f"{REPO}/issues/8/comments", params={"per_page": 0})
+    assert (zero.status_code, len(zero.json())) == (200, 30)  # falls back to the default page size
 
 
 def test_comment_update_changes_body_and_time_but_not_identity(gh: GitHubEmulator, api: httpx.Client) -> None:

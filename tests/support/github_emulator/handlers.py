@@ -46,16 +46,14 @@ def _int(call: Call, name: str) -> int:
 
 
 def _paginate(call: Call, items: Sequence[Any]) -> tuple[list[Any], dict[str, str]]:
-    """GitHub's page/per_page slicing (per_page capped at 100) and its Link header."""
-    per_page = min(int(call.query.get("per_page", 30)), 100)
-    page = int(call.query.get("page", 1))
+    """GitHub's page/per_page slicing (at most 100 per page; 0 falls back to the default 30), Link header."""
+    per_page = min(int(call.query.get("per_page", 30)) or 30, 100)
+    page = max(int(call.query.get("page", 1)), 1)
     last = max(1, -(-len(items) // per_page))
-    links = []
-    for rel, number in (("prev", page - 1), ("next", page + 1), ("last", last), ("first", 1)):
-        if (rel == "prev" and page > 1) or (rel == "next" and page < last) or (rel in ("last", "first")
-                                                                                and last > 1):
-            query = urlencode({**call.query, "per_page": per_page, "page": number})
-            links.append(f'<{call.request_url}?{query}>; rel="{rel}"')
+    pages = {"prev": page - 1 if page > 1 else None, "next": page + 1 if page < last else None,
+             "last": last if last > 1 else None, "first": 1 if last > 1 else None}
+    links = [f'<{call.request_url}?{urlencode({**call.query, "per_page": per_page, "page": number})}>; rel="{rel}"'
+             for rel, number in pages.items() if number is not None]
     headers = {"Link": ", ".join(links)} if links else {}
     return list(items[(page - 1) * per_page : page * per_page]), headers
 
