@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from github_emulator import GitHubEmulator
+from gpumatrix_trees import MATRIX_YAML as BASE_MATRIX_YAML
+from gpumatrix_trees import registered
 
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.github import GitHubClient, RetryPolicy
@@ -25,36 +27,18 @@ __all__ = ["EIGHT_RUNNER_COMMAND", "FILES", "MATRIX_YAML", "PR", "BotWorld", "ma
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 PR = 7
 
-# Eight runners, so one command can fan out to eight runs.
-MATRIX_YAML = """\
-classes:
-  cpu: {compute_capability: []}
-  "5090": {compute_capability: ["12.0"]}
-  h100: {compute_capability: ["9.0"]}
-  b200: {compute_capability: ["10.0"]}
-  gb300: {compute_capability: ["10.3"]}
-runners:
-  - {label: cpu, class: cpu, gpus: 0, runs_on: [ubuntu-latest], timeout_minutes: 60}
-  - {label: 1-gpu-5090, class: "5090", gpus: 1, runs_on: [gpu-5090], timeout_minutes: 45}
-  - {label: 1-gpu-h100, class: h100, gpus: 1, runs_on: [gpu-h100], timeout_minutes: 45}
-  - {label: 2-gpu-h100, class: h100, gpus: 2, runs_on: [gpu-h100-2], timeout_minutes: 60}
+# Eight runners, so one command can fan out to eight runs: the plugin tests' six, two 8-GPU ones, the bot.
+MATRIX_YAML = BASE_MATRIX_YAML + """\
   - {label: 8-gpu-h100, class: h100, gpus: 8, runs_on: [gpu-h100-8], timeout_minutes: 60}
-  - {label: 4-gpu-b200, class: b200, gpus: 4, runs_on: [gpu-b200], timeout_minutes: 60}
   - {label: 8-gpu-b200, class: b200, gpus: 8, runs_on: [gpu-b200-8], timeout_minutes: 60}
-  - {label: 4-gpu-gb300, class: gb300, gpus: 4, runs_on: [gpu-gb300], timeout_minutes: 60}
 bot: {permission: write, workflow: gpu-tests.yml, ref: main}
 """
-
-
-def _registered(on: str, gpus: int) -> str:
-    return f"from gpumatrix import register\nregister(on={on}, gpus={gpus}, est_time=30)\n\n\ndef test_x():\n    pass\n"
-
-
+_BODY = "def test_x():\n    pass\n"
 FILES = {
-    "tests/kernels/test_quantize.py": _registered('("h100", "b200", "gb300", "5090")', 1),  # 4 runners
-    "tests/kernels/test_gemm.py": _registered('("h100",)', 2),
-    "tests/e2e/test_model.py": _registered('("h100", "b200")', 8),
-    "tests/unit/test_config.py": _registered('("cpu",)', 1),
+    "tests/kernels/test_quantize.py": registered(("h100", "b200", "gb300", "5090"), body=_BODY),  # 4 runners
+    "tests/kernels/test_gemm.py": registered(("h100",), gpus=2, body=_BODY),
+    "tests/e2e/test_model.py": registered(("h100", "b200"), gpus=8, body=_BODY),
+    "tests/unit/test_config.py": registered(("cpu",), body=_BODY),
 }
 EIGHT_RUNNER_COMMAND = "/rerun-test test_quantize.py test_gemm.py test_model.py test_config.py"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import pytest
+from gpumatrix_trees import MATRIX_YAML, registered
 
 from gpumatrix import register
 from gpumatrix.bot.decide import Decision, Head, Unavailable, plan_comment
@@ -19,38 +20,17 @@ from gpumatrix.registry import build_registry
 
 register(on=("cpu",), est_time=20)
 
-MATRIX_YAML = """
-classes:
-  cpu: {compute_capability: []}
-  "5090": {compute_capability: ["12.0"]}
-  h100: {compute_capability: ["9.0"]}
-  b200: {compute_capability: ["10.0"]}
-  gb300: {compute_capability: ["10.3"]}
-runners:
-  - {label: cpu, class: cpu, gpus: 0, runs_on: [ubuntu-latest], timeout_minutes: 60}
-  - {label: 1-gpu-5090, class: "5090", gpus: 1, runs_on: [gpu-5090], timeout_minutes: 45}
-  - {label: 1-gpu-h100, class: h100, gpus: 1, runs_on: [gpu-h100], timeout_minutes: 45}
-  - {label: 2-gpu-h100, class: h100, gpus: 2, runs_on: [gpu-h100-2], timeout_minutes: 60}
-  - {label: 4-gpu-b200, class: b200, gpus: 4, runs_on: [gpu-b200], timeout_minutes: 60}
-  - {label: 4-gpu-gb300, class: gb300, gpus: 4, runs_on: [gpu-gb300], timeout_minutes: 60}
-bot: {permission: write, allow_edits: EDITS}
-"""
-MATRIX = parse_matrix(MATRIX_YAML.replace("EDITS", "false"))
-MATRIX_EDITS = parse_matrix(MATRIX_YAML.replace("EDITS", "true"))
-MATRIX_MAINTAIN = parse_matrix(MATRIX_YAML.replace("EDITS", "false").replace("permission: write",
-                                                                               "permission: maintain"))
-
-
-def _file(on: str, gpus: int = 1) -> str:
-    return f"from gpumatrix import register\nregister(on={on}, gpus={gpus}, est_time=30)\n"
-
+BOT = "bot: {permission: PERMISSION, allow_edits: EDITS}\n"
+MATRIX = parse_matrix(MATRIX_YAML + BOT.replace("PERMISSION", "write").replace("EDITS", "false"))
+MATRIX_EDITS = parse_matrix(MATRIX_YAML + BOT.replace("PERMISSION", "write").replace("EDITS", "true"))
+MATRIX_MAINTAIN = parse_matrix(MATRIX_YAML + BOT.replace("PERMISSION", "maintain").replace("EDITS", "false"))
 
 SOURCES = {
-    "tests/kernels/test_quantize.py": _file('("h100", "b200", "gb300", "5090")'),
-    "tests/kernels/test_gemm.py": _file('("h100",)', gpus=2),
-    "tests/e2e/test_model.py": _file('("b200", "gb300")', gpus=4),
-    "tests/unit/test_config.py": _file('("cpu",)'),
-    "tests/e2e/test_config.py": _file('("cpu",)'),
+    "tests/kernels/test_quantize.py": registered(("h100", "b200", "gb300", "5090")),
+    "tests/kernels/test_gemm.py": registered(("h100",), gpus=2),
+    "tests/e2e/test_model.py": registered(("b200", "gb300"), gpus=4),
+    "tests/unit/test_config.py": registered(("cpu",)),
+    "tests/e2e/test_config.py": registered(("cpu",)),
     "tests/unit/test_broken.py": "from gpumatrix import register\nregister(on=CLASSES, est_time=1)\n",
 }
 REGISTRY = build_registry(SOURCES, MATRIX)
