@@ -173,11 +173,13 @@ def select_visible(devices: Sequence[Device], spec: str | None) -> tuple[Device,
     return tuple(chosen)
 
 
-def preflight(hardware: Hardware, runner: Runner, *, idle_memory_mib: int = _IDLE_MEMORY_MIB) -> list[str]:
+def preflight(hardware: Hardware, runner: Runner, *, check_busy: bool = True,
+              idle_memory_mib: int = _IDLE_MEMORY_MIB) -> list[str]:
     """Why this machine cannot honestly run `runner`'s slice; empty when it can.
 
-    The machine must be the runner's class with exactly its GPU count, and no GPU may already run
-    another process's work or hold memory (a leftover job would make timings and OOMs lie).
+    The machine must be the runner's class with exactly its GPU count and, with `check_busy`, no GPU
+    may already run another process's work or hold memory (a leftover job would make timings and
+    OOMs lie).
     """
     problems: list[str] = []
     claim = CPU_CLASS if not runner.gpus else f"{runner.gpus} x {runner.gpu_class}"
@@ -188,7 +190,7 @@ def preflight(hardware: Hardware, runner: Runner, *, idle_memory_mib: int = _IDL
         elif hardware.count and runner.gpu_class == CPU_CLASS:
             hint = " (hide the GPUs with CUDA_VISIBLE_DEVICES= to run the cpu slice here)"
         problems.append(f"runner {runner.label!r} claims {claim}; this machine: {hardware.describe()}{hint}")
-    if hardware.count and hardware.source != "override":
+    if check_busy and hardware.count and hardware.source != "override":
         problems.extend(_busy_devices(hardware, idle_memory_mib=idle_memory_mib))
     return problems
 

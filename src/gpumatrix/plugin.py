@@ -7,7 +7,8 @@ the package disturbs no other project's pytest. Once active:
   file and the problem (it is not imported);
 - a test whose file needs GPUs this machine lacks is skipped: `evaluate_hardware` gives the reason;
 - `--runner LABEL` keeps the runner's slice (the rest is deselected) and first checks that this
-  machine is that runner's class and GPU count, with no GPU already busy;
+  machine is that runner's class and GPU count (whether the GPUs are idle is `gpumatrix run`'s
+  pre-flight, which a person can waive);
 - each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
   only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
   bound to runs in a fresh pytest child, whose reports are replayed here;
@@ -261,7 +262,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = _state(session.config)
     if state is None or state.runner is None or _is_worker(session.config):
         return
-    problems = preflight(state.hardware, state.runner)
+    problems = preflight(state.hardware, state.runner, check_busy=False)
     if problems:
         _write_report(state, problems)
         lines = "\n".join(f"  - {p}" for p in problems)

@@ -294,6 +294,14 @@ def test_preflight(visible: str, runner: str, processes: dict[int, list[tuple[An
     assert preflight(found, MATRIX.runner(runner)) == expected
 
 
+def test_preflight_without_the_busy_check_only_checks_the_machine_is_the_runner(nvml: FakeNvml) -> None:
+    nvml.processes = {0: [(4242, 2**30)]}
+    found = detect(MATRIX, environ={"CUDA_VISIBLE_DEVICES": "0"})
+    assert preflight(found, MATRIX.runner("1-gpu-h100"), check_busy=False) == []
+    assert preflight(found, MATRIX.runner("2-gpu-h100"), check_busy=False) == [
+        "runner '2-gpu-h100' claims 2 x h100; this machine: 1 x h100 (NVIDIA H200, sm_90)"]
+
+
 def test_preflight_of_a_faked_machine_checks_no_real_gpu(nvml: FakeNvml) -> None:
     nvml.processes = {0: [(4242, 2**30)]}
     found = detect(MATRIX, environ={"GPUMATRIX_HARDWARE": "1xh100"})
