@@ -124,7 +124,6 @@ class GitHubClient:
         self.calls = 0
         self._sleep = sleep
         self._github = GitHub(token, base_url=self.base_url, auto_retry=False, http_cache=False, timeout=timeout)
-        self._context: Any = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GitHubClient:
@@ -140,12 +139,11 @@ class GitHubClient:
         return f"GitHubClient(repository='{self.owner}/{self.repo}', base_url='{self.base_url}')"
 
     def __enter__(self) -> GitHubClient:
-        self._context = self._github.__enter__()  # one HTTP connection pool for every call
+        self._github.__enter__()  # one HTTP connection pool for every call, until __exit__
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._github.__exit__(*exc_info)
-        self._context = None
 
     # -- the calls ----------------------------------------------------------------------------------------
 
