@@ -224,9 +224,9 @@ class ProcessLeases:
     log: Path | None = None
     worker: str = ""
     bound: tuple[str, ...] | None = None
-    _stack: ExitStack | None = field(default=None, repr=False)
-    _visible: tuple[str, ...] = field(default=(), repr=False)
-    _saved_env: str | None = field(default=None, repr=False)
+    _stack: ExitStack | None = field(default=None, init=False, repr=False)
+    _visible: tuple[str, ...] = field(default=(), init=False, repr=False)
+    _saved_env: str | None = field(default=None, init=False, repr=False)
 
     def plan(self, need: int) -> LeasePlan:
         self._note_binding(self.devices)  # initialised outside any lease: bound to the process's own set

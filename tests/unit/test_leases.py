@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from gpumatrix_trees import overlapping_leases, read_jsonl
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumatrix import leases, register
@@ -87,7 +87,7 @@ def test_the_lease_log_records_each_lease(tmp_path: Path) -> None:
     assert record["acquired_wall"] <= record["released_wall"]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None)
 @given(plans=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=4), min_size=2, max_size=4),
        device_count=st.integers(3, 4))
 def test_threads_never_share_a_device(plans: list[list[int]], device_count: int) -> None:

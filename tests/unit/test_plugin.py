@@ -378,3 +378,33 @@ def test_a_test_needing_more_gpus_than_cuda_is_bound_to_runs_in_a_child(tmp_path
     assert run.report["files"]["tests/e2e/test_pair.py"]["passed"] == ["tests/e2e/test_pair.py::test_pair"]
     assert run.report["files"]["tests/e2e/test_pair.py"]["failed"] == ["tests/e2e/test_pair.py::test_pair_fails"]
     assert "assert ['0', '1'] == ['replayed']" in run.stdout or "assert ['1', '0'] == ['replayed']" in run.stdout
+
+
+_FOREIGN_PROTOCOL_CONFTEST = _FAKE_CUDA_CONFTEST + """
+from _pytest.runner import runtestprotocol
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):  # as pytest-rerunfailures does
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    runtestprotocol(item, nextitem=nextitem)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+"""
+
+
+def test_tests_are_leased_when_another_plugin_runs_their_protocol(tmp_path: Path) -> None:
+    write_tree(tmp_path, {
+        "tests/conftest.py": _FOREIGN_PROTOCOL_CONFTEST,
+        "tests/kernels/test_first.py": registered(("h100",), body="def test_first(cuda):\n    assert len(cuda) == 1\n"),
+        "tests/e2e/test_pair.py": registered(("h100",), gpus=2, body="def test_pair(cuda):\n    pass\n"),
+    })
+    log, records_path = tmp_path / "lease.jsonl", tmp_path / "records.jsonl"
+    run = run_pytest(tmp_path, "tests/kernels/test_first.py", "tests/e2e/test_pair.py", hardware="2xh100",
+                     env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)})
+    (lease,) = read_jsonl(log)
+    (record,) = read_jsonl(records_path)
+    assert (lease["nodeid"], lease["devices"]) == ("tests/kernels/test_first.py::test_first", [record["env"]])
+    # CUDA is now bound to one GPU and only gpumatrix's protocol can start a fresh process: say so
+    assert run.report["files"]["tests/e2e/test_pair.py"]["errors"] == ["tests/e2e/test_pair.py::test_pair"]
+    assert "needs 2 GPU(s) but CUDA in this process is bound to " in run.stdout
+    assert "only gpumatrix's own test protocol can move it to a fresh process" in run.stdout
