@@ -92,14 +92,32 @@ SPECIAL_BLOCKS = [
     ("amax 510", "fp32", [510.0], 128, 127, {0: (0x78, 0x7E)}),
     # 1.75 / 448 = 2**-8 exactly: mantissa 0, so no round-up.
     ("amax 1.75 exact power of two quotient", "fp32", [1.75], 119, 119, {0: (0x7E, 0x7E)}),
-    ("amax just above 1.75", "fp32", [float(np.nextafter(np.float32(1.75), np.float32(2)))], 120, 119,
-     {0: (0x76, 0x7E)}),
+    (
+        "amax just above 1.75",
+        "fp32",
+        [float(np.nextafter(np.float32(1.75), np.float32(2)))],
+        120,
+        119,
+        {0: (0x76, 0x7E)},
+    ),
     ("amax 1.0", "bf16", [1.0, 0.5], 119, 119, {0: (0x78, 0x78), 1: (0x70, 0x70)}),
     # Ties at scale 1 (block max 448): 1.0625 -> 1.0 (even), 1.1875 -> 1.25, 2**-10 -> 0, 3 * 2**-10 -> 2**-8.
-    ("E4M3 ties to even", "fp32", [448.0, 1.0625, 1.1875, 2.0**-10, 3 * 2.0**-10, -(2.0**-10)], 127, 127,
-     {1: (0x38, 0x38), 2: (0x3A, 0x3A), 3: (0x00, 0x00), 4: (0x02, 0x02), 5: (0x80, 0x80)}),
-    ("E4M3 subnormals", "fp32", [448.0, 2.0**-9, -(2.0**-9), 2.0**-11, -(2.0**-11), 7 * 2.0**-9], 127, 127,
-     {1: (0x01, 0x01), 2: (0x81, 0x81), 3: (0x00, 0x00), 4: (0x80, 0x80), 5: (0x07, 0x07)}),
+    (
+        "E4M3 ties to even",
+        "fp32",
+        [448.0, 1.0625, 1.1875, 2.0**-10, 3 * 2.0**-10, -(2.0**-10)],
+        127,
+        127,
+        {1: (0x38, 0x38), 2: (0x3A, 0x3A), 3: (0x00, 0x00), 4: (0x02, 0x02), 5: (0x80, 0x80)},
+    ),
+    (
+        "E4M3 subnormals",
+        "fp32",
+        [448.0, 2.0**-9, -(2.0**-9), 2.0**-11, -(2.0**-11), 7 * 2.0**-9],
+        127,
+        127,
+        {1: (0x01, 0x01), 2: (0x81, 0x81), 3: (0x00, 0x00), 4: (0x80, 0x80), 5: (0x07, 0x07)},
+    ),
     # bf16 subnormal maximum 2**-133: rceil q = 2**-133 / 448 is an fp32 subnormal > 0, so s = 1 and the
     # element is 2**-7 = 4 E4M3 steps; floor clamps to s = 0 (2**-127) and the element is 2**-6 = 0x08.
     ("bf16 subnormal amax", "bf16", [BF16_TINY] * 32, 1, 0, {0: (0x04, 0x08)}),
@@ -127,8 +145,11 @@ def _block(dtype: str, values: list[float]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("rounding", ["rceil", "floor"])
-@pytest.mark.parametrize(("name", "dtype", "values", "s_rceil", "s_floor", "codes"), SPECIAL_BLOCKS,
-                         ids=[row[0] for row in SPECIAL_BLOCKS])
+@pytest.mark.parametrize(
+    ("name", "dtype", "values", "s_rceil", "s_floor", "codes"),
+    SPECIAL_BLOCKS,
+    ids=[row[0] for row in SPECIAL_BLOCKS],
+)
 def test_special_block(name, dtype, values, s_rceil, s_floor, codes, rounding):
     x = _block(dtype, values)
     q, s = check_against_numpy(x, rounding)
@@ -183,7 +204,11 @@ def realistic_blocks(draw):
     low, high = {"bf16": (-140, 120), "fp16": (-26, 12), "fp32": (-150, 120)}[dtype]
     rng = np.random.default_rng(seed)
     exps = rng.integers(low, high, size=(m, groups, 1))
-    x = rng.standard_normal((m, groups, 32)) * np.exp2(exps) * np.exp2(rng.integers(-12, 1, size=(m, groups, 32)))
+    x = (
+        rng.standard_normal((m, groups, 32))
+        * np.exp2(exps)
+        * np.exp2(rng.integers(-12, 1, size=(m, groups, 32)))
+    )
     with np.errstate(over="ignore"):
         return x.reshape(m, groups * 32).astype(_NUMPY_DTYPES[dtype])
 
@@ -251,8 +276,9 @@ def test_float_to_e8m0(name, value, code):
 
 
 def test_dequantize_hand_values():
-    q = torch.tensor([[0x38, 0xC0, 0x01, 0x7F] + [0] * 28 + [0x38] * 32 + [0x7E] + [0] * 31],
-                     dtype=torch.uint8).view(torch.float8_e4m3fn)
+    q = torch.tensor(
+        [[0x38, 0xC0, 0x01, 0x7F] + [0] * 28 + [0x38] * 32 + [0x7E] + [0] * 31], dtype=torch.uint8
+    ).view(torch.float8_e4m3fn)
     scale = torch.tensor([[128, 255, 0]], dtype=torch.uint8)
     got = dequantize_mxfp8(q, scale, scale_layout="e8m0")
     assert got[0, :3].tolist() == [2.0, -4.0, 2.0**-8]  # 1 * 2, -2 * 2, 2**-9 * 2
@@ -270,7 +296,9 @@ def test_dequantize_hand_values():
 def test_representable_blocks_round_trip_exactly(seed, scale, layout, rounding):
     """E4M3 codes times 2**(s-127), each block holding +-448 * 2**(s-127), quantize to those codes and s."""
     rng = np.random.default_rng(seed)
-    codes = rng.integers(0, 0x7F, size=(3, 64)).astype(np.uint8) | (rng.integers(0, 2, (3, 64)) << 7).astype(np.uint8)
+    codes = rng.integers(0, 0x7F, size=(3, 64)).astype(np.uint8) | (rng.integers(0, 2, (3, 64)) << 7).astype(
+        np.uint8
+    )
     codes[:, [0, 32]] = 0x7E
     values = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64) * 2.0 ** (scale - 127)
     x = torch.from_numpy(values.astype(np.float32))
@@ -288,37 +316,86 @@ BAD_INPUTS = [
     ("float64", lambda: torch.ones(2, 32, dtype=torch.float64), {}, ValueError, "x must be bfloat16"),
     ("1-D", lambda: torch.ones(64), {}, ValueError, "x must be 2-D"),
     ("3-D", lambda: torch.ones(2, 2, 32), {}, ValueError, "x must be 2-D"),
-    ("K not a multiple of 32", lambda: torch.ones(2, 48), {}, ValueError, r"x.shape\[1\] \(K\) must be a multiple"),
-    ("unknown rounding", lambda: torch.ones(2, 32), {"rounding": "nearest"}, ValueError, "rounding must be one of"),
-    ("unknown layout", lambda: torch.ones(2, 32), {"scale_layout": "cublas"}, ValueError, "scale_layout must be"),
+    (
+        "K not a multiple of 32",
+        lambda: torch.ones(2, 48),
+        {},
+        ValueError,
+        r"x.shape\[1\] \(K\) must be a multiple",
+    ),
+    (
+        "unknown rounding",
+        lambda: torch.ones(2, 32),
+        {"rounding": "nearest"},
+        ValueError,
+        "rounding must be one of",
+    ),
+    (
+        "unknown layout",
+        lambda: torch.ones(2, 32),
+        {"scale_layout": "cublas"},
+        ValueError,
+        "scale_layout must be",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "make", "kwargs", "error", "match"), BAD_INPUTS, ids=[r[0] for r in BAD_INPUTS])
+@pytest.mark.parametrize(
+    ("name", "make", "kwargs", "error", "match"), BAD_INPUTS, ids=[r[0] for r in BAD_INPUTS]
+)
 def test_reference_rejects(name, make, kwargs, error, match):
     with pytest.raises(error, match=match):
         quantize_mxfp8_reference(make(), **kwargs)
 
 
 BAD_CODEC_INPUTS = [
-    ("e8m0_to_float of int32", lambda: e8m0_to_float(torch.zeros(2, dtype=torch.int32)), ValueError, "scale must"),
+    (
+        "e8m0_to_float of int32",
+        lambda: e8m0_to_float(torch.zeros(2, dtype=torch.int32)),
+        ValueError,
+        "scale must",
+    ),
     ("e8m0_to_float of a list", lambda: e8m0_to_float([1, 2]), TypeError, "scale must be a torch.Tensor"),
-    ("float_to_e8m0 of bf16", lambda: float_to_e8m0(torch.ones(2, dtype=torch.bfloat16)), ValueError, "value must"),
-    ("dequantize of bf16", lambda: dequantize_mxfp8(torch.ones(1, 32, dtype=torch.bfloat16),
-                                                   torch.zeros(1, 1, dtype=torch.uint8), scale_layout="e8m0"),
-     ValueError, "q must be a 2-D float8_e4m3fn"),
-    ("dequantize with a short scale", lambda: dequantize_mxfp8(torch.zeros(1, 64, dtype=torch.float8_e4m3fn),
-                                                               torch.zeros(1, 1, dtype=torch.uint8),
-                                                               scale_layout="e8m0"),
-     ValueError, r"scale must have shape \(1, 2\)"),
-    ("dequantize with an unknown layout", lambda: dequantize_mxfp8(torch.zeros(1, 32, dtype=torch.float8_e4m3fn),
-                                                                   torch.zeros(1, 1, dtype=torch.uint8),
-                                                                   scale_layout="rowwise"),
-     ValueError, "scale_layout must be one of"),
+    (
+        "float_to_e8m0 of bf16",
+        lambda: float_to_e8m0(torch.ones(2, dtype=torch.bfloat16)),
+        ValueError,
+        "value must",
+    ),
+    (
+        "dequantize of bf16",
+        lambda: dequantize_mxfp8(
+            torch.ones(1, 32, dtype=torch.bfloat16), torch.zeros(1, 1, dtype=torch.uint8), scale_layout="e8m0"
+        ),
+        ValueError,
+        "q must be a 2-D float8_e4m3fn",
+    ),
+    (
+        "dequantize with a short scale",
+        lambda: dequantize_mxfp8(
+            torch.zeros(1, 64, dtype=torch.float8_e4m3fn),
+            torch.zeros(1, 1, dtype=torch.uint8),
+            scale_layout="e8m0",
+        ),
+        ValueError,
+        r"scale must have shape \(1, 2\)",
+    ),
+    (
+        "dequantize with an unknown layout",
+        lambda: dequantize_mxfp8(
+            torch.zeros(1, 32, dtype=torch.float8_e4m3fn),
+            torch.zeros(1, 1, dtype=torch.uint8),
+            scale_layout="rowwise",
+        ),
+        ValueError,
+        "scale_layout must be one of",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "call", "error", "match"), BAD_CODEC_INPUTS, ids=[r[0] for r in BAD_CODEC_INPUTS])
+@pytest.mark.parametrize(
+    ("name", "call", "error", "match"), BAD_CODEC_INPUTS, ids=[r[0] for r in BAD_CODEC_INPUTS]
+)
 def test_codecs_reject(name, call, error, match):
     with pytest.raises(error, match=match):
         call()

@@ -37,13 +37,19 @@ SPECS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "m", "k", "layout", "dtype", "shape", "stride", "numel"), SPECS,
-                         ids=[r[0] for r in SPECS])
+@pytest.mark.parametrize(
+    ("name", "m", "k", "layout", "dtype", "shape", "stride", "numel"), SPECS, ids=[r[0] for r in SPECS]
+)
 def test_scale_spec_and_allocation(name, m, k, layout, dtype, shape, stride, numel):
     spec = scale_spec(m, k, scale_layout=layout)
     assert (spec.dtype, spec.shape, spec.stride, spec.storage_numel) == (dtype, shape, stride, numel), name
     q, scale = empty_mxfp8_pair(m, k, scale_layout=layout, device="cpu")
-    assert (q.dtype, tuple(q.shape), scale.dtype, tuple(scale.shape)) == (torch.float8_e4m3fn, (m, k), dtype, shape)
+    assert (q.dtype, tuple(q.shape), scale.dtype, tuple(scale.shape)) == (
+        torch.float8_e4m3fn,
+        (m, k),
+        dtype,
+        shape,
+    )
     if numel:
         assert tuple(scale.stride()) == stride
     assert scale.untyped_storage().nbytes() == numel * scale.element_size()
@@ -86,8 +92,9 @@ SWIZZLE_OFFSETS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "m", "k", "row", "group", "offset"), SWIZZLE_OFFSETS,
-                         ids=[r[0] for r in SWIZZLE_OFFSETS])
+@pytest.mark.parametrize(
+    ("name", "m", "k", "row", "group", "offset"), SWIZZLE_OFFSETS, ids=[r[0] for r in SWIZZLE_OFFSETS]
+)
 def test_swizzle_hand_computed_offsets(name, m, k, row, group, offset):
     scale = torch.zeros((m, k // 32), dtype=torch.uint8)
     scale[row, group] = 0xAB
@@ -101,7 +108,9 @@ def test_swizzle_hand_computed_offsets(name, m, k, row, group, offset):
 @given(m=st.integers(0, 300), groups=st.integers(0, 12), seed=st.integers(0, 2**31 - 1))
 def test_layouts_round_trip_and_pad_with_zero(m, groups, seed):
     k = 32 * groups
-    scale = torch.randint(1, 256, (m, groups), generator=torch.Generator().manual_seed(seed), dtype=torch.int32)
+    scale = torch.randint(
+        1, 256, (m, groups), generator=torch.Generator().manual_seed(seed), dtype=torch.int32
+    )
     scale = scale.to(torch.uint8)  # every real scale non-zero, so any zero byte beyond them is padding
     for layout in LAYOUTS:
         laid = scale_to_layout(scale, scale_layout=layout)
@@ -126,29 +135,78 @@ BAD_PAIRS = [
     ("not a tuple", "e8m0", lambda: _pair("e8m0")[0], r"out must be a tuple \(q, scale\)"),
     ("three items", "e8m0", lambda: (*_pair("e8m0"), None), r"out must be a tuple \(q, scale\)"),
     ("q not a tensor", "e8m0", lambda: (None, _pair("e8m0")[1]), r"out\[0\] must be a torch.Tensor"),
-    ("q uint8", "e8m0", lambda: (_pair("e8m0")[0].view(torch.uint8), _pair("e8m0")[1]),
-     r"out\[0\] must have dtype torch.float8_e4m3fn"),
-    ("q wrong shape", "e8m0", lambda: (_pair("e8m0", k=256)[0], _pair("e8m0")[1]), r"out\[0\] must have shape"),
-    ("q not contiguous", "e8m0",
-     lambda: (torch.empty(288, 5, dtype=torch.float8_e4m3fn).t(), _pair("e8m0")[1]), r"out\[0\] must be contiguous"),
-    ("q on another device", "e8m0", lambda: (_pair("e8m0")[0].to("meta"), _pair("e8m0")[1]), r"out\[0\] must be on cpu"),
-    ("scale int32 for e8m0", "e8m0", lambda: (_pair("e8m0")[0], _pair("e8m0")[1].int()), r"out\[1\] must have dtype"),
-    ("e8m0 scale transposed", "e8m0",
-     lambda: (_pair("e8m0")[0], torch.empty(9, 5, dtype=torch.uint8).t()), r"out\[1\] must have strides \(9, 1\)"),
-    ("deepgemm row-major", "deepgemm",
-     lambda: (_pair("deepgemm")[0], torch.zeros(5, 3, dtype=torch.int32)), r"out\[1\] must have strides \(1, 8\)"),
-    ("deepgemm without padding storage", "deepgemm",
-     lambda: (_pair("deepgemm")[0], torch.empty_strided((5, 3), (1, 8), dtype=torch.int32)),
-     r"out\[1\] must own 24 elements"),
-    ("deepgemm wrong shape", "deepgemm", lambda: (_pair("deepgemm")[0], _pair("deepgemm", m=6)[1]),
-     r"out\[1\] must have shape \(5, 3\)"),
-    ("swizzled too short", "swizzled_128x4",
-     lambda: (_pair("swizzled_128x4")[0], torch.zeros(512, dtype=torch.uint8)), r"out\[1\] must have shape \(1536,\)"),
-    ("swizzled unaligned", "swizzled_128x4",
-     lambda: (_pair("swizzled_128x4")[0], torch.zeros(1537, dtype=torch.uint8)[1:]),
-     r"out\[1\] must start on a 4-byte boundary"),
-    ("scale on another device", "deepgemm",
-     lambda: (_pair("deepgemm")[0], _pair("deepgemm")[1].to("meta")), r"out\[1\] must be on cpu"),
+    (
+        "q uint8",
+        "e8m0",
+        lambda: (_pair("e8m0")[0].view(torch.uint8), _pair("e8m0")[1]),
+        r"out\[0\] must have dtype torch.float8_e4m3fn",
+    ),
+    (
+        "q wrong shape",
+        "e8m0",
+        lambda: (_pair("e8m0", k=256)[0], _pair("e8m0")[1]),
+        r"out\[0\] must have shape",
+    ),
+    (
+        "q not contiguous",
+        "e8m0",
+        lambda: (torch.empty(288, 5, dtype=torch.float8_e4m3fn).t(), _pair("e8m0")[1]),
+        r"out\[0\] must be contiguous",
+    ),
+    (
+        "q on another device",
+        "e8m0",
+        lambda: (_pair("e8m0")[0].to("meta"), _pair("e8m0")[1]),
+        r"out\[0\] must be on cpu",
+    ),
+    (
+        "scale int32 for e8m0",
+        "e8m0",
+        lambda: (_pair("e8m0")[0], _pair("e8m0")[1].int()),
+        r"out\[1\] must have dtype",
+    ),
+    (
+        "e8m0 scale transposed",
+        "e8m0",
+        lambda: (_pair("e8m0")[0], torch.empty(9, 5, dtype=torch.uint8).t()),
+        r"out\[1\] must have strides \(9, 1\)",
+    ),
+    (
+        "deepgemm row-major",
+        "deepgemm",
+        lambda: (_pair("deepgemm")[0], torch.zeros(5, 3, dtype=torch.int32)),
+        r"out\[1\] must have strides \(1, 8\)",
+    ),
+    (
+        "deepgemm without padding storage",
+        "deepgemm",
+        lambda: (_pair("deepgemm")[0], torch.empty_strided((5, 3), (1, 8), dtype=torch.int32)),
+        r"out\[1\] must own 24 elements",
+    ),
+    (
+        "deepgemm wrong shape",
+        "deepgemm",
+        lambda: (_pair("deepgemm")[0], _pair("deepgemm", m=6)[1]),
+        r"out\[1\] must have shape \(5, 3\)",
+    ),
+    (
+        "swizzled too short",
+        "swizzled_128x4",
+        lambda: (_pair("swizzled_128x4")[0], torch.zeros(512, dtype=torch.uint8)),
+        r"out\[1\] must have shape \(1536,\)",
+    ),
+    (
+        "swizzled unaligned",
+        "swizzled_128x4",
+        lambda: (_pair("swizzled_128x4")[0], torch.zeros(1537, dtype=torch.uint8)[1:]),
+        r"out\[1\] must start on a 4-byte boundary",
+    ),
+    (
+        "scale on another device",
+        "deepgemm",
+        lambda: (_pair("deepgemm")[0], _pair("deepgemm")[1].to("meta")),
+        r"out\[1\] must be on cpu",
+    ),
 ]
 
 
@@ -168,20 +226,49 @@ def test_check_mxfp8_pair_accepts_what_empty_allocates(layout):
 BAD_LAYOUT_CALLS = [
     ("spec k not a multiple of 32", lambda: scale_spec(4, 48, scale_layout="e8m0"), ValueError, "k must be"),
     ("spec negative m", lambda: scale_spec(-1, 32, scale_layout="e8m0"), ValueError, "m must be"),
-    ("spec unknown layout", lambda: scale_spec(4, 32, scale_layout="mn-major"), ValueError, "scale_layout must be"),
-    ("pack int32", lambda: pack_ue8m0_deepgemm(torch.zeros(4, 4, dtype=torch.int32)), ValueError, "scale must be"),
+    (
+        "spec unknown layout",
+        lambda: scale_spec(4, 32, scale_layout="mn-major"),
+        ValueError,
+        "scale_layout must be",
+    ),
+    (
+        "pack int32",
+        lambda: pack_ue8m0_deepgemm(torch.zeros(4, 4, dtype=torch.int32)),
+        ValueError,
+        "scale must be",
+    ),
     ("pack a list", lambda: pack_ue8m0_deepgemm([[1]]), TypeError, "scale must be a torch.Tensor"),
-    ("unpack with the wrong k", lambda: unpack_ue8m0_deepgemm(pack_ue8m0_deepgemm(torch.ones(4, 4, dtype=torch.uint8)),
-                                                              k=256), ValueError, r"packed must have shape \(4, 2\)"),
-    ("unpack 1-D", lambda: unpack_ue8m0_deepgemm(torch.zeros(4, dtype=torch.int32), k=32), ValueError,
-     "packed must be a 2-D int32"),
-    ("swizzle 1-D", lambda: swizzle_128x4(torch.zeros(4, dtype=torch.uint8)), ValueError, "scale must be a 2-D uint8"),
-    ("unswizzle the wrong size", lambda: unswizzle_128x4(torch.zeros(512, dtype=torch.uint8), m=129, k=32),
-     ValueError, r"swizzled must have shape \(1024,\)"),
+    (
+        "unpack with the wrong k",
+        lambda: unpack_ue8m0_deepgemm(pack_ue8m0_deepgemm(torch.ones(4, 4, dtype=torch.uint8)), k=256),
+        ValueError,
+        r"packed must have shape \(4, 2\)",
+    ),
+    (
+        "unpack 1-D",
+        lambda: unpack_ue8m0_deepgemm(torch.zeros(4, dtype=torch.int32), k=32),
+        ValueError,
+        "packed must be a 2-D int32",
+    ),
+    (
+        "swizzle 1-D",
+        lambda: swizzle_128x4(torch.zeros(4, dtype=torch.uint8)),
+        ValueError,
+        "scale must be a 2-D uint8",
+    ),
+    (
+        "unswizzle the wrong size",
+        lambda: unswizzle_128x4(torch.zeros(512, dtype=torch.uint8), m=129, k=32),
+        ValueError,
+        r"swizzled must have shape \(1024,\)",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "call", "error", "match"), BAD_LAYOUT_CALLS, ids=[r[0] for r in BAD_LAYOUT_CALLS])
+@pytest.mark.parametrize(
+    ("name", "call", "error", "match"), BAD_LAYOUT_CALLS, ids=[r[0] for r in BAD_LAYOUT_CALLS]
+)
 def test_layout_functions_reject(name, call, error, match):
     with pytest.raises(error, match=match):
         call()

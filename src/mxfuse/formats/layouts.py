@@ -75,7 +75,9 @@ def _check_e8m0(scale: torch.Tensor, argument: str) -> None:
     if not isinstance(scale, torch.Tensor):
         raise TypeError(f"{argument} must be a torch.Tensor; got {type(scale).__name__}")
     if scale.dtype != torch.uint8 or scale.dim() != 2:
-        raise ValueError(f"{argument} must be a 2-D uint8 tensor [M, K/32]; got {scale.dtype} {tuple(scale.shape)}")
+        raise ValueError(
+            f"{argument} must be a 2-D uint8 tensor [M, K/32]; got {scale.dtype} {tuple(scale.shape)}"
+        )
 
 
 def pack_ue8m0_deepgemm(scale: torch.Tensor) -> torch.Tensor:
@@ -105,7 +107,11 @@ def unpack_ue8m0_deepgemm(packed: torch.Tensor, *, k: int) -> torch.Tensor:
     _check_tensor(packed, spec, "packed", device=packed.device)
     shifts = torch.arange(0, 32, 8, dtype=torch.int64, device=packed.device)
     bytes_ = (packed.to(torch.int64)[..., None] >> shifts) & 0xFF
-    return bytes_.reshape(m, spec.shape[1] * SCALE_GROUPS_PER_WORD)[:, : k // BLOCK_SIZE].to(torch.uint8).contiguous()
+    return (
+        bytes_.reshape(m, spec.shape[1] * SCALE_GROUPS_PER_WORD)[:, : k // BLOCK_SIZE]
+        .to(torch.uint8)
+        .contiguous()
+    )
 
 
 def swizzle_128x4(scale: torch.Tensor) -> torch.Tensor:
@@ -143,7 +149,9 @@ def scale_to_layout(scale: torch.Tensor, *, scale_layout: ScaleLayout | str) -> 
     return scale.contiguous()
 
 
-def scale_from_layout(scale: torch.Tensor, *, scale_layout: ScaleLayout | str, m: int, k: int) -> torch.Tensor:
+def scale_from_layout(
+    scale: torch.Tensor, *, scale_layout: ScaleLayout | str, m: int, k: int
+) -> torch.Tensor:
     """Scales of an ``[m, k]`` tensor in ``scale_layout`` -> row-major E8M0 uint8 ``[m, k/32]``."""
     layout = parse_scale_layout(scale_layout)
     if layout is ScaleLayout.DEEPGEMM:
@@ -192,11 +200,19 @@ def _check_tensor(t: torch.Tensor, spec: ScaleSpec, argument: str, *, device: to
         )
     # Packed layouts are written as whole 32-bit words.
     if spec.layout is not ScaleLayout.E8M0 and t.data_ptr() % 4:
-        raise ValueError(f"{argument} must start on a 4-byte boundary for {what}; got address {t.data_ptr():#x}")
+        raise ValueError(
+            f"{argument} must start on a 4-byte boundary for {what}; got address {t.data_ptr():#x}"
+        )
 
 
 def check_mxfp8_pair(
-    pair: object, *, m: int, k: int, scale_layout: ScaleLayout | str, device: torch.device, argument: str = "out"
+    pair: object,
+    *,
+    m: int,
+    k: int,
+    scale_layout: ScaleLayout | str,
+    device: torch.device,
+    argument: str = "out",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate a caller-provided ``(q, scale)`` pair for an ``[m, k]`` tensor; ValueError naming the field.
 

@@ -84,7 +84,9 @@ def check_quantize_input(x: object, *, argument: str = "x") -> torch.Tensor:
 def _block_scales(amax: torch.Tensor, rounding: ScaleRounding) -> torch.Tensor:
     """int32 scale bytes of finite blocks from their float32 maxima (DESIGN.md, word for word)."""
     if rounding is ScaleRounding.RCEIL:
-        q_bits = (amax / E4M3_MAX).view(torch.int32)
+        # Divide by a tensor, not a Python number: CUDA torch turns a scalar divisor into a multiply by
+        # fp32(1/448), which misrounds ties such as amax = 224 * 2**-149 (true quotient 2**-150 -> 0).
+        q_bits = (amax / torch.full_like(amax, E4M3_MAX)).view(torch.int32)
         exponent = (q_bits >> F32_MANTISSA_BITS) & F32_EXP_MASK
         s = exponent + ((q_bits & F32_MANTISSA_MASK) != 0).to(torch.int32)
     else:
