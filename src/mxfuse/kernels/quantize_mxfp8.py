@@ -4,13 +4,16 @@ One program quantizes a tile of BLOCK_M rows x BLOCK_W * 128 columns, i.e. BLOCK
 row, so every program owns whole 32-bit scale words and no two programs write the same byte. The
 reference is ``mxfuse.formats.quantize_mxfp8_reference``; this kernel is bit-identical to it.
 
-Everything that decides a bit is integer arithmetic on float32 bit patterns (plus one exact power-of-two
-multiply and one float add whose rounding *is* the rounding we want):
-  * the block maximum is an integer max of ``bits & 0x7FFFFFFF``: NaN and Inf sort above every finite
-    value, so a float max that drops NaN cannot hide them;
-  * the scale exponent is read from those bits, with no division, no log2 and no subnormal arithmetic;
-  * the E4M3 byte is built by bit arithmetic (normals) and the ``+ 2**14`` trick (subnormals), so the
-    Triton interpreter, whose float8 cast truncates, runs the very code the GPU runs.
+The scale is integer arithmetic on float32 bit patterns: the block maximum is an integer max of
+``bits & 0x7FFFFFFF`` (NaN and Inf sort above every finite value, so no float max can drop a NaN), and the
+scale exponent is read from its bits, with no division, no log2 and no subnormal arithmetic. Elements are
+scaled by an exact power-of-two multiply and rounded to E4M3 one of two ways:
+  * ``HW_CVT=True`` (GPUs, sm_89+): ``cvt.rn.satfinite.e4m3x2.f32``. At 16384 x 7168 on an H200 this runs
+    at the copy ceiling (84.4 us against 84.7 for a copy of the same bytes);
+  * ``HW_CVT=False``: bit arithmetic for normals and the ``+ 2**14`` float add for subnormals, which the
+    Triton interpreter runs exactly (its own float8 cast rounds half-up). It costs about twice the
+    instructions and is bound by the integer pipe on the GPU (132.5 us), so it serves the CPU test; the
+    GPU tests check both against the reference.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mxfuse import MxfuseUnavailableError
 from mxfuse.formats import (
     BLOCK_SIZE,
     ScaleLayout,
@@ -39,6 +43,7 @@ __all__ = ["quantize_mxfp8"]
 _LAYOUT_CODE = {ScaleLayout.E8M0: 0, ScaleLayout.DEEPGEMM: 1, ScaleLayout.SWIZZLED_128X4: 2}
 _ROWS_ALIGN = {ScaleLayout.E8M0: 1, ScaleLayout.DEEPGEMM: 4, ScaleLayout.SWIZZLED_128X4: 128}
 _COLS_PER_WORD = 4 * BLOCK_SIZE  # 128 elements share one packed int32 scale word
+_MIN_CAPABILITY = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32
 
 
 # Shape-dependent integers are not specialized (no "== 1" or divisibility variants): one compile per
@@ -48,7 +53,7 @@ _COLS_PER_WORD = 4 * BLOCK_SIZE  # 128 elements share one packed int32 scale wor
 def _quantize_mxfp8_kernel(
     x_ptr,  # [M, K] bf16/fp16/fp32, unit stride along K
     q_ptr,  # [M, K] contiguous: float8e4nv (HW_CVT) or the uint8 view of it
-    s_ptr,  # uint8 [M, K/32] (LAYOUT 0) or the int32 words of a packed layout (LAYOUT 1, 2)
+    s_ptr,  # uint8 [M, K/32] (LAYOUT 0), or int32 words: 1 deepgemm, 2 swizzled_128x4, 3 e8m0, K % 128 == 0
     M,
     K,
     stride_xm,
@@ -138,16 +143,25 @@ def _quantize_mxfp8_kernel(
         w2 = words[None, :]
         if LAYOUT == 1:
             offs = r2 + w2 * rows_padded
+        elif LAYOUT == 3:
+            offs = r2 * n_words + w2  # row-major bytes, four groups at a time
         else:
             offs = (r2 // 128) * (n_words * 128) + w2 * 128 + (r2 % 32) * 4 + (r2 % 128) // 32
         tl.store(s_ptr + offs, word, mask=(r2 < rows_padded) & (w2 < n_words))
 
 
 def _block_config(rows: int, n_words: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_W, num_warps) for ``rows`` x ``128 * n_words`` elements."""
-    block_w = min(2, triton.next_power_of_2(max(n_words, 1)))
-    block_m = min(16, triton.next_power_of_2(max(rows, 1)))
-    return block_m, block_w, 4
+    """(BLOCK_M, BLOCK_W, num_warps) for ``rows`` (padded) x ``128 * n_words`` elements.
+
+    Chosen by sweep on an H200, K = 7168, deepgemm scales (benchmarks/NOTES-quantize.md): one scale word
+    (128 columns) per program along K beat two or four at every M; large M: 16 rows, 2 warps (84.6 us at
+    16384 rows against 85.3 for 16 x 2 words, 4 warps; copy ceiling 84.8); up to 128 rows: 4 rows, 1 warp
+    (2.79 us at 128 rows against 2.91, 1.44 against 1.64 at 16), more programs for a latency-bound launch.
+    """
+    del n_words  # one word per program at every width swept (K = 32 to 7168)
+    if rows <= 128:
+        return min(4, triton.next_power_of_2(max(rows, 1))), 1, 1
+    return 16, 1, 2
 
 
 def _launch(
@@ -171,7 +185,12 @@ def _launch(
     n_words = -(-k // _COLS_PER_WORD)
     rows_padded = align(m, _ROWS_ALIGN[layout])
     s_flat = scale_storage_view(scale, spec)
-    if layout is not ScaleLayout.E8M0:
+    layout_code = _LAYOUT_CODE[layout]
+    # Row-major e8m0 rows of a whole number of words are written a word (4 scales) at a time, like the
+    # packed layouts: at 16384 x 7168 on an H200 (16 x 256 tiles), 87.6 us against 93.1 with byte stores.
+    if layout is ScaleLayout.E8M0 and k % _COLS_PER_WORD == 0 and s_flat.data_ptr() % 4 == 0:
+        layout_code = 3
+    if layout_code != 0:
         s_flat = s_flat.view(torch.int32)
     block_m, block_w, num_warps = config or _block_config(rows_padded, n_words)
     n_word_blocks = triton.cdiv(n_words, block_w)
@@ -188,7 +207,7 @@ def _launch(
         n_word_blocks,
         FLOOR=rounding is ScaleRounding.FLOOR,
         HW_CVT=hw_cvt,
-        LAYOUT=_LAYOUT_CODE[layout],
+        LAYOUT=layout_code,
         BLOCK_M=block_m,
         BLOCK_W=block_w,
         num_warps=num_warps,
@@ -206,8 +225,9 @@ def quantize_mxfp8(
 
     Bit-identical to ``quantize_mxfp8_reference`` and writes every byte of both outputs, padding
     included. With ``out=(q, scale)`` (see ``empty_mxfp8_pair``) it validates both buffers and writes into
-    them without allocating, so it can be captured in a CUDA graph. CUDA tensors run the Triton kernel;
-    CPU tensors run the reference.
+    them without allocating, so it can be captured in a CUDA graph. CUDA tensors run the Triton kernel
+    (sm_89+, else ``MxfuseUnavailableError``); CPU tensors run the reference. Bad arguments raise
+    ValueError or TypeError naming the argument; an empty ``x`` gives empty outputs.
     """
     rounding = parse_scale_rounding(rounding)
     layout = parse_scale_layout(scale_layout)
@@ -216,7 +236,9 @@ def quantize_mxfp8(
     if k > 1 and x.stride(1) != 1:
         raise ValueError(f"x must have contiguous rows (stride 1 along K); got strides {tuple(x.stride())}")
     if m > 1 and x.stride(0) < k:
-        raise ValueError(f"x rows must not overlap (stride along M >= K = {k}); got strides {tuple(x.stride())}")
+        raise ValueError(
+            f"x rows must not overlap (stride along M >= K = {k}); got strides {tuple(x.stride())}"
+        )
     if out is None:
         q, scale = empty_mxfp8_pair(m, k, scale_layout=layout, device=x.device)
     else:
@@ -231,6 +253,12 @@ def quantize_mxfp8(
         return q, scale
     if x.device.type != "cuda":
         raise ValueError(f"x must be on a CUDA device or the CPU; got {x.device}")
+    capability = torch.cuda.get_device_capability(x.device)
+    if capability < _MIN_CAPABILITY:
+        sm = f"sm_{capability[0]}{capability[1]}"
+        raise MxfuseUnavailableError(
+            f"quantize_mxfp8 needs FP8 conversion (cvt.e4m3x2, sm_89+); {x.device} is {sm}"
+        )
     with torch.cuda.device(x.device):
         _launch(x, q, scale, rounding=rounding, layout=layout, hw_cvt=True)
     return q, scale
