@@ -35,7 +35,10 @@ def find_root(start: Path | None = None) -> Path:
 def _console(*, stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    # CI logs are not terminals and rich would assume 80 columns, cutting test paths short.
+    width = None if stream.isatty() else 160
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
 class _Group(click.Group):

@@ -68,7 +68,8 @@ def render_file_table(console: Console, files: Sequence[Registration], *, title:
     for column in ("file", "classes", "GPUs", "est. s", "runners"):
         table.add_column(column, justify="right" if column in ("GPUs", "est. s") else "left")
     for f in files:
-        table.add_row(f.path, ", ".join(f.on), str(f.gpus), f"{f.est_time:g}", ", ".join(f.runners))
+        table.add_row(f.path, ", ".join(f.on), str(f.gpus) if f.needs_gpu else "-", f"{f.est_time:g}",
+                      ", ".join(f.runners))
     console.print(table)
 
 
