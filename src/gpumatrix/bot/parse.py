@@ -40,6 +40,7 @@ USAGE = "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA]  | 
 _COMMAND_RE = re.compile(r"/(rerun-test|rerun-failed)(?=\s|$)")
 _FENCE_RE = re.compile(r"(`{3,}|~{3,})(.*)$")
 _SHA_RE = re.compile(r"[0-9a-f]{7,40}")
+_BACKTICKS_RE = re.compile(r"`+")
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,14 @@ def command_lines(body: str) -> Iterator[str]:
     """Yield the lines of `body` that a command may start on, leading indentation removed.
 
     A simplified CommonMark block scan: enough to tell the commenter's own top-level lines from quotes,
-    code and hidden HTML comments.
+    code and hidden HTML comments. Lines of one paragraph are held until it ends, because an inline code
+    span may run over several lines (`` ` `` on one line, the closing one lines later): a line that
+    starts inside such a span is code, not a command.
     """
     fence: str | None = None  # the opening fence while inside a fenced code block
     in_quote = False  # inside a block quote, including its lazy continuation lines
     in_html_comment = False
+    paragraph: list[tuple[str, bool]] = []  # (line, whether a command may start on it)
     for raw in body.splitlines():
         indent = len(raw) - len(raw.lstrip(" "))
         line = raw.strip()
@@ -82,22 +86,68 @@ def command_lines(body: str) -> Iterator[str]:
             continue
         if not line:
             in_quote = False
+            yield from _outside_code_spans(paragraph)
+            paragraph = []
             continue
         if raw.startswith("\t") or indent >= 4:
+            if paragraph:  # an indented line continues a paragraph (its text may close a code span)
+                paragraph.append((line, False))
             continue  # indented code (or an indented continuation: never a command either way)
         match = _FENCE_RE.match(line)
         if match and not (match[1][0] == "`" and "`" in match[2]):
+            yield from _outside_code_spans(paragraph)
+            paragraph = []
             fence, in_quote = match[1], False
             continue
         if line.startswith(">"):
+            yield from _outside_code_spans(paragraph)
+            paragraph = []
             in_quote = True
             continue
         if in_quote:
             continue  # lazy continuation: rendered inside the quote
         if line.startswith("<!--"):
+            yield from _outside_code_spans(paragraph)
+            paragraph = []
             in_html_comment = "-->" not in line[4:]
             continue
-        yield line
+        paragraph.append((line, True))
+    yield from _outside_code_spans(paragraph)
+
+
+def _outside_code_spans(paragraph: list[tuple[str, bool]]) -> Iterator[str]:
+    """The candidate lines of one paragraph that do not start inside an inline code span."""
+    text = "\n".join(line for line, _ in paragraph)
+    spans = _code_spans(text)
+    offset = 0
+    for line, candidate in paragraph:
+        if candidate and not any(start < offset < end for start, end in spans):
+            yield line
+        offset += len(line) + 1
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each inline code span: a run of n backticks up to the next run of exactly n.
+
+    A run with no matching closer is literal text; a backslash before a run escapes its first backtick.
+    """
+    runs = [(m.start(), m.end()) for m in _BACKTICKS_RE.finditer(text)]
+    spans: list[tuple[int, int]] = []
+    index = 0
+    while index < len(runs):
+        start, end = runs[index]
+        index += 1
+        backslashes = len(text[:start]) - len(text[:start].rstrip("\\"))
+        if backslashes % 2:
+            start += 1  # `\`` is a literal backtick; the rest of the run may still open a span
+        width = end - start
+        if width == 0:
+            continue
+        closer = next((i for i in range(index, len(runs)) if runs[i][1] - runs[i][0] == width), None)
+        if closer is not None:
+            spans.append((start, runs[closer][1]))
+            index = closer + 1
+    return spans
 
 
 def parse_comment(body: str) -> Command | None:
