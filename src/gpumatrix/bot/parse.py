@@ -41,6 +41,7 @@ _COMMAND_RE = re.compile(r"/(rerun-test|rerun-failed)(?=\s|$)")
 _FENCE_RE = re.compile(r"(`{3,}|~{3,})(.*)$")
 _SHA_RE = re.compile(r"[0-9a-f]{7,40}")
 _BACKTICKS_RE = re.compile(r"`+")
+_INLINE_OPENER_RE = re.compile(r"`+|<!--")
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def command_lines(body: str) -> Iterator[str]:
             continue
         if not line:
             in_quote = False
-            yield from _outside_code_spans(paragraph)
+            yield from _visible_lines(paragraph)
             paragraph = []
             continue
         if raw.startswith("\t") or indent >= 4:
@@ -95,30 +96,30 @@ def command_lines(body: str) -> Iterator[str]:
             continue  # indented code (or an indented continuation: never a command either way)
         match = _FENCE_RE.match(line)
         if match and not (match[1][0] == "`" and "`" in match[2]):
-            yield from _outside_code_spans(paragraph)
+            yield from _visible_lines(paragraph)
             paragraph = []
             fence, in_quote = match[1], False
             continue
         if line.startswith(">"):
-            yield from _outside_code_spans(paragraph)
+            yield from _visible_lines(paragraph)
             paragraph = []
             in_quote = True
             continue
         if in_quote:
             continue  # lazy continuation: rendered inside the quote
         if line.startswith("<!--"):
-            yield from _outside_code_spans(paragraph)
+            yield from _visible_lines(paragraph)
             paragraph = []
             in_html_comment = "-->" not in line[4:]
             continue
         paragraph.append((line, True))
-    yield from _outside_code_spans(paragraph)
+    yield from _visible_lines(paragraph)
 
 
-def _outside_code_spans(paragraph: list[tuple[str, bool]]) -> Iterator[str]:
-    """The candidate lines of one paragraph that do not start inside an inline code span."""
+def _visible_lines(paragraph: list[tuple[str, bool]]) -> Iterator[str]:
+    """The candidate lines of one paragraph that do not start inside a code span or an HTML comment."""
     text = "\n".join(line for line, _ in paragraph)
-    spans = _code_spans(text)
+    spans = _hidden_spans(text)
     offset = 0
     for line, candidate in paragraph:
         if candidate and not any(start < offset < end for start, end in spans):
@@ -126,27 +127,34 @@ def _outside_code_spans(paragraph: list[tuple[str, bool]]) -> Iterator[str]:
         offset += len(line) + 1
 
 
-def _code_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each inline code span: a run of n backticks up to the next run of exactly n.
+def _hidden_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each inline code span and inline HTML comment, scanned left to right.
 
-    A run with no matching closer is literal text; a backslash before a run escapes its first backtick.
+    A code span is a run of n backticks up to the next run of exactly n; an HTML comment is `<!--` up to
+    the first `-->` (`<!-->` and `<!--->` included). An opener without its closer is literal text, and a
+    backslash before it escapes its first character.
     """
     runs = [(m.start(), m.end()) for m in _BACKTICKS_RE.finditer(text)]
     spans: list[tuple[int, int]] = []
-    index = 0
-    while index < len(runs):
-        start, end = runs[index]
-        index += 1
+    pos = 0
+    while (match := _INLINE_OPENER_RE.search(text, pos)) is not None:
+        start, end = match.span()
+        pos = end
         backslashes = len(text[:start]) - len(text[:start].rstrip("\\"))
-        if backslashes % 2:
-            start += 1  # `\`` is a literal backtick; the rest of the run may still open a span
-        width = end - start
-        if width == 0:
+        if backslashes % 2:  # `\`` is a literal backtick (the rest of its run may still open a span)
+            pos = start + 1
             continue
-        closer = next((i for i in range(index, len(runs)) if runs[i][1] - runs[i][0] == width), None)
+        if match[0] == "<!--":
+            close = text.find("-->", start + 2)
+            if close >= 0:
+                spans.append((start, close + 3))
+                pos = close + 3
+            continue
+        width = end - start
+        closer = next((r for r in runs if r[0] >= end and r[1] - r[0] == width), None)
         if closer is not None:
-            spans.append((start, runs[closer][1]))
-            index = closer + 1
+            spans.append((start, closer[1]))
+            pos = closer[1]
     return spans
 
 
