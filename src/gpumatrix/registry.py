@@ -169,16 +169,21 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
     if call.args:
         bad(call.args[0], "register(...) takes keyword arguments only: on=..., gpus=..., est_time=...")
     values: dict[str, object] = {}
+    seen: set[str] = set()
     for keyword in call.keywords:
         if keyword.arg is None:
             bad(keyword.value, "register(...) cannot take **kwargs: write on=, gpus= and est_time= literally")
         elif keyword.arg not in _KEYWORDS:
             bad(keyword.value, f"register(...) got unknown argument {keyword.arg!r} "
                                f"(expected {', '.join(_KEYWORDS)})")
+        elif keyword.arg in seen:  # ast parses it; Python refuses to compile it
+            bad(keyword.value, f"register(...) repeats the argument {keyword.arg}=")
         else:
+            seen.add(keyword.arg)
             try:
                 values[keyword.arg] = ast.literal_eval(keyword.value)
-            except ValueError:
+            # TypeError: a literal that cannot be built, such as a set of lists ({[]}).
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 bad(keyword.value, f"register({keyword.arg}=...) must be a literal, got "
                                    f"`{ast.unparse(keyword.value)}`; the registry is read without importing the file")
 

@@ -50,6 +50,12 @@ ERRORS = [
     ("nested-in-function", HEADER + 'def setup():\n    register(on=("cpu",), est_time=1)\n',
      [(3, "module top level")]),
     ("syntax-error", HEADER + 'register(on=("cpu",), est_time=1\n', [(2, "cannot parse test file")]),
+    # literal_eval raises TypeError, not ValueError, on a literal it cannot build.
+    ("unhashable-set-literal", HEADER + "register(on={[]}, est_time=1)\n", [(2, "register(on=...) must be a literal")]),
+    ("unhashable-dict-key", HEADER + 'register(on=("cpu",), est_time={[1]: 2})\n',
+     [(2, "register(est_time=...) must be a literal")]),
+    ("repeated-keyword", HEADER + 'register(on=("cpu",), est_time=1, est_time=2)\n',
+     [(2, "repeats the argument est_time=")]),
 ]
 
 
