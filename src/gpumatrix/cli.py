@@ -77,7 +77,9 @@ def detect(as_json: bool, root: Path | None) -> None:
     from gpumatrix.config import load_matrix
     from gpumatrix.hardware import detect as detect_hardware
 
-    matrix = load_matrix((root or find_root()) / "ci" / "matrix.yaml")
+    # Outside a checkout (no --root, no ci/matrix.yaml above) the built-in classes name the GPUs.
+    matrix_path = (root or find_root()) / "ci" / "matrix.yaml"
+    matrix = load_matrix(matrix_path) if root is not None or matrix_path.is_file() else None
     hardware = detect_hardware(matrix)
     if as_json:
         click.echo(json.dumps(_hardware_dict(hardware), indent=2))

@@ -44,7 +44,7 @@ def check_runner_label(matrix: Matrix, label: str) -> None:
         raise UsageError(f"--runner: unknown runner {label!r} (known: {known})")
 
 
-def render_hardware(console: Console, hardware: Hardware, matrix: Matrix) -> None:
+def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None) -> None:
     from rich.table import Table
 
     table = Table(title=f"this machine: {hardware.describe()}", show_header=False)
@@ -56,8 +56,12 @@ def render_hardware(console: Console, hardware: Hardware, matrix: Matrix) -> Non
         table.add_row(f"GPU {index}", f"{name} ({cc})")
     table.add_row("driver", hardware.driver or "-")
     table.add_row("detected via", hardware.source)
-    matching = [r.label for r in matrix.runners if r.gpu_class == hardware.gpu_class and r.gpus == hardware.count]
-    table.add_row("matching runner", ", ".join(matching) or "none")
+    if matrix is None:
+        table.add_row("matching runner", "no ci/matrix.yaml here (pass --root DIR)")
+    else:
+        matching = [r.label for r in matrix.runners
+                    if r.gpu_class == hardware.gpu_class and r.gpus == hardware.count]
+        table.add_row("matching runner", ", ".join(matching) or "none")
     console.print(table)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpumatrix import GpumatrixError
 from gpumatrix.config import CPU_CLASS, GpuClass, Matrix, Runner
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "UNKNOWN_CLASS",
     "Device",
     "Hardware",
+    "HardwareOverrideError",
     "detect",
     "parse_override",
     "preflight",
@@ -53,6 +55,12 @@ BUILTIN_CLASSES: Mapping[str, GpuClass] = {
 _OVERRIDE_RE = re.compile(r"^([1-9][0-9]{0,2})x([A-Za-z0-9_.-]+)$")
 # An idle H100/H200 shows a few hundred MiB used (driver reservations) and no process.
 _IDLE_MEMORY_MIB = 2048
+
+
+class HardwareOverrideError(GpumatrixError, ValueError):
+    """`GPUMATRIX_HARDWARE` is malformed or names an unknown class: a usage error (exit 2)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,8 @@ class _Probe:
 def detect(matrix: Matrix | None = None, *, environ: Mapping[str, str] | None = None) -> Hardware:
     """This process's GPUs: the override if set, else the first probe that answers, else `cpu`.
 
-    Raises ValueError when `GPUMATRIX_HARDWARE` is malformed or names a class the matrix lacks.
+    Raises HardwareOverrideError (a ValueError) when `GPUMATRIX_HARDWARE` is malformed or names a
+    class the matrix lacks.
     """
     env = os.environ if environ is None else environ
     classes = matrix.classes if matrix is not None else BUILTIN_CLASSES
@@ -134,17 +143,17 @@ def detect(matrix: Matrix | None = None, *, environ: Mapping[str, str] | None = 
 
 
 def parse_override(text: str, classes: Mapping[str, GpuClass] = BUILTIN_CLASSES) -> tuple[str, int]:
-    """`'4xb200'` -> `('b200', 4)`, `'cpu'` -> `('cpu', 0)`; ValueError naming the variable otherwise."""
+    """`'4xb200'` -> `('b200', 4)`, `'cpu'` -> `('cpu', 0)`; HardwareOverrideError naming the variable otherwise."""
     if text == CPU_CLASS:
         return CPU_CLASS, 0
     match = _OVERRIDE_RE.match(text)
     gpu_classes = [name for name, c in classes.items() if not c.is_cpu]
     expected = f"expected 'cpu' or COUNTxCLASS such as '1x{gpu_classes[0] if gpu_classes else 'h100'}'"
     if match is None:
-        raise ValueError(f"{HARDWARE_ENV}={text!r} is not understood: {expected}")
+        raise HardwareOverrideError(f"{HARDWARE_ENV}={text!r} is not understood: {expected}")
     name = match[2]
     if name not in gpu_classes:
-        raise ValueError(f"{HARDWARE_ENV}={text!r} names unknown GPU class {name!r} "
+        raise HardwareOverrideError(f"{HARDWARE_ENV}={text!r} names unknown GPU class {name!r} "
                          f"(known: {', '.join(gpu_classes)}); {expected}")
     return name, int(match[1])
 

@@ -141,6 +141,8 @@ def execute_run(console: Console, root: Path, options: RunOptions) -> int:
     from gpumatrix.hardware import detect, preflight
     from gpumatrix.registry import load_tree
 
+    # pytest runs in `root`: relative paths given here must not be read again from there.
+    root = Path(root).resolve()
     matrix, registry = load_tree(root)
     if registry.problems:
         for problem in registry.problems:
@@ -172,12 +174,16 @@ def execute_run(console: Console, root: Path, options: RunOptions) -> int:
 
     reports_dir = root / "reports"
     junit = options.junit_xml or reports_dir / f"junit-{runner.label}.xml"
-    report_path = options.report or reports_dir / f"gpumatrix-{runner.label}.json"
+    report_path = (options.report or reports_dir / f"gpumatrix-{runner.label}.json").resolve()
+    junit = junit.resolve()
     for path in (junit, report_path):
         path.parent.mkdir(parents=True, exist_ok=True)
     report_path.unlink(missing_ok=True)
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
+    # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own
+    # matrix, registry and root-relative node ids.
     command = [sys.executable, "-m", "pytest", *targets, "--runner", runner.label,
+               "--rootdir", str(root), "--gpumatrix-root", str(root),
                "--gpumatrix-report", str(report_path), f"--junitxml={junit}", "-p", "no:cacheprovider"]
     if workers not in ("0", "1"):
         command += ["-n", workers]

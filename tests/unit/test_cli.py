@@ -211,3 +211,67 @@ def test_run_fails_when_a_test_fails(tmp_path):
     result = CliRunner().invoke(main, ["run", "--runner", "cpu", "-n", "0", "--root", str(tmp_path)],
                                 env={"GPUMATRIX_HARDWARE": "cpu"})
     assert result.exit_code == 1, result.output
+
+
+# (id, command): each reads GPUMATRIX_HARDWARE, whose malformed value is a usage error, not a traceback.
+BAD_OVERRIDE_COMMANDS = [
+    ("detect", ["detect"]),
+    ("detect-json", ["detect", "--json"]),
+    ("run-auto", ["run", "-n", "0"]),
+    ("run-labelled", ["run", "--runner", "cpu", "-n", "0"]),
+]
+
+
+@pytest.mark.parametrize("override", ["bogus", "1xa100"])
+@pytest.mark.parametrize("command", [c[1] for c in BAD_OVERRIDE_COMMANDS], ids=[c[0] for c in BAD_OVERRIDE_COMMANDS])
+def test_malformed_hardware_override_exits_2_naming_the_variable(tmp_path, command, override):
+    make_tree(tmp_path, {"tests/test_cpu.py": registered('("cpu",)')})
+    result = CliRunner().invoke(main, [*command, "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": override})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2, result.output
+    assert f"GPUMATRIX_HARDWARE={override!r}" in result.output
+    assert not (tmp_path / "reports").exists()  # refused before pytest started
+
+
+# (id, override, class, count): `gpumatrix detect` outside any checkout names GPUs by the built-in classes.
+DETECT_OUTSIDE = [
+    ("cpu", "cpu", "cpu", 0),
+    ("two-hopper", "2xh100", "h100", 2),
+    ("four-gb300", "4xgb300", "gb300", 4),
+]
+
+
+@pytest.mark.parametrize(("override", "gpu_class", "count"), [r[1:] for r in DETECT_OUTSIDE],
+                         ids=[r[0] for r in DETECT_OUTSIDE])
+def test_detect_works_outside_a_checkout(tmp_path, monkeypatch, override, gpu_class, count):
+    monkeypatch.chdir(tmp_path)  # no ci/matrix.yaml here or above
+    result = CliRunner().invoke(main, ["detect", "--json"], env={"GPUMATRIX_HARDWARE": override})
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (data["gpu_class"], data["count"], data["source"]) == (gpu_class, count, "override")
+    # An explicit --root still needs its matrix.
+    result = CliRunner().invoke(main, ["detect", "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": override})
+    assert result.exit_code == 2, result.output
+
+
+# (id, --root as given, write an enclosing pytest config): the run uses the --root tree's matrix and
+# registry, and reads back the report it asked pytest to write.
+RUN_ROOTS = [
+    ("relative-root", "inner", False),
+    ("inside-another-pytest-config", None, True),
+    ("relative-inside-another-pytest-config", "inner", True),
+]
+
+
+@pytest.mark.parametrize(("given", "outer_config"), [r[1:] for r in RUN_ROOTS], ids=[r[0] for r in RUN_ROOTS])
+def test_run_honours_root_wherever_it_is(tmp_path, monkeypatch, given, outer_config):
+    inner = make_tree(tmp_path / "inner", {"tests/test_cpu.py": registered('("cpu",)')})
+    if outer_config:
+        (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-ra"\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "--runner", "cpu", "-n", "0", "--root", given or str(inner)],
+                                env={"GPUMATRIX_HARDWARE": "cpu"})
+    assert result.exit_code == 0, result.output
+    report = json.loads((inner / "reports" / "gpumatrix-cpu.json").read_text())
+    assert report["files"]["tests/test_cpu.py"]["passed"] == ["tests/test_cpu.py::test_ok"]
+    assert (inner / "reports" / "junit-cpu.xml").is_file()
