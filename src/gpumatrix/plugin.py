@@ -72,7 +72,11 @@ _RANK = {"passed": 0, "skipped": 1, "errors": 2, "failed": 3}
 
 @dataclass
 class RunReport:
-    """Outcomes by test (its worst phase wins), collection errors by file, and deselections."""
+    """Outcomes by test (its worst phase wins), collection errors by file, and deselections.
+
+    The JSON has, per file, the node ids that ran (passed, failed or errored) and of each outcome,
+    and the skipped ones with their reasons, marked when the reason is this machine's hardware.
+    """
 
     outcomes: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # nodeid: (file, kind, reason)
     deselected: set[str] = field(default_factory=set)
@@ -100,12 +104,14 @@ class RunReport:
     def to_json(self, *, hardware: Hardware, runner: str | None, hardware_skips: dict[str, str],
                 problems: list[str]) -> dict[str, Any]:
         files: dict[str, dict[str, list[Any]]] = {}
-        totals = dict.fromkeys(("passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
+        totals = dict.fromkeys(("ran", "passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
         for nodeid, (file, kind, reason) in sorted(self.outcomes.items()):
-            entry = files.setdefault(file, {"passed": [], "failed": [], "errors": [], "skipped": []})
+            entry = files.setdefault(file, {"ran": [], "passed": [], "failed": [], "errors": [], "skipped": []})
             totals[kind] += 1
-            if kind != "skipped":
+            if kind != "skipped":  # it ran, whatever came of it (as `gpumatrix run` counts executed tests)
                 entry[kind].append(nodeid)
+                entry["ran"].append(nodeid)
+                totals["ran"] += 1
                 continue
             by_hardware = hardware_skips.get(file) == reason
             totals["hardware_skipped"] += by_hardware

@@ -138,10 +138,13 @@ BY_MACHINE = {
     ],
 }
 TOTALS = {  # 12 tests: 5 CPU-only ones, one CPU-or-5090 one, 6 on GPUs
-    "cpu": {"passed": 2, "failed": 1, "errors": 1, "skipped": 8, "hardware_skipped": 6, "deselected": 0},
-    "1xh100": {"passed": 4, "failed": 1, "errors": 1, "skipped": 6, "hardware_skipped": 4, "deselected": 0},
-    "2xh100": {"passed": 5, "failed": 1, "errors": 1, "skipped": 5, "hardware_skipped": 3, "deselected": 0},
-    "4xb200": {"passed": 5, "failed": 1, "errors": 1, "skipped": 5, "hardware_skipped": 3, "deselected": 0},
+    "cpu": {"ran": 4, "passed": 2, "failed": 1, "errors": 1, "skipped": 8, "hardware_skipped": 6, "deselected": 0},
+    "1xh100": {"ran": 6, "passed": 4, "failed": 1, "errors": 1, "skipped": 6, "hardware_skipped": 4,
+               "deselected": 0},
+    "2xh100": {"ran": 7, "passed": 5, "failed": 1, "errors": 1, "skipped": 5, "hardware_skipped": 3,
+               "deselected": 0},
+    "4xb200": {"ran": 7, "passed": 5, "failed": 1, "errors": 1, "skipped": 5, "hardware_skipped": 3,
+               "deselected": 0},
 }
 
 
@@ -183,7 +186,11 @@ def _outcome(report: dict[str, Any], nodeid: str) -> tuple[str, str | None]:
                          [(machine, *row) for machine, rows in BY_MACHINE.items() for row in ALWAYS + rows])
 def test_outcome_and_skip_reason_by_machine(machine: str, nodeid: str, outcome: str, reason: str | None,
                                             run_on: Callable[..., PytestRun]) -> None:
-    assert _outcome(run_on(machine).report, nodeid) == (outcome, reason)
+    report = run_on(machine).report
+    assert _outcome(report, nodeid) == (outcome, reason)
+    # Per file, "ran" lists exactly the tests that executed: passed, failed or errored, never skipped.
+    ran = nodeid in report["files"][nodeid.split("::")[0]]["ran"]
+    assert ran == (outcome in ("passed", "failed", "errors"))
 
 
 @pytest.mark.parametrize("machine", list(TOTALS))
@@ -232,8 +239,8 @@ def test_runner_keeps_only_its_slice(machine: str, label: str, args: tuple[str, 
 def test_cpu_runner_runs_the_cpu_slice(run_on: Callable[..., PytestRun]) -> None:
     run = run_on("cpu", "--runner", "cpu")
     assert sorted(run.report["files"]) == ["tests/kernels/test_cpu_or_5090.py", "tests/unit/test_cpu_only.py"]
-    assert run.report["totals"] == {"passed": 2, "failed": 1, "errors": 1, "skipped": 2, "hardware_skipped": 0,
-                                    "deselected": 6}
+    assert run.report["totals"] == {"ran": 4, "passed": 2, "failed": 1, "errors": 1, "skipped": 2,
+                                    "hardware_skipped": 0, "deselected": 6}
 
 
 @pytest.mark.parametrize(("machine", "label", "message"), [
