@@ -35,7 +35,8 @@ else:
 
 
 @pytest.mark.parametrize("module", ["gpumatrix", "gpumatrix.config", "gpumatrix.registry", "gpumatrix.hardware",
-                                    "gpumatrix.plugin", "gpumatrix.leases"])
+                                    "gpumatrix.plugin", "gpumatrix.leases", "gpumatrix.shard", "gpumatrix.run",
+                                    "gpumatrix.commands", "gpumatrix.cli", "gpumatrix.compare"])
 def test_module_imports_without_torch(module: str) -> None:
     code = _WITHOUT_TORCH + f"import {module}\nassert 'torch' not in sys.modules, 'torch was imported'\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -60,3 +61,27 @@ def test_the_plugin_gates_and_leases_without_torch(tmp_path: Path) -> None:
                           timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+
+
+# (id, command): the CLI commands a plain runner uses, run where torch cannot be imported.
+CLI_WITHOUT_TORCH = [
+    ("check", ["check"]),
+    ("list-json", ["list", "--json"]),
+    ("matrix-json", ["matrix", "--json"]),
+    ("detect-json", ["detect", "--json"]),
+]
+
+
+@pytest.mark.parametrize("args", [c[1] for c in CLI_WITHOUT_TORCH], ids=[c[0] for c in CLI_WITHOUT_TORCH])
+def test_cli_commands_run_without_torch(tmp_path: Path, args: list[str]) -> None:
+    write_tree(tmp_path, {"tests/test_cpu.py": registered(("cpu",), body="def test_a():\n    pass\n")})
+    code = _WITHOUT_TORCH + (
+        "from gpumatrix.cli import main\n"
+        f"try:\n    main({[*args, '--root', str(tmp_path)]!r})\n"
+        "except SystemExit as exc:\n    status = exc.code or 0\nelse:\n    status = 0\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "raise SystemExit(status)\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("GPUMATRIX_", "PYTEST_"))}
+    env["GPUMATRIX_HARDWARE"] = "cpu"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
