@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One pass over everything that needs real GPUs: hardware detection, each GPU runner's slice
 # through `gpumatrix run` (plugin, leases, guards), the lease tests serial and parallel, and the
-# lease benchmark. Logs go to $OUT (or ./reports). Usage on a GPU machine: bash benchmarks/gpu_session.sh
+# lease benchmark. Logs go to $OUT (or ./reports).
+# Usage on a GPU machine: bash benchmarks/gpu_session.sh [--no-bench]
 set -u
 out=${OUT:-reports}
 mkdir -p "$out"
@@ -19,6 +20,6 @@ step run-auto gm run --runner auto --junit-xml "$out/junit-2gpu.xml" --report "$
 step leases-n0 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gpu_leases.py tests/e2e/test_gpu_leases_multi.py -n 0
 step leases-n2 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_gpu_leases.py tests/e2e/test_gpu_leases_multi.py -n 2
 step mismatch gm run --runner 4-gpu-b200
-step bench-leases python3 benchmarks/leases.py
+[ "${1:-}" = --no-bench ] || step bench-leases python3 benchmarks/leases.py
 echo "=== summary"
 for k in detect run-1gpu run-auto leases-n0 leases-n2 mismatch bench-leases; do printf '%-14s rc=%s\n' "$k" "${rc[$k]}"; done
