@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import TypeVar
 
 __all__ = ["ScaleLayout", "ScaleRounding", "parse_scale_layout", "parse_scale_rounding"]
 
@@ -48,19 +49,22 @@ class ScaleLayout(str, Enum):
     SWIZZLED_128X4 = "swizzled_128x4"
 
 
+_E = TypeVar("_E", bound=Enum)
+
+
+def _parse_choice(enum: type[_E], value: _E | str, argument: str) -> _E:
+    try:
+        return enum(value)
+    except ValueError:
+        choices = ", ".join(repr(member.value) for member in enum)
+        raise ValueError(f"{argument} must be one of {choices}; got {value!r}") from None
+
+
 def parse_scale_rounding(value: ScaleRounding | str, *, argument: str = "rounding") -> ScaleRounding:
     """Return ``value`` as a ``ScaleRounding``; ValueError naming ``argument`` if it is none of them."""
-    try:
-        return ScaleRounding(value)
-    except ValueError:
-        choices = ", ".join(repr(r.value) for r in ScaleRounding)
-        raise ValueError(f"{argument} must be one of {choices}; got {value!r}") from None
+    return _parse_choice(ScaleRounding, value, argument)
 
 
 def parse_scale_layout(value: ScaleLayout | str, *, argument: str = "scale_layout") -> ScaleLayout:
     """Return ``value`` as a ``ScaleLayout``; ValueError naming ``argument`` if it is none of them."""
-    try:
-        return ScaleLayout(value)
-    except ValueError:
-        choices = ", ".join(repr(s.value) for s in ScaleLayout)
-        raise ValueError(f"{argument} must be one of {choices}; got {value!r}") from None
+    return _parse_choice(ScaleLayout, value, argument)
