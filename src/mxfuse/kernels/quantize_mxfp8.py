@@ -37,11 +37,16 @@ from mxfuse.formats import (
     scale_spec,
     scale_storage_view,
 )
+from mxfuse.kernels.mxfp8_tile import (
+    ROWS_ALIGN,
+    mxfp8_codes,
+    mxfp8_scale_bytes,
+    scale_layout_code,
+    store_scale_words,
+)
 
 __all__ = ["quantize_mxfp8"]
 
-_LAYOUT_CODE = {ScaleLayout.E8M0: 0, ScaleLayout.DEEPGEMM: 1, ScaleLayout.SWIZZLED_128X4: 2}
-_ROWS_ALIGN = {ScaleLayout.E8M0: 1, ScaleLayout.DEEPGEMM: 4, ScaleLayout.SWIZZLED_128X4: 128}
 _COLS_PER_WORD = 4 * BLOCK_SIZE  # 128 elements share one packed int32 scale word
 _MIN_CAPABILITY = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32
 
@@ -86,68 +91,12 @@ def _quantize_mxfp8_kernel(
         bits = raw.to(tl.uint16, bitcast=True).to(tl.int32) << 16
     else:
         bits = raw.to(tl.float32).to(tl.int32, bitcast=True)
-    x = bits.to(tl.float32, bitcast=True)
 
-    amax_bits = tl.max(bits & 0x7FFFFFFF, axis=3)  # [BLOCK_M, BLOCK_W, 4]
-    nonfinite = amax_bits >= 0x7F800000
-    e = amax_bits >> 23  # biased exponent; 0 for zero and subnormal maxima
-    if FLOOR:
-        # floor(log2(amax)) - 8 + 127 = e - 135 + 127; subnormal maxima clamp to 0.
-        s = tl.minimum(tl.maximum(e - 8, 0), 254)
-    else:
-        # RCEIL: s = biased_exponent(q) + (mantissa(q) != 0) with q = fp32(amax / 448), 448 = 1.75 * 2**8.
-        # For normal amax = 1.f * 2**(e-127), q is a power of two only when 1.f == 1.75 exactly, and no
-        # rounding of amax/448 reaches one from above (checked exhaustively over all finite fp32
-        # amax against the division), so s = e - 8 + (f > 0x600000), at least 1 while q > 0.
-        # Subnormal amax = f * 2**-149 gives q > 0 (hence s = 1) only when f / 448 rounds above 0: f > 224.
-        f = amax_bits & 0x7FFFFF
-        s = tl.where(e == 0, (f > 224).to(tl.int32), tl.maximum(e - 8 + (f > 0x600000).to(tl.int32), 1))
-        s = tl.minimum(s, 254)
-    s = tl.where(nonfinite, 255, s)
-
-    # x / 2**(s-127) == x * 2**(127-s) exactly: 2**(127-s) is a normal float32 for s in [0, 253] (bits
-    # (254 - s) << 23; finite blocks have s <= 247) and the subnormal 0x00400000 for s = 254.
-    # NaN blocks multiply by NaN: every element becomes NaN, which the conversions write as 0x7F.
-    inv_bits = tl.where(s == 254, 0x00400000, (254 - s) << 23)
-    inv_bits = tl.where(nonfinite, 0x7FC00000, inv_bits)
-    v = x * inv_bits.to(tl.float32, bitcast=True)[:, :, :, None]
+    s = mxfp8_scale_bytes(tl.max(bits & 0x7FFFFFFF, axis=3), FLOOR)  # [BLOCK_M, BLOCK_W, 4]
+    codes = mxfp8_codes(bits, s, HW_CVT)
     q_offs = r4.to(tl.int64) * K + cols
-    if HW_CVT:
-        # cvt.rn.satfinite.e4m3x2.f32 (sm_89+): nearest-even, saturating to +-448, two per instruction;
-        # a NaN input (always the positive canonical NaN after the multiply) gives 0x7F.
-        tl.store(q_ptr + q_offs, v.to(tl.float8e4nv), mask=in_bounds)
-    else:
-        mag = tl.minimum(tl.abs(v), 448.0)  # saturate before rounding, so FLOOR never makes NaN
-        mag_bits = mag.to(tl.int32, bitcast=True)
-        # Normal E4M3 (mag >= 2**-6): rebias the exponent 127 -> 7 and round the 23-bit mantissa to 3 bits,
-        # nearest-even: add 0x7FFFF plus the lowest kept bit, then drop 20 bits. mag <= 448 caps it at 0x7E.
-        odd = (mag_bits >> 20) & 1
-        normal = (mag_bits - (120 << 23) + 0x7FFFF + odd) >> 20
-        # Subnormal E4M3 (steps of 2**-9): 2**14 has an ulp of 2**-9, so the fp32 add rounds mag to the
-        # nearest even step, and the bits above 2**14's are the step count 0..8 (8 = 2**-6, the smallest
-        # normal).
-        subnormal = (mag + 16384.0).to(tl.int32, bitcast=True) - 0x46800000
-        code = tl.where(mag_bits < (121 << 23), subnormal, normal) | ((bits >> 24) & 0x80)
-        code = tl.where(nonfinite[:, :, :, None], 0x7F, code)
-        tl.store(q_ptr + q_offs, code.to(tl.uint8), mask=in_bounds)
-
-    if LAYOUT == 0:
-        groups = words[None, :, None] * 4 + slot[None, None, :]
-        r3 = rows[:, None, None]
-        mask = (r3 < M) & (groups < K // 32)
-        tl.store(s_ptr + r3.to(tl.int64) * (K // 32) + groups, s.to(tl.uint8), mask=mask)
-    else:
-        # Byte j of word p is group 4p + j; the bytes are disjoint, so the sum is an OR.
-        word = tl.sum(s << (slot * 8)[None, None, :], axis=2)  # [BLOCK_M, BLOCK_W]
-        r2 = rows[:, None].to(tl.int64)
-        w2 = words[None, :]
-        if LAYOUT == 1:
-            offs = r2 + w2 * rows_padded
-        elif LAYOUT == 3:
-            offs = r2 * n_words + w2  # row-major bytes, four groups at a time
-        else:
-            offs = (r2 // 128) * (n_words * 128) + w2 * 128 + (r2 % 32) * 4 + (r2 % 128) // 32
-        tl.store(s_ptr + offs, word, mask=(r2 < rows_padded) & (w2 < n_words))
+    tl.store(q_ptr + q_offs, codes, mask=in_bounds)
+    store_scale_words(s_ptr, s, rows, words, M, rows_padded, K // 32, n_words, LAYOUT)
 
 
 def _block_config(rows: int, n_words: int) -> tuple[int, int, int]:
@@ -183,13 +132,9 @@ def _launch(
     m, k = x.shape
     spec = scale_spec(m, k, scale_layout=layout)
     n_words = -(-k // _COLS_PER_WORD)
-    rows_padded = align(m, _ROWS_ALIGN[layout])
+    rows_padded = align(m, ROWS_ALIGN[layout.value])
     s_flat = scale_storage_view(scale, spec)
-    layout_code = _LAYOUT_CODE[layout]
-    # Row-major e8m0 rows of a whole number of words are written a word (4 scales) at a time, like the
-    # packed layouts: at 16384 x 7168 on an H200 (16 x 256 tiles), 87.6 us against 93.1 with byte stores.
-    if layout is ScaleLayout.E8M0 and k % _COLS_PER_WORD == 0 and s_flat.data_ptr() % 4 == 0:
-        layout_code = 3
+    layout_code = scale_layout_code(layout.value, k=k, scale_ptr=s_flat.data_ptr())
     if layout_code != 0:
         s_flat = s_flat.view(torch.int32)
     block_m, block_w, num_warps = config or _block_config(rows_padded, n_words)
