@@ -1,0 +1,47 @@
+"""The ``torch`` backend: dequantize both operands to fp32 and multiply. Any device, CPU included.
+
+It is the oracle every other backend is tested against. NaN blocks (scale 0xFF) dequantize to NaN, so an
+affected output row is NaN, never a finite number.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mxfuse.formats import ScaleLayout, dequantize_mxfp8
+from mxfuse.gemm.backend import Availability
+from mxfuse.gemm.weights import MxWeight
+
+__all__ = ["TORCH"]
+
+
+class _TorchBackend:
+    name = "torch"
+    activation_layouts = (ScaleLayout.E8M0, ScaleLayout.DEEPGEMM, ScaleLayout.SWIZZLED_128X4)
+
+    def available(self, device: torch.device) -> Availability:
+        return Availability(True, "dequantize + fp32 matmul runs on any device")
+
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
+        return scale_e8m0
+
+    def run(
+        self,
+        a_q: torch.Tensor,
+        a_scale: torch.Tensor,
+        a_layout: ScaleLayout,
+        w: MxWeight,
+        out: torch.Tensor,
+    ) -> None:
+        a = dequantize_mxfp8(a_q, a_scale, scale_layout=a_layout)
+        b = dequantize_mxfp8(w.qweight, w.scale_e8m0, scale_layout=ScaleLayout.E8M0)
+        # Full fp32: TF32 would round the operands to 10 mantissa bits. The flag is per process; restore it.
+        allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            out.copy_(torch.mm(a, b.t()))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+
+
+TORCH = _TorchBackend()

@@ -1,0 +1,113 @@
+"""Prepared MXFP8 weights: E4M3 ``[N, K]``, the row-major E8M0 original, and the backend's own scale layout.
+
+A weight reaches a GEMM from one of two sources:
+
+* a bf16/fp16/fp32 ``[N, K]`` weight, quantized here with ``mxfuse.formats`` rules (RCEIL by default);
+* a native MXFP8 checkpoint: E4M3 ``[N, K]`` plus E8M0 scales per 1x32 block (``[N, K/32]``) or per 32x32
+  block (``[ceil(N/32), K/32]``, the DeepSeek-V4.1 format), expanded here to one scale per row and 32 K.
+
+Either way the result keeps ``scale_e8m0`` (uint8 ``[N, K/32]``, row-major; what the torch reference
+backend reads) and ``scale``, the same bytes laid out as the chosen backend reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mxfuse.formats import BLOCK_SIZE, ScaleRounding, parse_scale_rounding, quantize_mxfp8_reference
+
+__all__ = ["CHECKPOINT_BLOCKS", "MxWeight", "expand_block_scales", "quantize_weight", "weight_scale_bytes"]
+
+# Scale blocks a native checkpoint may carry: one scale per (rows x 32 K).
+CHECKPOINT_BLOCKS = ((1, 32), (32, 32))
+
+
+@dataclass(frozen=True)
+class MxWeight:
+    """An MXFP8 weight prepared for ``backend``.
+
+    ``qweight``: float8_e4m3fn ``[N, K]``, contiguous. ``scale_e8m0``: uint8 ``[N, K/32]`` row-major, the
+    original scales. ``scale``: the scales as ``backend`` reads them (may be ``scale_e8m0`` itself).
+    The tensors are plain storage: a layer that reloads weights copies into them in place, so that CUDA
+    graphs captured against them read the new values.
+    """
+
+    qweight: torch.Tensor
+    scale_e8m0: torch.Tensor
+    scale: torch.Tensor
+    backend: str
+
+    @property
+    def n(self) -> int:
+        return self.qweight.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.qweight.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.qweight.device
+
+
+def weight_scale_bytes(scale: torch.Tensor, *, argument: str = "scale") -> torch.Tensor:
+    """E8M0 scales as uint8: accepts uint8 or ``torch.float8_e8m0fnu`` (the checkpoint dtype), same bytes."""
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{argument} must be a torch.Tensor; got {type(scale).__name__}")
+    e8m0fnu = getattr(torch, "float8_e8m0fnu", None)
+    if e8m0fnu is not None and scale.dtype == e8m0fnu:
+        return scale.view(torch.uint8)
+    if scale.dtype != torch.uint8:
+        raise ValueError(f"{argument} must hold E8M0 bytes (uint8 or float8_e8m0fnu); got {scale.dtype}")
+    return scale
+
+
+def expand_block_scales(scale: torch.Tensor, *, n: int, k: int, argument: str = "scale") -> torch.Tensor:
+    """E8M0 scales of an ``[n, k]`` weight per 1x32 or 32x32 block -> uint8 ``[n, k/32]``, one per row.
+
+    ``[n, k/32]`` is already per row (returned contiguous); ``[ceil(n/32), k/32]`` repeats each block row
+    32 times and drops the rows past ``n``. Any other shape is a ValueError naming ``argument``.
+    """
+    scale = weight_scale_bytes(scale, argument=argument)
+    groups = k // BLOCK_SIZE
+    blocks_n = -(-n // 32)
+    if scale.dim() == 2 and tuple(scale.shape) == (n, groups):
+        return scale.contiguous()
+    if scale.dim() == 2 and tuple(scale.shape) == (blocks_n, groups):
+        return scale.repeat_interleave(32, dim=0)[:n].contiguous()
+    raise ValueError(
+        f"{argument} must hold one E8M0 scale per 1x32 block {(n, groups)} or per 32x32 block "
+        f"{(blocks_n, groups)} of the [{n}, {k}] weight; got shape {tuple(scale.shape)}"
+    )
+
+
+def quantize_weight(
+    weight: torch.Tensor, scale: torch.Tensor | None = None, *, rounding: ScaleRounding | str = "rceil"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(float8_e4m3fn [N, K] contiguous, uint8 [N, K/32])`` from a float weight or a native MXFP8 one.
+
+    A float weight (bf16/fp16/fp32, ``scale`` None) is quantized with ``quantize_mxfp8_reference``; an
+    E4M3 weight needs ``scale`` (E8M0 per 1x32 or 32x32 block). Errors name ``weight`` or ``scale``.
+    """
+    rounding = parse_scale_rounding(rounding)
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor; got {type(weight).__name__}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D [N, K]; got shape {tuple(weight.shape)}")
+    n, k = weight.shape
+    if k % BLOCK_SIZE or k == 0:
+        raise ValueError(f"weight.shape[1] (K) must be a positive multiple of {BLOCK_SIZE}; got {k}")
+    if weight.dtype == torch.float8_e4m3fn:
+        if scale is None:
+            raise ValueError("scale is required with an E4M3 weight (E8M0 per 1x32 or 32x32 block)")
+        if scale.device != weight.device:
+            raise ValueError(f"scale must be on {weight.device} like weight; got {scale.device}")
+        return weight.contiguous(), expand_block_scales(scale, n=n, k=k)
+    if weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"weight must be float8_e4m3fn, bfloat16, float16 or float32; got {weight.dtype}")
+    if scale is not None:
+        raise ValueError("scale must be None with a float weight (it is quantized here)")
+    q, s = quantize_mxfp8_reference(weight, rounding=rounding, scale_layout="e8m0")
+    return q.contiguous(), s.contiguous()
