@@ -13,6 +13,7 @@ import torch
 from mxfuse.formats import ScaleLayout, ScaleRounding, check_mxfp8_pair, parse_scale_layout
 from mxfuse.gemm.backend import Availability, Backend
 from mxfuse.gemm.torch_backend import TORCH
+from mxfuse.gemm.triton_backend import TRITON
 from mxfuse.gemm.weights import MxWeight, quantize_weight
 from mxfuse.witness import emit
 
@@ -27,8 +28,8 @@ __all__ = [
 ]
 
 # Every backend by name. Adapters register here; the order of AUTO_ORDER is the order "auto" tries them.
-BACKENDS: dict[str, Backend] = {"torch": TORCH}
-AUTO_ORDER: tuple[str, ...] = ("torch",)
+BACKENDS: dict[str, Backend] = {"triton": TRITON, "torch": TORCH}
+AUTO_ORDER: tuple[str, ...] = ("triton", "torch")
 
 
 def _backend(name: str, *, argument: str = "backend") -> Backend:

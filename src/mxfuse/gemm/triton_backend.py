@@ -1,0 +1,57 @@
+"""The ``triton`` backend: our MXFP8 GEMM (``mxfuse.kernels.mxfp8_gemm``) on CUDA GPUs with FP8, sm_89+.
+
+It reads ``a``'s scales in any of the three layouts and keeps the weight's scales K-group-major, uint8
+``[K/32, N]`` (one coalesced load per 32-wide group for a tile of weight rows).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mxfuse.formats import ScaleLayout, scale_spec, scale_storage_view
+from mxfuse.gemm.backend import Availability, cuda_capability
+from mxfuse.gemm.weights import MxWeight
+
+__all__ = ["TRITON"]
+
+_MIN_CAPABILITY = (8, 9)  # E4M3 conversion and FP8 tensor-core dots
+
+
+class _TritonBackend:
+    name = "triton"
+    activation_layouts = (ScaleLayout.DEEPGEMM, ScaleLayout.E8M0, ScaleLayout.SWIZZLED_128X4)
+
+    def available(self, device: torch.device) -> Availability:
+        if device.type != "cuda":
+            return Availability(False, f"the Triton MXFP8 GEMM runs on CUDA devices; this is {device.type}")
+        capability = cuda_capability(device)
+        if capability is None:
+            return Availability(False, "CUDA is not available in this process")
+        sm = f"sm_{capability[0]}{capability[1]}"
+        if capability < _MIN_CAPABILITY:
+            return Availability(False, f"needs FP8 (sm_89+); {device} is {sm}")
+        return Availability(True, f"FP8 tensor cores and E4M3 conversion on {sm}")
+
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
+        from mxfuse.kernels.mxfp8_gemm import weight_scale_kgroup_major
+
+        return weight_scale_kgroup_major(scale_e8m0)
+
+    def run(
+        self,
+        a_q: torch.Tensor,
+        a_scale: torch.Tensor,
+        a_layout: ScaleLayout,
+        w: MxWeight,
+        out: torch.Tensor,
+    ) -> None:
+        from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm
+
+        m, k = a_q.shape
+        spec = scale_spec(m, k, scale_layout=a_layout)
+        a_bytes = scale_storage_view(a_scale, spec).view(torch.uint8)
+        with torch.cuda.device(a_q.device):
+            launch_mxfp8_gemm(a_q, a_bytes, a_layout.value, w.qweight, w.scale, out)
+
+
+TRITON = _TritonBackend()

@@ -1,0 +1,354 @@
+"""MXFP8 x MXFP8 -> bf16 GEMM in Triton, for GPUs with FP8 but no MXFP8 tensor-core instruction (sm_89+,
+Hopper included).
+
+``out[M, N] = sum_k dequant(a)[m, k] * dequant(w)[n, k]``, fp32 accumulation. ``a``: E4M3 ``[M, K]`` with
+UE8M0 scales per 32 K in any of the three layouts; ``w``: E4M3 ``[N, K]`` with UE8M0 scales stored
+K-group-major, uint8 ``[K/32, N]`` (N contiguous: one coalesced load per group for a tile of N rows).
+
+Products of two E4M3 values are exact in fp32 (8 significant bits); each 32-wide group is summed raw and
+multiplied once by the product of its two scales, ``2**(sa-127) * 2**(sw-127)`` as an fp32 multiply of two
+exactly representable powers of two (a NaN scale byte 0xFF makes it NaN, so NaN blocks reach the output).
+A scale product above 2**127 saturates to inf: such blocks hold values of 2**110 and more.
+
+Two kernels, chosen by ``choose_config`` from M:
+  * ``gemv`` (decode, M <= 8): CUDA cores, no tensor-core dot. Each program owns BLOCK_N weight rows and
+    a K range; the weight stream is the whole cost, so programs are many and loads wide.
+  * ``mma`` (M > 8): one FP8 tensor-core dot per 32-wide group (``tl.dot`` on E4M3, K = 32) promoted into
+    the fp32 accumulator with the scale product. ``SWAP_AB`` puts weight rows in the MMA's M slot so a
+    small M fills the N slot (the wgmma M is 64).
+Both may split K over programs. The split partials go to an fp32 workspace and the last program to arrive
+at a tile (an acq_rel arrival counter) sums them in split order and writes bf16, then resets the counter:
+one launch, no zeroing kernel, and the same bits on every run (no float atomics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["GemmConfig", "choose_config", "launch_mxfp8_gemm", "weight_scale_kgroup_major"]
+
+# Activation scale layouts as kernel constants (byte addressing, see _act_scale_offsets).
+_A_LAYOUT = {"e8m0": 0, "deepgemm": 1, "swizzled_128x4": 2}
+
+
+@triton.jit
+def _e8m0_to_f32(s):
+    """2**(s-127) as fp32 for int32 bytes s: 0 -> 2**-127 (subnormal), 0xFF -> NaN."""
+    bits = tl.where(s == 0, 0x00400000, s << 23)
+    bits = tl.where(s == 255, 0x7FC00000, bits)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _act_scale_offsets(rows, groups, n_groups, rows4, n_k4, A_LAYOUT: tl.constexpr):
+    """Byte offset of the scale of (row, group) of ``a`` in its layout (deepgemm words read as bytes)."""
+    if A_LAYOUT == 0:
+        return rows * n_groups + groups
+    elif A_LAYOUT == 1:
+        # int32 word (row, group // 4) at row + (group // 4) * align(M, 4); byte group % 4, little-endian.
+        return (rows + (groups // 4) * rows4) * 4 + groups % 4
+    else:
+        return (
+            (rows // 128) * (n_k4 * 512)
+            + (groups // 4) * 512
+            + (rows % 32) * 16
+            + ((rows % 128) // 32) * 4
+            + groups % 4
+        )
+
+
+@triton.jit
+def _finish_tile(
+    acc,
+    out_ptr,
+    ws_ptr,
+    cnt_ptr,
+    rows,  # [BM] output rows of this tile
+    cols,  # [BN] output columns
+    M,
+    N,
+    tile_id,
+    pid_k,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    """Write ``acc`` ([BM, BN] fp32) as bf16, or, split over K, reduce the partials in split order."""
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    out_offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    if SPLIT_K == 1:
+        tl.store(out_ptr + out_offs, acc.to(tl.bfloat16), mask=mask)
+    else:
+        tile_numel = BM * BN
+        local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+        base = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * tile_numel)
+        tl.store(base + pid_k * tile_numel + local, acc)
+        # Every thread's partial is stored before the arrival is published (bar.sync, then a release).
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            total = tl.zeros([BM, BN], tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                # .cg: read from L2, where the other programs' partials are, never a stale L1 line.
+                total += tl.load(base + s * tile_numel + local, cache_modifier=".cg")
+            tl.store(out_ptr + out_offs, total.to(tl.bfloat16), mask=mask)
+            tl.atomic_xchg(cnt_ptr + tile_id, 0)  # ready for the next launch (or CUDA-graph replay)
+
+
+@triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
+def _mxfp8_gemv_kernel(
+    a_ptr,  # E4M3 [M, K] contiguous
+    as_ptr,  # uint8 view of a's scale storage
+    w_ptr,  # E4M3 [N, K] contiguous
+    ws_ptr,  # uint8 [K/32, N] contiguous
+    out_ptr,  # bf16 [M, N] contiguous
+    work_ptr,  # fp32 split-K partials
+    cnt_ptr,  # int32 arrival counters, one per output tile
+    M,
+    N,
+    K,
+    rows4,  # align(M, 4): deepgemm word stride
+    n_k4,  # align(K/32, 4) / 4: swizzled tile stride
+    A_LAYOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # >= M, power of two
+    BLOCK_N: tl.constexpr,
+    BLOCK_G: tl.constexpr,  # 32-wide groups per step
+    SPLIT_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n_groups = K // 32
+    rows = tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    g_local = tl.arange(0, BLOCK_G)
+    lane = tl.arange(0, 32)
+    # Groups of this split: a contiguous range of whole steps.
+    steps_per_split = ((n_groups + BLOCK_G - 1) // BLOCK_G + SPLIT_K - 1) // SPLIT_K
+    g_begin = pid_k * steps_per_split * BLOCK_G
+    g_end = min(g_begin + steps_per_split * BLOCK_G, n_groups)
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    col_ok = cols < N
+    row_ok = rows < M
+    for g0 in tl.range(g_begin, g_end, BLOCK_G, num_stages=NUM_STAGES):
+        groups = g0 + g_local  # [BLOCK_G]
+        g_ok = groups < g_end
+        # Weights as [BLOCK_N, BLOCK_G, 32]: each row's BLOCK_G * 32 bytes are contiguous.
+        k3 = groups[None, :, None] * 32 + lane[None, None, :]
+        w = tl.load(
+            w_ptr + cols[:, None, None].to(tl.int64) * K + k3,
+            mask=col_ok[:, None, None] & g_ok[None, :, None],
+            other=0.0,
+        ).to(tl.float32)
+        a = tl.load(
+            a_ptr + rows[:, None, None] * K + k3,
+            mask=row_ok[:, None, None] & g_ok[None, :, None],
+            other=0.0,
+        ).to(tl.float32)  # [BLOCK_M, BLOCK_G, 32]
+        sw = tl.load(
+            ws_ptr + groups[:, None].to(tl.int64) * N + cols[None, :],
+            mask=g_ok[:, None] & col_ok[None, :],
+            other=0,
+        )  # [BLOCK_G, BLOCK_N]
+        sa = tl.load(
+            as_ptr + _act_scale_offsets(rows[:, None], groups[None, :], n_groups, rows4, n_k4, A_LAYOUT),
+            mask=row_ok[:, None] & g_ok[None, :],
+            other=0,
+        )  # [BLOCK_M, BLOCK_G]
+        # Raw group sums (exact products, fp32 adds), then one scale product per group.
+        part = tl.sum(a[:, None, :, :] * w[None, :, :, :], axis=3)  # [BLOCK_M, BLOCK_N, BLOCK_G]
+        fa = _e8m0_to_f32(sa.to(tl.int32))
+        fw = _e8m0_to_f32(tl.trans(sw).to(tl.int32))  # [BLOCK_N, BLOCK_G]
+        acc += tl.sum(part * (fa[:, None, :] * fw[None, :, :]), axis=2)
+
+    _finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, pid_n, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
+def _mxfp8_mma_kernel(
+    a_ptr,
+    as_ptr,
+    w_ptr,
+    ws_ptr,
+    out_ptr,
+    work_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    rows4,
+    n_k4,
+    A_LAYOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SUB: tl.constexpr,  # 32-wide groups per loop step (one dot each)
+    SPLIT_K: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n_groups = K // 32
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    lane = tl.arange(0, 32)
+    steps_per_split = ((n_groups + SUB - 1) // SUB + SPLIT_K - 1) // SPLIT_K
+    g_begin = pid_k * steps_per_split * SUB
+    g_end = min(g_begin + steps_per_split * SUB, n_groups)
+    row_ok = rows < M
+    col_ok = cols < N
+    a_rows = a_ptr + rows[:, None].to(tl.int64) * K
+    w_rows = w_ptr + cols[:, None].to(tl.int64) * K
+
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for g0 in tl.range(g_begin, g_end, SUB, num_stages=NUM_STAGES):
+        for j in tl.static_range(SUB):
+            g = g0 + j
+            g_ok = g < g_end
+            k = g * 32 + lane
+            a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & g_ok, other=0.0)  # [BM, 32] K-major
+            w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & g_ok, other=0.0)  # [BN, 32] K-major
+            sa = tl.load(
+                as_ptr + _act_scale_offsets(rows, g, n_groups, rows4, n_k4, A_LAYOUT),
+                mask=row_ok & g_ok,
+                other=0,
+            )
+            sw = tl.load(ws_ptr + g.to(tl.int64) * N + cols, mask=col_ok & g_ok, other=0)
+            fa = _e8m0_to_f32(sa.to(tl.int32))
+            fw = _e8m0_to_f32(sw.to(tl.int32))
+            if SWAP_AB:
+                acc += tl.dot(w, tl.trans(a)) * (fw[:, None] * fa[None, :])
+            else:
+                acc += tl.dot(a, tl.trans(w)) * (fa[:, None] * fw[None, :])
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    tile_id = pid_m * tl.num_programs(0) + pid_n
+    _finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, tile_id, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One launch configuration. ``kind`` is ``"gemv"`` (``block_g`` groups per step) or ``"mma"``
+    (``block_g`` is the number of 32-wide dots per step, ``swap_ab`` puts weights in the MMA's M slot)."""
+
+    kind: str
+    block_m: int
+    block_n: int
+    block_g: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+    swap_ab: bool = False
+
+
+def choose_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
+    """The launch configuration for an ``[m, k] x [n, k]`` product.
+
+    Decode (m <= 8) streams weights on CUDA cores with enough programs in flight to cover every SM several
+    times; larger m uses FP8 tensor cores. Split-K only where the output tiles alone would not fill the GPU.
+    """
+    groups = k // 32
+    if m <= 8:
+        block_m = triton.next_power_of_2(max(m, 1))
+        block_g = max(2, 16 // block_m)
+        block_n = 8
+        tiles = triton.cdiv(n, block_n)
+        split = _split_for(tiles, groups // block_g, target=2 * num_sms)
+        return GemmConfig("gemv", block_m, block_n, block_g, split, 4, 3)
+    if m <= 64:
+        block_m = max(16, triton.next_power_of_2(m))
+        block_n = 64
+        tiles = triton.cdiv(n, block_n)
+        split = _split_for(tiles, groups // 4, target=num_sms)
+        return GemmConfig("mma", block_m, block_n, 4, split, 4, 3, swap_ab=True)
+    block_m, block_n = (64, 128) if m <= 256 else (128, 128)
+    tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
+    split = _split_for(tiles, groups // 4, target=num_sms)
+    return GemmConfig("mma", block_m, block_n, 4, split, 8, 3)
+
+
+def _split_for(tiles: int, steps: int, *, target: int) -> int:
+    """The smallest power-of-two split (<= 16) that gives ``target`` programs, keeping >= 4 steps each."""
+    split = 1
+    while tiles * split < target and split < 16 and steps // (split * 2) >= 4:
+        split *= 2
+    return split
+
+
+def weight_scale_kgroup_major(scale_e8m0: torch.Tensor) -> torch.Tensor:
+    """Row-major uint8 ``[N, K/32]`` weight scales -> the kernel's K-group-major uint8 ``[K/32, N]``."""
+    return scale_e8m0.t().contiguous()
+
+
+# Split-K partials and arrival counters, per (device, size). Never freed: a CUDA graph captured against
+# one keeps reading it, and every launch leaves its counters at zero.
+_WORKSPACES: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _workspace(device: torch.device, partial_numel: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (device, partial_numel, tiles)
+    if key not in _WORKSPACES:
+        _WORKSPACES[key] = (
+            torch.empty(partial_numel, dtype=torch.float32, device=device),
+            torch.zeros(tiles, dtype=torch.int32, device=device),
+        )
+    return _WORKSPACES[key]
+
+
+def launch_mxfp8_gemm(
+    a_q: torch.Tensor,
+    a_scale_bytes: torch.Tensor,
+    a_layout: str,
+    w_q: torch.Tensor,
+    w_scale_t: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    config: GemmConfig | None = None,
+) -> None:
+    """Run the GEMM into ``out`` (bf16 ``[M, N]``). Arguments are validated by ``mxfuse.gemm``.
+
+    ``a_scale_bytes``: a uint8 view of every byte of ``a``'s scale storage (padding included);
+    ``w_scale_t``: uint8 ``[K/32, N]`` (``weight_scale_kgroup_major``). ``config`` overrides
+    ``choose_config`` (benchmarks sweep it).
+    """
+    m, k = a_q.shape
+    n = w_q.shape[0]
+    if m == 0:
+        return
+    cfg = config or choose_config(m, n, k)
+    groups = k // 32
+    rows4 = -(-m // 4) * 4
+    n_k4 = -(-groups // 4)
+    grid_n = triton.cdiv(n, cfg.block_n)
+    if cfg.kind == "gemv":
+        if cfg.block_m < m:
+            raise ValueError(f"config.block_m ({cfg.block_m}) must be >= M ({m}) for the gemv kernel")
+        grid_m = 1
+    else:
+        grid_m = triton.cdiv(m, cfg.block_m)
+    tiles = grid_n * grid_m
+    work, counters = _workspace(out.device, tiles * cfg.split_k * cfg.block_m * cfg.block_n, tiles)
+    common = dict(
+        A_LAYOUT=_A_LAYOUT[a_layout],
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        SPLIT_K=cfg.split_k,
+        NUM_STAGES=cfg.num_stages,
+        num_warps=cfg.num_warps,
+    )
+    args = (a_q, a_scale_bytes, w_q, w_scale_t, out, work, counters, m, n, k, rows4, n_k4)
+    if cfg.kind == "gemv":
+        _mxfp8_gemv_kernel[(grid_n, cfg.split_k)](*args, BLOCK_G=cfg.block_g, **common)
+    else:
+        _mxfp8_mma_kernel[(grid_n, grid_m, cfg.split_k)](
+            *args, SUB=cfg.block_g, SWAP_AB=cfg.swap_ab, **common
+        )
