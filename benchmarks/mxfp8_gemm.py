@@ -1,0 +1,207 @@
+"""Time the Triton MXFP8 GEMM against bf16 cuBLAS on one GPU, with the byte floor, in one run.
+
+    python benchmarks/mxfp8_gemm.py [--sweep] [--ms 1,4,...] [--json PATH]
+
+Shapes (N, K): DeepSeek-V4.1-Flash wqkv_a (1792, 5120), wo_b under TP4 (5120, 2048) and DP4 (5120, 8192);
+V4-Pro wqkv_a (2048, 7168), wo_b (7168, 16384). M in {1, 4, 16, 64, 256, 2048}.
+  * ``triton``: ``mxfp8_gemm`` on the triton backend (deepgemm activation scales, the producers' default),
+    writing into a preallocated output;
+  * ``bf16``: ``torch.mm(x, w.t(), out=...)`` on bf16 copies of the same weights (cuBLAS);
+  * ``floor``: weight + activation + output bytes at the copy bandwidth measured in the same run.
+Weights are rotated through enough copies that every call reads them from HBM (cold, as in a decode step
+where the layers before evicted them). Each variant is one CUDA graph of many calls; medians of 15
+replays; variants interleaved over three rounds, median of the three. Results are checked against the
+torch backend (``calc_diff`` <= 1e-5) before anything is timed. ``--sweep`` times a list of launch
+configurations per (shape, M) and reports the best next to the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import bench_us, copy_bandwidth, rotation_count
+
+from gpumatrix.compare import calc_diff
+from mxfuse.gemm import mxfp8_gemm, prepare_mxfp8_weight
+from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.mxfp8_gemm import GemmConfig, choose_config, launch_mxfp8_gemm
+
+SHAPES = {
+    "v41 wqkv_a": (1792, 5120),
+    "v41 wo_b tp4": (5120, 2048),
+    "v41 wo_b dp4": (5120, 8192),
+    "pro wqkv_a": (2048, 7168),
+    "pro wo_b": (7168, 16384),
+}
+MS = (1, 4, 16, 64, 256, 2048)
+
+
+def sweep_configs(m: int, n: int, k: int) -> list[GemmConfig]:
+    """Candidate launch configurations around the default for one problem."""
+    g = GemmConfig
+    if m <= 8:
+        bm = triton.next_power_of_2(m)
+        out = []
+        for bn in (4, 8, 16, 32):
+            for bg in (4, 8, 16):
+                if bm * bn * bg * 32 > 16384:
+                    continue
+                for split in (1, 2, 4):
+                    out.append(g("gemv", bm, bn, bg, split, 4, 3))
+        out += [g("gemv", bm, 8, 8, 1, 2, 4), g("gemv", bm, 8, 8, 1, 8, 3), g("gemv", bm, 16, 8, 2, 8, 4)]
+        return out
+    if m <= 64:
+        bm = max(16, triton.next_power_of_2(m))
+        out = []
+        for bn in (64, 128):
+            for split in (1, 2, 4, 8):
+                for sub, stages in ((4, 3), (2, 4)):
+                    out.append(g("mma", bm, bn, sub, split, 4, stages, True))
+        out += [g("mma", 16, 32, 4, 4, 4, 3, False), g("mma", 16, 64, 4, 2, 4, 3, False)]
+        return out
+    out = []
+    for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (128, 256, 8), (64, 256, 8)):
+        for split in (1, 2):
+            for stages in (3, 4):
+                out.append(g("mma", bm, bn, 4, split, warps, stages))
+    return out
+
+
+def make_problem(m: int, n: int, k: int):
+    """Rotated weight sets (MXFP8 prepared + bf16 copy) and one activation (pair + bf16)."""
+    sets = rotation_count(n * k * 2)  # bf16 bytes: the larger of the two streams
+    weights = []
+    for i in range(sets):
+        gen = torch.Generator(device="cuda").manual_seed(100 + i)
+        w = torch.randn(n, k, generator=gen, device="cuda", dtype=torch.bfloat16)
+        weights.append((prepare_mxfp8_weight(w, backend="triton"), w))
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(m, k, generator=gen, device="cuda", dtype=torch.bfloat16)
+    pair = quantize_mxfp8(x, scale_layout="deepgemm")
+    return weights, x, pair
+
+
+def floor_us(m: int, n: int, k: int, bandwidth: float) -> float:
+    nbytes = n * k + n * k // 32 + m * k + m * k // 32 + 2 * m * n
+    return nbytes / bandwidth * 1e6
+
+
+def check(weights, pair, m: int, n: int, config: GemmConfig | None) -> float:
+    w = weights[0][0]
+    want = mxfp8_gemm(pair, w, backend="torch")
+    got = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    _launch(pair, w, got, config)
+    torch.cuda.synchronize()
+    return calc_diff(got.float(), want.float())
+
+
+def _launch(pair, w, out, config):
+    from mxfuse.formats import scale_spec, scale_storage_view
+
+    q, s = pair
+    spec = scale_spec(*q.shape, scale_layout="deepgemm")
+    launch_mxfp8_gemm(
+        q, scale_storage_view(s, spec).view(torch.uint8), "deepgemm", w.qweight, w.scale, out, config=config
+    )
+
+
+def measure(name: str, m: int, n: int, k: int, bandwidth: float, *, sweep: bool, rounds: int = 3) -> dict:
+    weights, x, pair = make_problem(m, n, k)
+    row: dict[str, object] = {"shape": name, "M": m, "N": n, "K": k, "sets": len(weights)}
+    row["default_config"] = str(choose_config(m, n, k))
+    row["calc_diff"] = check(weights, pair, m, n, None)
+    if not row["calc_diff"] <= 1e-5:
+        raise SystemExit(f"{name} M={m}: triton differs from the torch backend: calc_diff {row['calc_diff']}")
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in weights]
+    variants = {
+        "triton": [
+            functools.partial(mxfp8_gemm, pair, w, out=o, backend="triton")
+            for (w, _), o in zip(weights, outs, strict=True)
+        ],
+        "bf16": [
+            functools.partial(torch.mm, x, wb.t(), out=o) for (_, wb), o in zip(weights, outs, strict=True)
+        ],
+    }
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(rounds):
+        for v, fns in variants.items():
+            times[v].append(bench_us(fns))
+    for v, values in times.items():
+        row[f"{v}_us"] = statistics.median(values)
+    row["floor_us"] = floor_us(m, n, k, bandwidth)
+    if sweep:
+        results = []
+        for cfg in sweep_configs(m, n, k):
+            try:
+                diff = check(weights, pair, m, n, cfg)
+                fns = [
+                    functools.partial(_launch, pair, w, o, cfg)
+                    for (w, _), o in zip(weights, outs, strict=True)
+                ]
+                us = bench_us(fns, target_ms=8.0, replays=7)
+            except Exception as exc:  # a configuration the compiler refuses is skipped, not fatal
+                results.append({"config": str(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
+                continue
+            results.append({"config": str(cfg), "us": us, "calc_diff": diff})
+        ok = [r for r in results if "us" in r and r["calc_diff"] <= 1e-5]
+        row["sweep"] = results
+        if ok:
+            best = min(ok, key=lambda r: r["us"])
+            row["best_us"], row["best_config"] = best["us"], best["config"]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sweep", action="store_true", help="also time candidate launch configurations")
+    parser.add_argument("--ms", default=",".join(map(str, MS)), help="comma-separated M values")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names")
+    parser.add_argument("--json", default=None, help="write every number here (default: $OUT or reports/)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    bandwidth = copy_bandwidth()
+    rows = []
+    for name in args.shapes.split(","):
+        n, k = SHAPES[name]
+        for m in map(int, args.ms.split(",")):
+            row = measure(name, m, n, k, bandwidth, sweep=args.sweep)
+            rows.append(row)
+            print(json.dumps({key: v for key, v in row.items() if key != "sweep"}), flush=True)
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "copy_bandwidth_GBps": bandwidth / 1e9,
+    }
+    out = Path(args.json or Path(os.environ.get("OUT", "reports")) / "mxfp8_gemm.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"\n{meta}")
+    head = f"{'shape':<14}{'M':>5}{'bf16 us':>9}{'triton':>9}{'x bf16':>8}{'floor':>8}{'% floor':>8}"
+    print(head + ("  best (sweep)" if args.sweep else ""))
+    for r in rows:
+        line = (
+            f"{r['shape']:<14}{r['M']:>5}{r['bf16_us']:>9.2f}{r['triton_us']:>9.2f}"
+            f"{r['bf16_us'] / r['triton_us']:>8.2f}{r['floor_us']:>8.2f}{100 * r['floor_us'] / r['triton_us']:>7.0f}%"
+        )
+        if args.sweep and "best_us" in r:
+            line += f"  {r['best_us']:.2f} ({r['bf16_us'] / r['best_us']:.2f}x) {r['best_config']}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
