@@ -45,11 +45,14 @@ class _NoTorch:
             raise ImportError("torch is blocked for this measurement")
 sys.meta_path.insert(0, _NoTorch())
 """
-IMPORT_CHECK = BLOCK_TORCH + """
+IMPORT_CHECK = (
+    BLOCK_TORCH
+    + """
 import gpumatrix.bot
 heavy = sorted(m for m in ("torch", "githubkit", "httpx", "pydantic", "click") if m in sys.modules)
 print(",".join(heavy))
 """
+)
 
 
 def handle_in_process(repeats: int) -> tuple[list[float], int, str]:
@@ -73,8 +76,16 @@ def handle_in_process(repeats: int) -> tuple[list[float], int, str]:
 
 def _finished_comment(world, comment_id: int) -> str:
     """Finish the runs (pass, fail, cancel, keep one running) and sync: the comment a reviewer sees."""
-    for run, state in zip(world.gh.runs, [("completed", "success"), ("completed", "failure"),
-                                          ("completed", "cancelled"), ("in_progress", None)], strict=True):
+    for run, state in zip(
+        world.gh.runs,
+        [
+            ("completed", "success"),
+            ("completed", "failure"),
+            ("completed", "cancelled"),
+            ("in_progress", None),
+        ],
+        strict=True,
+    ):
         world.gh.set_run_state(run.id, *state)
     with world.client() as client:
         sync_status_comment(comment_id, client=client)
@@ -89,13 +100,24 @@ def handle_cli(repeats: int) -> list[float]:
             posted = gh.add_comment(PR, COMMAND, login="alice")
             event_path = Path(tmp) / "event.json"
             event_path.write_text(json.dumps(gh.comment_event(posted["id"])))
-            command = [sys.executable, "-c", "from gpumatrix.cli import main; main()", "bot", "handle",
-                       "--event", str(event_path), "--root", str(world.root)]
+            command = [
+                sys.executable,
+                "-c",
+                "from gpumatrix.cli import main; main()",
+                "bot",
+                "handle",
+                "--event",
+                str(event_path),
+                "--root",
+                str(world.root),
+            ]
             start = time.perf_counter()
             done = subprocess.run(command, env={**os.environ, **gh.env()}, capture_output=True, text=True)
             timings.append(time.perf_counter() - start)
             if done.returncode != 0 or len(gh.runs) != RUNNERS:
-                raise SystemExit(f"gpumatrix bot handle failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+                raise SystemExit(
+                    f"gpumatrix bot handle failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+                )
     return timings
 
 
@@ -104,7 +126,9 @@ def import_time(repeats: int) -> tuple[list[float], str]:
     loaded = ""
     for _ in range(repeats):
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True, check=True
+        )
         timings.append(time.perf_counter() - start)
         loaded = done.stdout.strip()
     return timings, loaded
@@ -122,7 +146,9 @@ def interpreter_start(repeats: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--show-comment", action="store_true", help="print the status comment of the last run")
+    parser.add_argument(
+        "--show-comment", action="store_true", help="print the status comment of the last run"
+    )
     args = parser.parse_args()
 
     warm, calls, comment = handle_in_process(args.repeats)
@@ -130,18 +156,28 @@ def main() -> None:
     imports, loaded = import_time(args.repeats)
     bare = interpreter_start(args.repeats)
 
-    versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("githubkit", "httpx", "pydantic", "click"))
+    versions = ", ".join(
+        f"{name} {metadata.version(name)}" for name in ("githubkit", "httpx", "pydantic", "click")
+    )
     print(f"python {platform.python_version()}, {versions}; {os.cpu_count()} CPUs")
     print("| measurement | median | target |\n| --- | ---: | ---: |")
-    print(f"| handle_event, 4 runners, warm process (median of {args.repeats}) | "
-          f"{statistics.median(warm[1:]) * 1000:.0f} ms | <= 500 ms |")
+    print(
+        f"| handle_event, 4 runners, warm process (median of {args.repeats}) | "
+        f"{statistics.median(warm[1:]) * 1000:.0f} ms | <= 500 ms |"
+    )
     print(f"| handle_event, first call in the process (githubkit imports) | {warm[0] * 1000:.0f} ms | |")
-    print(f"| `gpumatrix bot handle` fresh process (median of {args.repeats}) | "
-          f"{statistics.median(cli) * 1000:.0f} ms | <= 500 ms |")
+    print(
+        f"| `gpumatrix bot handle` fresh process (median of {args.repeats}) | "
+        f"{statistics.median(cli) * 1000:.0f} ms | <= 500 ms |"
+    )
     print(f"| API calls for one comment, 4 runners | {calls} | <= {RUNNERS + 4} |")
-    print(f"| `python -c 'import gpumatrix.bot'`, torch blocked (median of {args.repeats}) | "
-          f"{statistics.median(imports) * 1000:.0f} ms | <= 150 ms |")
-    print(f"| `python -c pass` (interpreter start, for reference) | {statistics.median(bare) * 1000:.0f} ms | |")
+    print(
+        f"| `python -c 'import gpumatrix.bot'`, torch blocked (median of {args.repeats}) | "
+        f"{statistics.median(imports) * 1000:.0f} ms | <= 150 ms |"
+    )
+    print(
+        f"| `python -c pass` (interpreter start, for reference) | {statistics.median(bare) * 1000:.0f} ms | |"
+    )
     print(f"\nheavy modules loaded by `import gpumatrix.bot`: {loaded or 'none'}")
     if args.show_comment:
         print("\n" + comment)

@@ -52,7 +52,7 @@ def bench_us(fns: list[Callable[[], object]], *, target_ms: float = 20.0, replay
     return statistics.median(times)
 
 
-def copy_bandwidth(*, nbytes: int = 2 * 2**30) -> float:
+def copy_bandwidth(*, nbytes: int = 512 * 2**20) -> float:
     """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)

@@ -56,15 +56,20 @@ def test_fixed_gpu_work():
 
 def _tree(root: Path, *, tests: int, size: int, iters: int, sleep: float) -> Path:
     body = _WORK.format(size=size, iters=iters, sleep=sleep)
-    files = {f"tests/kernels/test_work_{i:02d}.py": registered(("5090", "h100", "b200", "gb300"), est_time=10,
-                                                               body=body)
-             for i in range(tests)}
+    files = {
+        f"tests/kernels/test_work_{i:02d}.py": registered(
+            ("5090", "h100", "b200", "gb300"), est_time=10, body=body
+        )
+        for i in range(tests)
+    }
     return write_tree(root, files, matrix=(REPO_ROOT / "ci" / "matrix.yaml").read_text(encoding="utf-8"))
 
 
 def _max_concurrent(leases: list[dict[str, Any]]) -> int:
-    events = sorted([(lease["acquired"], 1) for lease in leases] + [(lease["released"], -1) for lease in leases],
-                    key=lambda event: (event[0], event[1]))
+    events = sorted(
+        [(lease["acquired"], 1) for lease in leases] + [(lease["released"], -1) for lease in leases],
+        key=lambda event: (event[0], event[1]),
+    )
     held = peak = 0
     for _, change in events:
         held += change
@@ -86,8 +91,13 @@ def _run(tree: Path, workers: int, lease_dir: Path, log: Path) -> dict[str, Any]
     if overlaps:
         raise SystemExit(f"pytest -n {workers}: a GPU was held by two tests at once: {overlaps[:3]}")
     span = max(lease["released"] for lease in leases) - min(lease["acquired"] for lease in leases)
-    return {"wall": wall, "span": span, "leases": len(leases), "peak": _max_concurrent(leases),
-            "devices": sorted({d for lease in leases for d in lease["devices"]})}
+    return {
+        "wall": wall,
+        "span": span,
+        "leases": len(leases),
+        "peak": _max_concurrent(leases),
+        "devices": sorted({d for lease in leases for d in lease["devices"]}),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
 
     hardware = detect(load_matrix(REPO_ROOT / "ci" / "matrix.yaml"))
     if hardware.count < 1:
-        parser.error(f"this machine has no GPU ({hardware.describe()}); for a dry run set GPUMATRIX_HARDWARE=2xh100")
+        parser.error(
+            f"this machine has no GPU ({hardware.describe()}); for a dry run set GPUMATRIX_HARDWARE=2xh100"
+        )
     workers = args.workers or hardware.count
     dry = hardware.source == "override"
     scratch = Path(tempfile.mkdtemp(prefix="gpumatrix-lease-bench-"))
@@ -119,18 +131,24 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     work = f"sleep {args.sleep:g} s" if dry else f"{args.iters} x bf16 matmul {args.size}^2"
-    print(f"machine: {hardware.describe()} (from {hardware.source}); python {platform.python_version()}; "
-          f"{args.tests} tests of {work}; medians of {args.repeats}")
+    print(
+        f"machine: {hardware.describe()} (from {hardware.source}); python {platform.python_version()}; "
+        f"{args.tests} tests of {work}; medians of {args.repeats}"
+    )
     print(f"{'mode':>8} {'wall s':>8} {'span s':>8} {'peak leases':>12}  devices")
     medians = {}
     for n, results in runs.items():
         wall = statistics.median(r["wall"] for r in results)
         span = statistics.median(r["span"] for r in results)
         medians[n] = (wall, span)
-        print(f"{'-n ' + str(n):>8} {wall:8.2f} {span:8.2f} {max(r['peak'] for r in results):12d}  "
-              f"{', '.join(results[-1]['devices'])}")
-    print(f"speed-up with -n {workers}: wall {medians[0][0] / medians[workers][0]:.2f}x, "
-          f"test span {medians[0][1] / medians[workers][1]:.2f}x; no GPU was held by two tests at once")
+        print(
+            f"{'-n ' + str(n):>8} {wall:8.2f} {span:8.2f} {max(r['peak'] for r in results):12d}  "
+            f"{', '.join(results[-1]['devices'])}"
+        )
+    print(
+        f"speed-up with -n {workers}: wall {medians[0][0] / medians[workers][0]:.2f}x, "
+        f"test span {medians[0][1] / medians[workers][1]:.2f}x; no GPU was held by two tests at once"
+    )
     return 0
 
 

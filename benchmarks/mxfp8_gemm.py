@@ -50,31 +50,28 @@ MS = (1, 4, 16, 64, 256, 2048)
 def sweep_configs(m: int, n: int, k: int) -> list[GemmConfig]:
     """Candidate launch configurations around the default for one problem."""
     g = GemmConfig
-    if m <= 8:
+    out = []
+    if m <= 4:
         bm = triton.next_power_of_2(m)
-        out = []
-        for bn in (4, 8, 16, 32):
-            for bg in (4, 8, 16):
-                if bm * bn * bg * 32 > 16384:
-                    continue
-                for split in (1, 2, 4):
-                    out.append(g("gemv", bm, bn, bg, split, 4, 3))
-        out += [g("gemv", bm, 8, 8, 1, 2, 4), g("gemv", bm, 8, 8, 1, 8, 3), g("gemv", bm, 16, 8, 2, 8, 4)]
-        return out
+        for bn, chunks in ((4, 32), (8, 16), (8, 32), (16, 8), (16, 16), (32, 8)):
+            for split in (1, 2, 4):
+                out.append(g("gemv", bm, bn, chunks, split, 4, 3))
+        out += [g("gemv", bm, 8, 16, 1, 2, 4), g("gemv", bm, 16, 16, 2, 8, 3), g("gemv", bm, 8, 16, 2, 4, 5)]
     if m <= 64:
         bm = max(16, triton.next_power_of_2(m))
-        out = []
-        for bn in (64, 128):
-            for split in (1, 2, 4, 8):
-                for sub, stages in ((4, 3), (2, 4)):
-                    out.append(g("mma", bm, bn, sub, split, 4, stages, True))
-        out += [g("mma", 16, 32, 4, 4, 4, 3, False), g("mma", 16, 64, 4, 2, 4, 3, False)]
+        for bn in (32, 64, 128):
+            for bg in (4, 8):
+                for split in (1, 2, 4, 8):
+                    out.append(g("dq16", bm, bn, bg, split, 4, 3, True))
+        out += [g("dq16", bm, 64, 4, 4, 4, 4, True), g("dq16", bm, 64, 4, 4, 8, 3, True)]
+        if m > 4:
+            out += [g("mma8", bm, 64, 4, 8, 4, 3, True), g("dq16", bm, 32, 4, 4, 4, 3, False)]
         return out
-    out = []
     for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (128, 256, 8), (64, 256, 8)):
-        for split in (1, 2):
+        for bg in (2, 4):
             for stages in (3, 4):
-                out.append(g("mma", bm, bn, 4, split, warps, stages))
+                out.append(g("dq16", bm, bn, bg, 1, warps, stages))
+    out += [g("dq16", 64, 128, 2, 2, 4, 3), g("mma8", 64, 128, 4, 2, 4, 3)]
     return out
 
 

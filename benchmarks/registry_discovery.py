@@ -26,7 +26,7 @@ from gpumatrix.registry import discover
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ('("h100", "b200", "gb300", "5090")', '("cpu",)', '("b200", "gb300")', '("h100",)')
 
-TEMPLATE = '''\
+TEMPLATE = """\
 import pytest
 import torch
 
@@ -43,7 +43,7 @@ def test_shape_{i}(m):
 
 def test_dtype_{i}():
     assert torch.zeros(2, dtype=torch.bfloat16).dtype == torch.bfloat16
-'''
+"""
 
 
 def build_tree(root: Path, count: int) -> None:
@@ -54,7 +54,9 @@ def build_tree(root: Path, count: int) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         on = CLASSES[i % len(CLASSES)]
         gpus = 2 if on == '("h100",)' else 1
-        (folder / f"test_kernel_{i:05d}.py").write_text(TEMPLATE.format(on=on, gpus=gpus, est=10 + i % 50, i=i))
+        (folder / f"test_kernel_{i:05d}.py").write_text(
+            TEMPLATE.format(on=on, gpus=gpus, est=10 + i % 50, i=i)
+        )
 
 
 def main() -> None:
@@ -73,13 +75,25 @@ def main() -> None:
             registry = discover(root, matrix)
             timings.append(time.perf_counter() - start)
         if registry.problems or len(registry.files) != args.files:
-            raise SystemExit(f"discovery found {len(registry.files)} files and problems {registry.problems[:3]}")
+            raise SystemExit(
+                f"discovery found {len(registry.files)} files and problems {registry.problems[:3]}"
+            )
         discovery = statistics.median(timings)
 
         # Plain pytest collection: the gpumatrix plugin is disabled so this is pytest's own cost of
         # importing every file (torch included).
-        command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:gpumatrix",
-                   "-p", "no:cacheprovider", "tests"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:gpumatrix",
+            "-p",
+            "no:cacheprovider",
+            "tests",
+        ]
         start = time.perf_counter()
         result = subprocess.run(command, cwd=root, capture_output=True, text=True)
         collect = time.perf_counter() - start

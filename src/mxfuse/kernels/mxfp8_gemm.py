@@ -62,13 +62,43 @@ def _act_scale_offsets(rows, groups, n_groups, rows4, n_k4, A_LAYOUT: tl.constex
 
 
 @triton.jit
+def _reduce_splits(
+    out_ptr,
+    ws_base,
+    cnt_ptr,
+    rows,
+    cols,
+    M,
+    N,
+    tile_id,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    """Called by every split after storing its [BM, BN] partial at ``ws_base + split * BM * BN``: the last
+    to arrive sums the partials in split order, writes bf16 and resets the tile's counter."""
+    # Every thread's partial is stored before the arrival is published (bar.sync, then a release).
+    tl.debug_barrier()
+    arrived = tl.atomic_add(cnt_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLIT_K - 1:
+        local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+        total = tl.zeros([BM, BN], tl.float32)
+        for s in tl.static_range(SPLIT_K):
+            # .cg: read from L2, where the other programs' partials are, never a stale L1 line.
+            total += tl.load(ws_base + s * (BM * BN) + local, cache_modifier=".cg")
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(out_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], total.to(tl.bfloat16), mask=mask)
+        tl.atomic_xchg(cnt_ptr + tile_id, 0)  # ready for the next launch (or CUDA-graph replay)
+
+
+@triton.jit
 def _finish_tile(
     acc,
     out_ptr,
     ws_ptr,
     cnt_ptr,
-    rows,  # [BM] output rows of this tile
-    cols,  # [BN] output columns
+    rows,
+    cols,
     M,
     N,
     tile_id,
@@ -77,26 +107,40 @@ def _finish_tile(
     BN: tl.constexpr,
     SPLIT_K: tl.constexpr,
 ):
-    """Write ``acc`` ([BM, BN] fp32) as bf16, or, split over K, reduce the partials in split order."""
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    out_offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+    """Write ``acc`` ([BM, BN] fp32) as bf16, or, split over K, hand it to ``_reduce_splits``."""
     if SPLIT_K == 1:
-        tl.store(out_ptr + out_offs, acc.to(tl.bfloat16), mask=mask)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(out_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], acc.to(tl.bfloat16), mask=mask)
     else:
-        tile_numel = BM * BN
+        base = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * BM * BN)
         local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-        base = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * tile_numel)
-        tl.store(base + pid_k * tile_numel + local, acc)
-        # Every thread's partial is stored before the arrival is published (bar.sync, then a release).
-        tl.debug_barrier()
-        arrived = tl.atomic_add(cnt_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            total = tl.zeros([BM, BN], tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                # .cg: read from L2, where the other programs' partials are, never a stale L1 line.
-                total += tl.load(base + s * tile_numel + local, cache_modifier=".cg")
-            tl.store(out_ptr + out_offs, total.to(tl.bfloat16), mask=mask)
-            tl.atomic_xchg(cnt_ptr + tile_id, 0)  # ready for the next launch (or CUDA-graph replay)
+        tl.store(base + pid_k * (BM * BN) + local, acc)
+        _reduce_splits(out_ptr, base, cnt_ptr, rows, cols, M, N, tile_id, BM, BN, SPLIT_K)
+
+
+@triton.jit
+def _gemv_row(
+    acc, w3, a_ptr, as_ptr, row, koff3, k_ok3, k_ok, grp, fw, M, n_groups, rows4, n_k4, A_LAYOUT: tl.constexpr
+):
+    """acc [BN, C] += the 16-wide partial dots of activation row ``row`` with the weight tile ``w3``."""
+    ok = row < M
+    # The activation is read through a [BN, C, 16] pointer (stride 0 along N): the same layout as the
+    # weight tile, so the product needs no layout conversion; the repeated bytes are L1 broadcasts.
+    a3 = tl.load(a_ptr + row * n_groups * 32 + koff3, mask=k_ok3 & ok, other=0.0).to(tl.float32)
+    sa = tl.load(
+        as_ptr + _act_scale_offsets(row, grp, n_groups, rows4, n_k4, A_LAYOUT), mask=k_ok & ok, other=0
+    )
+    part = tl.sum(w3 * a3, axis=2)  # in-thread: each thread holds 16 consecutive elements
+    return acc + part * (fw * _e8m0_to_f32(sa.to(tl.int32))[None, :])
+
+
+@triton.jit
+def _store_row(acc, out_ptr, ws_row_ptr, row, cols, M, N, SPLIT_K: tl.constexpr):
+    total = tl.sum(acc, axis=1)  # [BN]: the one cross-thread reduction, after the K loop
+    if SPLIT_K == 1:
+        tl.store(out_ptr + row * N + cols, total.to(tl.bfloat16), mask=(cols < N) & (row < M))
+    else:
+        tl.store(ws_row_ptr, total)
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
@@ -114,59 +158,169 @@ def _mxfp8_gemv_kernel(
     rows4,  # align(M, 4): deepgemm word stride
     n_k4,  # align(K/32, 4) / 4: swizzled tile stride
     A_LAYOUT: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # >= M, power of two
+    BLOCK_M: tl.constexpr,  # 1, 2 or 4 (>= M)
     BLOCK_N: tl.constexpr,
-    BLOCK_G: tl.constexpr,  # 32-wide groups per step
+    CHUNKS: tl.constexpr,  # 16-element chunks of K per step
     SPLIT_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
 ):
+    """Decode GEMV: each thread streams 16 weight bytes of one row per chunk and keeps elementwise partial
+    sums; the only cross-thread reduction is after the K loop."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     n_groups = K // 32
-    rows = tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    g_local = tl.arange(0, BLOCK_G)
-    lane = tl.arange(0, 32)
-    # Groups of this split: a contiguous range of whole steps.
-    steps_per_split = ((n_groups + BLOCK_G - 1) // BLOCK_G + SPLIT_K - 1) // SPLIT_K
-    g_begin = pid_k * steps_per_split * BLOCK_G
-    g_end = min(g_begin + steps_per_split * BLOCK_G, n_groups)
-
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    chunk = tl.arange(0, CHUNKS)
+    elem = tl.arange(0, 16)
+    n_chunks = n_groups * 2
+    steps_per_split = ((n_chunks + CHUNKS - 1) // CHUNKS + SPLIT_K - 1) // SPLIT_K
+    s_begin = pid_k * steps_per_split
     col_ok = cols < N
-    row_ok = rows < M
-    for g0 in tl.range(g_begin, g_end, BLOCK_G, num_stages=NUM_STAGES):
-        groups = g0 + g_local  # [BLOCK_G]
-        g_ok = groups < g_end
-        # Weights as [BLOCK_N, BLOCK_G, 32]: each row's BLOCK_G * 32 bytes are contiguous.
-        k3 = groups[None, :, None] * 32 + lane[None, None, :]
-        w = tl.load(
-            w_ptr + cols[:, None, None].to(tl.int64) * K + k3,
-            mask=col_ok[:, None, None] & g_ok[None, :, None],
-            other=0.0,
-        ).to(tl.float32)
-        a = tl.load(
-            a_ptr + rows[:, None, None] * K + k3,
-            mask=row_ok[:, None, None] & g_ok[None, :, None],
-            other=0.0,
-        ).to(tl.float32)  # [BLOCK_M, BLOCK_G, 32]
+    w_rows = w_ptr + cols[:, None, None].to(tl.int64) * K
+    zero_n = tl.zeros([BLOCK_N, 1, 1], tl.int32)
+
+    acc0 = tl.zeros([BLOCK_N, CHUNKS], tl.float32)
+    acc1 = tl.zeros([BLOCK_N, CHUNKS], tl.float32)
+    acc2 = tl.zeros([BLOCK_N, CHUNKS], tl.float32)
+    acc3 = tl.zeros([BLOCK_N, CHUNKS], tl.float32)
+    for step in tl.range(s_begin, s_begin + steps_per_split, num_stages=NUM_STAGES):
+        kc = step * CHUNKS + chunk  # [C] chunk indices
+        k_ok = kc < n_chunks
+        koff3 = zero_n + kc[None, :, None] * 16 + elem[None, None, :]  # [BN, C, 16]
+        k_ok3 = (zero_n == 0) & k_ok[None, :, None]
+        w3 = tl.load(w_rows + koff3, mask=col_ok[:, None, None] & k_ok3, other=0.0).to(tl.float32)
+        grp = kc // 2
         sw = tl.load(
-            ws_ptr + groups[:, None].to(tl.int64) * N + cols[None, :],
-            mask=g_ok[:, None] & col_ok[None, :],
+            ws_ptr + grp[None, :].to(tl.int64) * N + cols[:, None],
+            mask=col_ok[:, None] & k_ok[None, :],
             other=0,
-        )  # [BLOCK_G, BLOCK_N]
+        )
+        fw = _e8m0_to_f32(sw.to(tl.int32))  # [BN, C]
+        acc0 = _gemv_row(
+            acc0, w3, a_ptr, as_ptr, 0, koff3, k_ok3, k_ok, grp, fw, M, n_groups, rows4, n_k4, A_LAYOUT
+        )
+        if BLOCK_M > 1:
+            acc1 = _gemv_row(
+                acc1, w3, a_ptr, as_ptr, 1, koff3, k_ok3, k_ok, grp, fw, M, n_groups, rows4, n_k4, A_LAYOUT
+            )
+        if BLOCK_M > 2:
+            acc2 = _gemv_row(
+                acc2, w3, a_ptr, as_ptr, 2, koff3, k_ok3, k_ok, grp, fw, M, n_groups, rows4, n_k4, A_LAYOUT
+            )
+            acc3 = _gemv_row(
+                acc3, w3, a_ptr, as_ptr, 3, koff3, k_ok3, k_ok, grp, fw, M, n_groups, rows4, n_k4, A_LAYOUT
+            )
+
+    base = work_ptr + pid_n.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N) + pid_k * (BLOCK_M * BLOCK_N)
+    _store_row(acc0, out_ptr, base + cols % BLOCK_N, 0, cols, M, N, SPLIT_K)
+    if BLOCK_M > 1:
+        _store_row(acc1, out_ptr, base + BLOCK_N + cols % BLOCK_N, 1, cols, M, N, SPLIT_K)
+    if BLOCK_M > 2:
+        _store_row(acc2, out_ptr, base + 2 * BLOCK_N + cols % BLOCK_N, 2, cols, M, N, SPLIT_K)
+        _store_row(acc3, out_ptr, base + 3 * BLOCK_N + cols % BLOCK_N, 3, cols, M, N, SPLIT_K)
+    if SPLIT_K > 1:
+        tile_base = work_ptr + pid_n.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+        _reduce_splits(
+            out_ptr, tile_base, cnt_ptr, tl.arange(0, BLOCK_M), cols, M, N, pid_n, BLOCK_M, BLOCK_N, SPLIT_K
+        )
+
+
+@triton.jit
+def _fp16_relative(s, s_ref):
+    """fp16 factors 2**(s - s_ref) for scale bytes ``s`` [R, G] under per-row ``s_ref`` [R] (s <= s_ref).
+
+    Folding a group's scale into fp16 elements relative to the largest scale of the row in this K step
+    keeps every factor <= 1, so E4M3 * factor never overflows fp16 and is exact down to 2**-14 (d >= -12
+    for E4M3 subnormals); groups more than 24 binades below the row's largest flush to 0, contributing
+    under 2**-24 of that group's terms.
+    """
+    d = s - s_ref[:, None]
+    bits = tl.where(d >= -14, (d + 15) << 10, tl.where(d >= -24, 1 << tl.maximum(d + 24, 0), 0))
+    return bits.to(tl.int16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _dq16_tile(ptr_rows, scale_bytes, ok_rows, g_ok, g, lane, BR: tl.constexpr, BG: tl.constexpr):
+    """Load a [BR, BG*32] E4M3 tile and its scale bytes [BR, BG]; return (fp16 tile with the scales
+    folded in relative to each row's largest, that largest scale as fp32 [BR])."""
+    q = tl.load(
+        ptr_rows + (g[None, :, None] * 32 + lane[None, None, :]),
+        mask=ok_rows[:, None, None] & g_ok[None, :, None],
+        other=0.0,
+    )
+    s = scale_bytes.to(tl.int32)
+    s_ref = tl.max(s, axis=1)
+    f = _fp16_relative(s, s_ref)
+    v = q.to(tl.float16) * f[:, :, None]
+    return tl.reshape(v, [BR, BG * 32]), _e8m0_to_f32(s_ref)
+
+
+@triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
+def _mxfp8_dq16_kernel(
+    a_ptr,
+    as_ptr,
+    w_ptr,
+    ws_ptr,
+    out_ptr,
+    work_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    rows4,
+    n_k4,
+    A_LAYOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_G: tl.constexpr,  # 32-wide groups per step: BLOCK_K = 32 * BLOCK_G
+    SPLIT_K: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """Tensor-core path: both operands dequantized to fp16 in registers with their per-32 scales folded
+    in relative to each row's largest scale in the step, one fp16 dot per BLOCK_K, and one promotion per
+    step by the product of the two rows' largest scales."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n_groups = K // 32
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    gl = tl.arange(0, BLOCK_G)
+    lane = tl.arange(0, 32)
+    steps_per_split = ((n_groups + BLOCK_G - 1) // BLOCK_G + SPLIT_K - 1) // SPLIT_K
+    s_begin = pid_k * steps_per_split
+    row_ok = rows < M
+    col_ok = cols < N
+    a_rows = a_ptr + rows[:, None, None].to(tl.int64) * K
+    w_rows = w_ptr + cols[:, None, None].to(tl.int64) * K
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for step in tl.range(s_begin, s_begin + steps_per_split, num_stages=NUM_STAGES):
+        g = step * BLOCK_G + gl
+        g_ok = g < n_groups
+        sw = tl.load(
+            ws_ptr + g[None, :].to(tl.int64) * N + cols[:, None],
+            mask=col_ok[:, None] & g_ok[None, :],
+            other=0,
+        )
         sa = tl.load(
-            as_ptr + _act_scale_offsets(rows[:, None], groups[None, :], n_groups, rows4, n_k4, A_LAYOUT),
+            as_ptr + _act_scale_offsets(rows[:, None], g[None, :], n_groups, rows4, n_k4, A_LAYOUT),
             mask=row_ok[:, None] & g_ok[None, :],
             other=0,
-        )  # [BLOCK_M, BLOCK_G]
-        # Raw group sums (exact products, fp32 adds), then one scale product per group.
-        part = tl.sum(a[:, None, :, :] * w[None, :, :, :], axis=3)  # [BLOCK_M, BLOCK_N, BLOCK_G]
-        fa = _e8m0_to_f32(sa.to(tl.int32))
-        fw = _e8m0_to_f32(tl.trans(sw).to(tl.int32))  # [BLOCK_N, BLOCK_G]
-        acc += tl.sum(part * (fa[:, None, :] * fw[None, :, :]), axis=2)
-
-    _finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, pid_n, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
+        )
+        w16, fw = _dq16_tile(w_rows, sw, col_ok, g_ok, g, lane, BLOCK_N, BLOCK_G)
+        a16, fa = _dq16_tile(a_rows, sa, row_ok, g_ok, g, lane, BLOCK_M, BLOCK_G)
+        if SWAP_AB:
+            acc += tl.dot(w16, tl.trans(a16)) * (fw[:, None] * fa[None, :])
+        else:
+            acc += tl.dot(a16, tl.trans(w16)) * (fa[:, None] * fw[None, :])
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    tile_id = pid_m * tl.num_programs(0) + pid_n
+    _finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, tile_id, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
@@ -237,8 +391,13 @@ def _mxfp8_mma_kernel(
 
 @dataclass(frozen=True)
 class GemmConfig:
-    """One launch configuration. ``kind`` is ``"gemv"`` (``block_g`` groups per step) or ``"mma"``
-    (``block_g`` is the number of 32-wide dots per step, ``swap_ab`` puts weights in the MMA's M slot)."""
+    """One launch configuration.
+
+    ``kind``: ``"gemv"`` (CUDA cores, M <= 4; ``block_g`` = 16-element chunks of K per step), ``"dq16"``
+    (fp16 tensor-core dots on dequantized tiles; ``block_g`` = 32-wide groups per step) or ``"mma8"``
+    (one FP8 dot per 32-wide group; ``block_g`` = dots per step). ``swap_ab`` puts weight rows in the
+    MMA's M slot.
+    """
 
     kind: str
     block_m: int
@@ -253,27 +412,24 @@ class GemmConfig:
 def choose_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
     """The launch configuration for an ``[m, k] x [n, k]`` product.
 
-    Decode (m <= 8) streams weights on CUDA cores with enough programs in flight to cover every SM several
-    times; larger m uses FP8 tensor cores. Split-K only where the output tiles alone would not fill the GPU.
+    Decode (m <= 4) streams weights on CUDA cores with enough programs in flight to cover every SM several
+    times; larger m uses tensor cores. Split-K only where the output tiles alone would not fill the GPU.
     """
     groups = k // 32
-    if m <= 8:
-        block_m = triton.next_power_of_2(max(m, 1))
-        block_g = max(2, 16 // block_m)
-        block_n = 8
-        tiles = triton.cdiv(n, block_n)
-        split = _split_for(tiles, groups // block_g, target=2 * num_sms)
-        return GemmConfig("gemv", block_m, block_n, block_g, split, 4, 3)
+    if m <= 4:
+        block_m = triton.next_power_of_2(m)
+        block_n, chunks = 8, 16
+        split = _split_for(triton.cdiv(n, block_n), 2 * groups // chunks, target=2 * num_sms)
+        return GemmConfig("gemv", block_m, block_n, chunks, split, 4, 3)
     if m <= 64:
         block_m = max(16, triton.next_power_of_2(m))
-        block_n = 64
-        tiles = triton.cdiv(n, block_n)
-        split = _split_for(tiles, groups // 4, target=num_sms)
-        return GemmConfig("mma", block_m, block_n, 4, split, 4, 3, swap_ab=True)
+        block_n, block_g = 64, 4
+        split = _split_for(triton.cdiv(n, block_n), groups // block_g, target=num_sms)
+        return GemmConfig("dq16", block_m, block_n, block_g, split, 4, 3, swap_ab=True)
     block_m, block_n = (64, 128) if m <= 256 else (128, 128)
     tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
-    split = _split_for(tiles, groups // 4, target=num_sms)
-    return GemmConfig("mma", block_m, block_n, 4, split, 8, 3)
+    split = _split_for(tiles, groups // 2, target=num_sms)
+    return GemmConfig("dq16", block_m, block_n, 2, split, 8, 3)
 
 
 def _split_for(tiles: int, steps: int, *, target: int) -> int:
@@ -330,8 +486,10 @@ def launch_mxfp8_gemm(
     n_k4 = -(-groups // 4)
     grid_n = triton.cdiv(n, cfg.block_n)
     if cfg.kind == "gemv":
-        if cfg.block_m < m:
-            raise ValueError(f"config.block_m ({cfg.block_m}) must be >= M ({m}) for the gemv kernel")
+        if cfg.block_m < m or cfg.block_m not in (1, 2, 4):
+            raise ValueError(
+                f"config.block_m must be 1, 2 or 4 and >= M ({m}) for the gemv kernel; got {cfg.block_m}"
+            )
         grid_m = 1
     else:
         grid_m = triton.cdiv(m, cfg.block_m)
@@ -347,7 +505,11 @@ def launch_mxfp8_gemm(
     )
     args = (a_q, a_scale_bytes, w_q, w_scale_t, out, work, counters, m, n, k, rows4, n_k4)
     if cfg.kind == "gemv":
-        _mxfp8_gemv_kernel[(grid_n, cfg.split_k)](*args, BLOCK_G=cfg.block_g, **common)
+        _mxfp8_gemv_kernel[(grid_n, cfg.split_k)](*args, CHUNKS=cfg.block_g, **common)
+    elif cfg.kind == "dq16":
+        _mxfp8_dq16_kernel[(grid_n, grid_m, cfg.split_k)](
+            *args, BLOCK_G=cfg.block_g, SWAP_AB=cfg.swap_ab, **common
+        )
     else:
         _mxfp8_mma_kernel[(grid_n, grid_m, cfg.split_k)](
             *args, SUB=cfg.block_g, SWAP_AB=cfg.swap_ab, **common
