@@ -109,10 +109,22 @@ def list_files(label: str | None, as_json: bool, root: Path | None) -> None:
         check_runner_label(matrix, label)
         files = registry.for_runner(label)
     if as_json:
-        click.echo(json.dumps([
-            {"path": f.path, "line": f.line, "on": list(f.on), "gpus": f.gpus, "est_time": f.est_time,
-             "runners": list(f.runners)} for f in files
-        ], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "path": f.path,
+                        "line": f.line,
+                        "on": list(f.on),
+                        "gpus": f.gpus,
+                        "est_time": f.est_time,
+                        "runners": list(f.runners),
+                    }
+                    for f in files
+                ],
+                indent=2,
+            )
+        )
     else:
         render_file_table(_console(), files, title=f"runner {label}" if label else "registered test files")
     if registry.problems:
@@ -153,30 +165,72 @@ def matrix(as_json: bool, label: str | None, root: Path | None) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--runner", "label", default="auto", show_default=True,
-              help="Runner label, or 'auto' for the runner matching this machine.")
+@click.option(
+    "--runner",
+    "label",
+    default="auto",
+    show_default=True,
+    help="Runner label, or 'auto' for the runner matching this machine.",
+)
 @click.option("--shard", "shard", default=None, help="Run shard I of N (e.g. 1/2).")
-@click.option("-n", "workers", default=None, help="pytest-xdist workers (default: one per GPU; 'auto' on CPU).")
-@click.option("--tests-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Newline-separated registry paths or node ids to run instead of the whole slice.")
-@click.option("--junit-xml", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="JUnit XML output (default reports/junit-LABEL.xml).")
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="JSON report output (default reports/gpumatrix-LABEL.json).")
-@click.option("--summary-md", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
-@click.option("--no-preflight", is_flag=True, help="Skip the check that the runner's GPUs are present and idle.")
+@click.option(
+    "-n", "workers", default=None, help="pytest-xdist workers (default: one per GPU; 'auto' on CPU)."
+)
+@click.option(
+    "--tests-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Newline-separated registry paths or node ids to run instead of the whole slice.",
+)
+@click.option(
+    "--junit-xml",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JUnit XML output (default reports/junit-LABEL.xml).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON report output (default reports/gpumatrix-LABEL.json).",
+)
+@click.option(
+    "--summary-md",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).",
+)
+@click.option(
+    "--no-preflight", is_flag=True, help="Skip the check that the runner's GPUs are present and idle."
+)
 @root_option
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-def run(label: str, shard: str | None, workers: str | None, tests_file: Path | None, junit_xml: Path | None,
-        report: Path | None, summary_md: Path | None, no_preflight: bool, root: Path | None,
-        pytest_args: tuple[str, ...]) -> None:
+def run(
+    label: str,
+    shard: str | None,
+    workers: str | None,
+    tests_file: Path | None,
+    junit_xml: Path | None,
+    report: Path | None,
+    summary_md: Path | None,
+    no_preflight: bool,
+    root: Path | None,
+    pytest_args: tuple[str, ...],
+) -> None:
     """Run this machine's slice through pytest (extra pytest arguments after `--`)."""
     from gpumatrix.commands import RunOptions, execute_run
 
-    options = RunOptions(label=label, shard=shard, workers=workers, tests_file=tests_file, junit_xml=junit_xml,
-                         report=report, summary_md=summary_md, preflight=not no_preflight,
-                         pytest_args=tuple(pytest_args))
+    options = RunOptions(
+        label=label,
+        shard=shard,
+        workers=workers,
+        tests_file=tests_file,
+        junit_xml=junit_xml,
+        report=report,
+        summary_md=summary_md,
+        preflight=not no_preflight,
+        pytest_args=tuple(pytest_args),
+    )
     sys.exit(execute_run(_console(), root or find_root(), options))
 
 

@@ -59,8 +59,9 @@ def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None)
     if matrix is None:
         table.add_row("matching runner", "no ci/matrix.yaml here (pass --root DIR)")
     else:
-        matching = [r.label for r in matrix.runners
-                    if r.gpu_class == hardware.gpu_class and r.gpus == hardware.count]
+        matching = [
+            r.label for r in matrix.runners if r.gpu_class == hardware.gpu_class and r.gpus == hardware.count
+        ]
         table.add_row("matching runner", ", ".join(matching) or "none")
     console.print(table)
 
@@ -72,8 +73,13 @@ def render_file_table(console: Console, files: Sequence[Registration], *, title:
     for column in ("file", "classes", "GPUs", "est. s", "runners"):
         table.add_column(column, justify="right" if column in ("GPUs", "est. s") else "left")
     for f in files:
-        table.add_row(f.path, ", ".join(f.on), str(f.gpus) if f.needs_gpu else "-", f"{f.est_time:g}",
-                      ", ".join(f.runners))
+        table.add_row(
+            f.path,
+            ", ".join(f.on),
+            str(f.gpus) if f.needs_gpu else "-",
+            f"{f.est_time:g}",
+            ", ".join(f.runners),
+        )
     console.print(table)
 
 
@@ -96,18 +102,24 @@ def run_check(console: Console, root: Path) -> int:
     for plan in plans:
         if plan.over_budget:
             longest = max(s.est_time for s in plan.shards)
-            console.print(f"[yellow]warning[/yellow] runner {plan.runner.label}: the longest of its "
-                          f"{plan.count} shard(s) is estimated at {longest:.0f} s, over its budget of "
-                          f"{budget_seconds(plan.runner):.0f} s; raise max_shards or the timeout", soft_wrap=True)
+            console.print(
+                f"[yellow]warning[/yellow] runner {plan.runner.label}: the longest of its "
+                f"{plan.count} shard(s) is estimated at {longest:.0f} s, over its budget of "
+                f"{budget_seconds(plan.runner):.0f} s; raise max_shards or the timeout",
+                soft_wrap=True,
+            )
     idle = [r.label for r in matrix.runners if not registry.for_runner(r.label)]
     status = "[green]ok[/green]" if registry.ok else f"[red]{len(registry.problems)} problem(s)[/red]"
-    console.print(f"{status}: {len(matrix.runners)} runners, {len(registry.files)} registered test files"
-                  + (f"; runners with no files: {', '.join(idle)}" if idle else ""))
+    console.print(
+        f"{status}: {len(matrix.runners)} runners, {len(registry.files)} registered test files"
+        + (f"; runners with no files: {', '.join(idle)}" if idle else "")
+    )
     return 0 if registry.ok else 1
 
 
-def build_matrix_include(matrix: Matrix, registry: Registry, *, label: str | None = None
-                         ) -> tuple[list[dict], list[ShardPlan]]:
+def build_matrix_include(
+    matrix: Matrix, registry: Registry, *, label: str | None = None
+) -> tuple[list[dict], list[ShardPlan]]:
     """GitHub Actions `strategy.matrix.include` entries, one per runner shard."""
     plans = [p for p in plan_matrix(matrix, registry) if label is None or p.runner.label == label]
     include = [
@@ -132,7 +144,11 @@ def render_matrix(console: Console, plans: Sequence[ShardPlan]) -> None:
         table.add_column(column, justify="left" if column == "runner" else "right")
     for plan in plans:
         for shard in plan.shards:
-            table.add_row(plan.runner.label, f"{shard.index}/{plan.count}", str(len(shard.files)),
-                          f"{shard.est_time:.0f}", f"{budget_seconds(plan.runner):.0f}"
-                          + (" (over)" if plan.over_budget else ""))
+            table.add_row(
+                plan.runner.label,
+                f"{shard.index}/{plan.count}",
+                str(len(shard.files)),
+                f"{shard.est_time:.0f}",
+                f"{budget_seconds(plan.runner):.0f}" + (" (over)" if plan.over_budget else ""),
+            )
     console.print(table)

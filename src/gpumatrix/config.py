@@ -231,18 +231,25 @@ class _MatrixParser:
             capabilities: list[tuple[int, int]] = []
             cc_node = fields.get("compute_capability")
             if cc_node is None:
-                self.error(value_node if isinstance(value_node, yaml.MappingNode) else key_node,
-                           f"{where} needs 'compute_capability' (a list like [\"9.0\"]; [] for {CPU_CLASS!r})")
+                self.error(
+                    value_node if isinstance(value_node, yaml.MappingNode) else key_node,
+                    f"{where} needs 'compute_capability' (a list like [\"9.0\"]; [] for {CPU_CLASS!r})",
+                )
             else:
                 for text in self.string_list(cc_node, f"{where} compute_capability"):
                     match = _CAPABILITY_RE.match(text)
                     if match is None:
-                        self.error(cc_node, f"{where}: compute capability {text!r} is not of the form 'major.minor'")
+                        self.error(
+                            cc_node, f"{where}: compute capability {text!r} is not of the form 'major.minor'"
+                        )
                         continue
                     capability = (int(match[1]), int(match[2]))
                     if capability in owner_of:
-                        self.error(cc_node, f"{where}: compute capability {text} already belongs to class "
-                                            f"{owner_of[capability]!r}")
+                        self.error(
+                            cc_node,
+                            f"{where}: compute capability {text} already belongs to class "
+                            f"{owner_of[capability]!r}",
+                        )
                     owner_of[capability] = name
                     capabilities.append(capability)
             if name == CPU_CLASS and capabilities:
@@ -279,14 +286,18 @@ class _MatrixParser:
                 if not _LABEL_RE.match(label):
                     self.error(fields["label"], f"{where}: labels use letters, digits, '.', '_' and '-' only")
                 if label in labels:
-                    self.error(fields["label"], f"duplicate runner label {label!r} (first defined on line "
-                                                f"{labels[label]})")
+                    self.error(
+                        fields["label"],
+                        f"duplicate runner label {label!r} (first defined on line {labels[label]})",
+                    )
                 else:
                     labels[label] = fields["label"].start_mark.line + 1
             class_name = str(self.value(fields["class"])) if "class" in fields else ""
             if "class" in fields and class_name not in classes:
-                self.error(fields["class"], f"{where} names unknown class {class_name!r} "
-                                            f"(known: {', '.join(classes) or 'none'})")
+                self.error(
+                    fields["class"],
+                    f"{where} names unknown class {class_name!r} (known: {', '.join(classes) or 'none'})",
+                )
             is_cpu = class_name == CPU_CLASS
             gpus = 0
             if "gpus" in fields:
@@ -298,9 +309,16 @@ class _MatrixParser:
             runs_on = self.string_list(fields["runs_on"], f"{where} runs_on") if "runs_on" in fields else ()
             if "runs_on" in fields and not runs_on:
                 self.error(fields["runs_on"], f"{where} runs_on must name at least one label")
-            timeout = self.positive_int(fields["timeout_minutes"], f"{where} timeout_minutes") \
-                if "timeout_minutes" in fields else 0
-            shards = self.positive_int(fields["max_shards"], f"{where} max_shards") if "max_shards" in fields else 1
+            timeout = (
+                self.positive_int(fields["timeout_minutes"], f"{where} timeout_minutes")
+                if "timeout_minutes" in fields
+                else 0
+            )
+            shards = (
+                self.positive_int(fields["max_shards"], f"{where} max_shards")
+                if "max_shards" in fields
+                else 1
+            )
             runners.append(Runner(label, class_name, gpus, runs_on, timeout, shards))
         return tuple(runners)
 
@@ -309,8 +327,10 @@ class _MatrixParser:
         defaults = BotConfig()
         permission = str(self.value(fields["permission"])) if "permission" in fields else defaults.permission
         if permission not in PERMISSION_LEVELS:
-            self.error(fields["permission"], f"bot permission {permission!r} is not one of "
-                                             f"{', '.join(PERMISSION_LEVELS)}")
+            self.error(
+                fields["permission"],
+                f"bot permission {permission!r} is not one of {', '.join(PERMISSION_LEVELS)}",
+            )
         allow_edits = self.value(fields["allow_edits"]) if "allow_edits" in fields else defaults.allow_edits
         if not isinstance(allow_edits, bool):
             self.error(fields["allow_edits"], f"bot allow_edits must be true or false, got {allow_edits!r}")

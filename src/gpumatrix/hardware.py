@@ -89,22 +89,38 @@ class Hardware:
         """`1 x h100 (NVIDIA H200, sm_90)`, `cpu`; mixed machines list each kind of device."""
         if not self.count:
             return CPU_CLASS
-        kinds = dict.fromkeys(f"{name}, sm_{major}{minor}"
-                              for name, (major, minor) in zip(self.names, self.capabilities, strict=True))
+        kinds = dict.fromkeys(
+            f"{name}, sm_{major}{minor}"
+            for name, (major, minor) in zip(self.names, self.capabilities, strict=True)
+        )
         return f"{self.count} x {self.gpu_class} ({'; '.join(kinds)})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu_class": self.gpu_class, "count": self.count, "names": list(self.names),
-                "capabilities": [f"{major}.{minor}" for major, minor in self.capabilities],
-                "driver": self.driver, "source": self.source, "device_ids": list(self.device_ids),
-                "description": self.describe()}
+        return {
+            "gpu_class": self.gpu_class,
+            "count": self.count,
+            "names": list(self.names),
+            "capabilities": [f"{major}.{minor}" for major, minor in self.capabilities],
+            "driver": self.driver,
+            "source": self.source,
+            "device_ids": list(self.device_ids),
+            "description": self.describe(),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hardware:
-        capabilities = tuple(tuple(int(part) for part in str(text).split(".")) for text in data["capabilities"])
-        return cls(gpu_class=str(data["gpu_class"]), count=int(data["count"]), names=tuple(data["names"]),
-                   capabilities=capabilities,  # type: ignore[arg-type]
-                   driver=data.get("driver"), source=str(data["source"]), device_ids=tuple(data["device_ids"]))
+        capabilities = tuple(
+            tuple(int(part) for part in str(text).split(".")) for text in data["capabilities"]
+        )
+        return cls(
+            gpu_class=str(data["gpu_class"]),
+            count=int(data["count"]),
+            names=tuple(data["names"]),
+            capabilities=capabilities,  # type: ignore[arg-type]
+            driver=data.get("driver"),
+            source=str(data["source"]),
+            device_ids=tuple(data["device_ids"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -127,8 +143,11 @@ def detect(matrix: Matrix | None = None, *, environ: Mapping[str, str] | None = 
     probe = _probe_override(override, classes) if override else _probe_machine(env)
     if probe is None:
         return Hardware(CPU_CLASS, 0)
-    devices = probe.devices if probe.visible_applied else select_visible(probe.devices,
-                                                                          env.get("CUDA_VISIBLE_DEVICES"))
+    devices = (
+        probe.devices
+        if probe.visible_applied
+        else select_visible(probe.devices, env.get("CUDA_VISIBLE_DEVICES"))
+    )
     if not devices:
         return Hardware(CPU_CLASS, 0, driver=probe.driver, source=probe.source)
     return Hardware(
@@ -153,8 +172,10 @@ def parse_override(text: str, classes: Mapping[str, GpuClass] = BUILTIN_CLASSES)
         raise HardwareOverrideError(f"{HARDWARE_ENV}={text!r} is not understood: {expected}")
     name = match[2]
     if name not in gpu_classes:
-        raise HardwareOverrideError(f"{HARDWARE_ENV}={text!r} names unknown GPU class {name!r} "
-                         f"(known: {', '.join(gpu_classes)}); {expected}")
+        raise HardwareOverrideError(
+            f"{HARDWARE_ENV}={text!r} names unknown GPU class {name!r} "
+            f"(known: {', '.join(gpu_classes)}); {expected}"
+        )
     return name, int(match[1])
 
 
@@ -182,8 +203,9 @@ def select_visible(devices: Sequence[Device], spec: str | None) -> tuple[Device,
     return tuple(chosen)
 
 
-def preflight(hardware: Hardware, runner: Runner, *, check_busy: bool = True,
-              idle_memory_mib: int = _IDLE_MEMORY_MIB) -> list[str]:
+def preflight(
+    hardware: Hardware, runner: Runner, *, check_busy: bool = True, idle_memory_mib: int = _IDLE_MEMORY_MIB
+) -> list[str]:
     """Why this machine cannot honestly run `runner`'s slice; empty when it can.
 
     The machine must be the runner's class with exactly its GPU count and, with `check_busy`, no GPU
@@ -205,6 +227,7 @@ def preflight(hardware: Hardware, runner: Runner, *, check_busy: bool = True,
 
 
 # -- probes -----------------------------------------------------------------------------------------
+
 
 def _classify(capability: tuple[int, int], classes: Mapping[str, GpuClass]) -> str:
     for gpu_class in classes.values():
@@ -229,8 +252,9 @@ def _probe_override(text: str, classes: Mapping[str, GpuClass]) -> _Probe:
     if not count:
         return _Probe("override", None, ())
     capability = classes[name].compute_capabilities[0]
-    return _Probe("override", "fake", tuple(Device(i, str(i), f"fake {name}", capability)
-                                            for i in range(count)))
+    return _Probe(
+        "override", "fake", tuple(Device(i, str(i), f"fake {name}", capability) for i in range(count))
+    )
 
 
 def _text(value: str | bytes) -> str:
@@ -260,8 +284,14 @@ def _probe_nvml(environ: Mapping[str, str]) -> _Probe | None:
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            devices.append(Device(index, _text(nvml.nvmlDeviceGetUUID(handle)),
-                                  _text(nvml.nvmlDeviceGetName(handle)), (int(major), int(minor))))
+            devices.append(
+                Device(
+                    index,
+                    _text(nvml.nvmlDeviceGetUUID(handle)),
+                    _text(nvml.nvmlDeviceGetName(handle)),
+                    (int(major), int(minor)),
+                )
+            )
         return _Probe("nvml", _text(nvml.nvmlSystemGetDriverVersion()), tuple(devices))
     except nvml.NVMLError:
         return None  # a device NVML cannot read (fallen off the bus): let the next probe try
@@ -291,21 +321,37 @@ def _probe_torch(environ: Mapping[str, str]) -> _Probe | None:
     if importlib.util.find_spec("torch") is None:
         return None
     try:
-        done = subprocess.run([sys.executable, "-c", _TORCH_PROBE], env=dict(environ), capture_output=True,
-                              text=True, timeout=120, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _TORCH_PROBE],
+            env=dict(environ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
     if not found["devices"]:
         return None
     # Without a UUID, name the device as the caller's CUDA_VISIBLE_DEVICES did (or by index).
-    entries = [e.strip() for e in environ["CUDA_VISIBLE_DEVICES"].split(",")] \
-        if "CUDA_VISIBLE_DEVICES" in environ else []
-    devices = tuple(Device(i, d["uuid"] or (entries[i] if i < len(entries) else str(i)), d["name"],
-                           (int(d["capability"][0]), int(d["capability"][1])))
-                    for i, d in enumerate(found["devices"]))
-    return _Probe("torch", f"CUDA {found['driver']} (torch)" if found["driver"] else None, devices,
-                  visible_applied=True)
+    entries = (
+        [e.strip() for e in environ["CUDA_VISIBLE_DEVICES"].split(",")]
+        if "CUDA_VISIBLE_DEVICES" in environ
+        else []
+    )
+    devices = tuple(
+        Device(
+            i,
+            d["uuid"] or (entries[i] if i < len(entries) else str(i)),
+            d["name"],
+            (int(d["capability"][0]), int(d["capability"][1])),
+        )
+        for i, d in enumerate(found["devices"])
+    )
+    return _Probe(
+        "torch", f"CUDA {found['driver']} (torch)" if found["driver"] else None, devices, visible_applied=True
+    )
 
 
 def _probe_nvidia_smi(environ: Mapping[str, str]) -> _Probe | None:
@@ -313,9 +359,18 @@ def _probe_nvidia_smi(environ: Mapping[str, str]) -> _Probe | None:
     if executable is None:
         return None
     try:
-        done = subprocess.run([executable, "--query-gpu=index,uuid,name,compute_cap,driver_version",
-                               "--format=csv,noheader,nounits"], env=dict(environ), capture_output=True,
-                              text=True, timeout=60, check=True)
+        done = subprocess.run(
+            [
+                executable,
+                "--query-gpu=index,uuid,name,compute_cap,driver_version",
+                "--format=csv,noheader,nounits",
+            ],
+            env=dict(environ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         rows = [row for row in csv.reader(done.stdout.splitlines(), skipinitialspace=True) if row]
         devices = []
         for index, uuid, name, capability, _ in rows:

@@ -70,8 +70,16 @@ def default_lock_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 @contextmanager
-def lease_gpus(count: int, *, devices: Sequence[str], lock_dir: Path, timeout: float | None,
-               holder: str = "", worker: str = "", log: Path | None = None) -> Iterator[tuple[str, ...]]:
+def lease_gpus(
+    count: int,
+    *,
+    devices: Sequence[str],
+    lock_dir: Path,
+    timeout: float | None,
+    holder: str = "",
+    worker: str = "",
+    log: Path | None = None,
+) -> Iterator[tuple[str, ...]]:
     """Hold `count` of `devices` exclusively for the `with` block; yields the leased ids.
 
     Blocks until they are free; `timeout` seconds (None: forever) bounds the wait, after which
@@ -92,8 +100,10 @@ def lease_gpus(count: int, *, devices: Sequence[str], lock_dir: Path, timeout: f
     with ExitStack() as held:
         turnstile = FileLock(lock_dir / "turnstile.lock")
         try:
-            turnstile.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic()),
-                              poll_interval=_POLL_SECONDS)
+            turnstile.acquire(
+                timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic()),
+                poll_interval=_POLL_SECONDS,
+            )
         except Timeout:
             raise LeaseTimeout(_timeout_message(count, devices, lock_dir, timeout)) from None
         try:
@@ -105,7 +115,8 @@ def lease_gpus(count: int, *, devices: Sequence[str], lock_dir: Path, timeout: f
         acquired, acquired_wall = time.monotonic(), time.time()
         for device in leased:
             _holder_file(lock_dir, device).write_text(
-                json.dumps({"pid": os.getpid(), "holder": holder, "since": acquired_wall}), encoding="utf-8")
+                json.dumps({"pid": os.getpid(), "holder": holder, "since": acquired_wall}), encoding="utf-8"
+            )
         try:
             yield leased
         finally:
@@ -114,9 +125,16 @@ def lease_gpus(count: int, *, devices: Sequence[str], lock_dir: Path, timeout: f
             if log is not None:
                 # Written before the locks go: a reader never sees a later lease of these devices
                 # logged ahead of this one ending.
-                record = {"nodeid": holder, "pid": os.getpid(), "worker": worker, "devices": list(leased),
-                          "acquired": acquired, "released": time.monotonic(),
-                          "acquired_wall": acquired_wall, "released_wall": time.time()}
+                record = {
+                    "nodeid": holder,
+                    "pid": os.getpid(),
+                    "worker": worker,
+                    "devices": list(leased),
+                    "acquired": acquired,
+                    "released": time.monotonic(),
+                    "acquired_wall": acquired_wall,
+                    "released_wall": time.time(),
+                }
                 with open(log, "a", encoding="utf-8") as stream:  # one short O_APPEND write per line
                     stream.write(json.dumps(record) + "\n")
 
@@ -129,8 +147,9 @@ def _holder_file(lock_dir: Path, device: str) -> Path:
     return lock_dir / f"{_lock_name(device)}.holder.json"
 
 
-def _take_devices(count: int, devices: Sequence[str], lock_dir: Path, deadline: float | None,
-                  held: ExitStack) -> tuple[str, ...] | None:
+def _take_devices(
+    count: int, devices: Sequence[str], lock_dir: Path, deadline: float | None, held: ExitStack
+) -> tuple[str, ...] | None:
     """Under the turnstile: take free devices, keep them, and wait for the rest; None on timeout."""
     taken: list[str] = []
     while True:
@@ -161,11 +180,14 @@ def _timeout_message(count: int, devices: Sequence[str], lock_dir: Path, timeout
         since = time.strftime("%H:%M:%S", time.localtime(info["since"]))
         holders.append(f"{device} by pid {info['pid']} ({info['holder'] or 'unnamed'}) since {since}")
     held = "; held: " + ", ".join(holders) if holders else " (another run was acquiring)"
-    return (f"waited {timeout:g} s for {count} of GPUs {', '.join(devices)} in {lock_dir}{held}; "
-            f"raise {LEASE_TIMEOUT_ENV} or find what holds them")
+    return (
+        f"waited {timeout:g} s for {count} of GPUs {', '.join(devices)} in {lock_dir}{held}; "
+        f"raise {LEASE_TIMEOUT_ENV} or find what holds them"
+    )
 
 
 # -- CUDA's binding of a process to its devices -----------------------------------------------------
+
 
 def _resident_libcuda() -> Any | None:
     """The CUDA driver library if this process has already loaded it; never loads it."""
@@ -204,14 +226,24 @@ class LeasePlan:
 def plan_lease(need: int, *, devices: Sequence[str], bound: Sequence[str] | None) -> LeasePlan:
     """Plan a lease of `need` GPUs among `devices`, for a process whose CUDA is `bound` (or None)."""
     if not 1 <= need <= len(devices):
-        raise ValueError(f"need must be between 1 and the {len(devices)} device(s) of this machine, got {need}")
+        raise ValueError(
+            f"need must be between 1 and the {len(devices)} device(s) of this machine, got {need}"
+        )
     if bound is None:
         return LeasePlan(need, tuple(devices), False, f"any {need} free")
     if need <= len(bound):
-        return LeasePlan(len(bound), tuple(bound), False,
-                         f"CUDA in this process already uses {', '.join(bound) or 'no device'}: lease exactly those")
-    return LeasePlan(need, tuple(devices), True,
-                     f"needs {need} GPU(s) but CUDA in this process is bound to {', '.join(bound) or 'none'}")
+        return LeasePlan(
+            len(bound),
+            tuple(bound),
+            False,
+            f"CUDA in this process already uses {', '.join(bound) or 'no device'}: lease exactly those",
+        )
+    return LeasePlan(
+        need,
+        tuple(devices),
+        True,
+        f"needs {need} GPU(s) but CUDA in this process is bound to {', '.join(bound) or 'none'}",
+    )
 
 
 @dataclass
@@ -237,9 +269,17 @@ class ProcessLeases:
         if self._stack is not None:
             raise RuntimeError("a lease is already active in this process; finish() it first")
         stack = ExitStack()
-        leased = stack.enter_context(lease_gpus(plan.count, devices=plan.pool, lock_dir=self.lock_dir,
-                                                timeout=self.timeout, holder=holder, worker=self.worker,
-                                                log=self.log))
+        leased = stack.enter_context(
+            lease_gpus(
+                plan.count,
+                devices=plan.pool,
+                lock_dir=self.lock_dir,
+                timeout=self.timeout,
+                holder=holder,
+                worker=self.worker,
+                log=self.log,
+            )
+        )
         self._stack, self._visible = stack, leased
         self._saved_env = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(leased)

@@ -101,12 +101,15 @@ class RunReport:
             reason = f"xfail: {wasxfail}" if wasxfail is not None else _skip_reason(report)
         self.add(report.nodeid, file, kind, reason)
 
-    def to_json(self, *, hardware: Hardware, runner: str | None, hardware_skips: dict[str, str],
-                problems: list[str]) -> dict[str, Any]:
+    def to_json(
+        self, *, hardware: Hardware, runner: str | None, hardware_skips: dict[str, str], problems: list[str]
+    ) -> dict[str, Any]:
         files: dict[str, dict[str, list[Any]]] = {}
         totals = dict.fromkeys(("ran", "passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
         for nodeid, (file, kind, reason) in sorted(self.outcomes.items()):
-            entry = files.setdefault(file, {"ran": [], "passed": [], "failed": [], "errors": [], "skipped": []})
+            entry = files.setdefault(
+                file, {"ran": [], "passed": [], "failed": [], "errors": [], "skipped": []}
+            )
             totals[kind] += 1
             if kind != "skipped":  # it ran, whatever came of it (as `gpumatrix run` counts executed tests)
                 entry[kind].append(nodeid)
@@ -117,8 +120,13 @@ class RunReport:
             totals["hardware_skipped"] += by_hardware
             entry["skipped"].append({"nodeid": nodeid, "reason": reason, "hardware": by_hardware})
         totals["deselected"] = len(self.deselected)
-        return {"hardware": hardware.to_dict(), "runner": runner, "problems": problems,
-                "files": files, "totals": totals}
+        return {
+            "hardware": hardware.to_dict(),
+            "runner": runner,
+            "problems": problems,
+            "files": files,
+            "totals": totals,
+        }
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
@@ -170,26 +178,48 @@ def _is_worker(config: pytest.Config) -> bool:
 
 # -- configuration ----------------------------------------------------------------------------------
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpumatrix", "hardware-gated GPU test matrix (ci/matrix.yaml)")
-    group.addoption("--runner", metavar="LABEL", default=None,
-                    help="run only this runner's slice, after checking this machine is that runner")
-    group.addoption("--gpumatrix-report", metavar="PATH", default=None,
-                    help="write a JSON summary of outcomes by file, with hardware skips marked")
-    group.addoption("--gpumatrix-root", metavar="DIR", default=None,
-                    help="the tree holding ci/matrix.yaml and tests/ (default: the rootdir)")
+    group.addoption(
+        "--runner",
+        metavar="LABEL",
+        default=None,
+        help="run only this runner's slice, after checking this machine is that runner",
+    )
+    group.addoption(
+        "--gpumatrix-report",
+        metavar="PATH",
+        default=None,
+        help="write a JSON summary of outcomes by file, with hardware skips marked",
+    )
+    group.addoption(
+        "--gpumatrix-root",
+        metavar="DIR",
+        default=None,
+        help="the tree holding ci/matrix.yaml and tests/ (default: the rootdir)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     root_option = config.getoption("gpumatrix_root")
-    root = Path(config.invocation_params.dir, root_option).resolve() if root_option else config.rootpath.resolve()
+    root = (
+        Path(config.invocation_params.dir, root_option).resolve()
+        if root_option
+        else config.rootpath.resolve()
+    )
     matrix_path = root / "ci" / "matrix.yaml"
     if not matrix_path.is_file():
-        asked = [f"--{name}" for name in ("runner", "gpumatrix-report", "gpumatrix-root")
-                 if config.getoption(name.replace("-", "_"))]
+        asked = [
+            f"--{name}"
+            for name in ("runner", "gpumatrix-report", "gpumatrix-root")
+            if config.getoption(name.replace("-", "_"))
+        ]
         if asked:
-            raise pytest.UsageError(f"{', '.join(asked)} need(s) a runner matrix, and {matrix_path} does not "
-                                    f"exist; pass --gpumatrix-root DIR")
+            raise pytest.UsageError(
+                f"{', '.join(asked)} need(s) a runner matrix, and {matrix_path} does not "
+                f"exist; pass --gpumatrix-root DIR"
+            )
         return
     try:
         matrix = load_matrix(matrix_path)
@@ -204,10 +234,15 @@ def pytest_configure(config: pytest.Config) -> None:
     report_option = config.getoption("gpumatrix_report")
     replay_to = os.environ.get(REPLAY_TO_ENV)
     state = config.stash[_STATE] = _State(
-        root=root, hardware=hardware,
-        registrations={r.path: r for r in registry.files}, problems=problems, runner=runner,
+        root=root,
+        hardware=hardware,
+        registrations={r.path: r for r in registry.files},
+        problems=problems,
+        runner=runner,
         report_path=Path(config.invocation_params.dir, report_option) if report_option else None,
-        leases=_process_leases(config, hardware), replay_to=Path(replay_to) if replay_to else None)
+        leases=_process_leases(config, hardware),
+        replay_to=Path(replay_to) if replay_to else None,
+    )
     if state.report_path is not None or state.replay_to is not None:
         config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
 
@@ -218,8 +253,10 @@ def _runner_option(config: pytest.Config, matrix: Matrix) -> Runner | None:
         return None
     runner = matrix.runner(label)
     if runner is None:
-        raise pytest.UsageError(f"--runner {label!r} is not a runner of {matrix.source} "
-                                f"(labels: {', '.join(r.label for r in matrix.runners)})")
+        raise pytest.UsageError(
+            f"--runner {label!r} is not a runner of {matrix.source} "
+            f"(labels: {', '.join(r.label for r in matrix.runners)})"
+        )
     return runner
 
 
@@ -242,8 +279,13 @@ def _process_leases(config: pytest.Config, hardware: Hardware) -> ProcessLeases 
         raise pytest.UsageError(f"{LEASE_TIMEOUT_ENV}={timeout_text!r} is not a number of seconds") from None
     log = os.environ.get(LEASE_LOG_ENV)
     worker = config.workerinput["workerid"] if _is_worker(config) else "main"  # type: ignore[attr-defined]
-    return ProcessLeases(devices=hardware.device_ids, lock_dir=default_lock_dir(), timeout=timeout,
-                         log=Path(log) if log else None, worker=worker)
+    return ProcessLeases(
+        devices=hardware.device_ids,
+        lock_dir=default_lock_dir(),
+        timeout=timeout,
+        log=Path(log) if log else None,
+        worker=worker,
+    )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -277,6 +319,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # -- collection -------------------------------------------------------------------------------------
 
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
     """An unregistered or invalidly registered test file fails collection without being imported."""
@@ -286,7 +329,9 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
     path = state.relpath(collector.path)
     if path is None or path in state.registrations or not _is_registered_kind(path):
         return None
-    problems = state.problems.get(path) or [Problem(path, 0, "not registered (it was added after the run started?)")]
+    problems = state.problems.get(path) or [
+        Problem(path, 0, "not registered (it was added after the run started?)")
+    ]
     return pytest.CollectReport(collector.nodeid, "failed", "\n".join(map(str, problems)), [])
 
 
@@ -333,6 +378,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 # -- running: leases --------------------------------------------------------------------------------
 
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
     state = _state(item.config)
@@ -358,8 +404,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if plan is None:  # another plugin ran this test's protocol (a rerun, say): plan here
         plan = state.leases.plan(need)
         if plan.in_child:
-            raise GpumatrixError(f"{plan.reason}; only gpumatrix's own test protocol can move it to a fresh "
-                                 f"process, and another plugin ran this one")
+            raise GpumatrixError(
+                f"{plan.reason}; only gpumatrix's own test protocol can move it to a fresh "
+                f"process, and another plugin ran this one"
+            )
     else:
         del item.stash[_PLAN]
     state.leases.start(plan, holder=item.nodeid)
@@ -405,17 +453,31 @@ def _child_reports(item: pytest.Item, leased: tuple[str, ...]) -> list[pytest.Te
     config = item.config
     with tempfile.TemporaryDirectory(prefix="gpumatrix-child-") as scratch:
         replay = Path(scratch, "reports.jsonl")
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(leased), HELD_LEASE_ENV: ",".join(leased),
-               REPLAY_TO_ENV: str(replay)}
-        done = subprocess.run([sys.executable, "-m", "pytest", *_child_args(item, Path(scratch))],
-                              cwd=config.invocation_params.dir, env=env, capture_output=True, text=True)
+        env = {
+            **os.environ,
+            "CUDA_VISIBLE_DEVICES": ",".join(leased),
+            HELD_LEASE_ENV: ",".join(leased),
+            REPLAY_TO_ENV: str(replay),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *_child_args(item, Path(scratch))],
+            cwd=config.invocation_params.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         lines = replay.read_text(encoding="utf-8").splitlines() if replay.exists() else []
-    reports = [config.hook.pytest_report_from_serializable(config=config, data=json.loads(line))
-               for line in lines]
+    reports = [
+        config.hook.pytest_report_from_serializable(config=config, data=json.loads(line)) for line in lines
+    ]
     if not any(report.when == "setup" for report in reports):  # it never ran: collection failed
-        _log_setup_error(item, RuntimeError(
-            f"the child pytest running {item.nodeid} on GPUs {', '.join(leased)} reported no test "
-            f"(exit {done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-4000:]}"))
+        _log_setup_error(
+            item,
+            RuntimeError(
+                f"the child pytest running {item.nodeid} on GPUs {', '.join(leased)} reported no test "
+                f"(exit {done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+            ),
+        )
         return []
     return reports
 
@@ -423,9 +485,17 @@ def _child_reports(item: pytest.Item, leased: tuple[str, ...]) -> list[pytest.Te
 def _child_args(item: pytest.Item, scratch: Path) -> list[str]:
     config = item.config
     _, _, selector = item.nodeid.partition("::")
-    args = [f"{item.path}::{selector}" if selector else str(item.path), "-q", "-p", "no:cacheprovider",
-            "--rootdir", str(config.rootpath), "--basetemp", str(scratch / "tmp"),
-            f"--import-mode={config.option.importmode}"]
+    args = [
+        f"{item.path}::{selector}" if selector else str(item.path),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(config.rootpath),
+        "--basetemp",
+        str(scratch / "tmp"),
+        f"--import-mode={config.option.importmode}",
+    ]
     if config.inipath is not None:
         args += ["-c", str(config.inipath)]
     if config.getoption("gpumatrix_root"):
@@ -440,6 +510,7 @@ def _child_args(item: pytest.Item, scratch: Path) -> list[str]:
 
 
 # -- reporting --------------------------------------------------------------------------------------
+
 
 class _Recorder:
     """Report hooks, registered per run: a report does not say which run it belongs to."""
@@ -482,8 +553,12 @@ def _write_report(state: _State, problems: list[str]) -> None:
         skip = evaluate_hardware(registration, state.hardware)
         if skip is not None:
             hardware_skips[path] = skip.reason
-    data = state.report.to_json(hardware=state.hardware, runner=state.runner.label if state.runner else None,
-                                hardware_skips=hardware_skips, problems=problems)
+    data = state.report.to_json(
+        hardware=state.hardware,
+        runner=state.runner.label if state.runner else None,
+        hardware_skips=hardware_skips,
+        problems=problems,
+    )
     path = state.report_path
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,9 @@ def find_test_files(root: str | Path, *, tests_dir: str = "tests") -> list[str]:
     for dirpath, dirnames, filenames in os.walk(root / tests_dir):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
-        found.extend(f"{rel}/{name}" for name in filenames if name.startswith("test_") and name.endswith(".py"))
+        found.extend(
+            f"{rel}/{name}" for name in filenames if name.startswith("test_") and name.endswith(".py")
+        )
     return sorted(found)
 
 
@@ -121,24 +123,42 @@ def read_registration(source: str, path: str) -> tuple[Registration | None, list
     except SyntaxError as exc:
         return None, [Problem(path, exc.lineno or 0, f"cannot parse test file: {exc.msg}")]
     names, modules = _register_aliases(tree.body)
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _is_register(node.func, names, modules)]
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _is_register(node.func, names, modules)
+    ]
     top_level = {id(stmt.value) for stmt in tree.body if isinstance(stmt, ast.Expr)}
     nested = [call for call in calls if id(call) not in top_level]
-    problems = [Problem(path, call.lineno, "register(...) must be called at module top level, not inside a "
-                                           "function, class or condition") for call in nested]
+    problems = [
+        Problem(
+            path,
+            call.lineno,
+            "register(...) must be called at module top level, not inside a function, class or condition",
+        )
+        for call in nested
+    ]
     calls = [call for call in calls if id(call) in top_level]
     if not calls:
         return None, problems or [Problem(path, 1, _MISSING)]
     if len(calls) > 1:
         lines = ", ".join(str(call.lineno) for call in calls)
-        return None, [*problems, Problem(path, calls[1].lineno, f"register(...) is called {len(calls)} times "
-                                                                f"(lines {lines}); call it exactly once")]
+        return None, [
+            *problems,
+            Problem(
+                path,
+                calls[1].lineno,
+                f"register(...) is called {len(calls)} times (lines {lines}); call it exactly once",
+            ),
+        ]
     registration, found = _read_call(calls[0], path)
     return (registration if not problems and not found else None), problems + found
 
 
-_MISSING = ("test file is not registered: add `from gpumatrix import register` and, at module top level, "
-            "`register(on=(\"cpu\",), est_time=SECONDS)` naming the classes it runs on")
+_MISSING = (
+    "test file is not registered: add `from gpumatrix import register` and, at module top level, "
+    '`register(on=("cpu",), est_time=SECONDS)` naming the classes it runs on'
+)
 
 
 def _register_aliases(body: Iterable[ast.stmt]) -> tuple[set[str], set[str]]:
@@ -156,8 +176,12 @@ def _register_aliases(body: Iterable[ast.stmt]) -> tuple[set[str], set[str]]:
 def _is_register(func: ast.expr, names: set[str], modules: set[str]) -> bool:
     if isinstance(func, ast.Name):
         return func.id in names
-    return (isinstance(func, ast.Attribute) and func.attr == "register"
-            and isinstance(func.value, ast.Name) and func.value.id in modules)
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "register"
+        and isinstance(func.value, ast.Name)
+        and func.value.id in modules
+    )
 
 
 def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Problem]]:
@@ -174,8 +198,10 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
         if keyword.arg is None:
             bad(keyword.value, "register(...) cannot take **kwargs: write on=, gpus= and est_time= literally")
         elif keyword.arg not in _KEYWORDS:
-            bad(keyword.value, f"register(...) got unknown argument {keyword.arg!r} "
-                               f"(expected {', '.join(_KEYWORDS)})")
+            bad(
+                keyword.value,
+                f"register(...) got unknown argument {keyword.arg!r} (expected {', '.join(_KEYWORDS)})",
+            )
         elif keyword.arg in seen:  # ast parses it; Python refuses to compile it
             bad(keyword.value, f"register(...) repeats the argument {keyword.arg}=")
         else:
@@ -184,16 +210,20 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
                 values[keyword.arg] = ast.literal_eval(keyword.value)
             # TypeError: a literal that cannot be built, such as a set of lists ({[]}).
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                bad(keyword.value, f"register({keyword.arg}=...) must be a literal, got "
-                                   f"`{ast.unparse(keyword.value)}`; the registry is read without importing the file")
+                bad(
+                    keyword.value,
+                    f"register({keyword.arg}=...) must be a literal, got "
+                    f"`{ast.unparse(keyword.value)}`; the registry is read without importing the file",
+                )
 
     on = values.get("on")
     if isinstance(on, str):
         on = (on,)
     if "on" not in values and not any(k.arg == "on" for k in call.keywords):
         bad(call, "register(...) is missing on=(...): the GPU classes this file runs on")
-    elif "on" in values and (not isinstance(on, (tuple, list)) or not on
-                             or not all(isinstance(c, str) for c in on)):
+    elif "on" in values and (
+        not isinstance(on, (tuple, list)) or not on or not all(isinstance(c, str) for c in on)
+    ):
         bad(call, f"register(on=...) must be a non-empty tuple of class names, got {values['on']!r}")
     elif "on" in values and len(set(on)) != len(on):
         bad(call, f"register(on=...) names a class twice: {values['on']!r}")
@@ -204,15 +234,23 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
 
     est_time = values.get("est_time")
     if "est_time" not in values and not any(k.arg == "est_time" for k in call.keywords):
-        bad(call, "register(...) is missing est_time=SECONDS (the file's run time on one runner, used for sharding)")
-    elif "est_time" in values and (not isinstance(est_time, (int, float)) or isinstance(est_time, bool)
-                                   or not est_time > 0 or est_time == float("inf")):
+        bad(
+            call,
+            "register(...) is missing est_time=SECONDS (the file's run time on one runner, used for sharding)",
+        )
+    elif "est_time" in values and (
+        not isinstance(est_time, (int, float))
+        or isinstance(est_time, bool)
+        or not est_time > 0
+        or est_time == float("inf")
+    ):
         bad(call, f"register(est_time=...) must be a positive number of seconds, got {est_time!r}")
 
     if problems:
         return None, problems
-    return Registration(path=path, line=call.lineno, on=tuple(on), gpus=int(gpus),
-                        est_time=float(est_time)), []
+    return Registration(
+        path=path, line=call.lineno, on=tuple(on), gpus=int(gpus), est_time=float(est_time)
+    ), []
 
 
 def _resolve_runners(registration: Registration, matrix: Matrix) -> tuple[Registration | None, list[Problem]]:
@@ -220,21 +258,40 @@ def _resolve_runners(registration: Registration, matrix: Matrix) -> tuple[Regist
     labels: list[str] = []
     for class_name in registration.on:
         if class_name not in matrix.classes:
-            problems.append(Problem(registration.path, registration.line,
-                                    f"register(on=...) names unknown class {class_name!r} "
-                                    f"(known: {', '.join(matrix.classes)})"))
+            problems.append(
+                Problem(
+                    registration.path,
+                    registration.line,
+                    f"register(on=...) names unknown class {class_name!r} "
+                    f"(known: {', '.join(matrix.classes)})",
+                )
+            )
             continue
         runner = matrix.runner_for(class_name, registration.gpus)
         if runner is None:
             offered = sorted({r.gpus for r in matrix.runners_of(class_name)})
-            detail = (f"its runners have {', '.join(map(str, offered))} GPU(s)" if offered
-                      else "no runner serves that class")
-            problems.append(Problem(registration.path, registration.line,
-                                    f"needs {registration.gpus} x {class_name}, but no runner of class "
-                                    f"{class_name!r} has that many GPUs ({detail})"))
+            detail = (
+                f"its runners have {', '.join(map(str, offered))} GPU(s)"
+                if offered
+                else "no runner serves that class"
+            )
+            problems.append(
+                Problem(
+                    registration.path,
+                    registration.line,
+                    f"needs {registration.gpus} x {class_name}, but no runner of class "
+                    f"{class_name!r} has that many GPUs ({detail})",
+                )
+            )
             continue
         labels.append(runner.label)
     if problems:
         return None, problems
-    return Registration(registration.path, registration.line, registration.on, registration.gpus,
-                        registration.est_time, tuple(labels)), []
+    return Registration(
+        registration.path,
+        registration.line,
+        registration.on,
+        registration.gpus,
+        registration.est_time,
+        tuple(labels),
+    ), []

@@ -83,12 +83,15 @@ def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runne
     if fitting:
         runner = max(fitting, key=lambda r: r.gpus)
         return runner, {"CUDA_VISIBLE_DEVICES": ",".join(hardware.device_ids[: runner.gpus])}
-    raise RunError(f"--runner auto: no runner matches this machine ({hardware.describe()}); runners: "
-                   + ", ".join(f"{r.label} ({r.gpus} x {r.gpu_class})" for r in matrix.runners))
+    raise RunError(
+        f"--runner auto: no runner matches this machine ({hardware.describe()}); runners: "
+        + ", ".join(f"{r.label} ({r.gpus} x {r.gpu_class})" for r in matrix.runners)
+    )
 
 
-def select_files(files: Sequence[Registration], *, shard: str | None, tests_file: Path | None,
-                 runner: Runner) -> list[str]:
+def select_files(
+    files: Sequence[Registration], *, shard: str | None, tests_file: Path | None, runner: Runner
+) -> list[str]:
     """The pytest targets of this run: the runner's slice, one shard of it, or an explicit list."""
     from gpumatrix.shard import lpt_pack, parse_shard_spec
 
@@ -122,19 +125,25 @@ def evaluate_report(report: Mapping, *, runner: Runner, hardware_matches: bool) 
     for path, outcome in sorted(report.get("files", {}).items()):
         counts = {key: len(outcome.get(key, [])) for key in ("passed", "failed", "errors", "skipped")}
         per_file[path] = counts
-        hardware_skips.extend(f"{s['nodeid']}: {s['reason']}" for s in outcome.get("skipped", [])
-                              if s.get("hardware"))
-    totals = {key: sum(c[key] for c in per_file.values()) for key in ("passed", "failed", "errors", "skipped")}
+        hardware_skips.extend(
+            f"{s['nodeid']}: {s['reason']}" for s in outcome.get("skipped", []) if s.get("hardware")
+        )
+    totals = {
+        key: sum(c[key] for c in per_file.values()) for key in ("passed", "failed", "errors", "skipped")
+    }
     executed = totals["passed"] + totals["failed"] + totals["errors"]
     problems: list[str] = []
     if executed == 0:
         problems.append(f"runner {runner.label} ran zero tests: a job that runs nothing must not pass")
     if hardware_matches and hardware_skips:
         shown = "; ".join(hardware_skips[:5]) + (" ..." if len(hardware_skips) > 5 else "")
-        problems.append(f"{len(hardware_skips)} test(s) skipped for hardware reasons on a machine that matches "
-                        f"runner {runner.label}: {shown}")
-    return RunSummary(runner=runner.label, executed=executed, per_file=per_file, problems=tuple(problems),
-                      **totals)
+        problems.append(
+            f"{len(hardware_skips)} test(s) skipped for hardware reasons on a machine that matches "
+            f"runner {runner.label}: {shown}"
+        )
+    return RunSummary(
+        runner=runner.label, executed=executed, per_file=per_file, problems=tuple(problems), **totals
+    )
 
 
 def execute_run(console: Console, root: Path, options: RunOptions) -> int:
@@ -155,8 +164,10 @@ def execute_run(console: Console, root: Path, options: RunOptions) -> int:
         hardware = detect(matrix, environ=env)
     matches = hardware.gpu_class == runner.gpu_class and hardware.count == runner.gpus
     if not matches:
-        raise RunError(f"this machine ({hardware.describe()}) is not runner {runner.label} "
-                       f"({runner.gpus} x {runner.gpu_class}): refusing to run rather than skip everything")
+        raise RunError(
+            f"this machine ({hardware.describe()}) is not runner {runner.label} "
+            f"({runner.gpus} x {runner.gpu_class}): refusing to run rather than skip everything"
+        )
     if options.preflight and runner.gpu_class != CPU_CLASS and hardware.source != "override":
         problems = preflight(hardware, runner)
         if problems:
@@ -182,16 +193,32 @@ def execute_run(console: Console, root: Path, options: RunOptions) -> int:
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
     # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own
     # matrix, registry and root-relative node ids.
-    command = [sys.executable, "-m", "pytest", *targets, "--runner", runner.label,
-               "--rootdir", str(root), "--gpumatrix-root", str(root),
-               "--gpumatrix-report", str(report_path), f"--junitxml={junit}", "-p", "no:cacheprovider"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *targets,
+        "--runner",
+        runner.label,
+        "--rootdir",
+        str(root),
+        "--gpumatrix-root",
+        str(root),
+        "--gpumatrix-report",
+        str(report_path),
+        f"--junitxml={junit}",
+        "-p",
+        "no:cacheprovider",
+    ]
     if workers not in ("0", "1"):
         command += ["-n", workers]
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         command += ["-p", "gpumatrix.plugin"]
     command += list(options.pytest_args)
-    console.print(f"[bold]runner {runner.label}[/bold] on {hardware.describe()}: {len(targets)} target(s)"
-                  + (f", shard {options.shard}" if options.shard else ""))
+    console.print(
+        f"[bold]runner {runner.label}[/bold] on {hardware.describe()}: {len(targets)} target(s)"
+        + (f", shard {options.shard}" if options.shard else "")
+    )
     returncode = subprocess.call(command, cwd=root, env=env)
     try:
         report = json.loads(report_path.read_text(encoding="utf-8"))
@@ -213,12 +240,19 @@ def execute_run(console: Console, root: Path, options: RunOptions) -> int:
 
 def summary_markdown(summary: RunSummary) -> str:
     icon = "✅" if summary.ok and not summary.failed and not summary.errors else "❌"
-    lines = [f"### {icon} gpumatrix run on `{summary.runner}`", "",
-             f"{summary.executed} executed: {summary.passed} passed, {summary.failed} failed, "
-             f"{summary.errors} errors, {summary.skipped} skipped", "",
-             "| file | passed | failed | errors | skipped |", "| --- | ---: | ---: | ---: | ---: |"]
-    lines += [f"| `{path}` | {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |"
-              for path, c in summary.per_file.items()]
+    lines = [
+        f"### {icon} gpumatrix run on `{summary.runner}`",
+        "",
+        f"{summary.executed} executed: {summary.passed} passed, {summary.failed} failed, "
+        f"{summary.errors} errors, {summary.skipped} skipped",
+        "",
+        "| file | passed | failed | errors | skipped |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| `{path}` | {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |"
+        for path, c in summary.per_file.items()
+    ]
     lines += [f"- ❗ {problem}" for problem in summary.problems]
     return "\n".join(lines) + "\n\n"
 
@@ -231,8 +265,13 @@ def _render_summary(console: Console, summary: RunSummary) -> None:
         table.add_column(column, justify="left" if column == "file" else "right")
     for path, counts in summary.per_file.items():
         table.add_row(path, *(str(counts[k]) for k in ("passed", "failed", "errors", "skipped")))
-    table.add_row("[bold]total[/bold]", str(summary.passed), str(summary.failed), str(summary.errors),
-                  str(summary.skipped))
+    table.add_row(
+        "[bold]total[/bold]",
+        str(summary.passed),
+        str(summary.failed),
+        str(summary.errors),
+        str(summary.skipped),
+    )
     console.print(table)
 
 

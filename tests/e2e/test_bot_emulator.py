@@ -28,8 +28,16 @@ register(on=("cpu",), est_time=20)
 
 Q = "tests/kernels/test_quantize.py"
 QUANTIZE_RUNNERS = ["1-gpu-5090", "1-gpu-h100", "4-gpu-b200", "4-gpu-gb300"]
-EIGHT_RUNNERS = ["cpu", "1-gpu-5090", "1-gpu-h100", "2-gpu-h100", "4-gpu-b200", "4-gpu-gb300", "8-gpu-h100",
-                 "8-gpu-b200"]
+EIGHT_RUNNERS = [
+    "cpu",
+    "1-gpu-5090",
+    "1-gpu-h100",
+    "2-gpu-h100",
+    "4-gpu-b200",
+    "4-gpu-gb300",
+    "8-gpu-h100",
+    "8-gpu-b200",
+]
 # What each run conclusion must show, written out rather than taken from the code under test.
 EMOJI = {"success": "✅", "failure": "❌", "timed_out": "❌", "cancelled": "⚠️", "skipped": "⚠️"}
 
@@ -73,20 +81,28 @@ def test_dispatch_to_four_runners(world: BotWorld) -> None:
     assert [run.inputs["runner"] for run in gh.runs] == QUANTIZE_RUNNERS
     for run in gh.runs:
         assert run.ref == "main"  # the workflow runs from the default branch; the SHA travels as an input
-        assert run.inputs == {"runner": run.inputs["runner"], "tests": Q, "pr_number": str(PR), "sha": world.sha,
-                              "status_comment_id": str(status_id)}
+        assert run.inputs == {
+            "runner": run.inputs["runner"],
+            "tests": Q,
+            "pr_number": str(PR),
+            "sha": world.sha,
+            "status_comment_id": str(status_id),
+        }
     assert reactions(gh, event.comment_id) == ["eyes", "rocket"]
     body = gh.comment(status_id)["body"]
     for run in gh.runs:
         assert line_of(body, run.inputs["runner"]) == (
             f"🚀 {run.inputs['runner']} (1 test): ⏳ [View workflow run]"
-            f"(https://github.com/{gh.repository}/actions/runs/{run.id})")
+            f"(https://github.com/{gh.repository}/actions/runs/{run.id})"
+        )
 
 
 def test_status_comment_as_posted(world: BotWorld) -> None:
     gh = world.gh
-    event = world.comment("/rerun-test test_gemm.py::test_x[bf16-2] test_model.py nope.py --runner 8-gpu-h100 "
-                          "--runner 2-gpu-h100")
+    event = world.comment(
+        "/rerun-test test_gemm.py::test_x[bf16-2] test_model.py nope.py --runner 8-gpu-h100 "
+        "--runner 2-gpu-h100"
+    )
     result, _ = world.handle(event)
     gemm, model = gh.runs
     gh.set_run_state(gemm.id, "completed", "failure")
@@ -117,8 +133,10 @@ def test_status_comment_as_posted(world: BotWorld) -> None:
     ]
     assert body.splitlines()[-1].startswith("<!-- gpumatrix:state ")
     stored = parse_status_comment(body)
-    assert stored is not None and [(g.run_id, g.state) for g in stored.groups] == [(gemm.id, "failed"),
-                                                                                   (model.id, "running")]
+    assert stored is not None and [(g.run_id, g.state) for g in stored.groups] == [
+        (gemm.id, "failed"),
+        (model.id, "running"),
+    ]
 
 
 def test_partial_dispatch_failure_marks_only_its_line(world: BotWorld) -> None:
@@ -128,7 +146,10 @@ def test_partial_dispatch_failure_marks_only_its_line(world: BotWorld) -> None:
     result, _ = world.handle(event)
 
     body = gh.comment(result.comment_id)["body"]
-    assert line_of(body, "1-gpu-5090") == "🚀 1-gpu-5090 (1 test): ❗ dispatch failed: HTTP 422: Unexpected inputs provided"
+    assert (
+        line_of(body, "1-gpu-5090")
+        == "🚀 1-gpu-5090 (1 test): ❗ dispatch failed: HTTP 422: Unexpected inputs provided"
+    )
     assert [run.inputs["runner"] for run in gh.runs] == QUANTIZE_RUNNERS[1:]
     for run in gh.runs:
         assert "⏳ [View workflow run]" in line_of(body, run.inputs["runner"])
@@ -137,7 +158,9 @@ def test_partial_dispatch_failure_marks_only_its_line(world: BotWorld) -> None:
 
 def test_every_dispatch_failing_gets_confused(world: BotWorld) -> None:
     gh = world.gh
-    gh.inject_fault("POST", r"/dispatches$", 422, times=4, message="Workflow does not have 'workflow_dispatch' trigger")
+    gh.inject_fault(
+        "POST", r"/dispatches$", 422, times=4, message="Workflow does not have 'workflow_dispatch' trigger"
+    )
     event = world.comment("/rerun-test test_quantize.py")
     result, _ = world.handle(event)
     assert gh.runs == []
@@ -183,8 +206,9 @@ def test_edits_fire_again_only_when_allowed_and_changed(world: BotWorld) -> None
     posted = gh.add_comment(PR, "/rerun-test test_gemm.py", login="alice")
     world.handle(CommentEvent.from_payload(gh.comment_event(posted["id"])))
     gh.edit_comment(posted["id"], "/rerun-test test_config.py")
-    edited = CommentEvent.from_payload(gh.comment_event(posted["id"], action="edited",
-                                                        previous_body="/rerun-test test_gemm.py"))
+    edited = CommentEvent.from_payload(
+        gh.comment_event(posted["id"], action="edited", previous_body="/rerun-test test_gemm.py")
+    )
 
     ignored, _ = world.handle(edited)  # bot.allow_edits is false in ci/matrix.yaml
     assert ignored.action == "ignore" and "edits are ignored" in ignored.reason
@@ -228,8 +252,10 @@ def test_eight_runs_finishing_together_with_eight_syncs(world: BotWorld) -> None
         except BaseException as exc:  # reported below: a thread's failure must fail the test
             failures.append(exc)
 
-    threads = [threading.Thread(target=finish, args=(run.id, conclusion))
-               for run, conclusion in zip(gh.runs, conclusions, strict=True)]
+    threads = [
+        threading.Thread(target=finish, args=(run.id, conclusion))
+        for run, conclusion in zip(gh.runs, conclusions, strict=True)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -271,7 +297,9 @@ def test_a_sync_that_read_too_early_writes_again(world: BotWorld) -> None:
     with world.client() as client:
         late = sync_status_comment(result.comment_id, client=_StaleWriter(client, the_other_sync))  # type: ignore[arg-type]
 
-    assert late.writes == 2  # its first write was stale (gemm still queued when read); it re-read and fixed it
+    assert (
+        late.writes == 2
+    )  # its first write was stale (gemm still queued when read); it re-read and fixed it
     body = gh.comment(result.comment_id)["body"]
     assert "❌ [View workflow run]" in line_of(body, "2-gpu-h100")
     assert "✅ [View workflow run]" in line_of(body, "cpu")
@@ -282,23 +310,45 @@ def test_a_failed_job_shows_before_its_run_completes(world: BotWorld) -> None:
     result, _ = world.handle(world.comment("/rerun-test test_gemm.py"))
     run = gh.runs[0]
     gh.set_run_state(run.id, "in_progress")
-    gh.set_jobs(run.id, [{"name": "test", "status": "completed", "conclusion": "failure"},
-                         {"name": "Status comment (end)", "status": "in_progress"}])
+    gh.set_jobs(
+        run.id,
+        [
+            {"name": "test", "status": "completed", "conclusion": "failure"},
+            {"name": "Status comment (end)", "status": "in_progress"},
+        ],
+    )
     with world.client() as client:
         synced = sync_status_comment(result.comment_id, client=client, run_id=run.id)
     assert synced.states == {"2-gpu-h100": "failed"}
-    gh.set_jobs(run.id, [{"name": "test", "status": "completed", "conclusion": "success"},
-                         {"name": "Status comment (end)", "status": "in_progress"}])
+    gh.set_jobs(
+        run.id,
+        [
+            {"name": "test", "status": "completed", "conclusion": "success"},
+            {"name": "Status comment (end)", "status": "in_progress"},
+        ],
+    )
     with world.client() as client:  # a passing job alone never shows green: only the completed run does
-        assert sync_status_comment(result.comment_id, client=client, run_id=run.id).states == {"2-gpu-h100": "running"}
+        assert sync_status_comment(result.comment_id, client=client, run_id=run.id).states == {
+            "2-gpu-h100": "running"
+        }
 
 
 def test_rerun_failed_dispatches_only_failed_and_cancelled_groups(world: BotWorld) -> None:
     gh = world.gh
     first, _ = world.handle(world.comment(EIGHT_RUNNER_COMMAND))
-    outcome = {"cpu": "success", "1-gpu-5090": "failure", "1-gpu-h100": "success", "2-gpu-h100": "cancelled",
-               "4-gpu-b200": "success", "4-gpu-gb300": "success", "8-gpu-h100": "success", "8-gpu-b200": "timed_out"}
-    for run in gh.runs:  # finished, but nobody synced: /rerun-failed must read the runs, not the stale comment
+    outcome = {
+        "cpu": "success",
+        "1-gpu-5090": "failure",
+        "1-gpu-h100": "success",
+        "2-gpu-h100": "cancelled",
+        "4-gpu-b200": "success",
+        "4-gpu-gb300": "success",
+        "8-gpu-h100": "success",
+        "8-gpu-b200": "timed_out",
+    }
+    for (
+        run
+    ) in gh.runs:  # finished, but nobody synced: /rerun-failed must read the runs, not the stale comment
         gh.set_run_state(run.id, "completed", outcome[run.inputs["runner"]])
     before = len(gh.runs)
 
@@ -309,7 +359,10 @@ def test_rerun_failed_dispatches_only_failed_and_cancelled_groups(world: BotWorl
     rerun = gh.runs[before:]
     assert [run.inputs["runner"] for run in rerun] == ["1-gpu-5090", "2-gpu-h100", "8-gpu-b200"]
     assert {run.inputs["runner"]: run.inputs["tests"] for run in rerun} == {
-        "1-gpu-5090": Q, "2-gpu-h100": "tests/kernels/test_gemm.py", "8-gpu-b200": "tests/e2e/test_model.py"}
+        "1-gpu-5090": Q,
+        "2-gpu-h100": "tests/kernels/test_gemm.py",
+        "8-gpu-b200": "tests/e2e/test_model.py",
+    }
     assert result.comment_id != first.comment_id
     assert reactions(gh, event.comment_id) == ["eyes", "rocket"]
 
@@ -325,8 +378,10 @@ def test_list_posts_the_registered_tests(world: BotWorld) -> None:
     assert reactions(gh, event.comment_id) == ["eyes"]
 
 
-def test_a_head_that_is_not_in_the_clone_is_refused(github_emulator: GitHubEmulator,  # noqa: F811
-                                                    tmp_path: Path) -> None:
+def test_a_head_that_is_not_in_the_clone_is_refused(
+    github_emulator: GitHubEmulator,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     world = make_world(github_emulator, tmp_path)
     github_emulator.add_pull(8, head_sha="c" * 40, tree={"tests/x/test_y.py": "y"})
     posted = github_emulator.add_comment(8, "/rerun-test test_y.py", login="alice")
@@ -349,8 +404,19 @@ def _event_file(world: BotWorld, tmp_path: Path, body: str, login: str = "alice"
 def test_cli_handle_and_sync(world: BotWorld, tmp_path: Path) -> None:
     gh, runner = world.gh, CliRunner()
     env = gh.env()
-    handled = runner.invoke(bot, ["handle", "--event", str(_event_file(world, tmp_path, "/rerun-test test_gemm.py")),
-                                  "--root", str(world.root), "--retry-backoff", "0"], env=env)
+    handled = runner.invoke(
+        bot,
+        [
+            "handle",
+            "--event",
+            str(_event_file(world, tmp_path, "/rerun-test test_gemm.py")),
+            "--root",
+            str(world.root),
+            "--retry-backoff",
+            "0",
+        ],
+        env=env,
+    )
     assert handled.exit_code == 0, handled.output
     assert handled.output.splitlines()[0] == "dispatch: 1 runner group(s), 1 test(s); dispatched 1 of 1"
     assert "API calls: 7" in handled.output
@@ -365,34 +431,79 @@ def test_cli_handle_and_sync(world: BotWorld, tmp_path: Path) -> None:
 
 # (id, arguments after `bot`, environment change, expected exit code, fragment of the output)
 CLI_CASES = [
-    ("Ignored comment exits 0 with its reason.", ["handle", "--event", "{event:LGTM}"], {}, 0,
-     "ignore: No /rerun-test or /rerun-failed command in the comment."),
-    ("Unauthorized exits 0.", ["handle", "--event", "{event-rita:/rerun-test test_gemm.py}"], {}, 0,
-     "ignore: @rita has read permission; /rerun-test needs write."),
-    ("Missing token is a usage error.", ["handle", "--event", "{event:/rerun-test test_gemm.py}"],
-     {"GITHUB_TOKEN": None}, 2, "GITHUB_TOKEN must be set"),
+    (
+        "Ignored comment exits 0 with its reason.",
+        ["handle", "--event", "{event:LGTM}"],
+        {},
+        0,
+        "ignore: No /rerun-test or /rerun-failed command in the comment.",
+    ),
+    (
+        "Unauthorized exits 0.",
+        ["handle", "--event", "{event-rita:/rerun-test test_gemm.py}"],
+        {},
+        0,
+        "ignore: @rita has read permission; /rerun-test needs write.",
+    ),
+    (
+        "Missing token is a usage error.",
+        ["handle", "--event", "{event:/rerun-test test_gemm.py}"],
+        {"GITHUB_TOKEN": None},
+        2,
+        "GITHUB_TOKEN must be set",
+    ),
     ("Missing event file.", ["handle", "--event", "{missing}"], {}, 2, "cannot read the event file"),
-    ("Not an issue_comment event.", ["handle", "--event", "{not-an-event}"], {}, 2, "not an issue_comment event"),
-    ("Sync of a comment that is not a status comment.", ["sync", "--comment-id", "{source-comment}"], {}, 2,
-     "is not a gpumatrix status comment"),
+    (
+        "Not an issue_comment event.",
+        ["handle", "--event", "{not-an-event}"],
+        {},
+        2,
+        "not an issue_comment event",
+    ),
+    (
+        "Sync of a comment that is not a status comment.",
+        ["sync", "--comment-id", "{source-comment}"],
+        {},
+        2,
+        "is not a gpumatrix status comment",
+    ),
     ("Sync of a comment that does not exist fails.", ["sync", "--comment-id", "999"], {}, 1, "HTTP 404"),
-    ("GitHub down fails with exit 1.", ["handle", "--event", "{event:/rerun-test test_gemm.py}", "{down}"], {}, 1,
-     "HTTP 503"),
-    ("Bad credentials fail without the token.", ["handle", "--event", "{event:/rerun-test test_gemm.py}"],
-     {"GITHUB_TOKEN": "ghs_wrong_and_secret"}, 1, "HTTP 401"),
+    (
+        "GitHub down fails with exit 1.",
+        ["handle", "--event", "{event:/rerun-test test_gemm.py}", "{down}"],
+        {},
+        1,
+        "HTTP 503",
+    ),
+    (
+        "Bad credentials fail without the token.",
+        ["handle", "--event", "{event:/rerun-test test_gemm.py}"],
+        {"GITHUB_TOKEN": "ghs_wrong_and_secret"},
+        1,
+        "HTTP 401",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("args", "env_change", "code", "fragment"), [r[1:] for r in CLI_CASES],
-                         ids=[r[0] for r in CLI_CASES])
-def test_cli_exit_codes(world: BotWorld, tmp_path: Path, args: list[str], env_change: dict[str, str | None],
-                        code: int, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "env_change", "code", "fragment"), [r[1:] for r in CLI_CASES], ids=[r[0] for r in CLI_CASES]
+)
+def test_cli_exit_codes(
+    world: BotWorld,
+    tmp_path: Path,
+    args: list[str],
+    env_change: dict[str, str | None],
+    code: int,
+    fragment: str,
+) -> None:
     gh = world.gh
     expanded: list[str] = []
     for arg in args:
         if arg.startswith("{event"):
             who, _, body = arg[1:-1].partition(":")
-            expanded.append(str(_event_file(world, tmp_path, body, login="rita" if who == "event-rita" else "alice")))
+            expanded.append(
+                str(_event_file(world, tmp_path, body, login="rita" if who == "event-rita" else "alice"))
+            )
         elif arg == "{missing}":
             expanded.append(str(tmp_path / "nope.json"))
         elif arg == "{not-an-event}":

@@ -23,8 +23,10 @@ def test_two_leased_gpus_are_exactly_the_visible_ones_and_exchange_data(size: in
 
     leased = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
     assert len(set(leased)) == len(leased) >= 2
-    visible = [f"GPU-{str(torch.cuda.get_device_properties(i).uuid).removeprefix('GPU-')}"
-               for i in range(torch.cuda.device_count())]
+    visible = [
+        f"GPU-{str(torch.cuda.get_device_properties(i).uuid).removeprefix('GPU-')}"
+        for i in range(torch.cuda.device_count())
+    ]
     assert visible == leased
     sent = torch.arange(size, device="cuda:0", dtype=torch.float32)
     received = sent.to("cuda:1")

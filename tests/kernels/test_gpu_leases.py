@@ -21,15 +21,19 @@ register(on=("h100",), gpus=1, est_time=30)
 
 def _leased() -> list[str]:
     leased = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
-    assert leased and all(device.startswith("GPU-") for device in leased), leased  # real devices lease by UUID
+    assert leased and all(device.startswith("GPU-") for device in leased), (
+        leased
+    )  # real devices lease by UUID
     return leased
 
 
 def _visible_uuids() -> list[str]:
     import torch
 
-    return [f"GPU-{str(torch.cuda.get_device_properties(i).uuid).removeprefix('GPU-')}"
-            for i in range(torch.cuda.device_count())]
+    return [
+        f"GPU-{str(torch.cuda.get_device_properties(i).uuid).removeprefix('GPU-')}"
+        for i in range(torch.cuda.device_count())
+    ]
 
 
 @pytest.mark.parametrize("size", [256, 1024, 4096, 123])
@@ -61,7 +65,8 @@ print(count.value)
 def test_the_cuda_binding_probe_matches_the_real_driver() -> None:
     first = _leased()[0]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": first}
-    done = subprocess.run([sys.executable, "-c", _DRIVER_PROBE], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1"]  # the driver honoured CUDA_VISIBLE_DEVICES=GPU-<uuid>

@@ -28,11 +28,14 @@ REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 PR = 7
 
 # Eight runners, so one command can fan out to eight runs: the plugin tests' six, two 8-GPU ones, the bot.
-MATRIX_YAML = BASE_MATRIX_YAML + """\
+MATRIX_YAML = (
+    BASE_MATRIX_YAML
+    + """\
   - {label: 8-gpu-h100, class: h100, gpus: 8, runs_on: [gpu-h100-8], timeout_minutes: 60}
   - {label: 8-gpu-b200, class: b200, gpus: 8, runs_on: [gpu-b200-8], timeout_minutes: 60}
 bot: {permission: write, workflow: gpu-tests.yml, ref: main}
 """
+)
 _BODY = "def test_x():\n    pass\n"
 FILES = {
     "tests/kernels/test_quantize.py": registered(("h100", "b200", "gb300", "5090"), body=_BODY),  # 4 runners
@@ -42,13 +45,20 @@ FILES = {
 }
 EIGHT_RUNNER_COMMAND = "/rerun-test test_quantize.py test_gemm.py test_model.py test_config.py"
 
-_GIT_ENV = {"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.com", "GIT_COMMITTER_NAME": "dev",
-            "GIT_COMMITTER_EMAIL": "dev@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "dev",
+    "GIT_AUTHOR_EMAIL": "dev@example.com",
+    "GIT_COMMITTER_NAME": "dev",
+    "GIT_COMMITTER_EMAIL": "dev@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def _git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env={**os.environ, **_GIT_ENV}, capture_output=True, text=True, check=True
+    )
     return done.stdout.strip()
 
 
@@ -66,8 +76,13 @@ class BotWorld:
 
     def client(self, *, sleep: Callable[[float], None] | None = None) -> GitHubClient:
         """A client whose retries record their waits instead of sleeping (tests assert the waits)."""
-        return GitHubClient(token=self.gh.token, repository=self.gh.repository, base_url=self.gh.base_url,
-                            retry=RetryPolicy(backoff_base=0.05), sleep=sleep or self.waits.append)
+        return GitHubClient(
+            token=self.gh.token,
+            repository=self.gh.repository,
+            base_url=self.gh.base_url,
+            retry=RetryPolicy(backoff_base=0.05),
+            sleep=sleep or self.waits.append,
+        )
 
     def handle(self, event: CommentEvent) -> tuple[HandleResult, int]:
         """Handle `event` with a fresh client; returns the result and the API calls it made."""
@@ -76,8 +91,13 @@ class BotWorld:
         return result, client.calls
 
 
-def make_world(gh: GitHubEmulator, directory: Path, *, files: dict[str, str] | None = None,
-               permissions: dict[str, str] | None = None) -> BotWorld:
+def make_world(
+    gh: GitHubEmulator,
+    directory: Path,
+    *,
+    files: dict[str, str] | None = None,
+    permissions: dict[str, str] | None = None,
+) -> BotWorld:
     """A clone at `directory` whose HEAD is PR #7's head on `gh`, with gpu-tests.yml declared."""
     files = FILES if files is None else files
     root = directory / "clone"
@@ -97,6 +117,14 @@ def make_world(gh: GitHubEmulator, directory: Path, *, files: dict[str, str] | N
     if workflow.is_file():  # dispatch exactly the inputs the real workflow declares
         gh.add_workflow_file(workflow)
     else:
-        gh.add_workflow("gpu-tests.yml", inputs={"runner": True, "tests": False, "pr_number": False, "sha": True,
-                                                 "status_comment_id": False})
+        gh.add_workflow(
+            "gpu-tests.yml",
+            inputs={
+                "runner": True,
+                "tests": False,
+                "pr_number": False,
+                "sha": True,
+                "status_comment_id": False,
+            },
+        )
     return BotWorld(gh, root, sha, load_matrix(root / "ci" / "matrix.yaml"))

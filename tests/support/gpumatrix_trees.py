@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MATRIX_YAML", "PytestRun", "overlapping_leases", "read_jsonl", "registered", "run_pytest", "write_tree"]
+__all__ = [
+    "MATRIX_YAML",
+    "PytestRun",
+    "overlapping_leases",
+    "read_jsonl",
+    "registered",
+    "run_pytest",
+    "write_tree",
+]
 
 # The classes of DESIGN.md and a runner set like ci/matrix.yaml's; kept literal here so these
 # tests do not change meaning when the project's own matrix grows.
@@ -41,7 +49,9 @@ runners:
 
 def registered(on: Sequence[str], *, gpus: int = 1, est_time: float = 1, body: str = "") -> str:
     """Source of a test file registered with these (literal) arguments, followed by `body`."""
-    header = f"from gpumatrix import register\n\nregister(on={tuple(on)!r}, gpus={gpus}, est_time={est_time})\n"
+    header = (
+        f"from gpumatrix import register\n\nregister(on={tuple(on)!r}, gpus={gpus}, est_time={est_time})\n"
+    )
     return header + textwrap.dedent(body)
 
 
@@ -67,14 +77,23 @@ class PytestRun:
         return self.stdout + self.stderr
 
 
-def run_pytest(root: Path, *args: str, hardware: str | None, env: Mapping[str, str] | None = None,
-               report: bool = True, timeout: float = 180) -> PytestRun:
+def run_pytest(
+    root: Path,
+    *args: str,
+    hardware: str | None,
+    env: Mapping[str, str] | None = None,
+    report: bool = True,
+    timeout: float = 180,
+) -> PytestRun:
     """`python -m pytest ARGS` in `root` under `GPUMATRIX_HARDWARE=hardware` (None: unset).
 
     Leases go to `root/.leases`, so concurrent runs of different tests never contend.
     """
-    clean = {key: value for key, value in os.environ.items()
-             if not key.startswith(("GPUMATRIX_", "PYTEST_", "CUDA_VISIBLE_DEVICES"))}
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("GPUMATRIX_", "PYTEST_", "CUDA_VISIBLE_DEVICES"))
+    }
     clean |= {"GPUMATRIX_LEASE_DIR": str(root / ".leases"), "PYTHONDONTWRITEBYTECODE": "1"}
     if hardware is not None:
         clean["GPUMATRIX_HARDWARE"] = hardware
@@ -99,7 +118,7 @@ def overlapping_leases(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, 
     """(device, holder, holder) for every two lease-log records that held one device at once."""
     found = []
     for i, first in enumerate(records):
-        for second in records[i + 1:]:
+        for second in records[i + 1 :]:
             shared = set(first["devices"]) & set(second["devices"])
             if shared and first["acquired"] < second["released"] and second["acquired"] < first["released"]:
                 found.extend((device, first["nodeid"], second["nodeid"]) for device in sorted(shared))

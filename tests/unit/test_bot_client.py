@@ -14,7 +14,13 @@ from gpumatrix.bot.github import GitHubApiError, GitHubClient, MissingEnvironmen
 register(on=("cpu",), est_time=20)
 
 SHA = "ab" * 20
-INPUTS = {"runner": "cpu", "tests": "tests/unit/test_a.py", "pr_number": "1", "sha": SHA, "status_comment_id": "9"}
+INPUTS = {
+    "runner": "cpu",
+    "tests": "tests/unit/test_a.py",
+    "pr_number": "1",
+    "sha": SHA,
+    "status_comment_id": "9",
+}
 BASE = 0.25  # backoff base for these tests; waits are recorded, never slept
 
 
@@ -33,8 +39,13 @@ def waits() -> list[float]:
 
 @pytest.fixture
 def client(gh: GitHubEmulator, waits: list[float]) -> Iterator[GitHubClient]:
-    with GitHubClient(token=gh.token, repository=gh.repository, base_url=gh.base_url,
-                      retry=RetryPolicy(backoff_base=BASE, max_wait=60), sleep=waits.append) as c:
+    with GitHubClient(
+        token=gh.token,
+        repository=gh.repository,
+        base_url=gh.base_url,
+        retry=RetryPolicy(backoff_base=BASE, max_wait=60),
+        sleep=waits.append,
+    ) as c:
         yield c
 
 
@@ -80,11 +91,23 @@ FAULTS = [
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "status", "times", "retry_after", "expected_waits", "failure"),
-                         [row[1:] for row in FAULTS], ids=[row[0] for row in FAULTS])
-def test_retries(gh: GitHubEmulator, client: GitHubClient, waits: list[float], method: str, path: str,
-                 status: int, times: int, retry_after: int | None, expected_waits: list[float],
-                 failure: int | None) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "status", "times", "retry_after", "expected_waits", "failure"),
+    [row[1:] for row in FAULTS],
+    ids=[row[0] for row in FAULTS],
+)
+def test_retries(
+    gh: GitHubEmulator,
+    client: GitHubClient,
+    waits: list[float],
+    method: str,
+    path: str,
+    status: int,
+    times: int,
+    retry_after: int | None,
+    expected_waits: list[float],
+    failure: int | None,
+) -> None:
     gh.inject_fault(method, path, status, times=times, retry_after=retry_after)
 
     def call() -> object:
@@ -103,18 +126,27 @@ def test_retries(gh: GitHubEmulator, client: GitHubClient, waits: list[float], m
 
 
 def test_a_failed_dispatch_names_status_and_message(gh: GitHubEmulator, client: GitHubClient) -> None:
-    gh.inject_fault("POST", r"/dispatches$", 422, message="Workflow does not have 'workflow_dispatch' trigger")
+    gh.inject_fault(
+        "POST", r"/dispatches$", 422, message="Workflow does not have 'workflow_dispatch' trigger"
+    )
     with pytest.raises(GitHubApiError) as caught:
         client.dispatch("gpu-tests.yml", ref="main", inputs=INPUTS)
-    assert str(caught.value) == ("POST /repos/acme/mxfuse/actions/workflows/gpu-tests.yml/dispatches: HTTP 422: "
-                                 "Workflow does not have 'workflow_dispatch' trigger")
+    assert str(caught.value) == (
+        "POST /repos/acme/mxfuse/actions/workflows/gpu-tests.yml/dispatches: HTTP 422: "
+        "Workflow does not have 'workflow_dispatch' trigger"
+    )
     assert gh.runs == []
 
 
 def test_backoff_is_capped_by_max_wait(gh: GitHubEmulator, waits: list[float]) -> None:
     gh.inject_fault("GET", r"/pulls/1$", 500, times=3)
-    with GitHubClient(token=gh.token, repository=gh.repository, base_url=gh.base_url,
-                      retry=RetryPolicy(backoff_base=2.0, max_wait=3.0), sleep=waits.append) as client:
+    with GitHubClient(
+        token=gh.token,
+        repository=gh.repository,
+        base_url=gh.base_url,
+        retry=RetryPolicy(backoff_base=2.0, max_wait=3.0),
+        sleep=waits.append,
+    ) as client:
         client.pull_head(1)
     assert waits == [2.0, 3.0, 3.0]
 
@@ -123,8 +155,13 @@ def test_transport_errors_are_retried_then_reported(waits: list[float]) -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = GitHubClient(token="ghs_secret_value", repository="acme/mxfuse", base_url=f"http://127.0.0.1:{port}",
-                          retry=RetryPolicy(max_retries=2, backoff_base=BASE), sleep=waits.append)
+    client = GitHubClient(
+        token="ghs_secret_value",
+        repository="acme/mxfuse",
+        base_url=f"http://127.0.0.1:{port}",
+        retry=RetryPolicy(max_retries=2, backoff_base=BASE),
+        sleep=waits.append,
+    )
     with pytest.raises(GitHubApiError) as caught:
         client.pull_head(1)
     assert caught.value.status is None
@@ -152,7 +189,9 @@ ENVIRONMENTS = [
 ]
 
 
-@pytest.mark.parametrize(("environ", "fragment"), [r[1:] for r in ENVIRONMENTS], ids=[r[0] for r in ENVIRONMENTS])
+@pytest.mark.parametrize(
+    ("environ", "fragment"), [r[1:] for r in ENVIRONMENTS], ids=[r[0] for r in ENVIRONMENTS]
+)
 def test_environment_is_required(environ: dict[str, str], fragment: str) -> None:
     with pytest.raises(MissingEnvironment, match=fragment) as caught:
         GitHubClient.from_env(environ)
@@ -160,11 +199,14 @@ def test_environment_is_required(environ: dict[str, str], fragment: str) -> None
 
 
 def test_from_env_reads_the_api_url() -> None:
-    client = GitHubClient.from_env({"GITHUB_TOKEN": "t", "GITHUB_REPOSITORY": "o/r",
-                                    "GITHUB_API_URL": "http://127.0.0.1:9/"})
+    client = GitHubClient.from_env(
+        {"GITHUB_TOKEN": "t", "GITHUB_REPOSITORY": "o/r", "GITHUB_API_URL": "http://127.0.0.1:9/"}
+    )
     assert (client.owner, client.repo, client.base_url) == ("o", "r", "http://127.0.0.1:9")
-    assert GitHubClient.from_env({"GITHUB_TOKEN": "t", "GITHUB_REPOSITORY": "o/r"}).base_url == \
-        "https://api.github.com"
+    assert (
+        GitHubClient.from_env({"GITHUB_TOKEN": "t", "GITHUB_REPOSITORY": "o/r"}).base_url
+        == "https://api.github.com"
+    )
 
 
 # (id, keyword arguments, fragment of the error)
@@ -175,7 +217,9 @@ BAD_ARGUMENTS = [
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "fragment"), [r[1:] for r in BAD_ARGUMENTS], ids=[r[0] for r in BAD_ARGUMENTS])
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"), [r[1:] for r in BAD_ARGUMENTS], ids=[r[0] for r in BAD_ARGUMENTS]
+)
 def test_bad_arguments(kwargs: dict[str, str], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         GitHubClient(**kwargs)
@@ -189,7 +233,9 @@ BAD_POLICIES = [
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "fragment"), [r[1:] for r in BAD_POLICIES], ids=[r[0] for r in BAD_POLICIES])
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"), [r[1:] for r in BAD_POLICIES], ids=[r[0] for r in BAD_POLICIES]
+)
 def test_bad_retry_policy(kwargs: dict[str, float], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         RetryPolicy(**kwargs)

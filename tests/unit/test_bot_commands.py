@@ -45,16 +45,24 @@ def run_plan(root: Path, *args: str) -> tuple[int, str]:
 
 
 def test_json_document_is_exactly_the_documented_one(root: Path) -> None:
-    code, out = run_plan(root, "--json", "--pr", "12", "/rerun-test test_quantize.py nope.py --runner 4-gpu-b200")
+    code, out = run_plan(
+        root, "--json", "--pr", "12", "/rerun-test test_quantize.py nope.py --runner 4-gpu-b200"
+    )
     assert code == 0
     document = json.loads(out)
     assert sorted(document) == ["action", "comment", "errors", "runners"]
     assert document["action"] == "dispatch"
     assert document["runners"] == [{"label": "4-gpu-b200", "tests": ["tests/kernels/test_quantize.py"]}]
-    assert document["errors"] == [{"spec": "nope.py", "message": "is not a registered test file; "
-                                                                 "`/rerun-test ?` lists the registered tests"}]
-    assert document["comment"].startswith("<!-- gpumatrix:source=0 -->\n`/rerun-test test_quantize.py nope.py "
-                                          "--runner 4-gpu-b200` from @author on #12\n")
+    assert document["errors"] == [
+        {
+            "spec": "nope.py",
+            "message": "is not a registered test file; `/rerun-test ?` lists the registered tests",
+        }
+    ]
+    assert document["comment"].startswith(
+        "<!-- gpumatrix:source=0 -->\n`/rerun-test test_quantize.py nope.py "
+        "--runner 4-gpu-b200` from @author on #12\n"
+    )
     assert "🚀 4-gpu-b200 (1 test): ⏳ not dispatched yet" in document["comment"].splitlines()
 
 
@@ -64,18 +72,40 @@ CASES = [
     ("List.", [], "/rerun-test ?", "list", ["cpu", "1-gpu-h100", "4-gpu-b200"], ""),
     ("Refuse.", [], "/rerun-test ../x.py", "refuse", [], "no `..`"),
     ("Ignore, no command.", [], "thanks!", "ignore", [], "No /rerun-test"),
-    ("Ignore, too little permission.", ["--author-permission", "triage"], "/rerun-test test_config.py", "ignore",
-     [], "has triage permission"),
-    ("Admin is enough.", ["--author-permission", "admin"], "/rerun-test test_config.py", "dispatch", ["cpu"], ""),
+    (
+        "Ignore, too little permission.",
+        ["--author-permission", "triage"],
+        "/rerun-test test_config.py",
+        "ignore",
+        [],
+        "has triage permission",
+    ),
+    (
+        "Admin is enough.",
+        ["--author-permission", "admin"],
+        "/rerun-test test_config.py",
+        "dispatch",
+        ["cpu"],
+        "",
+    ),
     ("Rerun failed needs the PR's comments.", [], "/rerun-failed", "rerun-failed", [], "offline"),
-    ("SHA cannot be checked outside git.", [], "/rerun-test test_config.py --sha abcdef1", "refuse", [],
-     "cannot be checked"),
+    (
+        "SHA cannot be checked outside git.",
+        [],
+        "/rerun-test test_config.py --sha abcdef1",
+        "refuse",
+        [],
+        "cannot be checked",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("args", "text", "action", "labels", "fragment"), [r[1:] for r in CASES],
-                         ids=[r[0] for r in CASES])
-def test_plan_json(root: Path, args: list[str], text: str, action: str, labels: list[str], fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "text", "action", "labels", "fragment"), [r[1:] for r in CASES], ids=[r[0] for r in CASES]
+)
+def test_plan_json(
+    root: Path, args: list[str], text: str, action: str, labels: list[str], fragment: str
+) -> None:
     code, out = run_plan(root, "--json", *args, text)
     assert code == 0
     document = json.loads(out)
@@ -112,12 +142,20 @@ def test_default_root_is_the_git_top_level(root: Path, monkeypatch: pytest.Monke
 ERRORS = [
     ("Invalid matrix.", "classes: {}\n", [], 2, "invalid runner matrix"),
     ("Missing matrix.", None, [], 2, "cannot read the runner matrix"),
-    ("Unknown permission level.", MATRIX, ["--author-permission", "owner"], 2, "Invalid value for '--author-permission'"),
+    (
+        "Unknown permission level.",
+        MATRIX,
+        ["--author-permission", "owner"],
+        2,
+        "Invalid value for '--author-permission'",
+    ),
     ("PR number must be positive.", MATRIX, ["--pr", "0"], 2, "Invalid value for '--pr'"),
 ]
 
 
-@pytest.mark.parametrize(("matrix", "args", "code", "fragment"), [r[1:] for r in ERRORS], ids=[r[0] for r in ERRORS])
+@pytest.mark.parametrize(
+    ("matrix", "args", "code", "fragment"), [r[1:] for r in ERRORS], ids=[r[0] for r in ERRORS]
+)
 def test_plan_errors(root: Path, matrix: str | None, args: list[str], code: int, fragment: str) -> None:
     if matrix is None:
         (root / "ci" / "matrix.yaml").unlink()

@@ -22,9 +22,19 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 URL = "https://github.com/acme/mxfuse/actions/runs/99"
 
 
-def _status(*groups: GroupStatus, refusals: tuple[Refusal, ...] = (), problem: str | None = None) -> StatusComment:
-    return StatusComment(source_comment_id=5, command="/rerun-test test_x.py", author="alice", pr=7, sha=SHA,
-                         groups=groups, refusals=refusals, problem=problem)
+def _status(
+    *groups: GroupStatus, refusals: tuple[Refusal, ...] = (), problem: str | None = None
+) -> StatusComment:
+    return StatusComment(
+        source_comment_id=5,
+        command="/rerun-test test_x.py",
+        author="alice",
+        pr=7,
+        sha=SHA,
+        groups=groups,
+        refusals=refusals,
+        problem=problem,
+    )
 
 
 # (id, run status, run conclusion, expected state)
@@ -47,8 +57,9 @@ RUN_STATES = [
 ]
 
 
-@pytest.mark.parametrize(("status", "conclusion", "expected"), [r[1:] for r in RUN_STATES],
-                         ids=[r[0] for r in RUN_STATES])
+@pytest.mark.parametrize(
+    ("status", "conclusion", "expected"), [r[1:] for r in RUN_STATES], ids=[r[0] for r in RUN_STATES]
+)
 def test_run_state(status: str, conclusion: str | None, expected: str) -> None:
     assert run_state(status, conclusion) == expected
 
@@ -56,15 +67,36 @@ def test_run_state(status: str, conclusion: str | None, expected: str) -> None:
 # (id, group, expected line)
 LINES = [
     ("Pending.", GroupStatus("1-gpu-h100", ("a",)), "🚀 1-gpu-h100 (1 test): ⏳ not dispatched yet"),
-    ("Queued.", GroupStatus("1-gpu-h100", ("a", "b"), "queued", 99, URL),
-     f"🚀 1-gpu-h100 (2 tests): ⏳ [View workflow run]({URL})"),
-    ("Running.", GroupStatus("cpu", ("a",), "running", 99, URL), f"🚀 cpu (1 test): 🔄 [View workflow run]({URL})"),
-    ("Passed.", GroupStatus("cpu", ("a",), "passed", 99, URL), f"🚀 cpu (1 test): ✅ [View workflow run]({URL})"),
-    ("Failed.", GroupStatus("4-gpu-gb300", ("a", "b", "c"), "failed", 99, URL),
-     f"🚀 4-gpu-gb300 (3 tests): ❌ [View workflow run]({URL})"),
-    ("Cancelled.", GroupStatus("cpu", ("a",), "cancelled", 99, URL), f"🚀 cpu (1 test): ⚠️ [View workflow run]({URL})"),
-    ("Dispatch error.", GroupStatus("cpu", ("a",), "error", error="HTTP 422: Unexpected inputs provided"),
-     "🚀 cpu (1 test): ❗ dispatch failed: HTTP 422: Unexpected inputs provided"),
+    (
+        "Queued.",
+        GroupStatus("1-gpu-h100", ("a", "b"), "queued", 99, URL),
+        f"🚀 1-gpu-h100 (2 tests): ⏳ [View workflow run]({URL})",
+    ),
+    (
+        "Running.",
+        GroupStatus("cpu", ("a",), "running", 99, URL),
+        f"🚀 cpu (1 test): 🔄 [View workflow run]({URL})",
+    ),
+    (
+        "Passed.",
+        GroupStatus("cpu", ("a",), "passed", 99, URL),
+        f"🚀 cpu (1 test): ✅ [View workflow run]({URL})",
+    ),
+    (
+        "Failed.",
+        GroupStatus("4-gpu-gb300", ("a", "b", "c"), "failed", 99, URL),
+        f"🚀 4-gpu-gb300 (3 tests): ❌ [View workflow run]({URL})",
+    ),
+    (
+        "Cancelled.",
+        GroupStatus("cpu", ("a",), "cancelled", 99, URL),
+        f"🚀 cpu (1 test): ⚠️ [View workflow run]({URL})",
+    ),
+    (
+        "Dispatch error.",
+        GroupStatus("cpu", ("a",), "error", error="HTTP 422: Unexpected inputs provided"),
+        "🚀 cpu (1 test): ❗ dispatch failed: HTTP 422: Unexpected inputs provided",
+    ),
 ]
 
 
@@ -74,9 +106,12 @@ def test_group_line(group: GroupStatus, line: str) -> None:
 
 
 def test_whole_comment_layout() -> None:
-    body = render_status_comment(_status(
-        GroupStatus("1-gpu-h100", ("tests/k/test_x.py",), "passed", 1, URL),
-        refusals=(Refusal("nope.py", "is not a registered test file"),)))
+    body = render_status_comment(
+        _status(
+            GroupStatus("1-gpu-h100", ("tests/k/test_x.py",), "passed", 1, URL),
+            refusals=(Refusal("nope.py", "is not a registered test file"),),
+        )
+    )
     assert body.splitlines()[:9] == [
         "<!-- gpumatrix:source=5 -->",
         f"`/rerun-test test_x.py` from @alice on #7 at `{SHA}`",
@@ -145,10 +180,16 @@ UNREADABLE = [
     ("No marker.", "just a comment"),
     ("Not JSON.", "<!-- gpumatrix:state {oops} -->"),
     ("Missing fields.", '<!-- gpumatrix:state {"v":1} -->'),
-    ("Unknown state.", '<!-- gpumatrix:state {"source":1,"command":"c","author":"a","groups":'
-                       '[{"label":"cpu","tests":[],"state":"exploded"}]} -->'),
-    ("Run id not a number.", '<!-- gpumatrix:state {"source":1,"command":"c","author":"a","groups":'
-                             '[{"label":"cpu","tests":[],"state":"queued","run_id":"7"}]} -->'),
+    (
+        "Unknown state.",
+        '<!-- gpumatrix:state {"source":1,"command":"c","author":"a","groups":'
+        '[{"label":"cpu","tests":[],"state":"exploded"}]} -->',
+    ),
+    (
+        "Run id not a number.",
+        '<!-- gpumatrix:state {"source":1,"command":"c","author":"a","groups":'
+        '[{"label":"cpu","tests":[],"state":"queued","run_id":"7"}]} -->',
+    ),
 ]
 
 

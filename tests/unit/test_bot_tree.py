@@ -13,8 +13,15 @@ from gpumatrix.bot.tree import TreeError, git_head, git_toplevel, read_test_sour
 
 register(on=("cpu",), est_time=20)
 
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -41,20 +48,26 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_reads_exactly_the_test_blobs_of_the_commit(repo: Path) -> None:
-    sha = commit(repo, {
-        "tests/unit/test_a.py": "A = 1\n",
-        "tests/kernels/deep/test_b.py": "B = 2\n",
-        "tests/unit/helpers.py": "not a test\n",
-        "tests/unit/test_data.txt": "not python\n",
-        "other/test_c.py": "outside tests/\n",
-        "tests/unit/test_latin1.py": b"X = '\xe9'\n",
-    })
+    sha = commit(
+        repo,
+        {
+            "tests/unit/test_a.py": "A = 1\n",
+            "tests/kernels/deep/test_b.py": "B = 2\n",
+            "tests/unit/helpers.py": "not a test\n",
+            "tests/unit/test_data.txt": "not python\n",
+            "other/test_c.py": "outside tests/\n",
+            "tests/unit/test_latin1.py": b"X = '\xe9'\n",
+        },
+    )
     (repo / "tests/unit/test_link.py").symlink_to("../../other/test_c.py")
     sha_with_link = commit(repo, {})
     (repo / "tests/unit/test_a.py").write_text("changed in the work tree, not committed\n")
 
-    expected = {"tests/kernels/deep/test_b.py": "B = 2\n", "tests/unit/test_a.py": "A = 1\n",
-                "tests/unit/test_latin1.py": "X = '\ufffd'\n"}
+    expected = {
+        "tests/kernels/deep/test_b.py": "B = 2\n",
+        "tests/unit/test_a.py": "A = 1\n",
+        "tests/unit/test_latin1.py": "X = '\ufffd'\n",
+    }
     assert read_test_sources(repo, sha) == expected
     assert read_test_sources(repo, sha_with_link) == expected  # the symlink is neither read nor followed
 
@@ -65,7 +78,12 @@ def test_empty_tests_dir(repo: Path) -> None:
 
 
 # (id, sha)
-BAD_SHAS = [("Short.", "abc1234"), ("A ref name.", "HEAD"), ("Upper case.", "A" * 40), ("Option-like.", "-" * 40)]
+BAD_SHAS = [
+    ("Short.", "abc1234"),
+    ("A ref name.", "HEAD"),
+    ("Upper case.", "A" * 40),
+    ("Option-like.", "-" * 40),
+]
 
 
 @pytest.mark.parametrize("sha", [r[1] for r in BAD_SHAS], ids=[r[0] for r in BAD_SHAS])
@@ -97,8 +115,10 @@ def origin_with_pull(tmp_path: Path, repo: Path) -> tuple[Path, str]:
 
 def test_fetches_the_pull_head_when_missing(origin_with_pull: tuple[Path, str]) -> None:
     clone, head = origin_with_pull
-    assert read_test_sources(clone, head, pr_number=7) == {"tests/test_main.py": "main\n",
-                                                         "tests/test_new.py": "added by the PR\n"}
+    assert read_test_sources(clone, head, pr_number=7) == {
+        "tests/test_main.py": "main\n",
+        "tests/test_new.py": "added by the PR\n",
+    }
     assert not (clone / "tests/test_new.py").exists()  # read as data: nothing checked out
 
 

@@ -50,8 +50,9 @@ def test_ci_run_fails_unless_pytest_passed(tmp_path: Path, status: int, passes: 
     later = (tmp_path / "Makefile").stat().st_mtime + 3600
     os.utime(stamp, (later, later))  # installed: make must not try to set up a real environment
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    done = subprocess.run([str(tmp_path / ".ci" / "run")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [str(tmp_path / ".ci" / "run")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     calls = (tmp_path / ".venv" / "calls.log").read_text(encoding="utf-8").splitlines()
     assert [call for call in calls if call.startswith("-m pytest")], calls  # pytest was really run
     assert (done.returncode == 0) == passes, done.stdout + done.stderr

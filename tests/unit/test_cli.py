@@ -31,7 +31,9 @@ def make_tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def registered(on: str, *, gpus: int = 1, est_time: float = 1, body: str = "def test_ok():\n    assert 1 + 1 == 2\n"):
+def registered(
+    on: str, *, gpus: int = 1, est_time: float = 1, body: str = "def test_ok():\n    assert 1 + 1 == 2\n"
+):
     return f"from gpumatrix import register\nregister(on={on}, gpus={gpus}, est_time={est_time})\n\n{body}"
 
 
@@ -82,8 +84,9 @@ def test_matrix_json_packs_runner_shards(tmp_path):
     # 1-gpu-h100: 45 min x 0.8 = 2160 s budget; 3 x 1500 s needs 3 shards. 4-gpu-b200: 2880 s -> 2 shards.
     assert [(e["shard"], e["shards"]) for e in by_runner["1-gpu-h100"]] == [(1, 3), (2, 3), (3, 3)]
     assert [(e["shard"], e["shards"]) for e in by_runner["4-gpu-b200"]] == [(1, 2), (2, 2)]
-    assert by_runner["cpu"] == [{"runner": "cpu", "runs_on": ["ubuntu-latest"], "shard": 1, "shards": 1,
-                                 "timeout_minutes": 60}]
+    assert by_runner["cpu"] == [
+        {"runner": "cpu", "runs_on": ["ubuntu-latest"], "shard": 1, "shards": 1, "timeout_minutes": 60}
+    ]
     assert set(by_runner) == {"cpu", "1-gpu-h100", "4-gpu-b200"}
     only = json.loads(invoke("matrix", "--json", "--runner", "4-gpu-b200", "--root", str(tmp_path)).output)
     assert [e["runner"] for e in only["include"]] == ["4-gpu-b200", "4-gpu-b200"]
@@ -92,16 +95,29 @@ def test_matrix_json_packs_runner_shards(tmp_path):
 def test_list_json_and_unknown_runner(tmp_path):
     make_tree(tmp_path, {"tests/test_a.py": registered('("h100",)', gpus=2, est_time=7)})
     rows = json.loads(invoke("list", "--json", "--root", str(tmp_path)).output)
-    assert rows == [{"path": "tests/test_a.py", "line": 2, "on": ["h100"], "gpus": 2, "est_time": 7.0,
-                     "runners": ["2-gpu-h100"]}]
+    assert rows == [
+        {
+            "path": "tests/test_a.py",
+            "line": 2,
+            "on": ["h100"],
+            "gpus": 2,
+            "est_time": 7.0,
+            "runners": ["2-gpu-h100"],
+        }
+    ]
     result = CliRunner().invoke(main, ["list", "--runner", "8-gpu-h100", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "unknown runner '8-gpu-h100'" in result.output
 
 
 def _hardware(gpu_class: str, count: int) -> Hardware:
-    return Hardware(gpu_class=gpu_class, count=count, names=("NVIDIA H200",) * count,
-                    capabilities=((9, 0),) * count, source="override",
-                    device_ids=tuple(str(i) for i in range(count)))
+    return Hardware(
+        gpu_class=gpu_class,
+        count=count,
+        names=("NVIDIA H200",) * count,
+        capabilities=((9, 0),) * count,
+        source="override",
+        device_ids=tuple(str(i) for i in range(count)),
+    )
 
 
 @pytest.mark.parametrize(
@@ -123,8 +139,9 @@ def test_select_runner(gpu_class, count, label, expected, visible):
 
 def test_select_runner_auto_without_match_names_machine():
     with pytest.raises(RunError, match=r"no runner matches this machine \(2 x b200"):
-        select_runner(MATRIX, Hardware("b200", 2, ("B200",) * 2, ((10, 0),) * 2, None, "override", ("0", "1")),
-                      "auto")
+        select_runner(
+            MATRIX, Hardware("b200", 2, ("B200",) * 2, ((10, 0),) * 2, None, "override", ("0", "1")), "auto"
+        )
 
 
 def _report(files: dict[str, dict]) -> dict:
@@ -133,20 +150,42 @@ def _report(files: dict[str, dict]) -> dict:
 
 GUARDS = [
     ("zero-tests", {}, True, ["ran zero tests"]),
-    ("only-skips", {"tests/a.py": {"skipped": [{"nodeid": "a", "reason": "x", "hardware": False}]}}, True,
-     ["ran zero tests"]),
-    ("hardware-skip-on-matching-machine",
-     {"tests/a.py": {"passed": ["a::x"], "skipped": [{"nodeid": "a::y", "reason": "needs 2 x h100", "hardware": True}]}},
-     True, ["skipped for hardware reasons on a machine that matches runner 1-gpu-h100: a::y: needs 2 x h100"]),
-    ("hardware-skip-elsewhere-is-fine",
-     {"tests/a.py": {"passed": ["a::x"], "skipped": [{"nodeid": "a::y", "reason": "needs", "hardware": True}]}},
-     False, []),
+    (
+        "only-skips",
+        {"tests/a.py": {"skipped": [{"nodeid": "a", "reason": "x", "hardware": False}]}},
+        True,
+        ["ran zero tests"],
+    ),
+    (
+        "hardware-skip-on-matching-machine",
+        {
+            "tests/a.py": {
+                "passed": ["a::x"],
+                "skipped": [{"nodeid": "a::y", "reason": "needs 2 x h100", "hardware": True}],
+            }
+        },
+        True,
+        ["skipped for hardware reasons on a machine that matches runner 1-gpu-h100: a::y: needs 2 x h100"],
+    ),
+    (
+        "hardware-skip-elsewhere-is-fine",
+        {
+            "tests/a.py": {
+                "passed": ["a::x"],
+                "skipped": [{"nodeid": "a::y", "reason": "needs", "hardware": True}],
+            }
+        },
+        False,
+        [],
+    ),
     ("failures-count-as-executed", {"tests/a.py": {"failed": ["a::x"]}}, True, []),
     ("clean", {"tests/a.py": {"passed": ["a::x", "a::z"]}}, True, []),
 ]
 
 
-@pytest.mark.parametrize(("files", "matches", "problems"), [g[1:] for g in GUARDS], ids=[g[0] for g in GUARDS])
+@pytest.mark.parametrize(
+    ("files", "matches", "problems"), [g[1:] for g in GUARDS], ids=[g[0] for g in GUARDS]
+)
 def test_run_guards(files, matches, problems):
     summary = evaluate_report(_report(files), runner=MATRIX.runner("1-gpu-h100"), hardware_matches=matches)
     assert len(summary.problems) == len(problems)
@@ -158,15 +197,19 @@ def test_select_files_shards_and_tests_file(tmp_path):
     from gpumatrix.registry import Registration
 
     runner = MATRIX.runner("1-gpu-h100")
-    files = [Registration(f"tests/test_{i}.py", 2, ("h100",), 1, float(t), ("1-gpu-h100",))
-             for i, t in enumerate((50, 40, 30, 20))]
+    files = [
+        Registration(f"tests/test_{i}.py", 2, ("h100",), 1, float(t), ("1-gpu-h100",))
+        for i, t in enumerate((50, 40, 30, 20))
+    ]
     first = select_files(files, shard="1/2", tests_file=None, runner=runner)
     second = select_files(files, shard="2/2", tests_file=None, runner=runner)
     assert sorted(first + second) == sorted(f.path for f in files) and not set(first) & set(second)
     listed = tmp_path / "tests.txt"
     listed.write_text("tests/test_1.py::test_a[x-1]\n\ntests/test_3.py\n")
     assert select_files(files, shard=None, tests_file=listed, runner=runner) == [
-        "tests/test_1.py::test_a[x-1]", "tests/test_3.py"]
+        "tests/test_1.py::test_a[x-1]",
+        "tests/test_3.py",
+    ]
     listed.write_text("tests/other.py\n")
     with pytest.raises(RunError, match="not registered for runner 1-gpu-h100: tests/other.py"):
         select_files(files, shard=None, tests_file=listed, runner=runner)
@@ -176,28 +219,38 @@ def test_select_files_shards_and_tests_file(tmp_path):
 
 def test_run_refuses_a_machine_that_is_not_the_runner(tmp_path):
     make_tree(tmp_path, {"tests/test_k.py": registered('("h100",)')})
-    result = CliRunner().invoke(main, ["run", "--runner", "1-gpu-h100", "--root", str(tmp_path)],
-                                env={"GPUMATRIX_HARDWARE": "cpu"})
+    result = CliRunner().invoke(
+        main, ["run", "--runner", "1-gpu-h100", "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": "cpu"}
+    )
     assert result.exit_code == 2
     assert "this machine (cpu) is not runner 1-gpu-h100 (1 x h100)" in result.output
 
 
 def test_run_fails_when_zero_tests_ran(tmp_path):
     make_tree(tmp_path, {"tests/test_empty.py": registered('("cpu",)', body="# no tests here\n")})
-    result = CliRunner().invoke(main, ["run", "--runner", "cpu", "-n", "0", "--root", str(tmp_path)],
-                                env={"GPUMATRIX_HARDWARE": "cpu"})
+    result = CliRunner().invoke(
+        main,
+        ["run", "--runner", "cpu", "-n", "0", "--root", str(tmp_path)],
+        env={"GPUMATRIX_HARDWARE": "cpu"},
+    )
     assert result.exit_code != 0
     assert "ran zero tests" in result.output
 
 
 def test_run_passes_and_writes_reports(tmp_path):
-    make_tree(tmp_path, {
-        "tests/test_cpu.py": registered('("cpu",)'),
-        "tests/test_gpu.py": registered('("b200",)', gpus=4),
-    })
+    make_tree(
+        tmp_path,
+        {
+            "tests/test_cpu.py": registered('("cpu",)'),
+            "tests/test_gpu.py": registered('("b200",)', gpus=4),
+        },
+    )
     summary = tmp_path / "summary.md"
-    result = CliRunner().invoke(main, ["run", "--runner", "cpu", "-n", "0", "--summary-md", str(summary),
-                                       "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": "cpu"})
+    result = CliRunner().invoke(
+        main,
+        ["run", "--runner", "cpu", "-n", "0", "--summary-md", str(summary), "--root", str(tmp_path)],
+        env={"GPUMATRIX_HARDWARE": "cpu"},
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "reports" / "junit-cpu.xml").is_file()
     report = json.loads((tmp_path / "reports" / "gpumatrix-cpu.json").read_text())
@@ -207,9 +260,14 @@ def test_run_passes_and_writes_reports(tmp_path):
 
 
 def test_run_fails_when_a_test_fails(tmp_path):
-    make_tree(tmp_path, {"tests/test_cpu.py": registered('("cpu",)', body="def test_bad():\n    assert 1 == 2\n")})
-    result = CliRunner().invoke(main, ["run", "--runner", "cpu", "-n", "0", "--root", str(tmp_path)],
-                                env={"GPUMATRIX_HARDWARE": "cpu"})
+    make_tree(
+        tmp_path, {"tests/test_cpu.py": registered('("cpu",)', body="def test_bad():\n    assert 1 == 2\n")}
+    )
+    result = CliRunner().invoke(
+        main,
+        ["run", "--runner", "cpu", "-n", "0", "--root", str(tmp_path)],
+        env={"GPUMATRIX_HARDWARE": "cpu"},
+    )
     assert result.exit_code == 1, result.output
 
 
@@ -223,10 +281,14 @@ BAD_OVERRIDE_COMMANDS = [
 
 
 @pytest.mark.parametrize("override", ["bogus", "1xa100"])
-@pytest.mark.parametrize("command", [c[1] for c in BAD_OVERRIDE_COMMANDS], ids=[c[0] for c in BAD_OVERRIDE_COMMANDS])
+@pytest.mark.parametrize(
+    "command", [c[1] for c in BAD_OVERRIDE_COMMANDS], ids=[c[0] for c in BAD_OVERRIDE_COMMANDS]
+)
 def test_malformed_hardware_override_exits_2_naming_the_variable(tmp_path, command, override):
     make_tree(tmp_path, {"tests/test_cpu.py": registered('("cpu",)')})
-    result = CliRunner().invoke(main, [*command, "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": override})
+    result = CliRunner().invoke(
+        main, [*command, "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": override}
+    )
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert result.exit_code == 2, result.output
     assert f"GPUMATRIX_HARDWARE={override!r}" in result.output
@@ -241,8 +303,9 @@ DETECT_OUTSIDE = [
 ]
 
 
-@pytest.mark.parametrize(("override", "gpu_class", "count"), [r[1:] for r in DETECT_OUTSIDE],
-                         ids=[r[0] for r in DETECT_OUTSIDE])
+@pytest.mark.parametrize(
+    ("override", "gpu_class", "count"), [r[1:] for r in DETECT_OUTSIDE], ids=[r[0] for r in DETECT_OUTSIDE]
+)
 def test_detect_works_outside_a_checkout(tmp_path, monkeypatch, override, gpu_class, count):
     monkeypatch.chdir(tmp_path)  # no ci/matrix.yaml here or above
     result = CliRunner().invoke(main, ["detect", "--json"], env={"GPUMATRIX_HARDWARE": override})
@@ -250,7 +313,9 @@ def test_detect_works_outside_a_checkout(tmp_path, monkeypatch, override, gpu_cl
     data = json.loads(result.output)
     assert (data["gpu_class"], data["count"], data["source"]) == (gpu_class, count, "override")
     # An explicit --root still needs its matrix.
-    result = CliRunner().invoke(main, ["detect", "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": override})
+    result = CliRunner().invoke(
+        main, ["detect", "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": override}
+    )
     assert result.exit_code == 2, result.output
 
 
@@ -269,8 +334,11 @@ def test_run_honours_root_wherever_it_is(tmp_path, monkeypatch, given, outer_con
     if outer_config:
         (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-ra"\n')
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["run", "--runner", "cpu", "-n", "0", "--root", given or str(inner)],
-                                env={"GPUMATRIX_HARDWARE": "cpu"})
+    result = CliRunner().invoke(
+        main,
+        ["run", "--runner", "cpu", "-n", "0", "--root", given or str(inner)],
+        env={"GPUMATRIX_HARDWARE": "cpu"},
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((inner / "reports" / "gpumatrix-cpu.json").read_text())
     assert report["files"]["tests/test_cpu.py"]["passed"] == ["tests/test_cpu.py::test_ok"]

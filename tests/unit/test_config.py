@@ -48,7 +48,9 @@ def test_repository_matrix_has_the_designed_classes_and_runners():
     assert matrix.classes["h100"].compute_capabilities == ((9, 0),)
     assert matrix.classes["gb300"].compute_capabilities == ((10, 3),)
     assert matrix.classes["5090"].compute_capabilities == ((12, 0),)
-    assert matrix.bot == BotConfig(permission="write", allow_edits=False, workflow="gpu-tests.yml", ref="main")
+    assert matrix.bot == BotConfig(
+        permission="write", allow_edits=False, workflow="gpu-tests.yml", ref="main"
+    )
 
 
 def test_valid_matrix_loads_into_frozen_dataclasses():
@@ -68,10 +70,13 @@ def test_valid_matrix_loads_into_frozen_dataclasses():
     ids=["1", "2", "3-rounds-up", "4", "5-none"],
 )
 def test_runner_for_picks_fewest_gpus_that_fit(gpus, expected):
-    text = VALID + """\
+    text = (
+        VALID
+        + """\
   - {label: 4-gpu-h100, class: h100, gpus: 4, runs_on: [g4], timeout_minutes: 60}
   - {label: 2-gpu-h100, class: h100, gpus: 2, runs_on: [g2], timeout_minutes: 60}
 """
+    )
     runner = parse_matrix(text).runner_for("h100", gpus)
     assert (runner.label if runner else None) == expected
 
@@ -79,33 +84,59 @@ def test_runner_for_picks_fewest_gpus_that_fit(gpus, expected):
 # (id, yaml text, [(line, substring)]) — every expected problem must be reported, in one error.
 INVALID = [
     ("unknown-top-key", VALID + "extra: 1\n", [(18, "unknown key 'extra'")]),
-    ("unknown-class-key", VALID.replace("    compute_capability: [\"9.0\"]",
-                                        "    compute_capability: [\"9.0\"]\n    colour: red"),
-     [(6, "unknown key 'colour' in class 'h100'")]),
+    (
+        "unknown-class-key",
+        VALID.replace('    compute_capability: ["9.0"]', '    compute_capability: ["9.0"]\n    colour: red'),
+        [(6, "unknown key 'colour' in class 'h100'")],
+    ),
     ("unknown-runner-key", VALID + "    flavour: x\n", [(18, "unknown key 'flavour' in runner #2")]),
-    ("duplicate-label", VALID.replace("label: 1-gpu-h100", "label: cpu"), [(12, "duplicate runner label 'cpu'")]),
+    (
+        "duplicate-label",
+        VALID.replace("label: 1-gpu-h100", "label: cpu"),
+        [(12, "duplicate runner label 'cpu'")],
+    ),
     ("unknown-class", VALID.replace("class: h100", "class: a100"), [(13, "unknown class 'a100'")]),
     ("zero-gpus", VALID.replace("gpus: 1", "gpus: 0"), [(14, "gpus must be positive, got 0")]),
     ("negative-gpus", VALID.replace("gpus: 1", "gpus: -2"), [(14, "gpus must be positive, got -2")]),
-    ("zero-timeout", VALID.replace("timeout_minutes: 45", "timeout_minutes: 0"),
-     [(16, "timeout_minutes must be positive, got 0")]),
-    ("negative-timeout", VALID.replace("timeout_minutes: 30", "timeout_minutes: -5"),
-     [(11, "timeout_minutes must be positive, got -5")]),
+    (
+        "zero-timeout",
+        VALID.replace("timeout_minutes: 45", "timeout_minutes: 0"),
+        [(16, "timeout_minutes must be positive, got 0")],
+    ),
+    (
+        "negative-timeout",
+        VALID.replace("timeout_minutes: 30", "timeout_minutes: -5"),
+        [(11, "timeout_minutes must be positive, got -5")],
+    ),
     ("zero-shards", VALID.replace("max_shards: 3", "max_shards: 0"), [(17, "max_shards must be positive")]),
     ("string-gpus", VALID.replace("gpus: 1", "gpus: one"), [(14, "gpus must be an integer")]),
-    ("bool-timeout", VALID.replace("timeout_minutes: 45", "timeout_minutes: true"),
-     [(16, "timeout_minutes must be an integer")]),
+    (
+        "bool-timeout",
+        VALID.replace("timeout_minutes: 45", "timeout_minutes: true"),
+        [(16, "timeout_minutes must be an integer")],
+    ),
     ("cpu-runner-with-gpus", VALID.replace("gpus: 0", "gpus: 2"), [(9, "has no GPUs")]),
     ("missing-gpus", VALID.replace("    gpus: 1\n", ""), [(12, "missing required key 'gpus'")]),
     ("missing-runs-on", VALID.replace("    runs_on: [gpu]\n", ""), [(12, "missing required key 'runs_on'")]),
     ("bad-capability", VALID.replace('["9.0"]', '["sm90"]'), [(5, "not of the form 'major.minor'")]),
-    ("shared-capability", VALID.replace("runners:", "  h200:\n    compute_capability: [\"9.0\"]\nrunners:"),
-     [(7, "already belongs to class 'h100'")]),
-    ("no-cpu-class", VALID.replace("  cpu:\n    compute_capability: []\n", ""), [(2, "the class 'cpu' (no GPU) must be defined")]),
+    (
+        "shared-capability",
+        VALID.replace("runners:", '  h200:\n    compute_capability: ["9.0"]\nrunners:'),
+        [(7, "already belongs to class 'h100'")],
+    ),
+    (
+        "no-cpu-class",
+        VALID.replace("  cpu:\n    compute_capability: []\n", ""),
+        [(2, "the class 'cpu' (no GPU) must be defined")],
+    ),
     ("bad-label", VALID.replace("label: 1-gpu-h100", "label: 'x; rm -rf /'"), [(12, "labels use letters")]),
     ("bad-permission", VALID + "bot:\n  permission: superuser\n", [(19, "not one of none, read")]),
     ("bad-allow-edits", VALID + "bot:\n  allow_edits: maybe\n", [(19, "allow_edits must be true or false")]),
-    ("duplicate-key", VALID.replace("    gpus: 1\n", "    gpus: 1\n    gpus: 2\n"), [(15, "duplicate key 'gpus'")]),
+    (
+        "duplicate-key",
+        VALID.replace("    gpus: 1\n", "    gpus: 1\n    gpus: 2\n"),
+        [(15, "duplicate key 'gpus'")],
+    ),
     ("not-yaml", "classes: [\n", [(2, "not valid YAML")]),
     ("empty", "", [(0, "empty")]),
 ]

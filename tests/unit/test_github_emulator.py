@@ -50,8 +50,10 @@ def schema_errors(api: Any, method: str, path: str, response: httpx.Response) ->
 
     request = MockRequest("https://api.github.com", method.lower(), path)
     mock = MockResponse(response.content, status_code=response.status_code, content_type="application/json")
-    return [f"{e}: {getattr(e.__cause__, 'schema_errors', e.__cause__)}" for e in
-            api.iter_response_errors(request, mock)]
+    return [
+        f"{e}: {getattr(e.__cause__, 'schema_errors', e.__cause__)}"
+        for e in api.iter_response_errors(request, mock)
+    ]
 
 
 @pytest.fixture
@@ -86,31 +88,102 @@ ROUTES = [
     ("list-comments", "GET", f"{REPO}/issues/7/comments", None, 200, (0, "user", "login"), "alice"),
     ("comments-of-issue", "GET", f"{REPO}/issues/8/comments", None, 200, (), []),
     ("create-comment", "POST", f"{REPO}/issues/7/comments", {"body": "status"}, 201, ("user", "type"), "Bot"),
-    ("get-comment", "GET", f"{REPO}/issues/comments/1000001", None, 200, ("author_association",),
-     "COLLABORATOR"),
-    ("update-comment", "PATCH", f"{REPO}/issues/comments/1000001", {"body": "edited"}, 200, ("body",), "edited"),
-    ("react", "POST", f"{REPO}/issues/comments/1000001/reactions", {"content": "eyes"}, 201, ("content",), "eyes"),
+    (
+        "get-comment",
+        "GET",
+        f"{REPO}/issues/comments/1000001",
+        None,
+        200,
+        ("author_association",),
+        "COLLABORATOR",
+    ),
+    (
+        "update-comment",
+        "PATCH",
+        f"{REPO}/issues/comments/1000001",
+        {"body": "edited"},
+        200,
+        ("body",),
+        "edited",
+    ),
+    (
+        "react",
+        "POST",
+        f"{REPO}/issues/comments/1000001/reactions",
+        {"content": "eyes"},
+        201,
+        ("content",),
+        "eyes",
+    ),
     ("permission", "GET", f"{REPO}/collaborators/alice/permission", None, 200, ("role_name",), "maintain"),
     ("membership", "GET", "/orgs/acme/members/alice", None, 204, None, None),
     ("content-file", "GET", f"{REPO}/contents/README.md?ref={HEAD}", None, 200, ("encoding",), "base64"),
     ("content-dir", "GET", f"{REPO}/contents/tests?ref={HEAD}", None, 200, (0, "type"), "dir"),
     ("workflows", "GET", f"{REPO}/actions/workflows", None, 200, ("total_count",), 1),
-    ("workflow", "GET", f"{REPO}/actions/workflows/gpu-tests.yml", None, 200, ("path",),
-     ".github/workflows/gpu-tests.yml"),
-    ("dispatch-details", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"ref": "main", "inputs": {"runner": "cpu"}, "return_run_details": True}, 200, ("workflow_run_id",), 7000001),
-    ("dispatch-plain", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"ref": "main", "inputs": {"runner": "cpu"}}, 204, None, None),
-    ("status", "POST", f"{REPO}/statuses/{HEAD}", {"state": "pending", "context": "gpu"}, 201, ("state",),
-     "pending"),
-    ("check-run", "POST", f"{REPO}/check-runs", {"name": "gpu", "head_sha": HEAD}, 201, ("status",), "queued"),
+    (
+        "workflow",
+        "GET",
+        f"{REPO}/actions/workflows/gpu-tests.yml",
+        None,
+        200,
+        ("path",),
+        ".github/workflows/gpu-tests.yml",
+    ),
+    (
+        "dispatch-details",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"ref": "main", "inputs": {"runner": "cpu"}, "return_run_details": True},
+        200,
+        ("workflow_run_id",),
+        7000001,
+    ),
+    (
+        "dispatch-plain",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"ref": "main", "inputs": {"runner": "cpu"}},
+        204,
+        None,
+        None,
+    ),
+    (
+        "status",
+        "POST",
+        f"{REPO}/statuses/{HEAD}",
+        {"state": "pending", "context": "gpu"},
+        201,
+        ("state",),
+        "pending",
+    ),
+    (
+        "check-run",
+        "POST",
+        f"{REPO}/check-runs",
+        {"name": "gpu", "head_sha": HEAD},
+        201,
+        ("status",),
+        "queued",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "body", "status", "field", "expected"),
-                         [r[1:] for r in ROUTES], ids=[r[0] for r in ROUTES])
-def test_route_answers_schema_valid_body(gh: GitHubEmulator, api: httpx.Client, schema_api: Any, method: str,
-                                         path: str, body: Any, status: int, field: Any, expected: Any) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "field", "expected"),
+    [r[1:] for r in ROUTES],
+    ids=[r[0] for r in ROUTES],
+)
+def test_route_answers_schema_valid_body(
+    gh: GitHubEmulator,
+    api: httpx.Client,
+    schema_api: Any,
+    method: str,
+    path: str,
+    body: Any,
+    status: int,
+    field: Any,
+    expected: Any,
+) -> None:
     response = api.request(method, path, json=body)
     assert response.status_code == status, response.text
     assert schema_errors(schema_api, method, path.split("?")[0], response) == []
@@ -131,12 +204,24 @@ RUN_ROUTES = [
 ]
 
 
-@pytest.mark.parametrize(("method", "suffix", "status", "field", "expected"), [r[1:] for r in RUN_ROUTES],
-                         ids=[r[0] for r in RUN_ROUTES])
-def test_run_route_answers_schema_valid_body(gh: GitHubEmulator, api: httpx.Client, schema_api: Any,
-                                             method: str, suffix: str, status: int, field: Any,
-                                             expected: Any) -> None:
-    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()["workflow_run_id"]
+@pytest.mark.parametrize(
+    ("method", "suffix", "status", "field", "expected"),
+    [r[1:] for r in RUN_ROUTES],
+    ids=[r[0] for r in RUN_ROUTES],
+)
+def test_run_route_answers_schema_valid_body(
+    gh: GitHubEmulator,
+    api: httpx.Client,
+    schema_api: Any,
+    method: str,
+    suffix: str,
+    status: int,
+    field: Any,
+    expected: Any,
+) -> None:
+    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()[
+        "workflow_run_id"
+    ]
     path = f"{REPO}/actions/runs" if suffix == "?" else f"{REPO}/actions/runs/{run_id}{suffix}"
     response = api.request(method, path)
     assert response.status_code == status, response.text
@@ -149,8 +234,11 @@ def test_run_route_answers_schema_valid_body(gh: GitHubEmulator, api: httpx.Clie
 
 
 def test_rerun_failed_jobs_and_workflow_runs_answer_schema_valid_bodies(
-        gh: GitHubEmulator, api: httpx.Client, schema_api: Any) -> None:
-    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()["workflow_run_id"]
+    gh: GitHubEmulator, api: httpx.Client, schema_api: Any
+) -> None:
+    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()[
+        "workflow_run_id"
+    ]
     gh.set_run_state(run_id, "completed", "failure")
     rerun = api.post(f"{REPO}/actions/runs/{run_id}/rerun-failed-jobs")
     listed = api.get(f"{REPO}/actions/workflows/gpu-tests.yml/runs")
@@ -158,7 +246,8 @@ def test_rerun_failed_jobs_and_workflow_runs_answer_schema_valid_bodies(
     assert schema_errors(schema_api, "POST", f"{REPO}/actions/runs/{run_id}/rerun-failed-jobs", rerun) == []
     assert schema_errors(schema_api, "GET", f"{REPO}/actions/workflows/gpu-tests.yml/runs", listed) == []
     assert [(r["id"], r["status"], r["run_attempt"]) for r in listed.json()["workflow_runs"]] == [
-        (run_id, "queued", 2)]
+        (run_id, "queued", 2)
+    ]
     assert gh.violations == []
 
 
@@ -166,40 +255,136 @@ def test_rerun_failed_jobs_and_workflow_runs_answer_schema_valid_bodies(
 
 # (id, method, path, body or raw bytes, status, violation kind, text the error message contains)
 INVALID = [
-    ("dispatch-without-ref", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"inputs": {"runner": "cpu"}}, 422, "request", "'ref' is a required property"),
-    ("dispatch-26-inputs", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"ref": "main", "inputs": {f"i{n}": "x" for n in range(26)}}, 422, "request", "too many properties"),
-    ("dispatch-ref-not-string", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"ref": 3}, 422, "request", "is not of type 'string'"),
-    ("reaction-unknown-content", "POST", f"{REPO}/issues/comments/1000001/reactions", {"content": "party"}, 422,
-     "request", "is not one of"),
-    ("comment-without-body", "POST", f"{REPO}/issues/7/comments", {"text": "hi"}, 422, "request",
-     "'body' is a required property"),
+    (
+        "dispatch-without-ref",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"inputs": {"runner": "cpu"}},
+        422,
+        "request",
+        "'ref' is a required property",
+    ),
+    (
+        "dispatch-26-inputs",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"ref": "main", "inputs": {f"i{n}": "x" for n in range(26)}},
+        422,
+        "request",
+        "too many properties",
+    ),
+    (
+        "dispatch-ref-not-string",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"ref": 3},
+        422,
+        "request",
+        "is not of type 'string'",
+    ),
+    (
+        "reaction-unknown-content",
+        "POST",
+        f"{REPO}/issues/comments/1000001/reactions",
+        {"content": "party"},
+        422,
+        "request",
+        "is not one of",
+    ),
+    (
+        "comment-without-body",
+        "POST",
+        f"{REPO}/issues/7/comments",
+        {"text": "hi"},
+        422,
+        "request",
+        "'body' is a required property",
+    ),
     ("comment-id-not-integer", "GET", f"{REPO}/issues/comments/abc", None, 422, "request", "comment_id"),
-    ("per-page-not-integer", "GET", f"{REPO}/issues/7/comments?per_page=all", None, 422, "request", "per_page"),
-    ("unknown-query-parameter", "GET", f"{REPO}/issues/7/comments?sort=created", None, 422, "request",
-     "'sort' is not a parameter"),
-    ("status-filter-unknown", "GET", f"{REPO}/actions/runs?status=done", None, 422, "request", "is not one of"),
-    ("unparseable-json", "PATCH", f"{REPO}/issues/comments/1000001", b"{body: ", 400, "request",
-     "Problems parsing JSON"),
+    (
+        "per-page-not-integer",
+        "GET",
+        f"{REPO}/issues/7/comments?per_page=all",
+        None,
+        422,
+        "request",
+        "per_page",
+    ),
+    (
+        "unknown-query-parameter",
+        "GET",
+        f"{REPO}/issues/7/comments?sort=created",
+        None,
+        422,
+        "request",
+        "'sort' is not a parameter",
+    ),
+    (
+        "status-filter-unknown",
+        "GET",
+        f"{REPO}/actions/runs?status=done",
+        None,
+        422,
+        "request",
+        "is not one of",
+    ),
+    (
+        "unparseable-json",
+        "PATCH",
+        f"{REPO}/issues/comments/1000001",
+        b"{body: ",
+        400,
+        "request",
+        "Problems parsing JSON",
+    ),
     ("unknown-route", "GET", f"{REPO}/branches", None, 404, "route", "Not Found"),
     ("unknown-method", "DELETE", f"{REPO}/issues/comments/1000001", None, 404, "route", "Not Found"),
     ("other-repository", "GET", "/repos/acme/other/pulls/7", None, 404, "repository", "Not Found"),
-    ("unexpected-input", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"ref": "main", "inputs": {"runner": "cpu", "shell": "rm -rf /"}}, 422, "dispatch",
-     'Unexpected inputs provided: ["shell"]'),
-    ("missing-required-input", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"ref": "main", "inputs": {"tests": "a.py"}}, 422, "dispatch", "Required input 'runner' not provided"),
-    ("unknown-ref", "POST", f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
-     {"ref": "nope", "inputs": {"runner": "cpu"}}, 422, "dispatch", "No ref found for: nope"),
+    (
+        "unexpected-input",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"ref": "main", "inputs": {"runner": "cpu", "shell": "rm -rf /"}},
+        422,
+        "dispatch",
+        'Unexpected inputs provided: ["shell"]',
+    ),
+    (
+        "missing-required-input",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"ref": "main", "inputs": {"tests": "a.py"}},
+        422,
+        "dispatch",
+        "Required input 'runner' not provided",
+    ),
+    (
+        "unknown-ref",
+        "POST",
+        f"{REPO}/actions/workflows/gpu-tests.yml/dispatches",
+        {"ref": "nope", "inputs": {"runner": "cpu"}},
+        422,
+        "dispatch",
+        "No ref found for: nope",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "body", "status", "kind", "message"), [r[1:] for r in INVALID],
-                         ids=[r[0] for r in INVALID])
-def test_invalid_request_is_refused_and_recorded(gh: GitHubEmulator, api: httpx.Client, method: str, path: str,
-                                                 body: Any, status: int, kind: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "kind", "message"),
+    [r[1:] for r in INVALID],
+    ids=[r[0] for r in INVALID],
+)
+def test_invalid_request_is_refused_and_recorded(
+    gh: GitHubEmulator,
+    api: httpx.Client,
+    method: str,
+    path: str,
+    body: Any,
+    status: int,
+    kind: str,
+    message: str,
+) -> None:
     comments_before = gh.comments(7)
     if isinstance(body, bytes):
         response = api.request(method, path, content=body, headers={"Content-Type": "application/json"})
@@ -225,8 +410,9 @@ AUTH = [
 
 
 @pytest.mark.parametrize(("headers", "status", "message"), [r[1:] for r in AUTH], ids=[r[0] for r in AUTH])
-def test_authentication_and_api_version_are_required(gh: GitHubEmulator, headers: dict[str, str], status: int,
-                                                     message: str) -> None:
+def test_authentication_and_api_version_are_required(
+    gh: GitHubEmulator, headers: dict[str, str], status: int, message: str
+) -> None:
     if "X-GitHub-Api-Version" in headers:
         headers = {**headers, "Authorization": f"token {gh.token}"}
     response = httpx.get(f"{gh.base_url}{REPO}/pulls/7", headers=headers)
@@ -253,10 +439,14 @@ DISPATCH_VERSIONS = [
 ]
 
 
-@pytest.mark.parametrize(("version", "details", "status"), [r[1:] for r in DISPATCH_VERSIONS],
-                         ids=[r[0] for r in DISPATCH_VERSIONS])
-def test_dispatch_answer_follows_api_version(gh: GitHubEmulator, api: httpx.Client, version: str | None,
-                                            details: bool | None, status: int) -> None:
+@pytest.mark.parametrize(
+    ("version", "details", "status"),
+    [r[1:] for r in DISPATCH_VERSIONS],
+    ids=[r[0] for r in DISPATCH_VERSIONS],
+)
+def test_dispatch_answer_follows_api_version(
+    gh: GitHubEmulator, api: httpx.Client, version: str | None, details: bool | None, status: int
+) -> None:
     body: dict[str, Any] = {"ref": "main", "inputs": {"runner": "cpu"}}
     if details is not None:
         body["return_run_details"] = details
@@ -274,13 +464,19 @@ def test_dispatch_answer_follows_api_version(gh: GitHubEmulator, api: httpx.Clie
         assert response.content == b""
 
 
-def test_dispatch_creates_a_queued_run_whose_state_changes_are_visible(gh: GitHubEmulator,
-                                                                      api: httpx.Client) -> None:
+def test_dispatch_creates_a_queued_run_whose_state_changes_are_visible(
+    gh: GitHubEmulator, api: httpx.Client
+) -> None:
     inputs = {"runner": "4-gpu-gb300", "tests": "tests/e2e/test_x.py"}
     run_id = _dispatch(api, ref="main", inputs=inputs, return_run_details=True).json()["workflow_run_id"]
     (run,) = gh.runs
-    assert (run.id, run.status, run.conclusion, run.ref, dict(run.inputs)) == (run_id, "queued", None, "main",
-                                                                                inputs)
+    assert (run.id, run.status, run.conclusion, run.ref, dict(run.inputs)) == (
+        run_id,
+        "queued",
+        None,
+        "main",
+        inputs,
+    )
     assert run.head_sha == gh.default_branch_sha and run.event == "workflow_dispatch"
 
     seen = []
@@ -289,7 +485,10 @@ def test_dispatch_creates_a_queued_run_whose_state_changes_are_visible(gh: GitHu
         got = api.get(f"{REPO}/actions/runs/{run_id}").json()
         jobs = api.get(f"{REPO}/actions/runs/{run_id}/jobs").json()["jobs"]
         seen.append((got["status"], got["conclusion"], jobs[0]["status"], jobs[0]["conclusion"]))
-    assert seen == [("in_progress", None, "in_progress", None), ("completed", "failure", "completed", "failure")]
+    assert seen == [
+        ("in_progress", None, "in_progress", None),
+        ("completed", "failure", "completed", "failure"),
+    ]
     by_conclusion = api.get(f"{REPO}/actions/runs", params={"status": "failure"}).json()
     by_other = api.get(f"{REPO}/actions/runs", params={"status": "success"}).json()
     assert ([r["id"] for r in by_conclusion["workflow_runs"]], by_other["total_count"]) == ([run_id], 0)
@@ -297,11 +496,16 @@ def test_dispatch_creates_a_queued_run_whose_state_changes_are_visible(gh: GitHu
     assert gh.violations == []
 
 
-@pytest.mark.parametrize(("status", "conclusion"), [("completed", None), ("queued", "success"),
-                                                    ("done", None), ("completed", "great")])
-def test_set_run_state_refuses_impossible_states(gh: GitHubEmulator, api: httpx.Client, status: str,
-                                                 conclusion: str | None) -> None:
-    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()["workflow_run_id"]
+@pytest.mark.parametrize(
+    ("status", "conclusion"),
+    [("completed", None), ("queued", "success"), ("done", None), ("completed", "great")],
+)
+def test_set_run_state_refuses_impossible_states(
+    gh: GitHubEmulator, api: httpx.Client, status: str, conclusion: str | None
+) -> None:
+    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()[
+        "workflow_run_id"
+    ]
     with pytest.raises(ValueError, match="status|conclusion"):
         gh.set_run_state(run_id, status, conclusion)
     assert gh.run(run_id).status == "queued"
@@ -309,8 +513,10 @@ def test_set_run_state_refuses_impossible_states(gh: GitHubEmulator, api: httpx.
 
 def test_workflow_inputs_come_from_the_workflow_file(tmp_path: Any) -> None:
     path = tmp_path / "gpu-tests.yml"
-    path.write_text("name: GPU tests\non:\n  workflow_dispatch:\n    inputs:\n      runner:\n        required: true\n"
-                    "      tests:\n        required: false\n      sha: {}\njobs: {}\n")
+    path.write_text(
+        "name: GPU tests\non:\n  workflow_dispatch:\n    inputs:\n      runner:\n        required: true\n"
+        "      tests:\n        required: false\n      sha: {}\njobs: {}\n"
+    )
     assert workflow_inputs(path) == ("GPU tests", {"runner": True, "tests": False, "sha": False})
     path.write_text("on: [push]\njobs: {}\n")
     with pytest.raises(ValueError, match="workflow_dispatch"):
@@ -320,33 +526,78 @@ def test_workflow_inputs_come_from_the_workflow_file(tmp_path: Any) -> None:
 # githubkit (what gpumatrix.bot calls GitHub with) must parse every answer into its models: (id, call, expected).
 GITHUBKIT_CALLS = [
     ("pull", lambda g: g.rest.pulls.get("acme", "mxfuse", 7).parsed_data.head.sha, HEAD),
-    ("files", lambda g: [f.filename for f in g.rest.pulls.list_files("acme", "mxfuse", 7).parsed_data],
-     ["tests/unit/test_x.py"]),
-    ("comments", lambda g: [c.body for c in g.rest.issues.list_comments("acme", "mxfuse", 7).parsed_data],
-     ["/rerun-test test_x.py"]),
-    ("comment", lambda g: g.rest.issues.get_comment("acme", "mxfuse", 1000001).parsed_data.user.login, "alice"),
-    ("create-comment", lambda g: g.rest.issues.create_comment("acme", "mxfuse", 7, body="s").parsed_data.body,
-     "s"),
-    ("update-comment", lambda g: g.rest.issues.update_comment("acme", "mxfuse", 1000001,
-                                                               body="u").parsed_data.body, "u"),
-    ("reaction", lambda g: g.rest.reactions.create_for_issue_comment("acme", "mxfuse", 1000001,
-                                                                      content="eyes").parsed_data.content, "eyes"),
-    ("permission", lambda g: g.rest.repos.get_collaborator_permission_level(
-        "acme", "mxfuse", "alice").parsed_data.role_name, "maintain"),
-    ("content", lambda g: base64.b64decode(g.rest.repos.get_content(
-        "acme", "mxfuse", "README.md", ref=HEAD).parsed_data.content).decode(), "# mxfuse\n"),
-    ("dispatch-run-jobs", lambda g: [
-        g.rest.actions.list_jobs_for_workflow_run("acme", "mxfuse", g.rest.actions.create_workflow_dispatch(
-            "acme", "mxfuse", "gpu-tests.yml", ref="main", inputs={"runner": "cpu"}).parsed_data.workflow_run_id
-        ).parsed_data.jobs[0].status,
-        g.rest.actions.get_workflow_run("acme", "mxfuse", 7000001).parsed_data.status,
-        g.rest.actions.list_workflow_runs("acme", "mxfuse", "gpu-tests.yml").parsed_data.total_count,
-        g.rest.actions.list_workflow_runs_for_repo("acme", "mxfuse").parsed_data.workflow_runs[0].id,
-    ], ["queued", "queued", 1, 7000001]),
+    (
+        "files",
+        lambda g: [f.filename for f in g.rest.pulls.list_files("acme", "mxfuse", 7).parsed_data],
+        ["tests/unit/test_x.py"],
+    ),
+    (
+        "comments",
+        lambda g: [c.body for c in g.rest.issues.list_comments("acme", "mxfuse", 7).parsed_data],
+        ["/rerun-test test_x.py"],
+    ),
+    (
+        "comment",
+        lambda g: g.rest.issues.get_comment("acme", "mxfuse", 1000001).parsed_data.user.login,
+        "alice",
+    ),
+    (
+        "create-comment",
+        lambda g: g.rest.issues.create_comment("acme", "mxfuse", 7, body="s").parsed_data.body,
+        "s",
+    ),
+    (
+        "update-comment",
+        lambda g: g.rest.issues.update_comment("acme", "mxfuse", 1000001, body="u").parsed_data.body,
+        "u",
+    ),
+    (
+        "reaction",
+        lambda g: (
+            g.rest.reactions.create_for_issue_comment(
+                "acme", "mxfuse", 1000001, content="eyes"
+            ).parsed_data.content
+        ),
+        "eyes",
+    ),
+    (
+        "permission",
+        lambda g: (
+            g.rest.repos.get_collaborator_permission_level("acme", "mxfuse", "alice").parsed_data.role_name
+        ),
+        "maintain",
+    ),
+    (
+        "content",
+        lambda g: base64.b64decode(
+            g.rest.repos.get_content("acme", "mxfuse", "README.md", ref=HEAD).parsed_data.content
+        ).decode(),
+        "# mxfuse\n",
+    ),
+    (
+        "dispatch-run-jobs",
+        lambda g: [
+            g.rest.actions.list_jobs_for_workflow_run(
+                "acme",
+                "mxfuse",
+                g.rest.actions.create_workflow_dispatch(
+                    "acme", "mxfuse", "gpu-tests.yml", ref="main", inputs={"runner": "cpu"}
+                ).parsed_data.workflow_run_id,
+            )
+            .parsed_data.jobs[0]
+            .status,
+            g.rest.actions.get_workflow_run("acme", "mxfuse", 7000001).parsed_data.status,
+            g.rest.actions.list_workflow_runs("acme", "mxfuse", "gpu-tests.yml").parsed_data.total_count,
+            g.rest.actions.list_workflow_runs_for_repo("acme", "mxfuse").parsed_data.workflow_runs[0].id,
+        ],
+        ["queued", "queued", 1, 7000001],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("call", "expected"), [r[1:] for r in GITHUBKIT_CALLS], ids=[r[0] for r in GITHUBKIT_CALLS])
+@pytest.mark.parametrize(
+    ("call", "expected"), [r[1:] for r in GITHUBKIT_CALLS], ids=[r[0] for r in GITHUBKIT_CALLS]
+)
 def test_githubkit_parses_every_answer(gh: GitHubEmulator, call: Any, expected: Any) -> None:
     from githubkit import GitHub
 
@@ -363,7 +614,12 @@ def test_reaction_is_created_once_per_content_and_user(gh: GitHubEmulator, api: 
     path = f"{REPO}/issues/comments/1000001/reactions"
     answers = [api.post(path, json={"content": c}) for c in ("eyes", "eyes", "rocket", "eyes")]
     assert [a.status_code for a in answers] == [201, 200, 201, 200]
-    assert answers[0].json()["id"] == answers[1].json()["id"] == answers[3].json()["id"] != answers[2].json()["id"]
+    assert (
+        answers[0].json()["id"]
+        == answers[1].json()["id"]
+        == answers[3].json()["id"]
+        != answers[2].json()["id"]
+    )
     assert sorted(r["content"] for r in gh.reactions(1000001)) == ["eyes", "rocket"]
     assert api.get(f"{REPO}/issues/comments/1000001").json()["reactions"]["total_count"] == 2
 
@@ -380,8 +636,9 @@ PERMISSIONS = [
 
 
 @pytest.mark.parametrize(("level", "permission", "role_name"), PERMISSIONS)
-def test_permission_answers_legacy_permission_and_role(gh: GitHubEmulator, api: httpx.Client, level: str,
-                                                       permission: str, role_name: str) -> None:
+def test_permission_answers_legacy_permission_and_role(
+    gh: GitHubEmulator, api: httpx.Client, level: str, permission: str, role_name: str
+) -> None:
     gh.set_permission("carol", level)
     body = api.get(f"{REPO}/collaborators/carol/permission").json()
     assert (body["permission"], body["role_name"], body["user"]["login"]) == (permission, role_name, "carol")
@@ -447,12 +704,23 @@ CONTENTS = [
 ]
 
 
-@pytest.mark.parametrize(("path", "ref", "accept", "status", "expected"), [r[1:] for r in CONTENTS],
-                         ids=[r[0] for r in CONTENTS])
-def test_contents_of_a_commit(gh: GitHubEmulator, api: httpx.Client, path: str, ref: str | None,
-                              accept: str | None, status: int, expected: Any) -> None:
-    response = api.get(f"{REPO}/contents/{path}", params={} if ref is None else {"ref": ref},
-                       headers={} if accept is None else {"Accept": accept})
+@pytest.mark.parametrize(
+    ("path", "ref", "accept", "status", "expected"), [r[1:] for r in CONTENTS], ids=[r[0] for r in CONTENTS]
+)
+def test_contents_of_a_commit(
+    gh: GitHubEmulator,
+    api: httpx.Client,
+    path: str,
+    ref: str | None,
+    accept: str | None,
+    status: int,
+    expected: Any,
+) -> None:
+    response = api.get(
+        f"{REPO}/contents/{path}",
+        params={} if ref is None else {"ref": ref},
+        headers={} if accept is None else {"Accept": accept},
+    )
     assert response.status_code == status
     if accept is not None:
         assert response.text == expected
@@ -477,11 +745,17 @@ FAULTS = [
 ]
 
 
-@pytest.mark.parametrize(("status", "retry_after", "message", "expected"), [r[1:] for r in FAULTS],
-                         ids=[r[0] for r in FAULTS])
-def test_injected_fault_answers_once_then_clears(gh: GitHubEmulator, api: httpx.Client, status: int,
-                                                 retry_after: int | None, message: str | None,
-                                                 expected: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "retry_after", "message", "expected"), [r[1:] for r in FAULTS], ids=[r[0] for r in FAULTS]
+)
+def test_injected_fault_answers_once_then_clears(
+    gh: GitHubEmulator,
+    api: httpx.Client,
+    status: int,
+    retry_after: int | None,
+    message: str | None,
+    expected: str,
+) -> None:
     gh.inject_fault("POST", r"/dispatches$", status, retry_after=retry_after, message=message)
     faulted = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True)
     assert (faulted.status_code, faulted.json()["message"]) == (status, expected)
@@ -503,20 +777,26 @@ def test_fault_counts_only_matching_requests(gh: GitHubEmulator, api: httpx.Clie
     fault = gh.inject_fault("GET", r"/actions/runs/\d+$", 500, times=2)
     assert api.get(f"{REPO}/pulls/7").status_code == 200
     assert api.post(f"{REPO}/issues/8/comments", json={"body": "x"}).status_code == 201
-    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()["workflow_run_id"]
+    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()[
+        "workflow_run_id"
+    ]
     codes = [api.get(f"{REPO}/actions/runs/{run_id}").status_code for _ in range(3)]
     assert codes == [500, 500, 200] and fault.hits == 2
 
 
-@pytest.mark.parametrize(("args", "kwargs", "error"), [
-    (("GET", "x", 200), {}, ValueError),
-    (("GET", "x", 500), {"times": 0}, ValueError),
-    (("GET", "(", 500), {}, ValueError),
-    (("GET", "x", 403), {"retry_after": -1}, ValueError),
-    ((None, "x", 500), {}, TypeError),
-])
-def test_inject_fault_refuses_bad_arguments(gh: GitHubEmulator, args: tuple[Any, ...], kwargs: dict[str, Any],
-                                            error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error"),
+    [
+        (("GET", "x", 200), {}, ValueError),
+        (("GET", "x", 500), {"times": 0}, ValueError),
+        (("GET", "(", 500), {}, ValueError),
+        (("GET", "x", 403), {"retry_after": -1}, ValueError),
+        ((None, "x", 500), {}, TypeError),
+    ],
+)
+def test_inject_fault_refuses_bad_arguments(
+    gh: GitHubEmulator, args: tuple[Any, ...], kwargs: dict[str, Any], error: type[Exception]
+) -> None:
     with pytest.raises(error):
         gh.inject_fault(*args, **kwargs)
 
@@ -550,29 +830,38 @@ def test_base_url_needs_a_serving_emulator() -> None:
     with emulator as served:
         assert served.comments(1) == []  # the refused comment changed nothing
         assert served.base_url.startswith("http://127.0.0.1:")
-        assert served.env() == {"GITHUB_TOKEN": served.token, "GITHUB_REPOSITORY": "acme/mxfuse",
-                                "GITHUB_API_URL": served.base_url}
+        assert served.env() == {
+            "GITHUB_TOKEN": served.token,
+            "GITHUB_REPOSITORY": "acme/mxfuse",
+            "GITHUB_API_URL": served.base_url,
+        }
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"owner": "a/b"}, ValueError),
-    ({"repo": ""}, ValueError),
-    ({"actor_type": "Robot"}, ValueError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"owner": "a/b"}, ValueError),
+        ({"repo": ""}, ValueError),
+        ({"actor_type": "Robot"}, ValueError),
+    ],
+)
 def test_constructor_refuses_bad_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
         GitHubEmulator(**kwargs)
 
 
-@pytest.mark.parametrize(("call", "error"), [
-    (lambda gh: gh.add_pull(head_sha="xyz"), ValueError),
-    (lambda gh: gh.add_pull(7, head_sha="1" * 40), ValueError),
-    (lambda gh: gh.add_tree("A" * 40, {}), ValueError),
-    (lambda gh: gh.add_tree("1" * 40, {"/abs": "x"}), TypeError),
-    (lambda gh: gh.set_permission("x", "owner"), ValueError),
-    (lambda gh: gh.add_workflow("gpu-tests"), ValueError),
-    (lambda gh: gh.add_comment(7, "x", user_type="Robot"), ValueError),
-])
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda gh: gh.add_pull(head_sha="xyz"), ValueError),
+        (lambda gh: gh.add_pull(7, head_sha="1" * 40), ValueError),
+        (lambda gh: gh.add_tree("A" * 40, {}), ValueError),
+        (lambda gh: gh.add_tree("1" * 40, {"/abs": "x"}), TypeError),
+        (lambda gh: gh.set_permission("x", "owner"), ValueError),
+        (lambda gh: gh.add_workflow("gpu-tests"), ValueError),
+        (lambda gh: gh.add_comment(7, "x", user_type="Robot"), ValueError),
+    ],
+)
 def test_control_api_refuses_bad_arguments(gh: GitHubEmulator, call: Any, error: type[Exception]) -> None:
     with pytest.raises(error):
         call(gh)
@@ -589,15 +878,30 @@ COMMENT_EVENTS = [
 ]
 
 
-@pytest.mark.parametrize(("action", "is_pr"), [r[1:] for r in COMMENT_EVENTS], ids=[r[0] for r in COMMENT_EVENTS])
+@pytest.mark.parametrize(
+    ("action", "is_pr"), [r[1:] for r in COMMENT_EVENTS], ids=[r[0] for r in COMMENT_EVENTS]
+)
 def test_issue_comment_event_changes_only_named_fields(action: str, is_pr: bool) -> None:
-    event = issue_comment_event(body="/rerun-test test_x.py", login="alice", issue_number=42, is_pr=is_pr,
-                                action=action, comment_id=555, previous_body="old")
+    event = issue_comment_event(
+        body="/rerun-test test_x.py",
+        login="alice",
+        issue_number=42,
+        is_pr=is_pr,
+        action=action,
+        comment_id=555,
+        previous_body="old",
+    )
     assert event_errors("issue_comment", event) == []
-    assert (event["action"], event["comment"]["body"], event["comment"]["id"]) == (action,
-                                                                                    "/rerun-test test_x.py", 555)
+    assert (event["action"], event["comment"]["body"], event["comment"]["id"]) == (
+        action,
+        "/rerun-test test_x.py",
+        555,
+    )
     assert (event["comment"]["user"]["login"], event["sender"]["login"], event["issue"]["number"]) == (
-        "alice", "alice", 42)
+        "alice",
+        "alice",
+        42,
+    )
     assert ("pull_request" in event["issue"]) is is_pr
     assert event["repository"]["full_name"] == "acme/mxfuse"
     assert ("changes" in event) is (action == "edited")
@@ -617,13 +921,21 @@ def test_event_helpers_refuse_payloads_github_never_sends() -> None:
 def test_events_from_the_emulator_match_its_state(gh: GitHubEmulator, api: httpx.Client) -> None:
     event = gh.comment_event(1000001)
     assert (event["comment"]["id"], event["issue"]["number"], event["comment"]["user"]["login"]) == (
-        1000001, 7, "alice")
+        1000001,
+        7,
+        "alice",
+    )
     assert event["comment"]["url"] == f"{gh.base_url}{REPO}/issues/comments/1000001"
-    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()["workflow_run_id"]
+    run_id = _dispatch(api, ref="main", inputs={"runner": "cpu"}, return_run_details=True).json()[
+        "workflow_run_id"
+    ]
     gh.set_run_state(run_id, "completed", "success")
     hook = gh.workflow_run_event(run_id)
     assert (hook["workflow_run"]["id"], hook["workflow_run"]["conclusion"], hook["workflow"]["path"]) == (
-        run_id, "success", ".github/workflows/gpu-tests.yml")
+        run_id,
+        "success",
+        ".github/workflows/gpu-tests.yml",
+    )
     labeled = gh.pull_request_event(7, label="run-gpu-ci")
     assert (labeled["label"]["name"], labeled["pull_request"]["head"]["sha"]) == ("run-gpu-ci", HEAD)
     assert pull_request_event(number=3, head_sha=HEAD, action="synchronize")["number"] == 3

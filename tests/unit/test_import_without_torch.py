@@ -34,9 +34,22 @@ else:
 """
 
 
-@pytest.mark.parametrize("module", ["gpumatrix", "gpumatrix.config", "gpumatrix.registry", "gpumatrix.hardware",
-                                    "gpumatrix.plugin", "gpumatrix.leases", "gpumatrix.shard", "gpumatrix.run",
-                                    "gpumatrix.commands", "gpumatrix.cli", "gpumatrix.compare"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "gpumatrix",
+        "gpumatrix.config",
+        "gpumatrix.registry",
+        "gpumatrix.hardware",
+        "gpumatrix.plugin",
+        "gpumatrix.leases",
+        "gpumatrix.shard",
+        "gpumatrix.run",
+        "gpumatrix.commands",
+        "gpumatrix.cli",
+        "gpumatrix.compare",
+    ],
+)
 def test_module_imports_without_torch(module: str) -> None:
     code = _WITHOUT_TORCH + f"import {module}\nassert 'torch' not in sys.modules, 'torch was imported'\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -44,21 +57,33 @@ def test_module_imports_without_torch(module: str) -> None:
 
 
 def test_the_plugin_gates_and_leases_without_torch(tmp_path: Path) -> None:
-    write_tree(tmp_path, {
-        "tests/test_cpu.py": registered(("cpu",), body="def test_a():\n    pass\n"),
-        "tests/test_gpu.py": registered(("h100",), gpus=2, body="import os\n\ndef test_a():\n"
-                                        "    assert len(os.environ['CUDA_VISIBLE_DEVICES'].split(',')) == 2\n"),
-    })
+    write_tree(
+        tmp_path,
+        {
+            "tests/test_cpu.py": registered(("cpu",), body="def test_a():\n    pass\n"),
+            "tests/test_gpu.py": registered(
+                ("h100",),
+                gpus=2,
+                body="import os\n\ndef test_a():\n"
+                "    assert len(os.environ['CUDA_VISIBLE_DEVICES'].split(',')) == 2\n",
+            ),
+        },
+    )
     code = _WITHOUT_TORCH + (
         "import os, pytest\n"
         f"os.environ.update(GPUMATRIX_HARDWARE='2xh100', GPUMATRIX_LEASE_DIR={str(tmp_path / 'leases')!r})\n"
         "status = pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist'])\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "raise SystemExit(status)\n")
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("GPUMATRIX_", "PYTEST_", "CUDA_VISIBLE_DEVICES"))}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+        "raise SystemExit(status)\n"
+    )
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("GPUMATRIX_", "PYTEST_", "CUDA_VISIBLE_DEVICES"))
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
 
@@ -80,7 +105,8 @@ def test_cli_commands_run_without_torch(tmp_path: Path, args: list[str]) -> None
         f"try:\n    main({[*args, '--root', str(tmp_path)]!r})\n"
         "except SystemExit as exc:\n    status = exc.code or 0\nelse:\n    status = 0\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "raise SystemExit(status)\n")
+        "raise SystemExit(status)\n"
+    )
     env = {key: value for key, value in os.environ.items() if not key.startswith(("GPUMATRIX_", "PYTEST_"))}
     env["GPUMATRIX_HARDWARE"] = "cpu"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

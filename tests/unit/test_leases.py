@@ -30,36 +30,59 @@ from gpumatrix.leases import (
 register(on=("cpu",), est_time=12)
 
 
-@pytest.mark.parametrize(("count", "devices", "timeout", "error", "message"), [
-    ("1", ("0", "1"), None, TypeError, "count must be an int, got str"),
-    (True, ("0", "1"), None, TypeError, "count must be an int, got bool"),
-    (0, ("0", "1"), None, ValueError, r"count must be between 1 and len\(devices\)=2, got 0"),
-    (3, ("0", "1"), None, ValueError, r"count must be between 1 and len\(devices\)=2, got 3"),
-    (1, ("0", "0"), None, ValueError, "devices must be a sequence of distinct device ids"),
-    (1, "01", None, ValueError, "devices must be a sequence of distinct device ids"),
-    (1, ("0",), -1.0, ValueError, "timeout must be None or >= 0 seconds, got -1.0"),
-    (1, ("0",), math.nan, ValueError, "timeout must be None or >= 0 seconds, got nan"),
-], ids=["count-str", "count-bool", "count-zero", "count-too-big", "repeated-device", "devices-str",
-        "negative-timeout", "nan-timeout"])
-def test_lease_rejects_bad_arguments(count: Any, devices: Any, timeout: Any, error: type[Exception], message: str,
-                                     tmp_path: Path) -> None:
-    with pytest.raises(error, match=message), lease_gpus(count, devices=devices, lock_dir=tmp_path, timeout=timeout):
+@pytest.mark.parametrize(
+    ("count", "devices", "timeout", "error", "message"),
+    [
+        ("1", ("0", "1"), None, TypeError, "count must be an int, got str"),
+        (True, ("0", "1"), None, TypeError, "count must be an int, got bool"),
+        (0, ("0", "1"), None, ValueError, r"count must be between 1 and len\(devices\)=2, got 0"),
+        (3, ("0", "1"), None, ValueError, r"count must be between 1 and len\(devices\)=2, got 3"),
+        (1, ("0", "0"), None, ValueError, "devices must be a sequence of distinct device ids"),
+        (1, "01", None, ValueError, "devices must be a sequence of distinct device ids"),
+        (1, ("0",), -1.0, ValueError, "timeout must be None or >= 0 seconds, got -1.0"),
+        (1, ("0",), math.nan, ValueError, "timeout must be None or >= 0 seconds, got nan"),
+    ],
+    ids=[
+        "count-str",
+        "count-bool",
+        "count-zero",
+        "count-too-big",
+        "repeated-device",
+        "devices-str",
+        "negative-timeout",
+        "nan-timeout",
+    ],
+)
+def test_lease_rejects_bad_arguments(
+    count: Any, devices: Any, timeout: Any, error: type[Exception], message: str, tmp_path: Path
+) -> None:
+    with (
+        pytest.raises(error, match=message),
+        lease_gpus(count, devices=devices, lock_dir=tmp_path, timeout=timeout),
+    ):
         pass
 
 
 def test_a_held_device_times_out_another_lease_naming_its_holder(tmp_path: Path) -> None:
     with lease_gpus(1, devices=("7",), lock_dir=tmp_path, timeout=None, holder="tests/a.py::test_x") as got:
         assert got == ("7",)
-        with pytest.raises(LeaseTimeout, match=rf"waited 0 s for 1 of GPUs 7 in {tmp_path}; held: 7 by pid "
-                                               rf"{os.getpid()} \(tests/a.py::test_x\) since"), \
-                lease_gpus(1, devices=("7",), lock_dir=tmp_path, timeout=0):
+        with (
+            pytest.raises(
+                LeaseTimeout,
+                match=rf"waited 0 s for 1 of GPUs 7 in {tmp_path}; held: 7 by pid "
+                rf"{os.getpid()} \(tests/a.py::test_x\) since",
+            ),
+            lease_gpus(1, devices=("7",), lock_dir=tmp_path, timeout=0),
+        ):
             pass
 
 
 def test_leases_split_the_devices_between_them(tmp_path: Path) -> None:
     devices = ("0", "1", "2")
-    with lease_gpus(2, devices=devices, lock_dir=tmp_path, timeout=0) as pair, \
-            lease_gpus(1, devices=devices, lock_dir=tmp_path, timeout=0) as single:
+    with (
+        lease_gpus(2, devices=devices, lock_dir=tmp_path, timeout=0) as pair,
+        lease_gpus(1, devices=devices, lock_dir=tmp_path, timeout=0) as single,
+    ):
         assert len(set(pair)) == 2
         assert set(pair) | set(single) == set(devices)
         with pytest.raises(LeaseTimeout), lease_gpus(1, devices=devices, lock_dir=tmp_path, timeout=0):
@@ -67,8 +90,10 @@ def test_leases_split_the_devices_between_them(tmp_path: Path) -> None:
 
 
 def test_a_lease_ends_when_its_block_raises(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="test body failed"), \
-            lease_gpus(2, devices=("0", "1"), lock_dir=tmp_path, timeout=0):
+    with (
+        pytest.raises(RuntimeError, match="test body failed"),
+        lease_gpus(2, devices=("0", "1"), lock_dir=tmp_path, timeout=0),
+    ):
         raise RuntimeError("test body failed")
     with lease_gpus(2, devices=("0", "1"), lock_dir=tmp_path, timeout=0) as again:
         assert sorted(again) == ["0", "1"]
@@ -78,18 +103,26 @@ def test_a_lease_ends_when_its_block_raises(tmp_path: Path) -> None:
 def test_the_lease_log_records_each_lease(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     before = time.monotonic()
-    with lease_gpus(1, devices=("GPU-1a2b",), lock_dir=tmp_path, timeout=None, holder="n::t", worker="gw3", log=log):
+    with lease_gpus(
+        1, devices=("GPU-1a2b",), lock_dir=tmp_path, timeout=None, holder="n::t", worker="gw3", log=log
+    ):
         assert read_jsonl(log) == []  # written when the lease ends
     (record,) = read_jsonl(log)
-    assert (record["nodeid"], record["pid"], record["worker"], record["devices"]) == ("n::t", os.getpid(), "gw3",
-                                                                                       ["GPU-1a2b"])
+    assert (record["nodeid"], record["pid"], record["worker"], record["devices"]) == (
+        "n::t",
+        os.getpid(),
+        "gw3",
+        ["GPU-1a2b"],
+    )
     assert before <= record["acquired"] <= record["released"] <= time.monotonic()
     assert record["acquired_wall"] <= record["released_wall"]
 
 
 @settings(max_examples=15, deadline=None)
-@given(plans=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=4), min_size=2, max_size=4),
-       device_count=st.integers(3, 4))
+@given(
+    plans=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=4), min_size=2, max_size=4),
+    device_count=st.integers(3, 4),
+)
 def test_threads_never_share_a_device(plans: list[list[int]], device_count: int) -> None:
     devices = tuple(str(i) for i in range(device_count))
     with tempfile.TemporaryDirectory() as scratch:
@@ -98,8 +131,14 @@ def test_threads_never_share_a_device(plans: list[list[int]], device_count: int)
         def lease_in_turn(thread: int, counts: list[int]) -> None:
             try:
                 for turn, count in enumerate(counts):
-                    with lease_gpus(count, devices=devices, lock_dir=Path(scratch), timeout=60,
-                                    holder=f"{thread}/{turn}", log=log) as got:
+                    with lease_gpus(
+                        count,
+                        devices=devices,
+                        lock_dir=Path(scratch),
+                        timeout=60,
+                        holder=f"{thread}/{turn}",
+                        log=log,
+                    ) as got:
                         if len(set(got)) != count or not set(got) <= set(devices):
                             errors.append(f"{thread}/{turn} asked for {count}, got {got}")
                         time.sleep(0.002)
@@ -134,8 +173,14 @@ for turn in range(12):
 
 def test_processes_never_share_a_device_and_mixed_sizes_do_not_deadlock(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
-    children = [subprocess.Popen([sys.executable, "-c", _LEASING_PROCESS, str(tmp_path / "locks"), str(log),
-                                  str(seed)], stderr=subprocess.PIPE, text=True) for seed in range(4)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _LEASING_PROCESS, str(tmp_path / "locks"), str(log), str(seed)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(4)
+    ]
     failures = [child.communicate(timeout=120)[1] for child in children if child.wait(timeout=120)]
     assert failures == []
     records = read_jsonl(log)
@@ -146,18 +191,36 @@ def test_processes_never_share_a_device_and_mixed_sizes_do_not_deadlock(tmp_path
 
 # -- planning for a process whose CUDA is bound -----------------------------------------------------
 
-@pytest.mark.parametrize(("need", "devices", "bound", "count", "pool", "in_child"), [
-    (1, ("0", "1"), None, 1, ("0", "1"), False),
-    (2, ("0", "1"), None, 2, ("0", "1"), False),
-    (1, ("0", "1"), ("1",), 1, ("1",), False),
-    (1, ("0", "1"), ("0", "1"), 2, ("0", "1"), False),
-    (2, ("0", "1", "2", "3"), ("3", "1"), 2, ("3", "1"), False),
-    (2, ("0", "1"), ("1",), 2, ("0", "1"), True),
-    (1, ("0", "1"), (), 1, ("0", "1"), True),
-], ids=["unbound", "unbound-pair", "bound-one", "bound-wider-than-need", "bound-pair", "bound-too-small",
-        "bound-to-nothing"])
-def test_plan_lease(need: int, devices: tuple[str, ...], bound: tuple[str, ...] | None, count: int,
-                    pool: tuple[str, ...], in_child: bool) -> None:
+
+@pytest.mark.parametrize(
+    ("need", "devices", "bound", "count", "pool", "in_child"),
+    [
+        (1, ("0", "1"), None, 1, ("0", "1"), False),
+        (2, ("0", "1"), None, 2, ("0", "1"), False),
+        (1, ("0", "1"), ("1",), 1, ("1",), False),
+        (1, ("0", "1"), ("0", "1"), 2, ("0", "1"), False),
+        (2, ("0", "1", "2", "3"), ("3", "1"), 2, ("3", "1"), False),
+        (2, ("0", "1"), ("1",), 2, ("0", "1"), True),
+        (1, ("0", "1"), (), 1, ("0", "1"), True),
+    ],
+    ids=[
+        "unbound",
+        "unbound-pair",
+        "bound-one",
+        "bound-wider-than-need",
+        "bound-pair",
+        "bound-too-small",
+        "bound-to-nothing",
+    ],
+)
+def test_plan_lease(
+    need: int,
+    devices: tuple[str, ...],
+    bound: tuple[str, ...] | None,
+    count: int,
+    pool: tuple[str, ...],
+    in_child: bool,
+) -> None:
     plan = plan_lease(need, devices=devices, bound=bound)
     assert (plan.count, plan.pool, plan.in_child) == (count, pool, in_child)
     assert plan.reason
@@ -177,9 +240,9 @@ def cuda_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("outer", [None, "0,1,2"], ids=["unset-before", "set-before"])
-def test_process_leases_set_and_restore_cuda_visible_devices(outer: str | None, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             cuda_state: dict[str, bool]) -> None:
+def test_process_leases_set_and_restore_cuda_visible_devices(
+    outer: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda_state: dict[str, bool]
+) -> None:
     if outer is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -193,8 +256,9 @@ def test_process_leases_set_and_restore_cuda_visible_devices(outer: str | None, 
         pass  # everything was released
 
 
-def test_cuda_initialised_in_a_test_binds_the_process_to_that_tests_lease(tmp_path: Path,
-                                                                          cuda_state: dict[str, bool]) -> None:
+def test_cuda_initialised_in_a_test_binds_the_process_to_that_tests_lease(
+    tmp_path: Path, cuda_state: dict[str, bool]
+) -> None:
     process = ProcessLeases(devices=("0", "1"), lock_dir=tmp_path)
     first = process.start(process.plan(1), holder="first")
     cuda_state["initialized"] = True  # the test body touched CUDA
@@ -205,8 +269,9 @@ def test_cuda_initialised_in_a_test_binds_the_process_to_that_tests_lease(tmp_pa
     assert process.plan(2).in_child
 
 
-def test_cuda_initialised_outside_a_test_binds_the_process_to_all_its_devices(tmp_path: Path,
-                                                                              cuda_state: dict[str, bool]) -> None:
+def test_cuda_initialised_outside_a_test_binds_the_process_to_all_its_devices(
+    tmp_path: Path, cuda_state: dict[str, bool]
+) -> None:
     cuda_state["initialized"] = True  # e.g. at import, during collection
     process = ProcessLeases(devices=("0", "1"), lock_dir=tmp_path)
     plan = process.plan(1)
@@ -229,20 +294,28 @@ class _FakeLibcuda:
         return self.status
 
 
-@pytest.mark.parametrize(("libcuda", "expected"), [
-    (None, False),  # the driver library was never loaded
-    (_FakeLibcuda(3), False),  # loaded, cuInit not called yet: CUDA_ERROR_NOT_INITIALIZED
-    (_FakeLibcuda(0), True),
-    (_FakeLibcuda(100), True),  # cuInit ran and found no device: it still read CUDA_VISIBLE_DEVICES
-], ids=["not-loaded", "loaded-not-initialised", "initialised", "initialised-without-devices"])
+@pytest.mark.parametrize(
+    ("libcuda", "expected"),
+    [
+        (None, False),  # the driver library was never loaded
+        (_FakeLibcuda(3), False),  # loaded, cuInit not called yet: CUDA_ERROR_NOT_INITIALIZED
+        (_FakeLibcuda(0), True),
+        (_FakeLibcuda(100), True),  # cuInit ran and found no device: it still read CUDA_VISIBLE_DEVICES
+    ],
+    ids=["not-loaded", "loaded-not-initialised", "initialised", "initialised-without-devices"],
+)
 def test_cuda_initialized(libcuda: Any, expected: bool) -> None:
     assert cuda_initialized(find_libcuda=lambda: libcuda) is expected
 
 
-@pytest.mark.parametrize(("environ", "expected"), [
-    ({"GPUMATRIX_LEASE_DIR": "/srv/leases"}, Path("/srv/leases")),
-    ({}, Path(tempfile.gettempdir()) / f"gpumatrix-leases-{os.getuid()}"),
-    ({"GPUMATRIX_LEASE_DIR": ""}, Path(tempfile.gettempdir()) / f"gpumatrix-leases-{os.getuid()}"),
-], ids=["set", "unset", "empty"])
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"GPUMATRIX_LEASE_DIR": "/srv/leases"}, Path("/srv/leases")),
+        ({}, Path(tempfile.gettempdir()) / f"gpumatrix-leases-{os.getuid()}"),
+        ({"GPUMATRIX_LEASE_DIR": ""}, Path(tempfile.gettempdir()) / f"gpumatrix-leases-{os.getuid()}"),
+    ],
+    ids=["set", "unset", "empty"],
+)
 def test_default_lock_dir(environ: dict[str, str], expected: Path) -> None:
     assert default_lock_dir(environ) == expected

@@ -38,22 +38,39 @@ MACHINES = {
 }
 
 
-@pytest.mark.parametrize(("on", "gpus", "machine", "reason"), [
-    (("cpu",), 1, "cpu", None),
-    (("cpu",), 1, "4xb200", None),
-    (("cpu", "b200"), 4, "1xh100", None),
-    (("h100",), 1, "cpu", "needs 1 x h100; this machine: cpu"),
-    (("h100",), 1, "1xh100", None),
-    (("h100",), 2, "1xh100", "needs 2 x h100; this machine: 1 x h100 (NVIDIA H200, sm_90)"),
-    (("h100",), 2, "2xh100", None),
-    (("h100",), 1, "2xh100", None),
-    (("b200", "gb300"), 4, "1xh100", "needs 4 x b200|gb300; this machine: 1 x h100 (NVIDIA H200, sm_90)"),
-    (("b200", "gb300"), 4, "4xb200", None),
-    (("b200", "gb300"), 4, "2xh100", "needs 4 x b200|gb300; this machine: 2 x h100 (NVIDIA H200, sm_90)"),
-    (("5090", "h100"), 1, "4xb200", "needs 1 x 5090|h100; this machine: 4 x b200 (NVIDIA B200, sm_100)"),
-    (("h100",), 1, "1xL4", "needs 1 x h100; this machine: 1 x unknown (NVIDIA L4, sm_89)"),
-], ids=["cpu-on-cpu", "cpu-on-gpu", "cpu-or-gpu", "h100-on-cpu", "h100-on-h100", "two-on-one", "two-on-two",
-        "one-on-two", "blackwell-on-hopper", "blackwell-on-b200", "four-on-two", "wrong-class", "unknown-class"])
+@pytest.mark.parametrize(
+    ("on", "gpus", "machine", "reason"),
+    [
+        (("cpu",), 1, "cpu", None),
+        (("cpu",), 1, "4xb200", None),
+        (("cpu", "b200"), 4, "1xh100", None),
+        (("h100",), 1, "cpu", "needs 1 x h100; this machine: cpu"),
+        (("h100",), 1, "1xh100", None),
+        (("h100",), 2, "1xh100", "needs 2 x h100; this machine: 1 x h100 (NVIDIA H200, sm_90)"),
+        (("h100",), 2, "2xh100", None),
+        (("h100",), 1, "2xh100", None),
+        (("b200", "gb300"), 4, "1xh100", "needs 4 x b200|gb300; this machine: 1 x h100 (NVIDIA H200, sm_90)"),
+        (("b200", "gb300"), 4, "4xb200", None),
+        (("b200", "gb300"), 4, "2xh100", "needs 4 x b200|gb300; this machine: 2 x h100 (NVIDIA H200, sm_90)"),
+        (("5090", "h100"), 1, "4xb200", "needs 1 x 5090|h100; this machine: 4 x b200 (NVIDIA B200, sm_100)"),
+        (("h100",), 1, "1xL4", "needs 1 x h100; this machine: 1 x unknown (NVIDIA L4, sm_89)"),
+    ],
+    ids=[
+        "cpu-on-cpu",
+        "cpu-on-gpu",
+        "cpu-or-gpu",
+        "h100-on-cpu",
+        "h100-on-h100",
+        "two-on-one",
+        "two-on-two",
+        "one-on-two",
+        "blackwell-on-hopper",
+        "blackwell-on-b200",
+        "four-on-two",
+        "wrong-class",
+        "unknown-class",
+    ],
+)
 def test_evaluate_hardware(on: tuple[str, ...], gpus: int, machine: str, reason: str | None) -> None:
     registration = Registration("tests/kernels/test_x.py", 3, on, gpus, 10.0)
     expected = HardwareSkip(reason) if reason is not None else None
@@ -62,15 +79,19 @@ def test_evaluate_hardware(on: tuple[str, ...], gpus: int, machine: str, reason:
 
 # -- one tree, four machines ------------------------------------------------------------------------
 
+
 def _gpu_test(on: tuple[str, ...], gpus: int, tests: int = 1) -> str:
     body = "import os\n" + "".join(
         f"\ndef test_{name}():\n    assert len(os.environ['CUDA_VISIBLE_DEVICES'].split(',')) == {gpus}\n"
-        for name in "ab"[:tests])
+        for name in "ab"[:tests]
+    )
     return registered(on, gpus=gpus, body=body)
 
 
 SKIP_TREE = {
-    "tests/unit/test_cpu_only.py": registered(("cpu",), body="""
+    "tests/unit/test_cpu_only.py": registered(
+        ("cpu",),
+        body="""
         import pytest
 
         @pytest.fixture
@@ -93,7 +114,8 @@ SKIP_TREE = {
         @pytest.mark.xfail(reason="known")
         def test_xfail():
             assert 1 == 2
-    """),
+    """,
+    ),
     "tests/kernels/test_h100_one.py": _gpu_test(("h100",), 1),
     "tests/kernels/test_hopper_blackwell.py": _gpu_test(("h100", "b200", "gb300"), 1),
     "tests/e2e/test_h100_two.py": _gpu_test(("h100",), 2),
@@ -102,14 +124,22 @@ SKIP_TREE = {
     "tests/kernels/test_5090.py": _gpu_test(("5090",), 1),
 }
 CPU_ONLY = "tests/unit/test_cpu_only.py::"
-ALWAYS = [(CPU_ONLY + "test_passes", "passed", None), (CPU_ONLY + "test_fails", "failed", None),
-          (CPU_ONLY + "test_setup_error", "errors", None), (CPU_ONLY + "test_own_skip", "skipped", "not today"),
-          (CPU_ONLY + "test_xfail", "skipped", "xfail: known"),
-          ("tests/kernels/test_cpu_or_5090.py::test_a", "passed", None)]
+ALWAYS = [
+    (CPU_ONLY + "test_passes", "passed", None),
+    (CPU_ONLY + "test_fails", "failed", None),
+    (CPU_ONLY + "test_setup_error", "errors", None),
+    (CPU_ONLY + "test_own_skip", "skipped", "not today"),
+    (CPU_ONLY + "test_xfail", "skipped", "xfail: known"),
+    ("tests/kernels/test_cpu_or_5090.py::test_a", "passed", None),
+]
 BY_MACHINE = {
     "cpu": [
         ("tests/kernels/test_h100_one.py::test_a", "hardware", "needs 1 x h100; this machine: cpu"),
-        ("tests/kernels/test_hopper_blackwell.py::test_a", "hardware", "needs 1 x h100|b200|gb300; this machine: cpu"),
+        (
+            "tests/kernels/test_hopper_blackwell.py::test_a",
+            "hardware",
+            "needs 1 x h100|b200|gb300; this machine: cpu",
+        ),
         ("tests/e2e/test_h100_two.py::test_a", "hardware", "needs 2 x h100; this machine: cpu"),
         ("tests/e2e/test_blackwell_four.py::test_b", "hardware", "needs 4 x b200|gb300; this machine: cpu"),
         ("tests/kernels/test_5090.py::test_a", "hardware", "needs 1 x 5090; this machine: cpu"),
@@ -117,34 +147,89 @@ BY_MACHINE = {
     "1xh100": [
         ("tests/kernels/test_h100_one.py::test_a", "passed", None),
         ("tests/kernels/test_hopper_blackwell.py::test_a", "passed", None),
-        ("tests/e2e/test_h100_two.py::test_a", "hardware", "needs 2 x h100; this machine: 1 x h100 (fake h100, sm_90)"),
-        ("tests/e2e/test_blackwell_four.py::test_a", "hardware",
-         "needs 4 x b200|gb300; this machine: 1 x h100 (fake h100, sm_90)"),
-        ("tests/kernels/test_5090.py::test_a", "hardware", "needs 1 x 5090; this machine: 1 x h100 (fake h100, sm_90)"),
+        (
+            "tests/e2e/test_h100_two.py::test_a",
+            "hardware",
+            "needs 2 x h100; this machine: 1 x h100 (fake h100, sm_90)",
+        ),
+        (
+            "tests/e2e/test_blackwell_four.py::test_a",
+            "hardware",
+            "needs 4 x b200|gb300; this machine: 1 x h100 (fake h100, sm_90)",
+        ),
+        (
+            "tests/kernels/test_5090.py::test_a",
+            "hardware",
+            "needs 1 x 5090; this machine: 1 x h100 (fake h100, sm_90)",
+        ),
     ],
     "2xh100": [
         ("tests/kernels/test_h100_one.py::test_a", "passed", None),
         ("tests/e2e/test_h100_two.py::test_a", "passed", None),
-        ("tests/e2e/test_blackwell_four.py::test_b", "hardware",
-         "needs 4 x b200|gb300; this machine: 2 x h100 (fake h100, sm_90)"),
+        (
+            "tests/e2e/test_blackwell_four.py::test_b",
+            "hardware",
+            "needs 4 x b200|gb300; this machine: 2 x h100 (fake h100, sm_90)",
+        ),
     ],
     "4xb200": [
-        ("tests/kernels/test_h100_one.py::test_a", "hardware", "needs 1 x h100; this machine: 4 x b200 (fake b200, sm_100)"),
+        (
+            "tests/kernels/test_h100_one.py::test_a",
+            "hardware",
+            "needs 1 x h100; this machine: 4 x b200 (fake b200, sm_100)",
+        ),
         ("tests/kernels/test_hopper_blackwell.py::test_a", "passed", None),
-        ("tests/e2e/test_h100_two.py::test_a", "hardware", "needs 2 x h100; this machine: 4 x b200 (fake b200, sm_100)"),
+        (
+            "tests/e2e/test_h100_two.py::test_a",
+            "hardware",
+            "needs 2 x h100; this machine: 4 x b200 (fake b200, sm_100)",
+        ),
         ("tests/e2e/test_blackwell_four.py::test_a", "passed", None),
         ("tests/e2e/test_blackwell_four.py::test_b", "passed", None),
-        ("tests/kernels/test_5090.py::test_a", "hardware", "needs 1 x 5090; this machine: 4 x b200 (fake b200, sm_100)"),
+        (
+            "tests/kernels/test_5090.py::test_a",
+            "hardware",
+            "needs 1 x 5090; this machine: 4 x b200 (fake b200, sm_100)",
+        ),
     ],
 }
 TOTALS = {  # 12 tests: 5 CPU-only ones, one CPU-or-5090 one, 6 on GPUs
-    "cpu": {"ran": 4, "passed": 2, "failed": 1, "errors": 1, "skipped": 8, "hardware_skipped": 6, "deselected": 0},
-    "1xh100": {"ran": 6, "passed": 4, "failed": 1, "errors": 1, "skipped": 6, "hardware_skipped": 4,
-               "deselected": 0},
-    "2xh100": {"ran": 7, "passed": 5, "failed": 1, "errors": 1, "skipped": 5, "hardware_skipped": 3,
-               "deselected": 0},
-    "4xb200": {"ran": 7, "passed": 5, "failed": 1, "errors": 1, "skipped": 5, "hardware_skipped": 3,
-               "deselected": 0},
+    "cpu": {
+        "ran": 4,
+        "passed": 2,
+        "failed": 1,
+        "errors": 1,
+        "skipped": 8,
+        "hardware_skipped": 6,
+        "deselected": 0,
+    },
+    "1xh100": {
+        "ran": 6,
+        "passed": 4,
+        "failed": 1,
+        "errors": 1,
+        "skipped": 6,
+        "hardware_skipped": 4,
+        "deselected": 0,
+    },
+    "2xh100": {
+        "ran": 7,
+        "passed": 5,
+        "failed": 1,
+        "errors": 1,
+        "skipped": 5,
+        "hardware_skipped": 3,
+        "deselected": 0,
+    },
+    "4xb200": {
+        "ran": 7,
+        "passed": 5,
+        "failed": 1,
+        "errors": 1,
+        "skipped": 5,
+        "hardware_skipped": 3,
+        "deselected": 0,
+    },
 }
 
 
@@ -182,10 +267,13 @@ def _outcome(report: dict[str, Any], nodeid: str) -> tuple[str, str | None]:
     return ("hardware" if skip["hardware"] else "skipped"), skip["reason"]
 
 
-@pytest.mark.parametrize(("machine", "nodeid", "outcome", "reason"),
-                         [(machine, *row) for machine, rows in BY_MACHINE.items() for row in ALWAYS + rows])
-def test_outcome_and_skip_reason_by_machine(machine: str, nodeid: str, outcome: str, reason: str | None,
-                                            run_on: Callable[..., PytestRun]) -> None:
+@pytest.mark.parametrize(
+    ("machine", "nodeid", "outcome", "reason"),
+    [(machine, *row) for machine, rows in BY_MACHINE.items() for row in ALWAYS + rows],
+)
+def test_outcome_and_skip_reason_by_machine(
+    machine: str, nodeid: str, outcome: str, reason: str | None, run_on: Callable[..., PytestRun]
+) -> None:
     report = run_on(machine).report
     assert _outcome(report, nodeid) == (outcome, reason)
     # Per file, "ran" lists exactly the tests that executed: passed, failed or errored, never skipped.
@@ -199,12 +287,17 @@ def test_report_totals_and_header(machine: str, run_on: Callable[..., PytestRun]
     assert run.returncode == 1  # test_fails
     assert run.report["totals"] == TOTALS[machine]
     assert (run.report["hardware"]["gpu_class"], run.report["hardware"]["source"], run.report["runner"]) == (
-        machine.partition("x")[2] or "cpu", "override", None)
+        machine.partition("x")[2] or "cpu",
+        "override",
+        None,
+    )
 
 
 def test_skip_reasons_reach_the_terminal(run_on: Callable[..., PytestRun]) -> None:
-    assert "SKIPPED [1] tests/e2e/test_h100_two.py: needs 2 x h100; this machine: 1 x h100 (fake h100, sm_90)" \
+    assert (
+        "SKIPPED [1] tests/e2e/test_h100_two.py: needs 2 x h100; this machine: 1 x h100 (fake h100, sm_90)"
         in run_on("1xh100").stdout
+    )
 
 
 def test_the_report_is_the_same_under_xdist(run_on: Callable[..., PytestRun]) -> None:
@@ -215,18 +308,47 @@ def test_the_report_is_the_same_under_xdist(run_on: Callable[..., PytestRun]) ->
 
 # -- --runner ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("machine", "label", "args", "passed", "deselected"), [
-    ("1xh100", "1-gpu-h100", (), ["tests/kernels/test_h100_one.py::test_a",
-                                  "tests/kernels/test_hopper_blackwell.py::test_a"], 10),
-    ("1xh100", "1-gpu-h100", ("-n", "2"), ["tests/kernels/test_h100_one.py::test_a",
-                                           "tests/kernels/test_hopper_blackwell.py::test_a"], 10),
-    ("2xh100", "2-gpu-h100", (), ["tests/e2e/test_h100_two.py::test_a"], 11),
-    ("4xb200", "4-gpu-b200", (), ["tests/e2e/test_blackwell_four.py::test_a",
-                                  "tests/e2e/test_blackwell_four.py::test_b",
-                                  "tests/kernels/test_hopper_blackwell.py::test_a"], 9),
-], ids=["1-gpu-h100", "1-gpu-h100-xdist", "2-gpu-h100", "4-gpu-b200"])
-def test_runner_keeps_only_its_slice(machine: str, label: str, args: tuple[str, ...], passed: list[str],
-                                     deselected: int, run_on: Callable[..., PytestRun]) -> None:
+
+@pytest.mark.parametrize(
+    ("machine", "label", "args", "passed", "deselected"),
+    [
+        (
+            "1xh100",
+            "1-gpu-h100",
+            (),
+            ["tests/kernels/test_h100_one.py::test_a", "tests/kernels/test_hopper_blackwell.py::test_a"],
+            10,
+        ),
+        (
+            "1xh100",
+            "1-gpu-h100",
+            ("-n", "2"),
+            ["tests/kernels/test_h100_one.py::test_a", "tests/kernels/test_hopper_blackwell.py::test_a"],
+            10,
+        ),
+        ("2xh100", "2-gpu-h100", (), ["tests/e2e/test_h100_two.py::test_a"], 11),
+        (
+            "4xb200",
+            "4-gpu-b200",
+            (),
+            [
+                "tests/e2e/test_blackwell_four.py::test_a",
+                "tests/e2e/test_blackwell_four.py::test_b",
+                "tests/kernels/test_hopper_blackwell.py::test_a",
+            ],
+            9,
+        ),
+    ],
+    ids=["1-gpu-h100", "1-gpu-h100-xdist", "2-gpu-h100", "4-gpu-b200"],
+)
+def test_runner_keeps_only_its_slice(
+    machine: str,
+    label: str,
+    args: tuple[str, ...],
+    passed: list[str],
+    deselected: int,
+    run_on: Callable[..., PytestRun],
+) -> None:
     run = run_on(machine, "--runner", label, *args)
     assert run.returncode == 0, run.output
     ran = sorted(nodeid for entry in run.report["files"].values() for nodeid in entry["passed"])
@@ -239,31 +361,60 @@ def test_runner_keeps_only_its_slice(machine: str, label: str, args: tuple[str, 
 def test_cpu_runner_runs_the_cpu_slice(run_on: Callable[..., PytestRun]) -> None:
     run = run_on("cpu", "--runner", "cpu")
     assert sorted(run.report["files"]) == ["tests/kernels/test_cpu_or_5090.py", "tests/unit/test_cpu_only.py"]
-    assert run.report["totals"] == {"ran": 4, "passed": 2, "failed": 1, "errors": 1, "skipped": 2,
-                                    "hardware_skipped": 0, "deselected": 6}
+    assert run.report["totals"] == {
+        "ran": 4,
+        "passed": 2,
+        "failed": 1,
+        "errors": 1,
+        "skipped": 2,
+        "hardware_skipped": 0,
+        "deselected": 6,
+    }
 
 
-@pytest.mark.parametrize(("machine", "label", "message"), [
-    ("1xh100", "2-gpu-h100", "runner '2-gpu-h100' claims 2 x h100; this machine: 1 x h100 (fake h100, sm_90)"),
-    ("2xh100", "1-gpu-h100", "runner '1-gpu-h100' claims 1 x h100; this machine: 2 x h100 (fake h100, sm_90) "
-                             "(narrow it with CUDA_VISIBLE_DEVICES to 1 device(s))"),
-    ("2xh100", "4-gpu-b200", "runner '4-gpu-b200' claims 4 x b200; this machine: 2 x h100 (fake h100, sm_90)"),
-    ("cpu", "1-gpu-5090", "runner '1-gpu-5090' claims 1 x 5090; this machine: cpu"),
-], ids=["too-few", "too-many", "wrong-class", "no-gpu"])
-def test_runner_on_the_wrong_machine_fails_before_running_anything(machine: str, label: str, message: str,
-                                                                   run_on: Callable[..., PytestRun]) -> None:
+@pytest.mark.parametrize(
+    ("machine", "label", "message"),
+    [
+        (
+            "1xh100",
+            "2-gpu-h100",
+            "runner '2-gpu-h100' claims 2 x h100; this machine: 1 x h100 (fake h100, sm_90)",
+        ),
+        (
+            "2xh100",
+            "1-gpu-h100",
+            "runner '1-gpu-h100' claims 1 x h100; this machine: 2 x h100 (fake h100, sm_90) "
+            "(narrow it with CUDA_VISIBLE_DEVICES to 1 device(s))",
+        ),
+        (
+            "2xh100",
+            "4-gpu-b200",
+            "runner '4-gpu-b200' claims 4 x b200; this machine: 2 x h100 (fake h100, sm_90)",
+        ),
+        ("cpu", "1-gpu-5090", "runner '1-gpu-5090' claims 1 x 5090; this machine: cpu"),
+    ],
+    ids=["too-few", "too-many", "wrong-class", "no-gpu"],
+)
+def test_runner_on_the_wrong_machine_fails_before_running_anything(
+    machine: str, label: str, message: str, run_on: Callable[..., PytestRun]
+) -> None:
     run = run_on(machine, "--runner", label)
     assert run.returncode == 4
     assert f"ERROR: this machine cannot run runner '{label}':\n  - {message}" in run.stderr
     assert (run.report["problems"], run.report["files"]) == ([message], {})
 
 
-@pytest.mark.parametrize(("args", "hardware", "message"), [
-    (("--runner", "8-gpu-h100"), "1xh100", "--runner '8-gpu-h100' is not a runner of "),
-    ((), "1xh900", "GPUMATRIX_HARDWARE='1xh900' names unknown GPU class 'h900'"),
-], ids=["unknown-runner", "bad-override"])
-def test_bad_input_is_a_usage_error(args: tuple[str, ...], hardware: str, message: str,
-                                    run_on: Callable[..., PytestRun]) -> None:
+@pytest.mark.parametrize(
+    ("args", "hardware", "message"),
+    [
+        (("--runner", "8-gpu-h100"), "1xh100", "--runner '8-gpu-h100' is not a runner of "),
+        ((), "1xh900", "GPUMATRIX_HARDWARE='1xh900' names unknown GPU class 'h900'"),
+    ],
+    ids=["unknown-runner", "bad-override"],
+)
+def test_bad_input_is_a_usage_error(
+    args: tuple[str, ...], hardware: str, message: str, run_on: Callable[..., PytestRun]
+) -> None:
     run = run_on(hardware, *args)
     assert run.returncode == 4
     assert message in run.stderr
@@ -273,13 +424,19 @@ def test_bad_input_is_a_usage_error(args: tuple[str, ...], hardware: str, messag
 
 # -- registration is enforced at collection ---------------------------------------------------------
 
+
 def test_unregistered_and_invalid_files_are_collection_errors_and_are_not_imported(tmp_path: Path) -> None:
-    write_tree(tmp_path, {
-        "tests/unit/test_fine.py": registered(("cpu",), body="def test_a():\n    pass\n"),
-        "tests/unit/test_unregistered.py": "open('imported-unregistered', 'w').close()\n\ndef test_a():\n    pass\n",
-        "tests/kernels/test_bad_class.py": registered(("h900",), body="open('imported-bad', 'w').close()\n"),
-        "other/test_outside_tests.py": "def test_a():\n    pass\n",
-    })
+    write_tree(
+        tmp_path,
+        {
+            "tests/unit/test_fine.py": registered(("cpu",), body="def test_a():\n    pass\n"),
+            "tests/unit/test_unregistered.py": "open('imported-unregistered', 'w').close()\n\ndef test_a():\n    pass\n",
+            "tests/kernels/test_bad_class.py": registered(
+                ("h900",), body="open('imported-bad', 'w').close()\n"
+            ),
+            "other/test_outside_tests.py": "def test_a():\n    pass\n",
+        },
+    )
     run = run_pytest(tmp_path, "tests", "other", hardware="cpu")
     assert run.returncode == 2  # interrupted by collection errors
     assert "tests/unit/test_unregistered.py:1: test file is not registered" in run.stdout
@@ -287,7 +444,8 @@ def test_unregistered_and_invalid_files_are_collection_errors_and_are_not_import
     assert not (tmp_path / "imported-unregistered").exists() and not (tmp_path / "imported-bad").exists()
     assert {path: entry["errors"] for path, entry in run.report["files"].items()} == {
         "tests/kernels/test_bad_class.py": ["tests/kernels/test_bad_class.py"],
-        "tests/unit/test_unregistered.py": ["tests/unit/test_unregistered.py"]}
+        "tests/unit/test_unregistered.py": ["tests/unit/test_unregistered.py"],
+    }
 
 
 def test_without_a_runner_matrix_the_plugin_stays_out_of_the_way(tmp_path: Path) -> None:
@@ -314,13 +472,25 @@ _RECORDING_TEST = """
 
 
 def test_xdist_workers_hold_their_gpus_alone(tmp_path: Path) -> None:
-    write_tree(tmp_path, {
-        "tests/kernels/test_one.py": registered(("h100",), body=_RECORDING_TEST.format(count=8, name="one")),
-        "tests/e2e/test_two.py": registered(("h100",), gpus=2, body=_RECORDING_TEST.format(count=3, name="two")),
-    })
+    write_tree(
+        tmp_path,
+        {
+            "tests/kernels/test_one.py": registered(
+                ("h100",), body=_RECORDING_TEST.format(count=8, name="one")
+            ),
+            "tests/e2e/test_two.py": registered(
+                ("h100",), gpus=2, body=_RECORDING_TEST.format(count=3, name="two")
+            ),
+        },
+    )
     log, records_path = tmp_path / "lease.jsonl", tmp_path / "records.jsonl"
-    run = run_pytest(tmp_path, "-n", "4", hardware="2xh100",
-                     env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)})
+    run = run_pytest(
+        tmp_path,
+        "-n",
+        "4",
+        hardware="2xh100",
+        env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)},
+    )
     assert run.returncode == 0, run.output
     leases, records = read_jsonl(log), {r["nodeid"]: r for r in read_jsonl(records_path)}
     assert sorted(lease["nodeid"] for lease in leases) == sorted(records) and len(records) == 11
@@ -331,8 +501,11 @@ def test_xdist_workers_hold_their_gpus_alone(tmp_path: Path) -> None:
         assert len(set(lease["devices"])) == (2 if "test_two" in lease["nodeid"] else 1)
         assert set(lease["devices"]) <= {"0", "1"}
     singles = [lease for lease in leases if "test_one" in lease["nodeid"]]
-    assert any(a["devices"] != b["devices"] and a["acquired"] < b["released"] and b["acquired"] < a["released"]
-               for a in singles for b in singles), "no two 1-GPU tests ever ran at the same time"
+    assert any(
+        a["devices"] != b["devices"] and a["acquired"] < b["released"] and b["acquired"] < a["released"]
+        for a in singles
+        for b in singles
+    ), "no two 1-GPU tests ever ran at the same time"
 
 
 _FAKE_CUDA_CONFTEST = """
@@ -355,25 +528,45 @@ def cuda(request):
 
 
 def test_a_test_needing_more_gpus_than_cuda_is_bound_to_runs_in_a_child(tmp_path: Path) -> None:
-    write_tree(tmp_path, {
-        "tests/conftest.py": _FAKE_CUDA_CONFTEST,
-        "tests/kernels/test_first.py": registered(("h100",), body="def test_first(cuda):\n    assert len(cuda) == 1\n"),
-        "tests/e2e/test_pair.py": registered(("h100",), gpus=2, body="""
+    write_tree(
+        tmp_path,
+        {
+            "tests/conftest.py": _FAKE_CUDA_CONFTEST,
+            "tests/kernels/test_first.py": registered(
+                ("h100",), body="def test_first(cuda):\n    assert len(cuda) == 1\n"
+            ),
+            "tests/e2e/test_pair.py": registered(
+                ("h100",),
+                gpus=2,
+                body="""
             def test_pair(cuda):
                 assert len(set(cuda)) == 2
 
             def test_pair_fails(cuda):
                 assert cuda == ["replayed"]
-        """),
-        "tests/kernels/test_later.py": registered(("h100",), body="def test_later(cuda):\n    assert len(cuda) == 1\n"),
-    })
+        """,
+            ),
+            "tests/kernels/test_later.py": registered(
+                ("h100",), body="def test_later(cuda):\n    assert len(cuda) == 1\n"
+            ),
+        },
+    )
     log, records_path = tmp_path / "lease.jsonl", tmp_path / "records.jsonl"
-    run = run_pytest(tmp_path, "tests/kernels/test_first.py", "tests/e2e/test_pair.py", "tests/kernels/test_later.py",
-                     hardware="2xh100", env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)})
+    run = run_pytest(
+        tmp_path,
+        "tests/kernels/test_first.py",
+        "tests/e2e/test_pair.py",
+        "tests/kernels/test_later.py",
+        hardware="2xh100",
+        env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)},
+    )
     records = {r["nodeid"].rpartition("::")[2]: r for r in read_jsonl(records_path)}
     leases = {lease["nodeid"].rpartition("::")[2]: lease for lease in read_jsonl(log)}
     first, pair, later = records["test_first"], records["test_pair"], records["test_later"]
-    assert pair["pid"] != first["pid"] and records["test_pair_fails"]["pid"] not in (first["pid"], pair["pid"])
+    assert pair["pid"] != first["pid"] and records["test_pair_fails"]["pid"] not in (
+        first["pid"],
+        pair["pid"],
+    )
     assert later["pid"] == first["pid"]
     assert later["cuda"] == later["env"] == first["cuda"]  # leased exactly what CUDA was bound to
     assert sorted(pair["cuda"].split(",")) == ["0", "1"] and pair["env"] == pair["cuda"]
@@ -383,11 +576,17 @@ def test_a_test_needing_more_gpus_than_cuda_is_bound_to_runs_in_a_child(tmp_path
     # the child's outcomes are this run's outcomes, tracebacks included
     assert run.returncode == 1
     assert run.report["files"]["tests/e2e/test_pair.py"]["passed"] == ["tests/e2e/test_pair.py::test_pair"]
-    assert run.report["files"]["tests/e2e/test_pair.py"]["failed"] == ["tests/e2e/test_pair.py::test_pair_fails"]
-    assert "assert ['0', '1'] == ['replayed']" in run.stdout or "assert ['1', '0'] == ['replayed']" in run.stdout
+    assert run.report["files"]["tests/e2e/test_pair.py"]["failed"] == [
+        "tests/e2e/test_pair.py::test_pair_fails"
+    ]
+    assert (
+        "assert ['0', '1'] == ['replayed']" in run.stdout or "assert ['1', '0'] == ['replayed']" in run.stdout
+    )
 
 
-_FOREIGN_PROTOCOL_CONFTEST = _FAKE_CUDA_CONFTEST + """
+_FOREIGN_PROTOCOL_CONFTEST = (
+    _FAKE_CUDA_CONFTEST
+    + """
 from _pytest.runner import runtestprotocol
 
 @pytest.hookimpl(tryfirst=True)
@@ -397,17 +596,28 @@ def pytest_runtest_protocol(item, nextitem):  # as pytest-rerunfailures does
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
 """
+)
 
 
 def test_tests_are_leased_when_another_plugin_runs_their_protocol(tmp_path: Path) -> None:
-    write_tree(tmp_path, {
-        "tests/conftest.py": _FOREIGN_PROTOCOL_CONFTEST,
-        "tests/kernels/test_first.py": registered(("h100",), body="def test_first(cuda):\n    assert len(cuda) == 1\n"),
-        "tests/e2e/test_pair.py": registered(("h100",), gpus=2, body="def test_pair(cuda):\n    pass\n"),
-    })
+    write_tree(
+        tmp_path,
+        {
+            "tests/conftest.py": _FOREIGN_PROTOCOL_CONFTEST,
+            "tests/kernels/test_first.py": registered(
+                ("h100",), body="def test_first(cuda):\n    assert len(cuda) == 1\n"
+            ),
+            "tests/e2e/test_pair.py": registered(("h100",), gpus=2, body="def test_pair(cuda):\n    pass\n"),
+        },
+    )
     log, records_path = tmp_path / "lease.jsonl", tmp_path / "records.jsonl"
-    run = run_pytest(tmp_path, "tests/kernels/test_first.py", "tests/e2e/test_pair.py", hardware="2xh100",
-                     env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)})
+    run = run_pytest(
+        tmp_path,
+        "tests/kernels/test_first.py",
+        "tests/e2e/test_pair.py",
+        hardware="2xh100",
+        env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)},
+    )
     (lease,) = read_jsonl(log)
     (record,) = read_jsonl(records_path)
     assert (lease["nodeid"], lease["devices"]) == ("tests/kernels/test_first.py::test_first", [record["env"]])

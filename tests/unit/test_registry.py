@@ -21,41 +21,101 @@ HEADER = "from gpumatrix import register\n"
 ERRORS = [
     ("no-register", "import torch\n\ndef test_x():\n    pass\n", [(1, "test file is not registered")]),
     ("imported-but-not-called", HEADER + "def test_x():\n    pass\n", [(1, "test file is not registered")]),
-    ("two-calls", HEADER + 'register(on=("cpu",), est_time=1)\nregister(on=("cpu",), est_time=2)\n',
-     [(3, "called 2 times (lines 2, 3)")]),
-    ("non-literal-est-time", HEADER + 'T = 3\nregister(on=("cpu",), est_time=T)\n',
-     [(3, "register(est_time=...) must be a literal, got `T`")]),
-    ("non-literal-on", HEADER + 'CLASSES = ("cpu",)\nregister(on=CLASSES, est_time=1)\n',
-     [(3, "register(on=...) must be a literal")]),
-    ("non-literal-gpus", HEADER + 'import os\nregister(on=("h100",), gpus=int(os.environ["N"]), est_time=1)\n',
-     [(3, "register(gpus=...) must be a literal")]),
+    (
+        "two-calls",
+        HEADER + 'register(on=("cpu",), est_time=1)\nregister(on=("cpu",), est_time=2)\n',
+        [(3, "called 2 times (lines 2, 3)")],
+    ),
+    (
+        "non-literal-est-time",
+        HEADER + 'T = 3\nregister(on=("cpu",), est_time=T)\n',
+        [(3, "register(est_time=...) must be a literal, got `T`")],
+    ),
+    (
+        "non-literal-on",
+        HEADER + 'CLASSES = ("cpu",)\nregister(on=CLASSES, est_time=1)\n',
+        [(3, "register(on=...) must be a literal")],
+    ),
+    (
+        "non-literal-gpus",
+        HEADER + 'import os\nregister(on=("h100",), gpus=int(os.environ["N"]), est_time=1)\n',
+        [(3, "register(gpus=...) must be a literal")],
+    ),
     ("positional", HEADER + 'register(("cpu",), est_time=1)\n', [(2, "keyword arguments only")]),
     ("kwargs", HEADER + 'register(**{"on": ("cpu",)}, est_time=1)\n', [(2, "cannot take **kwargs")]),
-    ("unknown-kwarg", HEADER + 'register(on=("cpu",), est_time=1, timeout=3)\n', [(2, "unknown argument 'timeout'")]),
+    (
+        "unknown-kwarg",
+        HEADER + 'register(on=("cpu",), est_time=1, timeout=3)\n',
+        [(2, "unknown argument 'timeout'")],
+    ),
     ("unknown-class", HEADER + 'register(on=("h100", "a100"), est_time=1)\n', [(2, "unknown class 'a100'")]),
     ("empty-on", HEADER + "register(on=(), est_time=1)\n", [(2, "non-empty tuple")]),
     ("duplicate-class", HEADER + 'register(on=("h100", "h100"), est_time=1)\n', [(2, "names a class twice")]),
-    ("gpus-no-runner", HEADER + 'register(on=("h100",), gpus=8, est_time=1)\n',
-     [(2, "needs 8 x h100, but no runner of class 'h100' has that many GPUs (its runners have 1, 2 GPU(s))")]),
-    ("gpus-no-runner-second-class", HEADER + 'register(on=("b200", "5090"), gpus=4, est_time=1)\n',
-     [(2, "needs 4 x 5090")]),
-    ("gpus-zero", HEADER + 'register(on=("h100",), gpus=0, est_time=1)\n', [(2, "gpus=...) must be a positive")]),
-    ("gpus-bool", HEADER + 'register(on=("h100",), gpus=True, est_time=1)\n', [(2, "gpus=...) must be a positive")]),
+    (
+        "gpus-no-runner",
+        HEADER + 'register(on=("h100",), gpus=8, est_time=1)\n',
+        [
+            (
+                2,
+                "needs 8 x h100, but no runner of class 'h100' has that many GPUs (its runners have 1, 2 GPU(s))",
+            )
+        ],
+    ),
+    (
+        "gpus-no-runner-second-class",
+        HEADER + 'register(on=("b200", "5090"), gpus=4, est_time=1)\n',
+        [(2, "needs 4 x 5090")],
+    ),
+    (
+        "gpus-zero",
+        HEADER + 'register(on=("h100",), gpus=0, est_time=1)\n',
+        [(2, "gpus=...) must be a positive")],
+    ),
+    (
+        "gpus-bool",
+        HEADER + 'register(on=("h100",), gpus=True, est_time=1)\n',
+        [(2, "gpus=...) must be a positive")],
+    ),
     ("est-time-missing", HEADER + 'register(on=("h100",))\n', [(2, "missing est_time")]),
-    ("est-time-zero", HEADER + 'register(on=("cpu",), est_time=0)\n', [(2, "est_time=...) must be a positive")]),
-    ("est-time-negative", HEADER + 'register(on=("cpu",), est_time=-4.5)\n', [(2, "est_time=...) must be a positive")]),
-    ("est-time-string", HEADER + 'register(on=("cpu",), est_time="30")\n', [(2, "est_time=...) must be a positive")]),
+    (
+        "est-time-zero",
+        HEADER + 'register(on=("cpu",), est_time=0)\n',
+        [(2, "est_time=...) must be a positive")],
+    ),
+    (
+        "est-time-negative",
+        HEADER + 'register(on=("cpu",), est_time=-4.5)\n',
+        [(2, "est_time=...) must be a positive")],
+    ),
+    (
+        "est-time-string",
+        HEADER + 'register(on=("cpu",), est_time="30")\n',
+        [(2, "est_time=...) must be a positive")],
+    ),
     ("on-missing", HEADER + "register(est_time=3)\n", [(2, "missing on=")]),
     ("nested-in-if", HEADER + 'if True:\n    register(on=("cpu",), est_time=1)\n', [(3, "module top level")]),
-    ("nested-in-function", HEADER + 'def setup():\n    register(on=("cpu",), est_time=1)\n',
-     [(3, "module top level")]),
+    (
+        "nested-in-function",
+        HEADER + 'def setup():\n    register(on=("cpu",), est_time=1)\n',
+        [(3, "module top level")],
+    ),
     ("syntax-error", HEADER + 'register(on=("cpu",), est_time=1\n', [(2, "cannot parse test file")]),
     # literal_eval raises TypeError, not ValueError, on a literal it cannot build.
-    ("unhashable-set-literal", HEADER + "register(on={[]}, est_time=1)\n", [(2, "register(on=...) must be a literal")]),
-    ("unhashable-dict-key", HEADER + 'register(on=("cpu",), est_time={[1]: 2})\n',
-     [(2, "register(est_time=...) must be a literal")]),
-    ("repeated-keyword", HEADER + 'register(on=("cpu",), est_time=1, est_time=2)\n',
-     [(2, "repeats the argument est_time=")]),
+    (
+        "unhashable-set-literal",
+        HEADER + "register(on={[]}, est_time=1)\n",
+        [(2, "register(on=...) must be a literal")],
+    ),
+    (
+        "unhashable-dict-key",
+        HEADER + 'register(on=("cpu",), est_time={[1]: 2})\n',
+        [(2, "register(est_time=...) must be a literal")],
+    ),
+    (
+        "repeated-keyword",
+        HEADER + 'register(on=("cpu",), est_time=1, est_time=2)\n',
+        [(2, "repeats the argument est_time=")],
+    ),
 ]
 
 
@@ -65,24 +125,54 @@ def test_registration_errors_name_file_and_line(source, expected):
     assert registry.files == ()
     rendered = [str(p) for p in registry.problems]
     for line, fragment in expected:
-        assert any(r.startswith(f"tests/unit/test_x.py:{line}: ") and fragment in r for r in rendered), rendered
+        assert any(r.startswith(f"tests/unit/test_x.py:{line}: ") and fragment in r for r in rendered), (
+            rendered
+        )
 
 
 # (id, source, (on, gpus, est_time, runners))
 VALID = [
     ("cpu", HEADER + 'register(on=("cpu",), est_time=3)\n', (("cpu",), 1, 3.0, ("cpu",))),
-    ("single-string-class", HEADER + 'register(on="h100", est_time=3)\n', (("h100",), 1, 3.0, ("1-gpu-h100",))),
-    ("all-gpu-classes", HEADER + 'register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=40)\n',
-     (("h100", "b200", "gb300", "5090"), 1, 40.0, ("1-gpu-h100", "4-gpu-b200", "4-gpu-gb300", "1-gpu-5090"))),
-    ("two-gpus-rounds-to-2-gpu-runner", HEADER + 'register(on=("h100", "b200"), gpus=2, est_time=9.5)\n',
-     (("h100", "b200"), 2, 9.5, ("2-gpu-h100", "4-gpu-b200"))),
-    ("three-gpus-on-four-gpu-runner", HEADER + 'register(on=["gb300"], gpus=3, est_time=1)\n',
-     (("gb300",), 3, 1.0, ("4-gpu-gb300",))),
-    ("module-alias", 'import gpumatrix as gm\ngm.register(on=("cpu",), est_time=2)\n', (("cpu",), 1, 2.0, ("cpu",))),
-    ("name-alias", 'from gpumatrix import register as reg\nreg(on=("cpu",), est_time=2)\n',
-     (("cpu",), 1, 2.0, ("cpu",))),
-    ("cpu-and-gpu", HEADER + 'register(on=("cpu", "h100"), gpus=2, est_time=5)\n',
-     (("cpu", "h100"), 2, 5.0, ("cpu", "2-gpu-h100"))),
+    (
+        "single-string-class",
+        HEADER + 'register(on="h100", est_time=3)\n',
+        (("h100",), 1, 3.0, ("1-gpu-h100",)),
+    ),
+    (
+        "all-gpu-classes",
+        HEADER + 'register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=40)\n',
+        (
+            ("h100", "b200", "gb300", "5090"),
+            1,
+            40.0,
+            ("1-gpu-h100", "4-gpu-b200", "4-gpu-gb300", "1-gpu-5090"),
+        ),
+    ),
+    (
+        "two-gpus-rounds-to-2-gpu-runner",
+        HEADER + 'register(on=("h100", "b200"), gpus=2, est_time=9.5)\n',
+        (("h100", "b200"), 2, 9.5, ("2-gpu-h100", "4-gpu-b200")),
+    ),
+    (
+        "three-gpus-on-four-gpu-runner",
+        HEADER + 'register(on=["gb300"], gpus=3, est_time=1)\n',
+        (("gb300",), 3, 1.0, ("4-gpu-gb300",)),
+    ),
+    (
+        "module-alias",
+        'import gpumatrix as gm\ngm.register(on=("cpu",), est_time=2)\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "name-alias",
+        'from gpumatrix import register as reg\nreg(on=("cpu",), est_time=2)\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "cpu-and-gpu",
+        HEADER + 'register(on=("cpu", "h100"), gpus=2, est_time=5)\n',
+        (("cpu", "h100"), 2, 5.0, ("cpu", "2-gpu-h100")),
+    ),
 ]
 
 
@@ -109,8 +199,15 @@ def test_registry_is_built_without_importing(tmp_path):
 
 
 def test_find_test_files_sorted_and_filtered(tmp_path):
-    for rel in ("tests/b/test_2.py", "tests/a/test_1.py", "tests/a/conftest.py", "tests/a/x_test.py",
-                "tests/a/__pycache__/test_cached.py", "tests/a/test_data.txt", "src/test_not_here.py"):
+    for rel in (
+        "tests/b/test_2.py",
+        "tests/a/test_1.py",
+        "tests/a/conftest.py",
+        "tests/a/x_test.py",
+        "tests/a/__pycache__/test_cached.py",
+        "tests/a/test_data.txt",
+        "src/test_not_here.py",
+    ):
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
@@ -123,10 +220,13 @@ def test_read_registration_returns_line():
 
 
 def test_for_runner_and_get():
-    registry = build_registry({
-        "tests/a/test_1.py": HEADER + 'register(on=("h100", "b200"), est_time=1)\n',
-        "tests/a/test_2.py": HEADER + 'register(on=("h100",), gpus=2, est_time=1)\n',
-    }, MATRIX)
+    registry = build_registry(
+        {
+            "tests/a/test_1.py": HEADER + 'register(on=("h100", "b200"), est_time=1)\n',
+            "tests/a/test_2.py": HEADER + 'register(on=("h100",), gpus=2, est_time=1)\n',
+        },
+        MATRIX,
+    )
     assert [f.path for f in registry.for_runner("1-gpu-h100")] == ["tests/a/test_1.py"]
     assert [f.path for f in registry.for_runner("2-gpu-h100")] == ["tests/a/test_2.py"]
     assert [f.path for f in registry.for_runner("4-gpu-b200")] == ["tests/a/test_1.py"]

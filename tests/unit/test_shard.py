@@ -63,17 +63,18 @@ def _files(*times: float) -> list[Registration]:
 
 # (id, timeout minutes, max shards, file times, expected shard count, over budget)
 PLANS = [
-    ("fits-in-one", 10, 4, (100, 100, 100), 1, False),           # budget 480 s
-    ("needs-two", 10, 4, (300, 300, 100), 2, False),              # 700 > 480; 2 shards: 400/300
+    ("fits-in-one", 10, 4, (100, 100, 100), 1, False),  # budget 480 s
+    ("needs-two", 10, 4, (300, 300, 100), 2, False),  # 700 > 480; 2 shards: 400/300
     ("needs-three", 10, 4, (400, 400, 400), 3, False),
     ("capped-by-max-shards", 10, 2, (400, 400, 400), 2, True),
-    ("single-file-over-budget", 1, 4, (1000,), 1, True),           # more shards cannot help one file
+    ("single-file-over-budget", 1, 4, (1000,), 1, True),  # more shards cannot help one file
     ("never-more-shards-than-files", 1, 4, (1000, 1000), 2, True),
 ]
 
 
-@pytest.mark.parametrize(("timeout", "max_shards", "times", "count", "over"), [r[1:] for r in PLANS],
-                         ids=[r[0] for r in PLANS])
+@pytest.mark.parametrize(
+    ("timeout", "max_shards", "times", "count", "over"), [r[1:] for r in PLANS], ids=[r[0] for r in PLANS]
+)
 def test_plan_runner_uses_fewest_shards_that_fit(timeout, max_shards, times, count, over):
     runner = _runner(timeout, max_shards)
     plan = plan_runner(runner, _files(*times))

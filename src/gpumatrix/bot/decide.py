@@ -107,8 +107,12 @@ def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Fact
     denied = authorize(event.author, facts.permission(event.author), required=matrix.bot.permission)
     if denied is not None:
         return Decision("ignore", denied.reason, command)
-    status = StatusComment(source_comment_id=event.comment_id, command=command.line, author=event.author,
-                           pr=event.issue_number or None)
+    status = StatusComment(
+        source_comment_id=event.comment_id,
+        command=command.line,
+        author=event.author,
+        pr=event.issue_number or None,
+    )
     if command.problem:
         return _refuse(command, status, command.problem)
 
@@ -124,9 +128,15 @@ def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Fact
     if command.kind == LIST:
         listing, refusals = plan_listing(head.registry, matrix, runners=command.runners)
         comment = render_listing(listing, source_comment_id=event.comment_id, sha=head.sha)
-        return Decision("list", f"{sum(map(len, listing.values()))} registered file(s) on {len(listing)} runner(s)",
-                        command, tuple(RunnerGroup(label, paths) for label, paths in listing.items()),
-                        tuple(refusals), head.sha, comment=comment)
+        return Decision(
+            "list",
+            f"{sum(map(len, listing.values()))} registered file(s) on {len(listing)} runner(s)",
+            command,
+            tuple(RunnerGroup(label, paths) for label, paths in listing.items()),
+            tuple(refusals),
+            head.sha,
+            comment=comment,
+        )
 
     if command.kind == RERUN_FAILED:
         return _rerun_failed(command, status, head, matrix, facts)
@@ -137,7 +147,9 @@ def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Fact
     return _dispatch("dispatch", command, status, plan.groups, refusals)
 
 
-def _rerun_failed(command: Command, status: StatusComment, head: Head, matrix: Matrix, facts: Facts) -> Decision:
+def _rerun_failed(
+    command: Command, status: StatusComment, head: Head, matrix: Matrix, facts: Facts
+) -> Decision:
     try:
         previous = facts.latest_status()
     except Unavailable as exc:
@@ -158,13 +170,26 @@ def _rerun_failed(command: Command, status: StatusComment, head: Head, matrix: M
     return _dispatch("rerun-failed", command, status, tuple(groups), tuple(refusals))
 
 
-def _dispatch(action: str, command: Command, status: StatusComment, groups: tuple[RunnerGroup, ...],
-              refusals: tuple[Refusal, ...]) -> Decision:
+def _dispatch(
+    action: str,
+    command: Command,
+    status: StatusComment,
+    groups: tuple[RunnerGroup, ...],
+    refusals: tuple[Refusal, ...],
+) -> Decision:
     status = replace(status, groups=tuple(GroupStatus(g.label, g.tests) for g in groups), refusals=refusals)
     comment = render_status_comment(status)
     if not groups:
-        return Decision("refuse", "nothing to dispatch: every spec was refused", command, (), refusals,
-                        status.sha, status, comment)
+        return Decision(
+            "refuse",
+            "nothing to dispatch: every spec was refused",
+            command,
+            (),
+            refusals,
+            status.sha,
+            status,
+            comment,
+        )
     tests = sum(len(g.tests) for g in groups)
     reason = f"{len(groups)} runner group(s), {tests} test(s)"
     return Decision(action, reason, command, groups, refusals, status.sha, status, comment)
@@ -172,5 +197,6 @@ def _dispatch(action: str, command: Command, status: StatusComment, groups: tupl
 
 def _refuse(command: Command, status: StatusComment, problem: str) -> Decision:
     status = replace(status, problem=problem)
-    return Decision("refuse", problem, command, sha=status.sha, status=status,
-                    comment=render_status_comment(status))
+    return Decision(
+        "refuse", problem, command, sha=status.sha, status=status, comment=render_status_comment(status)
+    )

@@ -109,9 +109,16 @@ class JobInfo:
 class GitHubClient:
     """Everything the bot asks GitHub, for one repository."""
 
-    def __init__(self, *, token: str, repository: str, base_url: str = DEFAULT_API_URL,
-                 retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        token: str,
+        repository: str,
+        base_url: str = DEFAULT_API_URL,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        timeout: float = 30.0,
+    ) -> None:
         if not isinstance(token, str) or not token:
             raise ValueError("token must be a non-empty string (GITHUB_TOKEN)")
         owner, _, repo = repository.partition("/") if isinstance(repository, str) else ("", "", "")
@@ -123,7 +130,9 @@ class GitHubClient:
         self.retry = retry or RetryPolicy()
         self.calls = 0
         self._sleep = sleep
-        self._github = GitHub(token, base_url=self.base_url, auto_retry=False, http_cache=False, timeout=timeout)
+        self._github = GitHub(
+            token, base_url=self.base_url, auto_retry=False, http_cache=False, timeout=timeout
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GitHubClient:
@@ -132,8 +141,12 @@ class GitHubClient:
         missing = [name for name in ("GITHUB_TOKEN", "GITHUB_REPOSITORY") if not env.get(name)]
         if missing:
             raise MissingEnvironment(f"{' and '.join(missing)} must be set in the environment")
-        return cls(token=env["GITHUB_TOKEN"], repository=env["GITHUB_REPOSITORY"],
-                   base_url=env.get("GITHUB_API_URL") or DEFAULT_API_URL, **options)
+        return cls(
+            token=env["GITHUB_TOKEN"],
+            repository=env["GITHUB_REPOSITORY"],
+            base_url=env.get("GITHUB_API_URL") or DEFAULT_API_URL,
+            **options,
+        )
 
     def __repr__(self) -> str:  # never the token
         return f"GitHubClient(repository='{self.owner}/{self.repo}', base_url='{self.base_url}')"
@@ -158,14 +171,18 @@ class GitHubClient:
 
     def add_reaction(self, comment_id: int, content: str) -> bool:
         """React to an issue comment; True when created, False when this token had already reacted so."""
-        response = self._call("POST", f"issues/comments/{int(comment_id)}/reactions", json={"content": content})
+        response = self._call(
+            "POST", f"issues/comments/{int(comment_id)}/reactions", json={"content": content}
+        )
         return response.status_code == 201
 
     def list_comments(self, issue_number: int) -> list[CommentData]:
         comments: list[CommentData] = []
         page = 1
         while True:
-            data = self._json("GET", f"issues/{int(issue_number)}/comments", params={"per_page": _PAGE, "page": page})
+            data = self._json(
+                "GET", f"issues/{int(issue_number)}/comments", params={"per_page": _PAGE, "page": page}
+            )
             comments += [_comment(item) for item in data]
             if len(data) < _PAGE:
                 return comments
@@ -181,19 +198,26 @@ class GitHubClient:
         self._call("PATCH", f"issues/comments/{int(comment_id)}", json={"body": body})
 
     def dispatch(self, workflow: str, *, ref: str, inputs: Mapping[str, str]) -> DispatchedRun:
-        data = self._json("POST", f"actions/workflows/{_quote(workflow)}/dispatches",
-                          json={"ref": ref, "inputs": dict(inputs), "return_run_details": True})
+        data = self._json(
+            "POST",
+            f"actions/workflows/{_quote(workflow)}/dispatches",
+            json={"ref": ref, "inputs": dict(inputs), "return_run_details": True},
+        )
         return DispatchedRun(int(data["workflow_run_id"]), str(data["html_url"]))
 
     def get_run(self, run_id: int) -> RunInfo:
         data = self._json("GET", f"actions/runs/{int(run_id)}")
-        return RunInfo(int(data["id"]), data.get("status"), data.get("conclusion"), str(data.get("html_url") or ""))
+        return RunInfo(
+            int(data["id"]), data.get("status"), data.get("conclusion"), str(data.get("html_url") or "")
+        )
 
     def run_jobs(self, run_id: int) -> list[JobInfo]:
         """The jobs of a run's latest attempt (the first 100: a gpu-tests run has a handful)."""
         data = self._json("GET", f"actions/runs/{int(run_id)}/jobs", params={"per_page": _PAGE})
-        return [JobInfo(str(job.get("name") or ""), job.get("status"), job.get("conclusion"))
-                for job in data.get("jobs", ())]
+        return [
+            JobInfo(str(job.get("name") or ""), job.get("status"), job.get("conclusion"))
+            for job in data.get("jobs", ())
+        ]
 
     # -- retries ------------------------------------------------------------------------------------------
 
@@ -202,7 +226,9 @@ class GitHubClient:
         try:
             return response.json()
         except ValueError as exc:
-            raise GitHubApiError(method, self._path(path), response.status_code, "the answer is not JSON") from exc
+            raise GitHubApiError(
+                method, self._path(path), response.status_code, "the answer is not JSON"
+            ) from exc
 
     def _call(self, method: str, path: str, **request: Any) -> Any:
         from githubkit.exception import RequestError, RequestFailed
@@ -211,8 +237,9 @@ class GitHubClient:
         while True:
             self.calls += 1
             try:
-                return self._github.request(method, self._path(path), headers={"X-GitHub-Api-Version": API_VERSION},
-                                            **request)
+                return self._github.request(
+                    method, self._path(path), headers={"X-GitHub-Api-Version": API_VERSION}, **request
+                )
             except RequestFailed as exc:
                 status = exc.response.status_code
                 wait = self._wait_after(exc, status, attempt)
@@ -250,8 +277,12 @@ class GitHubClient:
 
 def _comment(item: Mapping[str, Any]) -> CommentData:
     user = item.get("user") or {}
-    return CommentData(int(item["id"]), str(item.get("body") or ""), str(user.get("login") or ""),
-                       str(user.get("type") or "User"))
+    return CommentData(
+        int(item["id"]),
+        str(item.get("body") or ""),
+        str(user.get("login") or ""),
+        str(user.get("type") or "User"),
+    )
 
 
 def _quote(segment: str) -> str:

@@ -79,8 +79,14 @@ def dispatch_inputs(group: GroupStatus, status: StatusComment, comment_id: int) 
     }
 
 
-def handle_event(event: CommentEvent, *, matrix: Matrix, client: HandleClient, root: str | Path,
-                 read_sources: SourceReader = read_test_sources) -> HandleResult:
+def handle_event(
+    event: CommentEvent,
+    *,
+    matrix: Matrix,
+    client: HandleClient,
+    root: str | Path,
+    read_sources: SourceReader = read_test_sources,
+) -> HandleResult:
     """Handle one comment event end to end; see the module docstring for the calls it makes."""
     screened = screen(event, matrix=matrix)
     if isinstance(screened, Ignored):
@@ -102,7 +108,9 @@ def handle_event(event: CommentEvent, *, matrix: Matrix, client: HandleClient, r
         raise
 
 
-def _carry_out(decision: Decision, event: CommentEvent, *, matrix: Matrix, client: HandleClient) -> HandleResult:
+def _carry_out(
+    decision: Decision, event: CommentEvent, *, matrix: Matrix, client: HandleClient
+) -> HandleResult:
     if decision.action == "ignore":
         client.add_reaction(event.comment_id, "confused")
         return HandleResult("ignore", decision.reason)
@@ -121,11 +129,19 @@ def _carry_out(decision: Decision, event: CommentEvent, *, matrix: Matrix, clien
     groups: list[GroupStatus] = []
     for group in decision.status.groups:
         try:
-            run = client.dispatch(matrix.bot.workflow, ref=matrix.bot.ref,
-                                  inputs=dispatch_inputs(group, decision.status, comment_id))
+            run = client.dispatch(
+                matrix.bot.workflow,
+                ref=matrix.bot.ref,
+                inputs=dispatch_inputs(group, decision.status, comment_id),
+            )
         except GitHubApiError as exc:  # only this runner's line shows it; the others still go
-            groups.append(replace(group, state="error", error=f"HTTP {exc.status}: {exc.message}"
-                                  if exc.status is not None else exc.message))
+            groups.append(
+                replace(
+                    group,
+                    state="error",
+                    error=f"HTTP {exc.status}: {exc.message}" if exc.status is not None else exc.message,
+                )
+            )
         else:
             groups.append(replace(group, state="queued", run_id=run.run_id, url=run.html_url))
     status = decision.status.with_groups(groups)
@@ -156,8 +172,12 @@ def _already_handled(seen: CommentData | None, client: HandleClient) -> HandleRe
     if seen is None:
         return HandleResult("ignore", "Comment already handled (👀 is there); nothing dispatched.")
     synced = sync_status_comment(seen.id, client=client)
-    return HandleResult("ignore", "Comment already handled; nothing dispatched, its status comment re-synced.",
-                        seen.id, synced.status)
+    return HandleResult(
+        "ignore",
+        "Comment already handled; nothing dispatched, its status comment re-synced.",
+        seen.id,
+        synced.status,
+    )
 
 
 def _react(client: HandleClient, comment_id: int, content: str) -> None:
@@ -170,9 +190,22 @@ def _react(client: HandleClient, comment_id: int, content: str) -> None:
 class _LiveFacts:
     """`Facts` from GitHub and git, each read at most once."""
 
-    def __init__(self, event: CommentEvent, *, matrix: Matrix, client: HandleClient, root: Path,
-                 read_sources: SourceReader) -> None:
-        self.event, self.matrix, self.client, self.root, self.read_sources = event, matrix, client, root, read_sources
+    def __init__(
+        self,
+        event: CommentEvent,
+        *,
+        matrix: Matrix,
+        client: HandleClient,
+        root: Path,
+        read_sources: SourceReader,
+    ) -> None:
+        self.event, self.matrix, self.client, self.root, self.read_sources = (
+            event,
+            matrix,
+            client,
+            root,
+            read_sources,
+        )
 
     def permission(self, login: str) -> str | None:
         try:

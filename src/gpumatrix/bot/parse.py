@@ -35,7 +35,9 @@ RERUN_FAILED = "rerun-failed"
 # of the workflow inputs and of the status comment.
 MAX_SPECS = 50
 
-USAGE = "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA]  |  /rerun-test ?  |  /rerun-failed"
+USAGE = (
+    "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA]  |  /rerun-test ?  |  /rerun-failed"
+)
 
 _COMMAND_RE = re.compile(r"/(rerun-test|rerun-failed)(?=\s|$)")
 _FENCE_RE = re.compile(r"(`{3,}|~{3,})(.*)$")
@@ -165,7 +167,7 @@ def parse_comment(body: str) -> Command | None:
     for line in command_lines(strip_format_characters(body)):
         match = _COMMAND_RE.match(line)
         if match:
-            return _parse_arguments(match[1], line, line[match.end():].split())
+            return _parse_arguments(match[1], line, line[match.end() :].split())
     return None
 
 
@@ -200,15 +202,21 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
 
     if name == RERUN_FAILED:
         if specs or sha is not None:
-            return _refused(RERUN_FAILED, line, "/rerun-failed takes no tests and no --sha (only --runner); "
-                                                "it re-runs the failed groups of the latest status comment")
+            return _refused(
+                RERUN_FAILED,
+                line,
+                "/rerun-failed takes no tests and no --sha (only --runner); "
+                "it re-runs the failed groups of the latest status comment",
+            )
         return Command(RERUN_FAILED, line, runners=tuple(runners))
     if specs == ["?"]:
         if sha is not None:
             return _refused(LIST, line, "/rerun-test ? takes no --sha (only --runner)")
         return Command(LIST, line, runners=tuple(runners))
     if "?" in specs:
-        return _refused(RERUN_TEST, line, "`?` lists the registered tests and cannot be combined with test specs")
+        return _refused(
+            RERUN_TEST, line, "`?` lists the registered tests and cannot be combined with test specs"
+        )
     if not specs:
         return _refused(RERUN_TEST, line, f"no test given; usage: {USAGE}")
     if len(specs) > MAX_SPECS:

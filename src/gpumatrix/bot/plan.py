@@ -38,13 +38,16 @@ def check_sha(requested: str | None, head: str | None) -> str | None:
     if head is None:
         return f"--sha {requested} cannot be checked: the PR head SHA is not known"
     if not head.startswith(requested):
-        return (f"--sha {requested} is not the PR head ({head[:12]}); the PR moved since you looked: "
-                "check the new commits and comment again")
+        return (
+            f"--sha {requested} is not the PR head ({head[:12]}); the PR moved since you looked: "
+            "check the new commits and comment again"
+        )
     return None
 
 
-def plan_groups(targets: Sequence[Target], registry: Registry, matrix: Matrix, *,
-                runners: Sequence[str] = ()) -> Plan:
+def plan_groups(
+    targets: Sequence[Target], registry: Registry, matrix: Matrix, *, runners: Sequence[str] = ()
+) -> Plan:
     """One group per runner label that any target is registered on, narrowed by `runners`."""
     refusals, selected = check_runners(runners, matrix)
     by_label: dict[str, list[str]] = {}
@@ -56,15 +59,21 @@ def plan_groups(targets: Sequence[Target], registry: Registry, matrix: Matrix, *
         labels = [label for label in registration.runners if not runners or label in selected]
         if not labels:
             if selected:  # when every --runner is unknown, their own refusals already say why
-                refusals.append(Refusal(target.selection, f"is registered for {', '.join(registration.runners)}; "
-                                                          f"--runner selects none of them"))
+                refusals.append(
+                    Refusal(
+                        target.selection,
+                        f"is registered for {', '.join(registration.runners)}; --runner selects none of them",
+                    )
+                )
             continue
         for label in labels:
             by_label.setdefault(label, []).append(target.selection)
     return Plan(_in_matrix_order(by_label, matrix), tuple(refusals))
 
 
-def replan_group(label: str, tests: Iterable[str], registry: Registry) -> tuple[RunnerGroup | None, list[Refusal]]:
+def replan_group(
+    label: str, tests: Iterable[str], registry: Registry
+) -> tuple[RunnerGroup | None, list[Refusal]]:
     """Re-check an earlier group's tests against the current head's registry (for `/rerun-failed`)."""
     kept: list[str] = []
     refusals: list[Refusal] = []
@@ -77,8 +86,9 @@ def replan_group(label: str, tests: Iterable[str], registry: Registry) -> tuple[
     return (RunnerGroup(label, tuple(kept)) if kept else None), refusals
 
 
-def plan_listing(registry: Registry, matrix: Matrix, *,
-                 runners: Sequence[str] = ()) -> tuple[dict[str, tuple[str, ...]], list[Refusal]]:
+def plan_listing(
+    registry: Registry, matrix: Matrix, *, runners: Sequence[str] = ()
+) -> tuple[dict[str, tuple[str, ...]], list[Refusal]]:
     """Registered test files by runner label (every runner of the matrix, narrowed by `runners`)."""
     refusals, selected = check_runners(runners, matrix)
     labels = [r.label for r in matrix.runners if not runners or r.label in selected]
@@ -88,10 +98,15 @@ def plan_listing(registry: Registry, matrix: Matrix, *,
 def check_runners(runners: Sequence[str], matrix: Matrix) -> tuple[list[Refusal], set[str]]:
     """Refusals for `--runner` labels the matrix does not know, and the set of those it does."""
     known = [r.label for r in matrix.runners]
-    refusals = [Refusal(f"--runner {label}", f"is not a runner of ci/matrix.yaml (known: {', '.join(known)})")
-                for label in runners if label not in known]
+    refusals = [
+        Refusal(f"--runner {label}", f"is not a runner of ci/matrix.yaml (known: {', '.join(known)})")
+        for label in runners
+        if label not in known
+    ]
     return refusals, {label for label in runners if label in known}
 
 
 def _in_matrix_order(by_label: Mapping[str, list[str]], matrix: Matrix) -> tuple[RunnerGroup, ...]:
-    return tuple(RunnerGroup(r.label, tuple(by_label[r.label])) for r in matrix.runners if r.label in by_label)
+    return tuple(
+        RunnerGroup(r.label, tuple(by_label[r.label])) for r in matrix.runners if r.label in by_label
+    )

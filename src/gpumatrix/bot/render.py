@@ -133,11 +133,17 @@ def parse_status_comment(body: str) -> StatusComment | None:
             author=str(data["author"]),
             pr=_optional_int(data.get("pr")),
             sha=str(data["sha"]) if data.get("sha") else None,
-            groups=tuple(GroupStatus(label=str(g["label"]), tests=tuple(str(t) for t in g["tests"]),
-                                     state=str(g["state"]), run_id=_optional_int(g.get("run_id")),
-                                     url=str(g["url"]) if g.get("url") else None,
-                                     error=str(g["error"]) if g.get("error") else None)
-                         for g in data.get("groups", ())),
+            groups=tuple(
+                GroupStatus(
+                    label=str(g["label"]),
+                    tests=tuple(str(t) for t in g["tests"]),
+                    state=str(g["state"]),
+                    run_id=_optional_int(g.get("run_id")),
+                    url=str(g["url"]) if g.get("url") else None,
+                    error=str(g["error"]) if g.get("error") else None,
+                )
+                for g in data.get("groups", ())
+            ),
             refusals=tuple(Refusal(str(spec), str(message)) for spec, message in data.get("refusals", ())),
             problem=str(data["problem"]) if data.get("problem") else None,
         )
@@ -203,8 +209,17 @@ def _dump_state(status: StatusComment) -> str:
         "author": status.author,
         "pr": status.pr,
         "sha": status.sha,
-        "groups": [{"label": g.label, "tests": list(g.tests), "state": g.state, "run_id": g.run_id,
-                    "url": g.url, "error": g.error} for g in status.groups],
+        "groups": [
+            {
+                "label": g.label,
+                "tests": list(g.tests),
+                "state": g.state,
+                "run_id": g.run_id,
+                "url": g.url,
+                "error": g.error,
+            }
+            for g in status.groups
+        ],
         "refusals": [[r.spec, r.message] for r in status.refusals],
         "problem": status.problem,
     }

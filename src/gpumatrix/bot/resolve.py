@@ -79,8 +79,9 @@ def _resolve_one(spec: str, registry: Registry) -> Target | Refusal:
         return Refusal(spec, f"contains {shown}, which a test spec cannot hold (allowed: {_ALLOWED})")
     file_part, sep, node = spec.partition("::")
     if sep and not _NODE_RE.fullmatch(node):
-        return Refusal(spec, "the part after `::` must be a test name: test_name, Class::test_name "
-                             "or test_name[param]")
+        return Refusal(
+            spec, "the part after `::` must be a test name: test_name, Class::test_name or test_name[param]"
+        )
     if file_part.startswith("./"):
         file_part = file_part[2:]
     if file_part.startswith("/"):
@@ -98,8 +99,10 @@ def _resolve_one(spec: str, registry: Registry) -> Target | Refusal:
     wanted = {file_part, f"{file_part}.py"}
     candidates = [r.path for r in registry.files if posixpath.basename(r.path) in wanted]
     if len(candidates) > 1:
-        return Refusal(spec, f"matches {len(candidates)} registered files: {', '.join(sorted(candidates))}; "
-                             "give the path")
+        return Refusal(
+            spec,
+            f"matches {len(candidates)} registered files: {', '.join(sorted(candidates))}; give the path",
+        )
     if not candidates:
         return Refusal(spec, _not_registered(file_part, registry))
     return Target(candidates[0], node or None)
@@ -112,7 +115,11 @@ def _stem(path: str) -> str:
 
 
 def _not_registered(name: str, registry: Registry) -> str:
-    problems = [p for p in registry.problems if p.source == name or posixpath.basename(p.source) in (name, f"{name}.py")]
+    problems = [
+        p
+        for p in registry.problems
+        if p.source == name or posixpath.basename(p.source) in (name, f"{name}.py")
+    ]
     if problems:  # the file exists in the PR but its register(...) call is broken: say so
         return f"is not in the registry: {problems[0].message}"
     # Compare stems: every candidate shares `tests/`, `test_` and `.py`, which would make anything "close".

@@ -57,8 +57,9 @@ class SyncResult:
         return {group.label: group.state for group in self.status.groups}
 
 
-def refresh_groups(groups: Sequence[GroupStatus], client: SyncClient, *,
-                   caller_run_id: int | None = None) -> tuple[GroupStatus, ...]:
+def refresh_groups(
+    groups: Sequence[GroupStatus], client: SyncClient, *, caller_run_id: int | None = None
+) -> tuple[GroupStatus, ...]:
     """Each group with a run, with the run's current state and link; groups without a run unchanged.
 
     The run `caller_run_id` is the one asking (its last job syncs): it is still in progress while it
@@ -72,8 +73,13 @@ def refresh_groups(groups: Sequence[GroupStatus], client: SyncClient, *,
             continue
         run = client.get_run(group.run_id)
         state = run_state(run.status, run.conclusion)
-        if group.run_id == caller_run_id and state not in TERMINAL_STATES and any(
-                job.status == "completed" and job.conclusion in _FAILED_JOB for job in client.run_jobs(run.id)):
+        if (
+            group.run_id == caller_run_id
+            and state not in TERMINAL_STATES
+            and any(
+                job.status == "completed" and job.conclusion in _FAILED_JOB for job in client.run_jobs(run.id)
+            )
+        ):
             state = "failed"
         fresh.append(replace(group, state=state, url=run.html_url or group.url))
     return tuple(fresh)
@@ -97,10 +103,15 @@ def sync_status_comment(comment_id: int, *, client: SyncClient, run_id: int | No
             break  # the comment already shows what was just read
         client.update_comment(comment_id, body)
         current, writes = body, writes + 1
-        unfinished = [index for index, group in enumerate(groups)
-                      if group.run_id is not None and group.state not in TERMINAL_STATES]
+        unfinished = [
+            index
+            for index, group in enumerate(groups)
+            if group.run_id is not None and group.state not in TERMINAL_STATES
+        ]
         if not unfinished:
             break  # finished runs do not change: what was written stays true
         again = refresh_groups([groups[index] for index in unfinished], client, caller_run_id=run_id)
-        groups = tuple(again[unfinished.index(i)] if i in unfinished else group for i, group in enumerate(groups))
+        groups = tuple(
+            again[unfinished.index(i)] if i in unfinished else group for i, group in enumerate(groups)
+        )
     return SyncResult(comment_id, status, writes)

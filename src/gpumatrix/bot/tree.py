@@ -44,8 +44,14 @@ def git_head(root: str | Path) -> str | None:
         return None
 
 
-def read_test_sources(root: str | Path, sha: str, *, pr_number: int | None = None, token: str | None = None,
-                      tests_dir: str = "tests") -> dict[str, str]:
+def read_test_sources(
+    root: str | Path,
+    sha: str,
+    *,
+    pr_number: int | None = None,
+    token: str | None = None,
+    tests_dir: str = "tests",
+) -> dict[str, str]:
     """{path: text} of every `<tests_dir>/**/test_*.py` blob of commit `sha` in the clone at `root`.
 
     When the commit is missing and `pr_number` is given, `refs/pull/<pr_number>/head` is fetched from
@@ -59,12 +65,22 @@ def read_test_sources(root: str | Path, sha: str, *, pr_number: int | None = Non
     if not _has_commit(root, sha):
         if pr_number is None:
             raise TreeError(f"commit {sha[:12]} is not in the clone at {root}")
-        _git(root, "fetch", "--quiet", "--no-tags", "--depth=1", "origin", f"refs/pull/{int(pr_number)}/head",
-             config=_auth_config(token))
+        _git(
+            root,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--depth=1",
+            "origin",
+            f"refs/pull/{int(pr_number)}/head",
+            config=_auth_config(token),
+        )
         if not _has_commit(root, sha):
             fetched = _git(root, "rev-parse", "FETCH_HEAD").decode().strip()
-            raise TreeError(f"the PR head moved while planning: #{pr_number} is now at {fetched[:12]}, "
-                            f"not {sha[:12]}; comment again")
+            raise TreeError(
+                f"the PR head moved while planning: #{pr_number} is now at {fetched[:12]}, "
+                f"not {sha[:12]}; comment again"
+            )
 
     listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", sha, "--", tests_dir)
     blobs: list[tuple[str, str]] = []
@@ -86,7 +102,7 @@ def read_test_sources(root: str | Path, sha: str, *, pr_number: int | None = Non
         header_end = out.index(b"\n", offset)
         size = int(out[offset:header_end].split(b" ")[2])
         start = header_end + 1
-        sources[path] = out[start:start + size].decode("utf-8", errors="replace")
+        sources[path] = out[start : start + size].decode("utf-8", errors="replace")
         offset = start + size + 1  # each object is followed by a newline
     return sources
 
@@ -114,8 +130,14 @@ def _git(root: Path, *args: str, stdin: bytes | None = None, config: dict[str, s
     if config:
         env["GIT_CONFIG_COUNT"] = str(len(config))
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], input=stdin, capture_output=True, env=env,
-                              check=False, timeout=120)
+        done = subprocess.run(
+            ["git", "-C", str(root), *args],
+            input=stdin,
+            capture_output=True,
+            env=env,
+            check=False,
+            timeout=120,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TreeError(f"git {args[0]} failed: {exc}") from exc
     if done.returncode != 0:

@@ -241,8 +241,10 @@ def _fp16_relative(s, s_ref):
 
 @triton.jit
 def _dq16_tile(ptr_rows, scale_bytes, ok_rows, g_ok, g, lane, BR: tl.constexpr, BG: tl.constexpr):
-    """Load a [BR, BG*32] E4M3 tile and its scale bytes [BR, BG]; return (fp16 tile with the scales
-    folded in relative to each row's largest, that largest scale as fp32 [BR])."""
+    """Load a [BR, BG*32] E4M3 tile and its scale bytes [BR, BG]; return the fp16 tile with the scales
+    folded in relative to each row's largest, that largest scale byte [BR], and the spread: the most
+    negative ``s - s_ref`` over the tile's groups that hold a nonzero scale (zero blocks fold exactly
+    whatever their factor)."""
     q = tl.load(
         ptr_rows + (g[None, :, None] * 32 + lane[None, None, :]),
         mask=ok_rows[:, None, None] & g_ok[None, :, None],
@@ -252,7 +254,21 @@ def _dq16_tile(ptr_rows, scale_bytes, ok_rows, g_ok, g, lane, BR: tl.constexpr, 
     s_ref = tl.max(s, axis=1)
     f = _fp16_relative(s, s_ref)
     v = q.to(tl.float16) * f[:, :, None]
-    return tl.reshape(v, [BR, BG * 32]), _e8m0_to_f32(s_ref)
+    spread = tl.min(tl.where(s > 0, s - s_ref[:, None], 0))
+    return tl.reshape(v, [BR, BG * 32]), s_ref, spread
+
+
+@triton.jit
+def _pow2_product(s_rows, s_cols):
+    """``2**(s_rows[:, None] - 127) * 2**(s_cols[None, :] - 127)`` as two fp32 factors whose product is
+    exact: one alone would overflow for (254, 1), whose product 2 is finite. NaN where a byte is 0xFF."""
+    e = s_rows[:, None] + s_cols[None, :] - 254
+    c = tl.minimum(tl.maximum(e, -126), 127)
+    r = e - c  # in [-128, 127]
+    f1 = ((c + 127) << 23).to(tl.float32, bitcast=True)
+    f2 = tl.where(r >= -126, (r + 127) << 23, 1 << tl.maximum(r + 149, 0)).to(tl.float32, bitcast=True)
+    nan = (s_rows[:, None] == 255) | (s_cols[None, :] == 255)
+    return tl.where(nan, float("nan"), f1), f2
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
@@ -294,6 +310,8 @@ def _mxfp8_dq16_kernel(
     col_ok = cols < N
     a_rows = a_ptr + rows[:, None, None].to(tl.int64) * K
     w_rows = w_ptr + cols[:, None, None].to(tl.int64) * K
+    a_rows2 = a_ptr + rows[:, None].to(tl.int64) * K
+    w_rows2 = w_ptr + cols[:, None].to(tl.int64) * K
     if SWAP_AB:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
@@ -311,12 +329,37 @@ def _mxfp8_dq16_kernel(
             mask=row_ok[:, None] & g_ok[None, :],
             other=0,
         )
-        w16, fw = _dq16_tile(w_rows, sw, col_ok, g_ok, g, lane, BLOCK_N, BLOCK_G)
-        a16, fa = _dq16_tile(a_rows, sa, row_ok, g_ok, g, lane, BLOCK_M, BLOCK_G)
-        if SWAP_AB:
-            acc += tl.dot(w16, tl.trans(a16)) * (fw[:, None] * fa[None, :])
+        w16, fw, spread_w = _dq16_tile(w_rows, sw, col_ok, g_ok, g, lane, BLOCK_N, BLOCK_G)
+        a16, fa, spread_a = _dq16_tile(a_rows, sa, row_ok, g_ok, g, lane, BLOCK_M, BLOCK_G)
+        if tl.minimum(spread_w, spread_a) >= -12:
+            # Every folded factor is 2**-12 or more: E4M3 times it is exact in fp16.
+            if SWAP_AB:
+                f1, f2 = _pow2_product(fw, fa)
+                acc += tl.dot(w16, tl.trans(a16)) * f1 * f2
+            else:
+                f1, f2 = _pow2_product(fa, fw)
+                acc += tl.dot(a16, tl.trans(w16)) * f1 * f2
         else:
-            acc += tl.dot(a16, tl.trans(w16)) * (fa[:, None] * fw[None, :])
+            # Scales more than 12 binades apart within a row of this step (rare in models; adversarial
+            # inputs pair a tiny weight scale with a huge activation one): one exact dot per group.
+            for j in tl.static_range(BLOCK_G):
+                gj = step * BLOCK_G + j
+                ok = gj < n_groups
+                k = gj * 32 + lane
+                aj = tl.load(a_rows2 + k[None, :], mask=row_ok[:, None] & ok, other=0.0).to(tl.float16)
+                wj = tl.load(w_rows2 + k[None, :], mask=col_ok[:, None] & ok, other=0.0).to(tl.float16)
+                saj = tl.load(
+                    as_ptr + _act_scale_offsets(rows, gj, n_groups, rows4, n_k4, A_LAYOUT),
+                    mask=row_ok & ok,
+                    other=0,
+                ).to(tl.int32)
+                swj = tl.load(ws_ptr + gj.to(tl.int64) * N + cols, mask=col_ok & ok, other=0).to(tl.int32)
+                if SWAP_AB:
+                    f1, f2 = _pow2_product(swj, saj)
+                    acc += tl.dot(wj, tl.trans(aj)) * f1 * f2
+                else:
+                    f1, f2 = _pow2_product(saj, swj)
+                    acc += tl.dot(aj, tl.trans(wj)) * f1 * f2
     if SWAP_AB:
         acc = tl.trans(acc)
     tile_id = pid_m * tl.num_programs(0) + pid_n

@@ -66,9 +66,12 @@ class GitHubEmulator:
             raise ValueError(f"actor_type: expected 'User' or 'Bot', got {actor_type!r}")
         self.owner, self.repo, self.token, self.actor = owner, repo, token, actor
         self._lock = threading.RLock()
-        self._state = RepoState(owner, repo, default_branch=default_branch, actor=actor, actor_type=actor_type)
-        self._pipeline = RequestPipeline(state=self._state, description=rest_description(), token=token,
-                                         lock=self._lock, strict=strict)
+        self._state = RepoState(
+            owner, repo, default_branch=default_branch, actor=actor, actor_type=actor_type
+        )
+        self._pipeline = RequestPipeline(
+            state=self._state, description=rest_description(), token=token, lock=self._lock, strict=strict
+        )
         self._stop: Callable[[], None] | None = None
         self._base_url: str | None = None
 
@@ -110,7 +113,11 @@ class GitHubEmulator:
 
     def env(self) -> dict[str, str]:
         """GITHUB_TOKEN, GITHUB_REPOSITORY and GITHUB_API_URL as a workflow step would see them."""
-        return {"GITHUB_TOKEN": self.token, "GITHUB_REPOSITORY": self.repository, "GITHUB_API_URL": self.base_url}
+        return {
+            "GITHUB_TOKEN": self.token,
+            "GITHUB_REPOSITORY": self.repository,
+            "GITHUB_API_URL": self.base_url,
+        }
 
     # -- repository content ---------------------------------------------------------------------------------
 
@@ -151,21 +158,40 @@ class GitHubEmulator:
             if tree is not None:
                 self._state.add_tree(head_sha, tree)
             record = IssueRecord(
-                number=number if number is not None else self._state.next_issue_number(), title=title,
-                login=login, state=state, is_pull=True, head_sha=head_sha, head_ref=head_ref,
-                base_ref=base_ref or self._state.default_branch, fork=fork, draft=draft, files=changes,
+                number=number if number is not None else self._state.next_issue_number(),
+                title=title,
+                login=login,
+                state=state,
+                is_pull=True,
+                head_sha=head_sha,
+                head_ref=head_ref,
+                base_ref=base_ref or self._state.default_branch,
+                fork=fork,
+                draft=draft,
+                files=changes,
                 created_at=self._state.now(),
             )
             self._state.user_id(login)
             return self._state.add_issue(record).number
 
-    def add_issue(self, number: int | None = None, *, title: str = "An issue", login: str = "reporter",
-                  state: str = "open") -> int:
+    def add_issue(
+        self,
+        number: int | None = None,
+        *,
+        title: str = "An issue",
+        login: str = "reporter",
+        state: str = "open",
+    ) -> int:
         """Open an issue that is not a pull request and return its number."""
         with self._lock:
-            record = IssueRecord(number=number if number is not None else self._state.next_issue_number(),
-                                 title=title, login=login, state=state, is_pull=False,
-                                 created_at=self._state.now())
+            record = IssueRecord(
+                number=number if number is not None else self._state.next_issue_number(),
+                title=title,
+                login=login,
+                state=state,
+                is_pull=False,
+                created_at=self._state.now(),
+            )
             return self._state.add_issue(record).number
 
     # -- people ---------------------------------------------------------------------------------------------
@@ -181,15 +207,23 @@ class GitHubEmulator:
 
     # -- comments and reactions -----------------------------------------------------------------------------
 
-    def add_comment(self, issue_number: int, body: str, *, login: str = "octocat", user_type: str = "User",
-                    author_association: str | None = None) -> dict[str, Any]:
+    def add_comment(
+        self,
+        issue_number: int,
+        body: str,
+        *,
+        login: str = "octocat",
+        user_type: str = "User",
+        author_association: str | None = None,
+    ) -> dict[str, Any]:
         """Post a comment as `login` (as a person would, not through the API) and return it as GET shows it."""
         if user_type not in ("User", "Bot", "Organization"):
             raise ValueError(f"user_type: expected 'User', 'Bot' or 'Organization', got {user_type!r}")
         with self._lock:
             shapes = self._shapes()
-            record = self._state.create_comment(issue_number, body, login=login, user_type=user_type,
-                                                author_association=author_association)
+            record = self._state.create_comment(
+                issue_number, body, login=login, user_type=user_type, author_association=author_association
+            )
             return shapes.comment(record)
 
     def edit_comment(self, comment_id: int, body: str) -> dict[str, Any]:
@@ -205,8 +239,10 @@ class GitHubEmulator:
 
     def comments(self, issue_number: int) -> list[dict[str, Any]]:
         with self._lock:
-            found = sorted((c for c in self._state.comments.values() if c.issue_number == issue_number),
-                           key=lambda c: c.id)
+            found = sorted(
+                (c for c in self._state.comments.values() if c.issue_number == issue_number),
+                key=lambda c: c.id,
+            )
             return [self._shapes().comment(c) for c in found]
 
     def reactions(self, comment_id: int) -> list[dict[str, Any]]:
@@ -216,18 +252,29 @@ class GitHubEmulator:
 
     # -- workflows and runs ---------------------------------------------------------------------------------
 
-    def add_workflow(self, file_name: str, *, name: str | None = None,
-                     inputs: Mapping[str, bool] | Iterable[str] | None = None) -> int:
+    def add_workflow(
+        self,
+        file_name: str,
+        *,
+        name: str | None = None,
+        inputs: Mapping[str, bool] | Iterable[str] | None = None,
+    ) -> int:
         """Declare `.github/workflows/<file_name>`; `inputs` are its dispatch inputs ({name: required} or
         names, all optional), and dispatching any other input is answered 422 as GitHub does. None accepts
         any inputs. Returns the workflow id."""
         if not isinstance(file_name, str) or "/" in file_name or not file_name.endswith((".yml", ".yaml")):
-            raise ValueError(f"file_name: expected a workflow file name such as 'gpu-tests.yml', got {file_name!r}")
-        declared = None if inputs is None else (
-            dict(inputs) if isinstance(inputs, Mapping) else {key: False for key in inputs})
+            raise ValueError(
+                f"file_name: expected a workflow file name such as 'gpu-tests.yml', got {file_name!r}"
+            )
+        declared = (
+            None
+            if inputs is None
+            else (dict(inputs) if isinstance(inputs, Mapping) else {key: False for key in inputs})
+        )
         with self._lock:
-            return self._state.add_workflow(f".github/workflows/{file_name}", name=name or file_name,
-                                            inputs=declared).id
+            return self._state.add_workflow(
+                f".github/workflows/{file_name}", name=name or file_name, inputs=declared
+            ).id
 
     def add_workflow_file(self, path: str | Path) -> int:
         """Declare a workflow from its YAML file, with the name and dispatch inputs the file declares."""
@@ -273,7 +320,9 @@ class GitHubEmulator:
 
     # -- webhook payloads consistent with the state ---------------------------------------------------------
 
-    def comment_event(self, comment_id: int, *, action: str = "created", previous_body: str = "") -> dict[str, Any]:
+    def comment_event(
+        self, comment_id: int, *, action: str = "created", previous_body: str = ""
+    ) -> dict[str, Any]:
         """The `issue_comment` payload GitHub would deliver for a comment in this repository."""
         with self._lock:
             if comment_id not in self._state.comments:
@@ -282,40 +331,84 @@ class GitHubEmulator:
             is_pr = self._state.issue(c.issue_number).is_pull
             user_id = self._state.user_id(c.login)
         return issue_comment_event(
-            body=c.body, login=c.login, issue_number=c.issue_number, is_pr=is_pr, action=action,
-            comment_id=c.id, user_type=c.user_type, user_id=user_id, author_association=c.author_association,
-            previous_body=previous_body, owner=self.owner, repo=self.repo, api_url=self.base_url,
+            body=c.body,
+            login=c.login,
+            issue_number=c.issue_number,
+            is_pr=is_pr,
+            action=action,
+            comment_id=c.id,
+            user_type=c.user_type,
+            user_id=user_id,
+            author_association=c.author_association,
+            previous_body=previous_body,
+            owner=self.owner,
+            repo=self.repo,
+            api_url=self.base_url,
         )
 
     def workflow_run_event(self, run_id: int, *, action: str = "completed") -> dict[str, Any]:
         """The `workflow_run` payload GitHub would deliver for a run (completed: set its conclusion first)."""
         run = self.run(run_id)
         return workflow_run_event(
-            run_id=run.id, head_sha=run.head_sha, conclusion=run.conclusion, action=action,
-            head_branch=run.head_branch, event=run.event, workflow_id=run.workflow_id,
-            workflow_path=run.workflow_path, workflow_name=run.name, run_number=run.run_number,
-            owner=self.owner, repo=self.repo, api_url=self.base_url,
+            run_id=run.id,
+            head_sha=run.head_sha,
+            conclusion=run.conclusion,
+            action=action,
+            head_branch=run.head_branch,
+            event=run.event,
+            workflow_id=run.workflow_id,
+            workflow_path=run.workflow_path,
+            workflow_name=run.name,
+            run_number=run.run_number,
+            owner=self.owner,
+            repo=self.repo,
+            api_url=self.base_url,
         )
 
-    def pull_request_event(self, number: int, *, action: str = "labeled", label: str | None = None) -> dict[str, Any]:
+    def pull_request_event(
+        self, number: int, *, action: str = "labeled", label: str | None = None
+    ) -> dict[str, Any]:
         with self._lock:
             pull = self._state.pull(number)
-        return pull_request_event(number=number, head_sha=pull.head_sha, head_ref=pull.head_ref, action=action,
-                                  label=label, login=pull.login, owner=self.owner, repo=self.repo,
-                                  api_url=self.base_url)
+        return pull_request_event(
+            number=number,
+            head_sha=pull.head_sha,
+            head_ref=pull.head_ref,
+            action=action,
+            label=label,
+            login=pull.login,
+            owner=self.owner,
+            repo=self.repo,
+            api_url=self.base_url,
+        )
 
     # -- faults, request log, violations --------------------------------------------------------------------
 
-    def inject_fault(self, method: str, path_regex: str, status: int, *, times: int = 1,
-                     retry_after: int | None = None, message: str | None = None,
-                     after_handler: bool = False) -> Fault:
+    def inject_fault(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        *,
+        times: int = 1,
+        retry_after: int | None = None,
+        message: str | None = None,
+        after_handler: bool = False,
+    ) -> Fault:
         """Answer the next `times` requests whose method is `method` ('*' for any) and whose path matches
         `path_regex` (re.search) with `status`: 500/502/503, 403 or 429 (a secondary rate limit, GitHub's
         message, `Retry-After: retry_after`), 422 ("Unexpected inputs provided" unless `message`).
         `after_handler`: the request takes effect and only the answer is replaced."""
         with self._lock:
-            return self._pipeline.faults.add(method, path_regex, status, times=times, retry_after=retry_after,
-                                             message=message, after_handler=after_handler)
+            return self._pipeline.faults.add(
+                method,
+                path_regex,
+                status,
+                times=times,
+                retry_after=retry_after,
+                message=message,
+                after_handler=after_handler,
+            )
 
     @property
     def requests(self) -> list[RecordedRequest]:

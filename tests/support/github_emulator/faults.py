@@ -50,9 +50,11 @@ class Fault:
         return self.hits < self.times and self.method in (method, "*") and bool(self.path_regex.search(path))
 
     def body(self) -> dict[str, object]:
-        return {"message": self.message,
-                "documentation_url": _DOCS.get(self.status, "https://docs.github.com/rest"),
-                "status": str(self.status)}
+        return {
+            "message": self.message,
+            "documentation_url": _DOCS.get(self.status, "https://docs.github.com/rest"),
+            "status": str(self.status),
+        }
 
     def headers(self) -> Mapping[str, str]:
         return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
@@ -64,8 +66,17 @@ class FaultPlan:
     def __init__(self) -> None:
         self._faults: list[Fault] = []
 
-    def add(self, method: str, path_regex: str, status: int, *, times: int, retry_after: int | None,
-            message: str | None, after_handler: bool) -> Fault:
+    def add(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        *,
+        times: int,
+        retry_after: int | None,
+        message: str | None,
+        after_handler: bool,
+    ) -> Fault:
         if not isinstance(method, str) or not method:
             raise TypeError(f"method: expected an HTTP method or '*', got {method!r}")
         if not isinstance(status, int) or not 400 <= status <= 599:
@@ -79,7 +90,11 @@ class FaultPlan:
         except (re.error, TypeError) as exc:
             raise ValueError(f"path_regex: not a regular expression: {path_regex!r} ({exc})") from None
         fault = Fault(
-            method=method.upper(), path_regex=pattern, status=status, times=times, retry_after=retry_after,
+            method=method.upper(),
+            path_regex=pattern,
+            status=status,
+            times=times,
+            retry_after=retry_after,
             message=message if message is not None else _DEFAULT_MESSAGES.get(status, "Error"),
             after_handler=after_handler,
         )

@@ -50,10 +50,17 @@ def _paginate(call: Call, items: Sequence[Any]) -> tuple[list[Any], dict[str, st
     per_page = min(int(call.query.get("per_page", 30)) or 30, 100)
     page = max(int(call.query.get("page", 1)), 1)
     last = max(1, -(-len(items) // per_page))
-    pages = {"prev": page - 1 if page > 1 else None, "next": page + 1 if page < last else None,
-             "last": last if last > 1 else None, "first": 1 if last > 1 else None}
-    links = [f'<{call.request_url}?{urlencode({**call.query, "per_page": per_page, "page": number})}>; rel="{rel}"'
-             for rel, number in pages.items() if number is not None]
+    pages = {
+        "prev": page - 1 if page > 1 else None,
+        "next": page + 1 if page < last else None,
+        "last": last if last > 1 else None,
+        "first": 1 if last > 1 else None,
+    }
+    links = [
+        f'<{call.request_url}?{urlencode({**call.query, "per_page": per_page, "page": number})}>; rel="{rel}"'
+        for rel, number in pages.items()
+        if number is not None
+    ]
     headers = {"Link": ", ".join(links)} if links else {}
     return list(items[(page - 1) * per_page : page * per_page]), headers
 
@@ -74,8 +81,9 @@ def list_comments(call: Call) -> Reply:
 
 def create_comment(call: Call) -> Reply:
     state = call.state
-    record = state.create_comment(_int(call, "issue_number"), call.body["body"], login=state.actor,
-                                  user_type=state.actor_type)
+    record = state.create_comment(
+        _int(call, "issue_number"), call.body["body"], login=state.actor, user_type=state.actor_type
+    )
     body = call.shapes.comment(record)
     return Reply(201, body, {"Location": body["url"]})
 
@@ -85,7 +93,9 @@ def get_comment(call: Call) -> Reply:
 
 
 def update_comment(call: Call) -> Reply:
-    return Reply(200, call.shapes.comment(call.state.update_comment(_int(call, "comment_id"), call.body["body"])))
+    return Reply(
+        200, call.shapes.comment(call.state.update_comment(_int(call, "comment_id"), call.body["body"]))
+    )
 
 
 def create_reaction(call: Call) -> Reply:
@@ -108,8 +118,11 @@ def list_pull_files(call: Call) -> Reply:
 
 def list_workflows(call: Call) -> Reply:
     page, headers = _paginate(call, list(call.state.workflows.values()))
-    return Reply(200, {"total_count": len(call.state.workflows),
-                       "workflows": [call.shapes.workflow(w) for w in page]}, headers)
+    return Reply(
+        200,
+        {"total_count": len(call.state.workflows), "workflows": [call.shapes.workflow(w) for w in page]},
+        headers,
+    )
 
 
 def get_workflow(call: Call) -> Reply:
@@ -128,8 +141,12 @@ def dispatch_workflow(call: Call) -> Reply:
 def _runs(call: Call, workflow_id: int | None) -> Reply:
     query = call.query
     runs = [r for r in call.state.runs.values() if workflow_id is None or r.workflow_id == workflow_id]
-    for name, attribute in (("actor", "actor"), ("branch", "head_branch"), ("event", "event"),
-                            ("head_sha", "head_sha")):
+    for name, attribute in (
+        ("actor", "actor"),
+        ("branch", "head_branch"),
+        ("event", "event"),
+        ("head_sha", "head_sha"),
+    ):
         if name in query:
             runs = [r for r in runs if getattr(r, attribute) == query[name]]
     if "status" in query:
@@ -137,7 +154,9 @@ def _runs(call: Call, workflow_id: int | None) -> Reply:
         runs = [r for r in runs if query["status"] in (r.status, r.conclusion)]
     runs.sort(key=lambda r: r.id, reverse=True)  # newest first, as GitHub lists them
     page, headers = _paginate(call, runs)
-    return Reply(200, {"total_count": len(runs), "workflow_runs": [call.shapes.run(r) for r in page]}, headers)
+    return Reply(
+        200, {"total_count": len(runs), "workflow_runs": [call.shapes.run(r) for r in page]}, headers
+    )
 
 
 def list_repo_runs(call: Call) -> Reply:
@@ -155,7 +174,9 @@ def get_run(call: Call) -> Reply:
 def list_jobs(call: Call) -> Reply:
     run = call.state.run(_int(call, "run_id"))
     page, headers = _paginate(call, run.jobs)
-    return Reply(200, {"total_count": len(run.jobs), "jobs": [call.shapes.job(run, j) for j in page]}, headers)
+    return Reply(
+        200, {"total_count": len(run.jobs), "jobs": [call.shapes.job(run, j) for j in page]}, headers
+    )
 
 
 def cancel_run(call: Call) -> Reply:
@@ -196,12 +217,17 @@ def get_content(call: Call) -> Reply:
     entries: dict[str, tuple[str, str]] = {}
     for name, text in tree.items():
         if name.startswith(prefix):
-            head, _, rest = name[len(prefix):].partition("/")
+            head, _, rest = name[len(prefix) :].partition("/")
             entries[prefix + head] = ("dir", "") if rest else ("file", text)
     if not entries:
         raise ApiError(404, "Not Found")
-    return Reply(200, [call.shapes.directory_entry(p, kind, text, shown_ref)
-                       for p, (kind, text) in sorted(entries.items())])
+    return Reply(
+        200,
+        [
+            call.shapes.directory_entry(p, kind, text, shown_ref)
+            for p, (kind, text) in sorted(entries.items())
+        ],
+    )
 
 
 def create_status(call: Call) -> Reply:

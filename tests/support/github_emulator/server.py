@@ -40,7 +40,9 @@ class Violation:
     detail: str
 
     def __str__(self) -> str:
-        return f"[{self.kind}] {self.method} {self.path} ({self.operation_id or 'no operation'}): {self.detail}"
+        return (
+            f"[{self.kind}] {self.method} {self.path} ({self.operation_id or 'no operation'}): {self.detail}"
+        )
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,15 @@ def _error(status: int, message: str, documentation_url: str = _DOCS) -> Reply:
 class RequestPipeline:
     """Turns one HTTP request into an answer against a `RepoState`; thread-safe through `lock`."""
 
-    def __init__(self, *, state: RepoState, description: RestDescription, token: str, lock: threading.RLock,
-                 strict: bool) -> None:
+    def __init__(
+        self,
+        *,
+        state: RepoState,
+        description: RestDescription,
+        token: str,
+        lock: threading.RLock,
+        strict: bool,
+    ) -> None:
         self.state, self.description = state, description
         self.token, self.lock, self.strict = token, lock, strict
         # Bodies carry URLs of the emulator itself, known once it listens: `serve` replaces this.
@@ -84,20 +93,36 @@ class RequestPipeline:
         except ValueError:
             parsed = raw_body.decode(errors="replace")
         with self.lock:
-            self.requests.append(RecordedRequest(
-                method=method, path=path, query=query, json=parsed, status=reply.status, time=arrived,
-                operation_id=route.operation.operation_id if route else None, headers=dict(headers),
-                response=reply.body,
-            ))
+            self.requests.append(
+                RecordedRequest(
+                    method=method,
+                    path=path,
+                    query=query,
+                    json=parsed,
+                    status=reply.status,
+                    time=arrived,
+                    operation_id=route.operation.operation_id if route else None,
+                    headers=dict(headers),
+                    response=reply.body,
+                )
+            )
         return reply
 
     def _violate(self, kind: str, method: str, path: str, route: RouteMatch | None, detail: str) -> None:
         with self.lock:
-            self.violations.append(Violation(kind, method, path,
-                                             route.operation.operation_id if route else None, detail))
+            self.violations.append(
+                Violation(kind, method, path, route.operation.operation_id if route else None, detail)
+            )
 
-    def _answer(self, method: str, path: str, query: dict[str, str], headers: Mapping[str, str],
-                raw_body: bytes, route: RouteMatch | None) -> Reply:
+    def _answer(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        headers: Mapping[str, str],
+        raw_body: bytes,
+        route: RouteMatch | None,
+    ) -> Reply:
         def refuse(kind: str, reply: Reply, detail: str | None = None) -> Reply:
             self._violate(kind, method, path, route, detail or reply.body["message"])
             return reply
@@ -115,24 +140,39 @@ class RequestPipeline:
         op = route.operation
         params = route.path_params
         if "owner" in params and (params["owner"].lower(), params.get("repo", "").lower()) != (
-                self.state.owner.lower(), self.state.repo.lower()):
-            return refuse("repository", _error(404, "Not Found"),
-                          f"repository {params['owner']}/{params.get('repo')} is not the emulated one")
-        errors = self.description.request_errors(route, query=query, body=raw_body,
-                                                 content_type=headers.get("content-type", ""))
+            self.state.owner.lower(),
+            self.state.repo.lower(),
+        ):
+            return refuse(
+                "repository",
+                _error(404, "Not Found"),
+                f"repository {params['owner']}/{params.get('repo')} is not the emulated one",
+            )
+        errors = self.description.request_errors(
+            route, query=query, body=raw_body, content_type=headers.get("content-type", "")
+        )
         if errors:
             if raw_body and any("Failed to deserialize" in e for e in errors):
                 return refuse("request", _error(400, "Problems parsing JSON", op.documentation_url))
             detail = "\n".join(errors)
-            return refuse("request", _error(422, f"Invalid request.\n\n{detail}", op.documentation_url), detail)
+            return refuse(
+                "request", _error(422, f"Invalid request.\n\n{detail}", op.documentation_url), detail
+            )
 
         with self.lock:
             fault = self.faults.take(method, path)
         if fault is not None and not fault.after_handler:
             return Reply(fault.status, fault.body(), fault.headers())
-        call = Call(state=self.state, shapes=self.shapes, path_params=params, query=query,
-                    body=json.loads(raw_body) if raw_body else None, api_version=api_version,
-                    accept=headers.get("accept", ""), request_url=f"{self.shapes.base_url}{path}")
+        call = Call(
+            state=self.state,
+            shapes=self.shapes,
+            path_params=params,
+            query=query,
+            body=json.loads(raw_body) if raw_body else None,
+            api_version=api_version,
+            accept=headers.get("accept", ""),
+            request_url=f"{self.shapes.base_url}{path}",
+        )
         try:
             with self.lock:
                 reply = HANDLERS[op.operation_id](call)
@@ -173,8 +213,9 @@ def _make_handler(pipeline: RequestPipeline) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(payload)))
             self.send_header("X-GitHub-Media-Type", "github.v3; format=json")
-            self.send_header("X-GitHub-Api-Version-Selected",
-                             headers.get("x-github-api-version", _DEFAULT_API_VERSION))
+            self.send_header(
+                "X-GitHub-Api-Version-Selected", headers.get("x-github-api-version", _DEFAULT_API_VERSION)
+            )
             self.send_header("X-RateLimit-Limit", "5000")
             self.send_header("X-RateLimit-Remaining", "4999")
             self.send_header("X-RateLimit-Resource", "core")
@@ -201,8 +242,9 @@ def serve(pipeline: RequestPipeline) -> tuple[str, Callable[[], None]]:
     base_url = f"http://{host}:{port}"
     pipeline.shapes = Shapes(pipeline.state, base_url)
     # shutdown() waits up to one poll interval; the default 0.5 s made every test's teardown cost 0.5 s.
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                              name="github-emulator", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="github-emulator", daemon=True
+    )
     thread.start()
 
     def stop() -> None:

@@ -67,20 +67,35 @@ class Shapes:
         api = f"{self.base_url}/users/{quote(login, safe='')}"
         html = f"{_GITHUB}/apps/{login.removesuffix('[bot]')}" if user_type == "Bot" else f"{_GITHUB}/{login}"
         return {
-            "login": login, "id": uid, "node_id": _node_id("User", uid),
-            "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4", "gravatar_id": "",
-            "url": api, "html_url": html, "followers_url": f"{api}/followers",
-            "following_url": f"{api}/following{{/other_user}}", "gists_url": f"{api}/gists{{/gist_id}}",
-            "starred_url": f"{api}/starred{{/owner}}{{/repo}}", "subscriptions_url": f"{api}/subscriptions",
-            "organizations_url": f"{api}/orgs", "repos_url": f"{api}/repos",
-            "events_url": f"{api}/events{{/privacy}}", "received_events_url": f"{api}/received_events",
-            "type": user_type, "site_admin": False, "user_view_type": "public",
+            "login": login,
+            "id": uid,
+            "node_id": _node_id("User", uid),
+            "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4",
+            "gravatar_id": "",
+            "url": api,
+            "html_url": html,
+            "followers_url": f"{api}/followers",
+            "following_url": f"{api}/following{{/other_user}}",
+            "gists_url": f"{api}/gists{{/gist_id}}",
+            "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
+            "subscriptions_url": f"{api}/subscriptions",
+            "organizations_url": f"{api}/orgs",
+            "repos_url": f"{api}/repos",
+            "events_url": f"{api}/events{{/privacy}}",
+            "received_events_url": f"{api}/received_events",
+            "type": user_type,
+            "site_admin": False,
+            "user_view_type": "public",
         }
 
     def _repository(self, repository: dict[str, Any], *, full_name: str | None = None) -> dict[str, Any]:
         owner, name = (full_name or self.full_name).split("/", 1)
-        repository.update(name=name, full_name=f"{owner}/{name}", html_url=f"{_GITHUB}/{owner}/{name}",
-                          url=f"{self.base_url}/repos/{owner}/{name}")
+        repository.update(
+            name=name,
+            full_name=f"{owner}/{name}",
+            html_url=f"{_GITHUB}/{owner}/{name}",
+            url=f"{self.base_url}/repos/{owner}/{name}",
+        )
         repository["owner"] = self.user(owner)
         if "default_branch" in repository:
             repository["default_branch"] = self.state.default_branch
@@ -96,20 +111,32 @@ class Shapes:
             if reaction.comment_id == record.id:
                 counts[reaction.content] += 1
         body.update(
-            id=record.id, node_id=_node_id("IssueComment", record.id), body=record.body,
+            id=record.id,
+            node_id=_node_id("IssueComment", record.id),
+            body=record.body,
             url=f"{self.api_repo}/issues/comments/{record.id}",
             html_url=f"{self.html_repo}/{kind}/{record.issue_number}#issuecomment-{record.id}",
-            issue_url=f"{self.api_repo}/issues/{record.issue_number}", user=self.user(record.login),
-            author_association=record.author_association, created_at=record.created_at,
+            issue_url=f"{self.api_repo}/issues/{record.issue_number}",
+            user=self.user(record.login),
+            author_association=record.author_association,
+            created_at=record.created_at,
             updated_at=record.updated_at,
-            reactions={"url": f"{self.api_repo}/issues/comments/{record.id}/reactions",
-                       "total_count": sum(counts.values()), **counts},
+            reactions={
+                "url": f"{self.api_repo}/issues/comments/{record.id}/reactions",
+                "total_count": sum(counts.values()),
+                **counts,
+            },
         )
         return body
 
     def reaction(self, record: ReactionRecord) -> dict[str, Any]:
-        return {"id": record.id, "node_id": _node_id("Reaction", record.id), "user": self.user(record.login),
-                "content": record.content, "created_at": record.created_at}
+        return {
+            "id": record.id,
+            "node_id": _node_id("Reaction", record.id),
+            "user": self.user(record.login),
+            "content": record.content,
+            "created_at": record.created_at,
+        }
 
     def pull(self, record: IssueRecord) -> dict[str, Any]:
         body = self._example("pull-request")
@@ -117,31 +144,60 @@ class Shapes:
         head_repo = f"{record.login}/{self.state.repo}" if record.fork else self.full_name
         base_sha = self.state.branches.get(record.base_ref, self.state.branches[self.state.default_branch])
         body.update(
-            id=900_000 + number, node_id=_node_id("PullRequest", number), number=number, title=record.title,
-            state=record.state, draft=record.draft, user=self.user(record.login), url=api,
-            html_url=f"{self.html_repo}/pull/{number}", diff_url=f"{self.html_repo}/pull/{number}.diff",
-            patch_url=f"{self.html_repo}/pull/{number}.patch", issue_url=f"{self.api_repo}/issues/{number}",
-            commits_url=f"{api}/commits", review_comments_url=f"{api}/comments",
+            id=900_000 + number,
+            node_id=_node_id("PullRequest", number),
+            number=number,
+            title=record.title,
+            state=record.state,
+            draft=record.draft,
+            user=self.user(record.login),
+            url=api,
+            html_url=f"{self.html_repo}/pull/{number}",
+            diff_url=f"{self.html_repo}/pull/{number}.diff",
+            patch_url=f"{self.html_repo}/pull/{number}.patch",
+            issue_url=f"{self.api_repo}/issues/{number}",
+            commits_url=f"{api}/commits",
+            review_comments_url=f"{api}/comments",
             comments_url=f"{self.api_repo}/issues/{number}/comments",
-            statuses_url=f"{self.api_repo}/statuses/{record.head_sha}", created_at=record.created_at,
-            updated_at=record.created_at, closed_at=None, merged_at=None, merged=False, merged_by=None,
-            merge_commit_sha=None, changed_files=len(record.files), author_association="CONTRIBUTOR",
+            statuses_url=f"{self.api_repo}/statuses/{record.head_sha}",
+            created_at=record.created_at,
+            updated_at=record.created_at,
+            closed_at=None,
+            merged_at=None,
+            merged=False,
+            merged_by=None,
+            merge_commit_sha=None,
+            changed_files=len(record.files),
+            author_association="CONTRIBUTOR",
             # The example lists a team without the `type` field its own schema requires, and labels without
             # the `archived_by` that githubkit's newer models require; no pull request here carries either.
-            requested_teams=[], labels=[],
+            requested_teams=[],
+            labels=[],
             review_comment_url=f"{self.api_repo}/pulls/comments{{/number}}",
         )
         body["_links"] = {
-            "self": {"href": api}, "html": {"href": body["html_url"]}, "issue": {"href": body["issue_url"]},
-            "comments": {"href": body["comments_url"]}, "review_comments": {"href": body["review_comments_url"]},
-            "review_comment": {"href": body["review_comment_url"]}, "commits": {"href": body["commits_url"]},
+            "self": {"href": api},
+            "html": {"href": body["html_url"]},
+            "issue": {"href": body["issue_url"]},
+            "comments": {"href": body["comments_url"]},
+            "review_comments": {"href": body["review_comments_url"]},
+            "review_comment": {"href": body["review_comment_url"]},
+            "commits": {"href": body["commits_url"]},
             "statuses": {"href": body["statuses_url"]},
         }
-        body["head"].update(ref=record.head_ref, sha=record.head_sha,
-                            label=f"{head_repo.split('/')[0]}:{record.head_ref}", user=self.user(record.login))
+        body["head"].update(
+            ref=record.head_ref,
+            sha=record.head_sha,
+            label=f"{head_repo.split('/')[0]}:{record.head_ref}",
+            user=self.user(record.login),
+        )
         self._repository(body["head"]["repo"], full_name=head_repo)
-        body["base"].update(ref=record.base_ref, sha=base_sha, label=f"{self.state.owner}:{record.base_ref}",
-                            user=self.user(self.state.owner))
+        body["base"].update(
+            ref=record.base_ref,
+            sha=base_sha,
+            label=f"{self.state.owner}:{record.base_ref}",
+            user=self.user(self.state.owner),
+        )
         self._repository(body["base"]["repo"])
         return body
 
@@ -149,10 +205,15 @@ class Shapes:
         body = self._example("diff-entry-items")[0]
         name, sha = change["filename"], record.head_sha
         body.update(
-            filename=name, status=change.get("status", "modified"), additions=change.get("additions", 1),
-            deletions=change.get("deletions", 0), sha=change.get("sha", self.state.blob_sha(name)),
-            blob_url=f"{self.html_repo}/blob/{sha}/{name}", raw_url=f"{self.html_repo}/raw/{sha}/{name}",
-            contents_url=f"{self.api_repo}/contents/{name}?ref={sha}", patch=change.get("patch", "@@ -0,0 +1 @@"),
+            filename=name,
+            status=change.get("status", "modified"),
+            additions=change.get("additions", 1),
+            deletions=change.get("deletions", 0),
+            sha=change.get("sha", self.state.blob_sha(name)),
+            blob_url=f"{self.html_repo}/blob/{sha}/{name}",
+            raw_url=f"{self.html_repo}/raw/{sha}/{name}",
+            contents_url=f"{self.api_repo}/contents/{name}?ref={sha}",
+            patch=change.get("patch", "@@ -0,0 +1 @@"),
         )
         body["changes"] = body["additions"] + body["deletions"]
         if "previous_filename" in change:
@@ -165,8 +226,13 @@ class Shapes:
         body = self._example("workflow")
         branch = self.state.default_branch
         body.update(
-            id=record.id, node_id=_node_id("Workflow", record.id), name=record.name, path=record.path,
-            state="active", created_at=record.created_at, updated_at=record.created_at,
+            id=record.id,
+            node_id=_node_id("Workflow", record.id),
+            name=record.name,
+            path=record.path,
+            state="active",
+            created_at=record.created_at,
+            updated_at=record.created_at,
             url=f"{self.api_repo}/actions/workflows/{record.id}",
             html_url=f"{self.html_repo}/blob/{branch}/{record.path}",
             badge_url=f"{self.html_repo}/workflows/{quote(record.name)}/badge.svg",
@@ -181,16 +247,34 @@ class Shapes:
         body = self._example("workflow-run")
         api, html = self.run_urls(record.id)
         body.update(
-            id=record.id, node_id=_node_id("WorkflowRun", record.id), name=record.name,
-            display_title=record.name, run_number=record.run_number, run_attempt=record.run_attempt,
-            event=record.event, status=record.status, conclusion=record.conclusion,
-            head_branch=record.head_branch, head_sha=record.head_sha, path=record.workflow_path,
-            workflow_id=record.workflow_id, url=api, html_url=html, jobs_url=f"{api}/jobs",
-            logs_url=f"{api}/logs", artifacts_url=f"{api}/artifacts", cancel_url=f"{api}/cancel",
-            rerun_url=f"{api}/rerun", previous_attempt_url=None,
-            workflow_url=f"{self.api_repo}/actions/workflows/{record.workflow_id}", pull_requests=[],
-            created_at=record.created_at, updated_at=record.updated_at, run_started_at=record.created_at,
-            actor=self.user(record.actor), triggering_actor=self.user(record.actor),
+            id=record.id,
+            node_id=_node_id("WorkflowRun", record.id),
+            name=record.name,
+            display_title=record.name,
+            run_number=record.run_number,
+            run_attempt=record.run_attempt,
+            event=record.event,
+            status=record.status,
+            conclusion=record.conclusion,
+            head_branch=record.head_branch,
+            head_sha=record.head_sha,
+            path=record.workflow_path,
+            workflow_id=record.workflow_id,
+            url=api,
+            html_url=html,
+            jobs_url=f"{api}/jobs",
+            logs_url=f"{api}/logs",
+            artifacts_url=f"{api}/artifacts",
+            cancel_url=f"{api}/cancel",
+            rerun_url=f"{api}/rerun",
+            previous_attempt_url=None,
+            workflow_url=f"{self.api_repo}/actions/workflows/{record.workflow_id}",
+            pull_requests=[],
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            run_started_at=record.created_at,
+            actor=self.user(record.actor),
+            triggering_actor=self.user(record.actor),
         )
         body["head_commit"].update(id=record.head_sha)
         self._repository(body["repository"])
@@ -201,13 +285,25 @@ class Shapes:
         body = self._example("job-paginated")["jobs"][0]
         api, html = self.run_urls(run.id)
         body.update(
-            id=record.id, node_id=_node_id("Job", record.id), run_id=run.id, run_url=api,
-            run_attempt=run.run_attempt, head_sha=run.head_sha, head_branch=run.head_branch,
-            workflow_name=run.name, name=record.name, status=record.status, conclusion=record.conclusion,
-            url=f"{self.api_repo}/actions/jobs/{record.id}", html_url=f"{html}/job/{record.id}",
-            check_run_url=f"{self.api_repo}/check-runs/{record.id}", labels=list(record.labels),
+            id=record.id,
+            node_id=_node_id("Job", record.id),
+            run_id=run.id,
+            run_url=api,
+            run_attempt=run.run_attempt,
+            head_sha=run.head_sha,
+            head_branch=run.head_branch,
+            workflow_name=run.name,
+            name=record.name,
+            status=record.status,
+            conclusion=record.conclusion,
+            url=f"{self.api_repo}/actions/jobs/{record.id}",
+            html_url=f"{html}/job/{record.id}",
+            check_run_url=f"{self.api_repo}/check-runs/{record.id}",
+            labels=list(record.labels),
             # The example job lacks `created_at`, which the schema requires.
-            created_at=record.created_at, started_at=record.started_at, completed_at=record.completed_at,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            completed_at=record.completed_at,
             steps=[],
         )
         if record.status == "queued":
@@ -218,10 +314,17 @@ class Shapes:
 
     def permission(self, login: str, permission: str, role_name: str) -> dict[str, Any]:
         # The example's user lacks `role_name`, which nullable-collaborator requires.
-        user = {**self.user(login), "role_name": role_name,
-                "permissions": {"pull": permission != "none", "triage": role_name in ("triage", "write",
-                                "maintain", "admin"), "push": permission in ("write", "admin"),
-                                "maintain": role_name in ("maintain", "admin"), "admin": permission == "admin"}}
+        user = {
+            **self.user(login),
+            "role_name": role_name,
+            "permissions": {
+                "pull": permission != "none",
+                "triage": role_name in ("triage", "write", "maintain", "admin"),
+                "push": permission in ("write", "admin"),
+                "maintain": role_name in ("maintain", "admin"),
+                "admin": permission == "admin",
+            },
+        }
         return {"permission": permission, "role_name": role_name, "user": user}
 
     def _content_links(self, path: str, sha: str, kind: str, ref: str) -> dict[str, Any]:
@@ -230,39 +333,73 @@ class Shapes:
             "url": f"{self.api_repo}/contents/{quote(path)}?ref={ref}",
             "git_url": f"{self.api_repo}/git/{tree_or_blob}/{sha}",
             "html_url": f"{self.html_repo}/{'tree' if kind == 'dir' else 'blob'}/{ref}/{quote(path)}",
-            "download_url": None if kind == "dir" else f"https://raw.githubusercontent.com/{self.full_name}/"
-                                                         f"{ref}/{quote(path)}",
+            "download_url": None
+            if kind == "dir"
+            else f"https://raw.githubusercontent.com/{self.full_name}/{ref}/{quote(path)}",
         }
 
     def file(self, path: str, text: str, ref: str) -> dict[str, Any]:
         sha = self.state.blob_sha(text)
         links = self._content_links(path, sha, "file", ref)
-        return {"type": "file", "encoding": "base64", "size": len(text.encode()), "name": path.rsplit("/", 1)[-1],
-                "path": path, "content": self.state.encode_content(text), "sha": sha, **links,
-                "_links": {"self": links["url"], "git": links["git_url"], "html": links["html_url"]}}
+        return {
+            "type": "file",
+            "encoding": "base64",
+            "size": len(text.encode()),
+            "name": path.rsplit("/", 1)[-1],
+            "path": path,
+            "content": self.state.encode_content(text),
+            "sha": sha,
+            **links,
+            "_links": {"self": links["url"], "git": links["git_url"], "html": links["html_url"]},
+        }
 
     def directory_entry(self, path: str, kind: str, text: str, ref: str) -> dict[str, Any]:
         sha = self.state.blob_sha(text)
         links = self._content_links(path, sha, kind, ref)
-        return {"type": kind, "size": 0 if kind == "dir" else len(text.encode()), "name": path.rsplit("/", 1)[-1],
-                "path": path, "sha": sha, **links,
-                "_links": {"self": links["url"], "git": links["git_url"], "html": links["html_url"]}}
+        return {
+            "type": kind,
+            "size": 0 if kind == "dir" else len(text.encode()),
+            "name": path.rsplit("/", 1)[-1],
+            "path": path,
+            "sha": sha,
+            **links,
+            "_links": {"self": links["url"], "git": links["git_url"], "html": links["html_url"]},
+        }
 
     def status(self, record: StatusRecord) -> dict[str, Any]:
         creator = self.user(record.login)
-        return {"url": f"{self.api_repo}/statuses/{record.sha}", "avatar_url": creator["avatar_url"],
-                "id": record.id, "node_id": _node_id("StatusContext", record.id), "state": record.state,
-                "description": record.description, "target_url": record.target_url, "context": record.context,
-                "created_at": record.created_at, "updated_at": record.created_at, "creator": creator}
+        return {
+            "url": f"{self.api_repo}/statuses/{record.sha}",
+            "avatar_url": creator["avatar_url"],
+            "id": record.id,
+            "node_id": _node_id("StatusContext", record.id),
+            "state": record.state,
+            "description": record.description,
+            "target_url": record.target_url,
+            "context": record.context,
+            "created_at": record.created_at,
+            "updated_at": record.created_at,
+            "creator": creator,
+        }
 
     def check_run(self, record: CheckRunRecord) -> dict[str, Any]:
         body = self._example("check-run")
         body.update(
-            id=record.id, node_id=_node_id("CheckRun", record.id), name=record.name, head_sha=record.head_sha,
-            status=record.status, conclusion=record.conclusion, details_url=record.details_url,
-            external_id=record.external_id, started_at=record.started_at, completed_at=record.completed_at,
-            url=f"{self.api_repo}/check-runs/{record.id}", html_url=f"{self.html_repo}/runs/{record.id}",
+            id=record.id,
+            node_id=_node_id("CheckRun", record.id),
+            name=record.name,
+            head_sha=record.head_sha,
+            status=record.status,
+            conclusion=record.conclusion,
+            details_url=record.details_url,
+            external_id=record.external_id,
+            started_at=record.started_at,
+            completed_at=record.completed_at,
+            url=f"{self.api_repo}/check-runs/{record.id}",
+            html_url=f"{self.html_repo}/runs/{record.id}",
             pull_requests=[],
         )
-        body["output"].update({k: record.output[k] for k in ("title", "summary", "text") if k in record.output})
+        body["output"].update(
+            {k: record.output[k] for k in ("title", "summary", "text") if k in record.output}
+        )
         return body

@@ -223,7 +223,9 @@ class RepoState:
         self.check_runs: dict[int, CheckRunRecord] = {}
         self.branches: dict[str, str] = {}
         self.trees: dict[str, dict[str, str]] = {}
-        self.add_tree(_git_sha("commit", f"{owner}/{repo}@{default_branch}".encode()), {}, branch=default_branch)
+        self.add_tree(
+            _git_sha("commit", f"{owner}/{repo}@{default_branch}".encode()), {}, branch=default_branch
+        )
 
     # -- clock and identities -------------------------------------------------------------------------------
 
@@ -245,7 +247,9 @@ class RepoState:
         check_sha(sha, "sha")
         for path, text in files.items():
             if not isinstance(path, str) or not path or path.startswith("/") or not isinstance(text, str):
-                raise TypeError(f"files: expected relative path -> text, got {path!r} -> {type(text).__name__}")
+                raise TypeError(
+                    f"files: expected relative path -> text, got {path!r} -> {type(text).__name__}"
+                )
         self.trees[sha] = dict(files)
         if branch is not None:
             self.branches[branch] = sha
@@ -311,8 +315,15 @@ class RepoState:
             return "CONTRIBUTOR"
         return "NONE"
 
-    def create_comment(self, issue_number: int, body: str, *, login: str, user_type: str,
-                       author_association: str | None = None) -> CommentRecord:
+    def create_comment(
+        self,
+        issue_number: int,
+        body: str,
+        *,
+        login: str,
+        user_type: str,
+        author_association: str | None = None,
+    ) -> CommentRecord:
         self.issue(issue_number)
         now = self.now()
         self.user_types[login] = user_type
@@ -383,10 +394,23 @@ class RepoState:
         run_id = self.next_id("run")
         job = JobRecord(self.next_id("job"), run_id, "test", "queued", None, (), now, now, None)
         record = WorkflowRunRecord(
-            id=run_id, workflow_id=workflow.id, workflow_path=workflow.path, name=workflow.name,
-            run_number=run_number, event="workflow_dispatch", ref=ref, head_branch=branch,
-            head_sha=self.branches[branch], inputs=dict(inputs), actor=self.actor, status="queued",
-            conclusion=None, run_attempt=1, created_at=now, updated_at=now, jobs=(job,),
+            id=run_id,
+            workflow_id=workflow.id,
+            workflow_path=workflow.path,
+            name=workflow.name,
+            run_number=run_number,
+            event="workflow_dispatch",
+            ref=ref,
+            head_branch=branch,
+            head_sha=self.branches[branch],
+            inputs=dict(inputs),
+            actor=self.actor,
+            status="queued",
+            conclusion=None,
+            run_attempt=1,
+            created_at=now,
+            updated_at=now,
+            jobs=(job,),
         )
         self.runs[run_id] = record
         return record
@@ -423,10 +447,19 @@ class RepoState:
             status, conclusion = spec.get("status", "queued"), spec.get("conclusion")
             if status not in RUN_STATUSES or (conclusion is not None and conclusion not in RUN_CONCLUSIONS):
                 raise ValueError(f"jobs: bad status/conclusion in {spec!r}")
-            records.append(JobRecord(
-                self.next_id("job"), run_id, str(spec["name"]), status, conclusion,
-                tuple(spec.get("labels", ())), now, now, now if conclusion else None,
-            ))
+            records.append(
+                JobRecord(
+                    self.next_id("job"),
+                    run_id,
+                    str(spec["name"]),
+                    status,
+                    conclusion,
+                    tuple(spec.get("labels", ())),
+                    now,
+                    now,
+                    now if conclusion else None,
+                )
+            )
         record = replace(run, jobs=tuple(records), updated_at=now)
         self.runs[run_id] = record
         return record
@@ -463,8 +496,13 @@ class RepoState:
 
     def create_status(self, sha: str, body: Mapping[str, Any]) -> StatusRecord:
         record = StatusRecord(
-            id=self.next_id("status"), sha=sha, state=body["state"], context=body.get("context", "default"),
-            description=body.get("description"), target_url=body.get("target_url"), login=self.actor,
+            id=self.next_id("status"),
+            sha=sha,
+            state=body["state"],
+            context=body.get("context", "default"),
+            description=body.get("description"),
+            target_url=body.get("target_url"),
+            login=self.actor,
             created_at=self.now(),
         )
         self.statuses[record.id] = record
@@ -474,10 +512,15 @@ class RepoState:
         now = self.now()
         conclusion = body.get("conclusion")
         record = CheckRunRecord(
-            id=self.next_id("check"), name=body["name"], head_sha=body["head_sha"],
-            status="completed" if conclusion else body.get("status", "queued"), conclusion=conclusion,
-            details_url=body.get("details_url"), external_id=body.get("external_id"),
-            output=dict(body.get("output", {})), started_at=body.get("started_at", now),
+            id=self.next_id("check"),
+            name=body["name"],
+            head_sha=body["head_sha"],
+            status="completed" if conclusion else body.get("status", "queued"),
+            conclusion=conclusion,
+            details_url=body.get("details_url"),
+            external_id=body.get("external_id"),
+            output=dict(body.get("output", {})),
+            started_at=body.get("started_at", now),
             completed_at=now if conclusion else None,
         )
         self.check_runs[record.id] = record

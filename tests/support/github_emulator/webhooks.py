@@ -66,7 +66,10 @@ def _validator(event: str, action: str) -> Any:
 def event_errors(event: str, payload: dict[str, Any]) -> list[str]:
     """Where `payload` departs from the schema of `event` with its `action`; empty when it conforms."""
     found = _validator(event, str(payload.get("action")))
-    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}" for e in found.iter_errors(payload)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}"
+        for e in found.iter_errors(payload)
+    ]
 
 
 def validate_event(event: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -125,20 +128,30 @@ def issue_comment_event(
     issue, comment = payload["issue"], payload["comment"]
     issue_api = issue["url"].rsplit("/", 1)[0]
     kind = "pull" if is_pr else "issues"
-    issue.update(number=issue_number, url=f"{issue_api}/{issue_number}",
-                 html_url=f"https://github.com/{owner}/{repo}/{kind}/{issue_number}")
+    issue.update(
+        number=issue_number,
+        url=f"{issue_api}/{issue_number}",
+        html_url=f"https://github.com/{owner}/{repo}/{kind}/{issue_number}",
+    )
     if is_pr:
         pulls_api = issue_api.rsplit("/", 1)[0] + "/pulls"
         issue["pull_request"] = {
-            "url": f"{pulls_api}/{issue_number}", "html_url": issue["html_url"],
-            "diff_url": f"{issue['html_url']}.diff", "patch_url": f"{issue['html_url']}.patch", "merged_at": None,
+            "url": f"{pulls_api}/{issue_number}",
+            "html_url": issue["html_url"],
+            "diff_url": f"{issue['html_url']}.diff",
+            "patch_url": f"{issue['html_url']}.patch",
+            "merged_at": None,
         }
     else:
         issue.pop("pull_request", None)
     comment_id = comment["id"] if comment_id is None else comment_id
     comment.update(
-        id=comment_id, body=body, author_association=author_association, issue_url=issue["url"],
-        url=f"{issue_api}/comments/{comment_id}", html_url=f"{issue['html_url']}#issuecomment-{comment_id}",
+        id=comment_id,
+        body=body,
+        author_association=author_association,
+        issue_url=issue["url"],
+        url=f"{issue_api}/comments/{comment_id}",
+        html_url=f"{issue['html_url']}#issuecomment-{comment_id}",
     )
     _set_user(comment["user"], login, user_type, user_id)
     _set_user(payload["sender"], login, user_type, user_id)
@@ -171,14 +184,26 @@ def workflow_run_event(
         if isinstance(value, str) and key.endswith("url"):
             run[key] = value.replace(f"/runs/{old_id}", f"/runs/{run_id}")
     run.update(
-        id=run_id, head_sha=head_sha, head_branch=head_branch, event=event, path=workflow_path,
-        name=workflow_name, display_title=workflow_name, run_number=run_number, workflow_id=workflow_id,
-        status="completed" if action == "completed" else "queued", conclusion=conclusion,
+        id=run_id,
+        head_sha=head_sha,
+        head_branch=head_branch,
+        event=event,
+        path=workflow_path,
+        name=workflow_name,
+        display_title=workflow_name,
+        run_number=run_number,
+        workflow_id=workflow_id,
+        status="completed" if action == "completed" else "queued",
+        conclusion=conclusion,
         workflow_url=run["workflow_url"].rsplit("/", 1)[0] + f"/{workflow_id}",
     )
     run["head_commit"]["id"] = head_sha
-    workflow.update(id=workflow_id, path=workflow_path, name=workflow_name,
-                    url=workflow["url"].rsplit("/", 1)[0] + f"/{workflow_id}")
+    workflow.update(
+        id=workflow_id,
+        path=workflow_path,
+        name=workflow_name,
+        url=workflow["url"].rsplit("/", 1)[0] + f"/{workflow_id}",
+    )
     return validate_event("workflow_run", payload)
 
 

@@ -1,0 +1,156 @@
+"""The Triton MXFP8 GEMM's logic on CPU: every kernel kind under the Triton interpreter against the torch
+backend (dequantize + fp32 matmul), at small shapes with odd N, K not a multiple of the step, split-K,
+all three activation scale layouts, NaN blocks and extreme scale bytes.
+
+As in test_quantize_mxfp8_interpret.py, the interpreter runs in one child process started with
+TRITON_INTERPRET=1 (Triton decides interpretation at import), once per session under xdist.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from filelock import FileLock
+
+import mxfuse
+from gpumatrix import register
+from gpumatrix.compare import assert_close
+from mxfuse.formats import dequantize_mxfp8, scale_to_layout
+
+register(on=("cpu",), est_time=30)
+
+LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
+# (kind, block_m, block_n, block_g, split_k, swap_ab)
+CONFIGS = {
+    "gemv m1": ("gemv", 1, 8, 4, 1, False),
+    "gemv m2 split3": ("gemv", 2, 4, 8, 3, False),
+    "gemv m4 split2": ("gemv", 4, 8, 2, 2, False),
+    "dq16 swap split2": ("dq16", 16, 16, 2, 2, True),
+    "dq16": ("dq16", 16, 16, 4, 1, False),
+    "mma8 swap": ("mma8", 16, 16, 2, 1, True),
+    "mma8 split3": ("mma8", 16, 32, 2, 3, False),
+}
+# (M, N, K) per config kind; N odd and not a multiple of any block, K not a multiple of every step.
+SHAPES = {"gemv": [(1, 37, 288), (2, 24, 64)], "dq16": [(5, 37, 288), (17, 24, 160)], "mma8": [(3, 37, 224)]}
+
+_WORKER = """
+import sys, torch
+from mxfuse.formats import scale_spec, scale_storage_view
+from mxfuse.kernels import mxfp8_gemm as mk
+cases = torch.load(sys.argv[1])
+results = {"interpreted": type(mk._mxfp8_gemv_kernel).__name__}
+for key, (a_q, a_scale, layout, w_q, w_scale_t, config) in cases.items():
+    m, k = a_q.shape
+    out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
+    spec = scale_spec(m, k, scale_layout=layout)
+    kind, bm, bn, bg, split, swap = config
+    mk.launch_mxfp8_gemm(a_q, scale_storage_view(a_scale, spec).view(torch.uint8), layout, w_q, w_scale_t,
+                         out, config=mk.GemmConfig(kind, bm, bn, bg, split, 4, 1, swap))
+    results[key] = out
+torch.save(results, sys.argv[2])
+"""
+
+
+def _operands(m: int, n: int, k: int, seed: int, *, special: bool):
+    """Random E4M3 operands with per-block scale bytes; ``special`` adds a NaN block, a zero block and
+    extreme scale bytes (0, 1, 253, 254) paired so every product stays finite."""
+    g = torch.Generator().manual_seed(seed)
+    groups = k // 32
+    a = (torch.randn(m, k, generator=g) * 16).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, generator=g) * 16).to(torch.float8_e4m3fn)
+    sa = torch.randint(110, 140, (m, groups), generator=g, dtype=torch.int32)
+    sw = torch.randint(110, 140, (n, groups), generator=g, dtype=torch.int32)
+    if special:
+        # Extreme scales paired so that every dequantized element and every product stays finite: the
+        # elements under scale 254 or 253 are at most 1 in magnitude.
+        sa[0, 0], sw[:, 0] = 254, 1  # 2**127 * 2**-126
+        a[0, :32] = (a[0, :32].float() / 512).to(torch.float8_e4m3fn)
+        sa[:, 1], sw[:, 1] = 1, 253  # every row: a weight scale of 2**126 meets 2**-126
+        w[:, 32:64] = (w[:, 32:64].float() / 512).to(torch.float8_e4m3fn)
+        sw[0, groups - 1] = 0
+        a[m - 1, 32:64] = 0.0  # a zero block
+        if m > 1:
+            sa[1, groups - 1] = 0xFF  # NaN block: row 1 must come out NaN, and only row 1
+            a.view(torch.uint8)[1, (groups - 1) * 32 :] = 0x7F
+    return a, sa.to(torch.uint8), w, sw.to(torch.uint8)
+
+
+def _cases() -> dict:
+    cases = {}
+    for name, config in CONFIGS.items():
+        for m, n, k in SHAPES[config[0]]:
+            if config[0] == "gemv" and m > config[1]:
+                continue
+            for layout in LAYOUTS:
+                for special in (False, True):
+                    a, sa, w, sw = _operands(m, n, k, seed=len(cases), special=special)
+                    key = (name, m, n, k, layout, special)
+                    cases[key] = (
+                        a,
+                        scale_to_layout(sa, scale_layout=layout),
+                        layout,
+                        w,
+                        sw.t().contiguous(),
+                        config,
+                    )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory) -> tuple[dict, dict]:
+    cases = _cases()
+    tmp = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        tmp = tmp.parent
+    results = tmp / "mxfp8_gemm_interpret.pt"
+    with FileLock(str(results) + ".lock"):
+        if not results.exists():
+            torch.save(cases, tmp / "mxfp8_gemm_cases.pt")
+            src = str(Path(mxfuse.__file__).resolve().parents[1])
+            env = {
+                **os.environ,
+                "TRITON_INTERPRET": "1",
+                "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+            }
+            done = subprocess.run(
+                [sys.executable, "-c", _WORKER, str(tmp / "mxfp8_gemm_cases.pt"), str(results) + ".partial"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+            assert done.returncode == 0, f"interpreter run failed:\n{done.stdout}\n{done.stderr}"
+            os.replace(str(results) + ".partial", results)
+    return cases, torch.load(results)
+
+
+def test_worker_ran_the_interpreter(interpreted):
+    assert interpreted[1]["interpreted"] == "InterpretedFunction"
+
+
+@pytest.mark.parametrize("key", list(_cases()), ids=lambda key: " ".join(map(str, key)))
+def test_interpreted_gemm_matches_a_float64_reference(interpreted, key):
+    cases, results = interpreted
+    a, a_scale, layout, w, w_scale_t, _ = cases[key]
+    got = results[key].double()
+    a64 = dequantize_mxfp8(a, a_scale, scale_layout=layout).double()
+    w64 = dequantize_mxfp8(w, w_scale_t.t().contiguous(), scale_layout="e8m0").double()
+    want = a64 @ w64.t()
+    special = key[-1]
+    if special and a.shape[0] > 1:
+        # The NaN block of row 1 poisons exactly row 1.
+        assert bool(torch.isnan(got[1]).all()), "row 1 holds a NaN block: every output of it must be NaN"
+        keep = torch.ones(a.shape[0], dtype=torch.bool)
+        keep[1] = False
+        got, want = got[keep], want[keep]
+    # The kernel sums exact E4M3 products in fp32 and rounds once to bf16. The interpreter's fp32 -> bf16
+    # cast truncates (the GPU rounds to nearest), so allow one bf16 ulp (2**-7 relative) plus fp32
+    # summation error, which for outputs that cancel to near zero is bounded by 1e-6 of the largest.
+    atol = 1e-6 * float(want.abs().max())
+    assert_close(got, want, rtol=2**-7, atol=atol, name="out")
