@@ -50,16 +50,17 @@ def e4m3_codes(values: torch.Tensor) -> torch.Tensor:
 
 
 def random_codes(m: int, k: int, *, seed: int, device: torch.device | str = "cpu", limit: float = 448.0):
-    """float8_e4m3fn ``[m, k]``: normal values clamped to +-``limit`` (so +-448 and subnormals occur)."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(m, k, generator=g) * (limit / 3)
-    return e4m3_codes(x.clamp(-limit, limit)).to(device)
+    """float8_e4m3fn ``[m, k]`` on ``device``: normal values clamped to +-``limit`` (+-448 and subnormals occur)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(m, k, generator=g, device=device) * (limit / 3)
+    return e4m3_codes(x.clamp(-limit, limit))
 
 
 def random_scales(m: int, k: int, *, seed: int, low: int = 117, high: int = 137, device="cpu") -> torch.Tensor:
-    """uint8 E8M0 bytes ``[m, k/32]`` drawn from ``[low, high)``."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randint(low, high, (m, k // BLOCK_SIZE), generator=g, dtype=torch.int32).to(torch.uint8).to(device)
+    """uint8 E8M0 bytes ``[m, k/32]`` on ``device``, drawn from ``[low, high)``."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    shape = (m, k // BLOCK_SIZE)
+    return torch.randint(low, high, shape, generator=g, device=device, dtype=torch.int32).to(torch.uint8)
 
 
 def activation_pair(
