@@ -118,10 +118,12 @@ def test_deepgemm_is_never_used_off_sm100_even_when_deep_gemm_is_installed(
 
 def test_auto_on_sm90_with_deep_gemm_installed_picks_the_next_backend(monkeypatch, fake_deep_gemm, fake_flashinfer):
     _pretend(monkeypatch, (9, 0))
+    assert AUTO_ORDER == ("deepgemm", "flashinfer", "triton", "torch")
     name, passed_over = select_backend(CUDA0, n=7168, k=16384)
-    after = [b for b in AUTO_ORDER if b not in ("deepgemm", "flashinfer")]
-    assert name == after[0] and name != "deepgemm"
-    assert "sm_90" in passed_over["deepgemm"] and "sm_90" in passed_over["flashinfer"]
+    assert name == "triton"
+    assert "sm_100 and sm_103 only; this device is sm_90" in passed_over["deepgemm"]
+    assert "this device is sm_90" in passed_over["flashinfer"]
+    assert fake_deep_gemm.calls == [] and fake_flashinfer.calls == []
 
 
 def test_deepgemm_refuses_a_layout_it_does_not_read(monkeypatch, fake_deep_gemm):
@@ -149,6 +151,11 @@ def test_deepgemm_refuses_an_output_that_tma_cannot_address(monkeypatch, fake_de
     with pytest.raises(ValueError, match=r"out must start on a 16-byte boundary"):
         mxfp8_gemm(activation_pair(aq, as_, "deepgemm"), w, out=out)
     assert fake_deep_gemm.calls == [] and not out.any()
+
+
+def test_triton_takes_any_n():
+    assert gemm_api.BACKENDS["triton"].supports_shape(4099, 7168).ok
+    assert not gemm_api.BACKENDS["triton"].supports_shape(4099, 48).ok
 
 
 @pytest.mark.parametrize(("n", "k", "ok", "match"), [
@@ -252,21 +259,28 @@ _AVAILABILITY = [
     # device, capability, backend, ok, reason contains
     ("cpu", None, "deepgemm", False, "needs a CUDA device of sm_100 or sm_103; got cpu"),
     ("cpu", None, "flashinfer", False, "needs a CUDA device of sm_100+ or sm_120; got cpu"),
+    ("cpu", None, "triton", False, "runs on CUDA devices; this is cpu"),
     ("cpu", None, "torch", True, "any device"),
     ("sm_80", (8, 0), "deepgemm", False, "this device is sm_80"),
     ("sm_80", (8, 0), "flashinfer", False, "this device is sm_80"),
+    ("sm_80", (8, 0), "triton", False, "needs FP8 (sm_89+); cuda:0 is sm_80"),
     ("sm_80", (8, 0), "torch", True, "any device"),
     ("sm_89", (8, 9), "deepgemm", False, "this device is sm_89"),
     ("sm_89", (8, 9), "flashinfer", False, "this device is sm_89"),
+    ("sm_89", (8, 9), "triton", True, "on sm_89"),
     ("sm_90", (9, 0), "deepgemm", False, "sm_100 and sm_103 only; this device is sm_90"),
     ("sm_90", (9, 0), "flashinfer", False, "this device is sm_90"),
+    ("sm_90", (9, 0), "triton", True, "on sm_90"),
     ("sm_90", (9, 0), "torch", True, "any device"),
     ("sm_100", (10, 0), "deepgemm", True, "deep_gemm.fp8_gemm_nt on sm_100"),
     ("sm_100", (10, 0), "flashinfer", True, "flashinfer.mm_mxfp8 (CUTLASS) on sm_100"),
+    ("sm_100", (10, 0), "triton", True, "on sm_100"),
     ("sm_103", (10, 3), "deepgemm", True, "deep_gemm.fp8_gemm_nt on sm_103"),
     ("sm_103", (10, 3), "flashinfer", True, "flashinfer.mm_mxfp8 (CUTLASS) on sm_103"),
+    ("sm_103", (10, 3), "triton", True, "on sm_103"),
     ("sm_120", (12, 0), "deepgemm", False, "this device is sm_120"),
     ("sm_120", (12, 0), "flashinfer", True, "flashinfer.mm_mxfp8 (CUTLASS) on sm_120"),
+    ("sm_120", (12, 0), "triton", True, "on sm_120"),
     ("sm_120", (12, 0), "torch", True, "any device"),
 ]
 
