@@ -177,6 +177,13 @@ def test_out_is_written_in_place(m):
     assert_gemm_close(out, reference_numpy(aq, as_, wq, ws), name="out")
 
 
+def test_an_empty_weight_gives_an_empty_output():
+    w = prepare_mxfp8_weight(torch.zeros(0, 64), backend="torch")
+    _, _, pair = _activation(3, 64, "e8m0", seed=64)
+    out = mxfp8_gemm(pair, w)
+    assert out.dtype == torch.bfloat16 and tuple(out.shape) == (3, 0)
+
+
 def test_every_call_emits_a_witness_record_with_the_choice_and_what_was_passed_over():
     wq, ws = random_codes(45, 160, seed=61), random_scales(45, 160, seed=62)
     w = prepare_mxfp8_weight(wq, ws)  # auto on the CPU: only the torch backend runs here

@@ -169,7 +169,7 @@ def mxfp8_gemm(
     ``mxfuse.formats.scale_spec`` describes it for ``scale_layout`` (None: told from the scale's dtype and
     rank; E8M0 bytes may come as uint8 or float8_e8m0fnu). ``w`` is an ``MxWeight``. ``out`` (bf16
     ``[M, N]``, contiguous, on ``w``'s device) is written without allocating, for CUDA-graph capture; on a
-    bad argument nothing is written to it. M may be 0.
+    bad argument nothing is written to it. M (and N) may be 0.
 
     ``backend="auto"`` uses ``w.backend`` when it can run here and reads ``a``'s scale layout, and the
     ``torch`` backend otherwise; naming ``"torch"`` always works; any other name must be ``w.backend`` and
@@ -205,7 +205,7 @@ def mxfp8_gemm(
     name, reason, passed_over = _choose(backend, w, layout)
     impl = BACKENDS[name]
     emit(f"gemm.{name}", reason, backend=name, site=site, rows=m, n=w.n, k=k, passed_over=passed_over)
-    if m > 0:
+    if out.numel():  # M or N may be 0: nothing to compute, and some libraries refuse empty launches
         impl.run(a_q, a_scale, layout, w, out)
     return out
 

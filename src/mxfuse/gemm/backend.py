@@ -10,7 +10,7 @@ A backend is a small module-level object with:
 * ``supports_shape(n, k) -> Availability``: whether it can multiply by an ``[n, k]`` weight (the K/N
   alignment and minimum sizes it needs, each with its source in the adapter);
 * ``weight_scale(scale_e8m0, *, n, k) -> Tensor``: the weight scales laid out as it reads them;
-* ``run(a_q, a_scale, a_layout, w, out) -> None``: ``out[M, N] = dequant(a) @ dequant(w).T`` (bf16), M >= 1,
+* ``run(a_q, a_scale, a_layout, w, out) -> None``: ``out[M, N] = dequant(a) @ dequant(w).T`` (bf16), M, N >= 1,
   every argument already validated by ``mxfuse.gemm.mxfp8_gemm``. A library-specific rule the generic
   checks cannot know (pointer alignment, say) is checked here, before anything is written to ``out``.
 
