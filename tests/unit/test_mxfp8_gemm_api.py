@@ -26,7 +26,7 @@ from mxfuse.formats import empty_mxfp8_pair, quantize_mxfp8_reference, scale_to_
 from mxfuse.gemm import MxWeight, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm import api as gemm_api
 
-register(on=("cpu",), est_time=15)
+register(on=("cpu",), est_time=8)
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
 POISON = 0xA5

@@ -28,7 +28,7 @@ from mxfuse.formats import align, pack_ue8m0_deepgemm, scale_spec, scale_storage
 from mxfuse.gemm import AUTO_ORDER, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm import api as gemm_api
 
-register(on=("cpu",), est_time=15)
+register(on=("cpu",), est_time=20)
 
 CUDA0 = torch.device("cuda", 0)
 
@@ -196,7 +196,7 @@ def test_deepgemm_library_problems_are_reasons(monkeypatch):
 
 
 @pytest.mark.parametrize("capability", [(10, 0), (12, 0)])
-@pytest.mark.parametrize(("n", "k"), [(128, 128), (160, 2080), (2048, 7168)])
+@pytest.mark.parametrize(("n", "k"), [(128, 128), (160, 2080), (1056, 2048)])
 @pytest.mark.parametrize("m", [1, 15, 129])
 def test_flashinfer_adapter_calls_mm_mxfp8_as_documented(monkeypatch, fake_flashinfer, capability, m, n, k):
     _pretend(monkeypatch, capability)
