@@ -203,10 +203,10 @@ def mxfp8_gemm(
         _check_out(out, m=m, n=w.n, device=w.device)
 
     name, reason, passed_over = _choose(backend, w, layout)
-    impl = BACKENDS[name]
-    emit(f"gemm.{name}", reason, backend=name, site=site, rows=m, n=w.n, k=k, passed_over=passed_over)
     if out.numel():  # M or N may be 0: nothing to compute, and some libraries refuse empty launches
-        impl.run(a_q, a_scale, layout, w, out)
+        BACKENDS[name].run(a_q, a_scale, layout, w, out)
+    # After the launch (a refused call leaves no record), on the host: once per capture under CUDA graphs.
+    emit(f"gemm.{name}", reason, backend=name, site=site, rows=m, n=w.n, k=k, passed_over=passed_over)
     return out
 
 
