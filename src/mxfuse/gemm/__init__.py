@@ -1,7 +1,21 @@
 """MXFP8 GEMM consumers: ``mxfp8_gemm(a, w)`` over prepared weights, routed to the best backend here.
 
-Backends (``AUTO_ORDER`` is the order ``auto`` tries them): ``torch`` (dequantize + fp32 matmul, any
-device; the oracle). See ``mxfuse.gemm.api``.
+Backends, in ``AUTO_ORDER`` (the order ``auto`` tries them); each says whether it runs on a device
+(``available``) and takes an ``[N, K]`` weight (``supports_shape``), with a reason either way:
+
+==============  ========================  ==================  =========================================
+backend         devices                   activation scales   weight shape
+==============  ========================  ==================  =========================================
+``deepgemm``    sm_100, sm_103            ``deepgemm``        N % 8 == 0
+``flashinfer``  sm_100/103/107/110/12x    ``swizzled_128x4``  N, K >= 128, N % 32 == 0
+``triton``      sm_89+                    all three           any
+``torch``       any, CPU included         all three           any
+==============  ========================  ==================  =========================================
+
+K is always a multiple of 32. ``deepgemm`` needs DeepGEMM >= 2 (built from source) and ``flashinfer``
+needs ``flashinfer-python`` (``pip install 'mxfuse[blackwell]'``); both are imported only when a device
+qualifies. ``torch`` (dequantize + fp32 matmul) is the oracle every other backend is tested against.
+See ``mxfuse.gemm.api`` and each ``*_backend`` module for the rules and their sources.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """``mxfp8_gemm`` and ``prepare_mxfp8_weight``: one call, several backends, each saying whether it can run.
 
-``backend="auto"`` picks the first available backend in ``AUTO_ORDER``; every choice emits a witness
-record (``gemm.<backend>``) with the reasons the others were passed over.
+``backend="auto"`` takes the first backend in ``AUTO_ORDER`` that runs on the device and accepts the weight's
+shape: DeepGEMM (sm_100/sm_103), FlashInfer (sm_100+/sm_120), the Triton kernel (sm_89+), and the torch
+reference, which runs anywhere. The choice is made once, when the weight is prepared (its scales are laid
+out for that backend); every ``mxfp8_gemm`` call emits a witness record ``gemm.<backend>`` with the reason
+and the backends passed over with theirs.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import torch
 
 from mxfuse.formats import ScaleLayout, ScaleRounding, check_mxfp8_pair, parse_scale_layout
 from mxfuse.gemm.backend import Availability, Backend
+from mxfuse.gemm.deepgemm_backend import DEEPGEMM
+from mxfuse.gemm.flashinfer_backend import FLASHINFER
 from mxfuse.gemm.torch_backend import TORCH
 from mxfuse.gemm.triton_backend import TRITON
 from mxfuse.gemm.weights import MxWeight, quantize_weight
@@ -27,13 +32,14 @@ __all__ = [
     "select_backend",
 ]
 
-# Every backend by name. Adapters register here; the order of AUTO_ORDER is the order "auto" tries them.
-BACKENDS: dict[str, Backend] = {"triton": TRITON, "torch": TORCH}
-AUTO_ORDER: tuple[str, ...] = ("triton", "torch")
+# Every backend by name. AUTO_ORDER is the order "auto" tries them: the vendor libraries first (hardware
+# block-scaled MMA), then our Triton kernel, then the torch reference, which always runs.
+BACKENDS: dict[str, Backend] = {"deepgemm": DEEPGEMM, "flashinfer": FLASHINFER, "triton": TRITON, "torch": TORCH}
+AUTO_ORDER: tuple[str, ...] = ("deepgemm", "flashinfer", "triton", "torch")
 
 
-def _backend(name: str, *, argument: str = "backend") -> Backend:
-    if name not in BACKENDS:
+def _backend(name: object, *, argument: str = "backend") -> Backend:
+    if not isinstance(name, str) or name not in BACKENDS:
         choices = ", ".join(repr(b) for b in ("auto", *BACKENDS))
         raise ValueError(f"{argument} must be one of {choices}; got {name!r}")
     return BACKENDS[name]
@@ -44,22 +50,54 @@ def _status(name: str, device: torch.device) -> Availability:
     return BACKENDS[name].available(device)
 
 
-def backend_status(device: torch.device | str) -> dict[str, Availability]:
-    """Every backend's availability on ``device``, in ``AUTO_ORDER``. Cached per (backend, device)."""
+def _canonical(device: torch.device | str) -> torch.device:
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return {name: _status(name, device) for name in AUTO_ORDER}
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
-def select_backend(device: torch.device | str) -> tuple[str, dict[str, str]]:
-    """The first available backend in ``AUTO_ORDER`` on ``device``, and why each earlier one was passed over."""
+def _check_shape_args(n: object, k: object) -> None:
+    if (n is None) != (k is None):
+        raise ValueError(f"n and k must be given together (the weight's [N, K]); got n={n!r}, k={k!r}")
+    for name, value in (("n", n), ("k", k)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be an int >= 0; got {value!r}")
+
+
+def backend_status(
+    device: torch.device | str, *, n: int | None = None, k: int | None = None
+) -> dict[str, Availability]:
+    """Every backend's availability on ``device``, in ``AUTO_ORDER``.
+
+    With ``n`` and ``k`` it also says whether each backend that runs here accepts an ``[n, k]`` weight
+    (``supports_shape``); one that does not is reported unavailable with the shape rule it needs. Device
+    availability is cached per (backend, device).
+    """
+    _check_shape_args(n, k)
+    device = _canonical(device)
+    status = {name: _status(name, device) for name in AUTO_ORDER}
+    if n is None or k is None:
+        return status
+    for name, here in status.items():
+        if here.ok:
+            shape = BACKENDS[name].supports_shape(n, k)
+            if not shape.ok:
+                status[name] = Availability(False, f"[N, K] = [{n}, {k}]: {shape.reason}")
+    return status
+
+
+def select_backend(
+    device: torch.device | str, *, n: int | None = None, k: int | None = None
+) -> tuple[str, dict[str, str]]:
+    """The first backend in ``AUTO_ORDER`` that runs on ``device`` (and accepts an ``[n, k]`` weight, when
+    given), and why each earlier one was passed over."""
     passed_over: dict[str, str] = {}
-    for name, status in backend_status(device).items():
+    for name, status in backend_status(device, n=n, k=k).items():
         if status.ok:
             return name, passed_over
         passed_over[name] = status.reason
-    raise AssertionError("the torch backend is always available")  # pragma: no cover
+    raise AssertionError("the torch backend runs on every device and shape")  # pragma: no cover
 
 
 def prepare_mxfp8_weight(
@@ -73,26 +111,30 @@ def prepare_mxfp8_weight(
 
     ``weight``: bf16/fp16/fp32 ``[N, K]`` (quantized with ``rounding``), or float8_e4m3fn ``[N, K]`` with
     ``scale`` holding E8M0 bytes (uint8 or float8_e8m0fnu) per 1x32 (``[N, K/32]``) or 32x32 block
-    (``[ceil(N/32), K/32]``, expanded per row). ``backend="auto"`` picks the best available on
-    ``weight.device``; naming one that is not available here is ``MxfuseUnavailableError`` with its reason.
+    (``[ceil(N/32), K/32]``, expanded per row). ``backend="auto"`` takes the first backend in ``AUTO_ORDER``
+    that runs on ``weight.device`` and accepts ``[N, K]`` (the ones passed over are kept, with their
+    reasons, in ``MxWeight.passed_over``). Naming a backend that cannot run here raises
+    ``MxfuseUnavailableError`` with its reason; one that cannot take this shape, ``ValueError``.
     """
     from mxfuse import MxfuseUnavailableError
 
+    if backend != "auto":
+        _backend(backend)
     q, s = quantize_weight(weight, scale, rounding=rounding)
+    n, k = q.shape
+    passed_over: dict[str, str] = {}
     if backend == "auto":
-        backend, _ = select_backend(q.device)
+        backend, passed_over = select_backend(q.device, n=n, k=k)
     impl = _backend(backend)
     status = _status(impl.name, _canonical(q.device))
     if not status.ok:
-        raise MxfuseUnavailableError(f"backend {backend!r} cannot run on {q.device}: {status.reason}")
-    n, k = q.shape
-    return MxWeight(q, s, impl.weight_scale(s, n=n, k=k), impl.name)
-
-
-def _canonical(device: torch.device) -> torch.device:
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
+        raise MxfuseUnavailableError(f"backend {impl.name!r} cannot run on {q.device}: {status.reason}")
+    shape = impl.supports_shape(n, k)
+    if not shape.ok:
+        raise ValueError(
+            f"weight of shape [N, K] = [{n}, {k}] cannot be used by backend {impl.name!r}: {shape.reason}"
+        )
+    return MxWeight(q, s, impl.weight_scale(s, n=n, k=k), impl.name, tuple(passed_over.items()))
 
 
 def infer_scale_layout(scale: torch.Tensor) -> ScaleLayout:
@@ -123,12 +165,16 @@ def mxfp8_gemm(
 ) -> torch.Tensor:
     """bf16 ``[M, N] = dequant(a) @ dequant(w).T`` with fp32 accumulation.
 
-    ``a`` is an activation pair ``(float8_e4m3fn [M, K], scale)``; ``scale_layout`` declares its layout
-    (None: told from the scale's dtype and rank). ``w`` is an ``MxWeight``. ``out`` (bf16 ``[M, N]``,
-    contiguous, on ``a``'s device) is written without allocating, for CUDA-graph capture. M may be 0.
-    ``backend="auto"`` uses ``w.backend`` when it can run here and the ``torch`` backend otherwise; naming
-    ``"torch"`` always works; any other name must be ``w.backend``. The choice is emitted as a witness
-    record ``gemm.<backend>`` (``site`` names the caller in it).
+    ``a`` is an activation pair ``(float8_e4m3fn [M, K], scale)``, the scale exactly as
+    ``mxfuse.formats.scale_spec`` describes it for ``scale_layout`` (None: told from the scale's dtype and
+    rank; E8M0 bytes may come as uint8 or float8_e8m0fnu). ``w`` is an ``MxWeight``. ``out`` (bf16
+    ``[M, N]``, contiguous, on ``w``'s device) is written without allocating, for CUDA-graph capture; on a
+    bad argument nothing is written to it. M (and N) may be 0.
+
+    ``backend="auto"`` uses ``w.backend`` when it can run here and reads ``a``'s scale layout, and the
+    ``torch`` backend otherwise; naming ``"torch"`` always works; any other name must be ``w.backend`` and
+    read ``a``'s layout (else ValueError). The choice is emitted on the host as a witness record
+    ``gemm.<backend>`` with ``reason``, ``passed_over`` (backend -> reason) and ``site`` (the caller).
     """
     if not isinstance(w, MxWeight):
         raise TypeError(f"w must be an MxWeight (see prepare_mxfp8_weight); got {type(w).__name__}")
@@ -146,6 +192,9 @@ def mxfp8_gemm(
         raise ValueError(f"a[0].shape[1] (K) must equal the weight's K = {w.k}; got {k}")
     if a_q.device != w.device:
         raise ValueError(f"a must be on the weight's device {w.device}; got {a_q.device}")
+    e8m0fnu = getattr(torch, "float8_e8m0fnu", None)
+    if isinstance(a_scale, torch.Tensor) and e8m0fnu is not None and a_scale.dtype == e8m0fnu:
+        a_scale = a_scale.view(torch.uint8)
     layout = infer_scale_layout(a_scale) if scale_layout is None else parse_scale_layout(scale_layout)
     check_mxfp8_pair((a_q, a_scale), m=m, k=k, scale_layout=layout, device=w.device, argument="a")
     if out is None:
@@ -154,23 +203,28 @@ def mxfp8_gemm(
         _check_out(out, m=m, n=w.n, device=w.device)
 
     name, reason, passed_over = _choose(backend, w, layout)
-    impl = BACKENDS[name]
+    if out.numel():  # M or N may be 0: nothing to compute, and some libraries refuse empty launches
+        BACKENDS[name].run(a_q, a_scale, layout, w, out)
+    # After the launch (a refused call leaves no record), on the host: once per capture under CUDA graphs.
     emit(f"gemm.{name}", reason, backend=name, site=site, rows=m, n=w.n, k=k, passed_over=passed_over)
-    if m > 0:
-        impl.run(a_q, a_scale, layout, w, out)
     return out
 
 
 def _choose(backend: str, w: MxWeight, layout: ScaleLayout) -> tuple[str, str, dict[str, str]]:
     """(backend name, reason, passed over) for one call; ValueError for an impossible explicit choice."""
     if backend == "auto":
-        status = _status(w.backend, _canonical(w.device))
-        if w.backend != "torch" and not status.ok:
-            return "torch", f"auto: {w.backend} cannot run here ({status.reason})", {w.backend: status.reason}
-        if layout not in BACKENDS[w.backend].activation_layouts:
-            why = f"{w.backend} does not read {layout.value} activation scales"
-            return "torch", f"auto: {why}", {w.backend: why}
-        return w.backend, f"auto: the weight was prepared for {w.backend}", {}
+        passed_over = dict(w.passed_over)
+        prepared = _backend(w.backend, argument="w.backend")
+        status = _status(prepared.name, _canonical(w.device))
+        why = ""
+        if not status.ok:
+            why = f"{prepared.name} cannot run here ({status.reason})"
+        elif layout not in prepared.activation_layouts:
+            accepted = ", ".join(s.value for s in prepared.activation_layouts)
+            why = f"{prepared.name} reads {accepted} activation scales, not {layout.value}"
+        if why:
+            return "torch", f"auto: {why}", {**passed_over, prepared.name: why}
+        return prepared.name, f"auto: the weight was prepared for {prepared.name}", passed_over
     impl = _backend(backend)
     if impl.name != "torch" and impl.name != w.backend:
         raise ValueError(f"backend {backend!r} cannot use a weight prepared for {w.backend!r}")

@@ -3,16 +3,27 @@
 A backend is a small module-level object with:
 
 * ``name``: ``"torch" | "triton" | "deepgemm" | "flashinfer"``;
-* ``activation_layouts``: the scale layouts of ``a`` it reads (``ScaleLayout`` values);
-* ``available(device) -> Availability``: whether it can run on ``device`` here, and why not;
+* ``activation_layouts``: the scale layouts of ``a`` it reads (``ScaleLayout`` values). The first one is
+  the layout a producer should write for it;
+* ``available(device) -> Availability``: whether it can run on ``device`` here, and why not. It decides from
+  the device first and imports an optional library only when the device qualifies;
+* ``supports_shape(n, k) -> Availability``: whether it can multiply by an ``[n, k]`` weight (the K/N
+  alignment and minimum sizes it needs, each with its source in the adapter);
 * ``weight_scale(scale_e8m0, *, n, k) -> Tensor``: the weight scales laid out as it reads them;
-* ``run(a_q, a_scale, a_layout, w, out) -> None``: ``out[M, N] = dequant(a) @ dequant(w).T`` (bf16), all
-  arguments already validated by ``mxfuse.gemm.mxfp8_gemm``.
+* ``run(a_q, a_scale, a_layout, w, out) -> None``: ``out[M, N] = dequant(a) @ dequant(w).T`` (bf16), M, N >= 1,
+  every argument already validated by ``mxfuse.gemm.mxfp8_gemm``. A library-specific rule the generic
+  checks cannot know (pointer alignment, say) is checked here, before anything is written to ``out``.
+
+``cuda_capability`` is the one place adapters read the device's compute capability: they call it as
+``mxfuse.gemm.backend.cuda_capability`` (an attribute looked up per call), so tests stand in for any GPU by
+replacing it there.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Protocol
 
 import torch
@@ -20,7 +31,14 @@ import torch
 from mxfuse.formats import ScaleLayout
 from mxfuse.gemm.weights import MxWeight
 
-__all__ = ["Availability", "Backend", "cuda_capability"]
+__all__ = [
+    "Availability",
+    "Backend",
+    "check_aligned",
+    "cuda_capability",
+    "import_optional",
+    "sm",
+]
 
 
 @dataclass(frozen=True)
@@ -40,6 +58,8 @@ class Backend(Protocol):
 
     def available(self, device: torch.device) -> Availability: ...
 
+    def supports_shape(self, n: int, k: int) -> Availability: ...
+
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor: ...
 
     def run(
@@ -57,3 +77,32 @@ def cuda_capability(device: torch.device) -> tuple[int, int] | None:
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     return torch.cuda.get_device_capability(device)
+
+
+def sm(capability: tuple[int, int]) -> str:
+    """``(9, 0)`` -> ``"sm_90"``."""
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+def import_optional(module: str, attribute: str, *, install: str) -> tuple[ModuleType | None, str]:
+    """``(module, "")`` when ``module`` imports and has ``attribute``; ``(None, why not)`` otherwise.
+
+    Any exception from the import counts as "not usable here" (a CUDA library that fails to load raises
+    OSError or RuntimeError, not ImportError); the reason carries it and how to install the package.
+    """
+    try:
+        mod = importlib.import_module(module)
+    except Exception as error:  # any failure to load means the backend cannot run here
+        return None, f"{module} is not importable ({type(error).__name__}: {error}); {install}"
+    if not hasattr(mod, attribute):
+        version = getattr(mod, "__version__", "unknown version")
+        return None, f"{module} ({version}) has no {attribute}, the function this adapter calls; {install}"
+    return mod, ""
+
+
+def check_aligned(t: torch.Tensor, argument: str, *, alignment: int, why: str) -> None:
+    """ValueError naming ``argument`` unless its first element sits on an ``alignment``-byte boundary."""
+    if t.data_ptr() % alignment:
+        raise ValueError(
+            f"{argument} must start on a {alignment}-byte boundary ({why}); got address {t.data_ptr():#x}"
+        )

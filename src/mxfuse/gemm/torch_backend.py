@@ -22,6 +22,9 @@ class _TorchBackend:
     def available(self, device: torch.device) -> Availability:
         return Availability(True, "dequantize + fp32 matmul runs on any device")
 
+    def supports_shape(self, n: int, k: int) -> Availability:
+        return Availability(True, "any [N, K] weight with K a multiple of 32")
+
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         return scale_e8m0
 

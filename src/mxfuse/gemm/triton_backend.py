@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from mxfuse.formats import ScaleLayout, scale_spec, scale_storage_view
-from mxfuse.gemm.backend import Availability, cuda_capability
+from mxfuse.formats import BLOCK_SIZE, ScaleLayout, scale_spec, scale_storage_view
+from mxfuse.gemm import backend as gemm_backend
+from mxfuse.gemm.backend import Availability
 from mxfuse.gemm.weights import MxWeight
 
 __all__ = ["TRITON"]
@@ -24,13 +25,19 @@ class _TritonBackend:
     def available(self, device: torch.device) -> Availability:
         if device.type != "cuda":
             return Availability(False, f"the Triton MXFP8 GEMM runs on CUDA devices; this is {device.type}")
-        capability = cuda_capability(device)
+        capability = gemm_backend.cuda_capability(device)
         if capability is None:
             return Availability(False, "CUDA is not available in this process")
         sm = f"sm_{capability[0]}{capability[1]}"
         if capability < _MIN_CAPABILITY:
             return Availability(False, f"needs FP8 (sm_89+); {device} is {sm}")
         return Availability(True, f"FP8 tensor cores and E4M3 conversion on {sm}")
+
+    def supports_shape(self, n: int, k: int) -> Availability:
+        # Rows and columns are masked in every kernel; K is walked in whole 32-wide groups.
+        if k <= 0 or k % BLOCK_SIZE:
+            return Availability(False, f"K must be a positive multiple of {BLOCK_SIZE}; got {k}")
+        return Availability(True, f"any N; K % {BLOCK_SIZE} == 0")
 
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         from mxfuse.kernels.mxfp8_gemm import weight_scale_kgroup_major

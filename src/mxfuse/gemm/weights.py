@@ -30,6 +30,8 @@ class MxWeight:
 
     ``qweight``: float8_e4m3fn ``[N, K]``, contiguous. ``scale_e8m0``: uint8 ``[N, K/32]`` row-major, the
     original scales. ``scale``: the scales as ``backend`` reads them (may be ``scale_e8m0`` itself).
+    ``passed_over``: ``(backend, reason)`` for each backend ``auto`` tried before ``backend`` when the weight
+    was prepared (empty when a backend was named); ``mxfp8_gemm`` repeats them in its witness record.
     The tensors are plain storage: a layer that reloads weights copies into them in place, so that CUDA
     graphs captured against them read the new values.
     """
@@ -38,6 +40,39 @@ class MxWeight:
     scale_e8m0: torch.Tensor
     scale: torch.Tensor
     backend: str
+    passed_over: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for field in ("qweight", "scale_e8m0", "scale"):
+            value = getattr(self, field)
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"MxWeight.{field} must be a torch.Tensor; got {type(value).__name__}")
+        q, s = self.qweight, self.scale_e8m0
+        if q.dtype != torch.float8_e4m3fn or q.dim() != 2 or q.shape[1] % BLOCK_SIZE or q.shape[1] == 0:
+            raise ValueError(
+                f"MxWeight.qweight must be a 2-D float8_e4m3fn tensor [N, K], K a positive multiple of "
+                f"{BLOCK_SIZE}; got {q.dtype} {tuple(q.shape)}"
+            )
+        if q.numel() and not q.is_contiguous():
+            raise ValueError(f"MxWeight.qweight must be contiguous; got strides {tuple(q.stride())}")
+        n, k = q.shape
+        if s.dtype != torch.uint8 or tuple(s.shape) != (n, k // BLOCK_SIZE):
+            raise ValueError(
+                f"MxWeight.scale_e8m0 must be uint8 {(n, k // BLOCK_SIZE)}; got {s.dtype} {tuple(s.shape)}"
+            )
+        if s.numel() and not s.is_contiguous():
+            raise ValueError(f"MxWeight.scale_e8m0 must be contiguous; got strides {tuple(s.stride())}")
+        for field in ("scale_e8m0", "scale"):
+            if getattr(self, field).device != q.device:
+                raise ValueError(
+                    f"MxWeight.{field} must be on {q.device} like qweight; got {getattr(self, field).device}"
+                )
+        if not isinstance(self.backend, str):
+            raise TypeError(f"MxWeight.backend must be a str; got {type(self.backend).__name__}")
+        if not isinstance(self.passed_over, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in self.passed_over
+        ):
+            raise TypeError("MxWeight.passed_over must be a tuple of (backend, reason) string pairs")
 
     @property
     def n(self) -> int:
@@ -102,6 +137,7 @@ def quantize_weight(
     if weight.dtype == torch.float8_e4m3fn:
         if scale is None:
             raise ValueError("scale is required with an E4M3 weight (E8M0 per 1x32 or 32x32 block)")
+        scale = weight_scale_bytes(scale)
         if scale.device != weight.device:
             raise ValueError(f"scale must be on {weight.device} like weight; got {scale.device}")
         return weight.contiguous(), expand_block_scales(scale, n=n, k=k)
