@@ -25,6 +25,7 @@ from mxfuse.layers.gating import (
     fused_mxfp8_rows,
     shape_support,
 )
+from mxfuse.layers.mx_linear import LayerNotReadyError, MxLinear, ProcessResult
 from mxfuse.layers.params import ParamUpdate, can_copy_into, copy_or_rebind_param
 
 __all__ = [
@@ -36,7 +37,10 @@ __all__ = [
     "ForwardContext",
     "ForwardMode",
     "FusedDecision",
+    "LayerNotReadyError",
+    "MxLinear",
     "ParamUpdate",
+    "ProcessResult",
     "can_copy_into",
     "consuming_backend",
     "copy_or_rebind_param",
