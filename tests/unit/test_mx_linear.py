@@ -197,7 +197,7 @@ GATE_CASES = [
     ("target verify", {}, K, 16, "target_verify", "bf16", "linear.self_quantized", [], "target_verify"),
     ("prefill", {}, K, 16, "prefill", "bf16", "linear.bf16", ["mode"], "prefill is not decode"),
     ("extend pair", {}, K, 16, "extend", "pair", "linear.pair_fallback", ["mode"], "extend is not decode"),
-    ("no mode", {}, K, 16, None, "bf16", "linear.bf16", ["mode"], "no forward mode given"),
+    ("no mode: decode assumed", {}, K, 16, None, "pair", "linear.pair_consumed", [], "decode, 16 rows"),
     ("sequence parallel", {}, K, 16, "sp", "bf16", "linear.bf16", ["mode"], "sequence parallel"),
     ("K = 48 misaligned", {}, 48, 4, "decode", "bf16", "linear.bf16", ["alignment", "fact"], "K = 48"),
     (
@@ -234,6 +234,11 @@ def test_gate_boundaries_reach_the_witness(kwargs, k, rows, context, given, path
             layer(x, context=context)
     (record,) = _only(records)
     assert (record["path"], record["failed"], record["rows"]) == (path, failed, rows)
+    expected_from = {None: "default", "sp": "forward_context"}.get(context, "argument")
+    assert (record["mode"], record["mode_from"]) == (
+        "decode" if context in (None, "sp") else context,
+        expected_from,
+    )
     assert fragment in record["reason"]
     assert record["backend"] == (
         "torch" if path in ("linear.self_quantized", "linear.pair_consumed") else None
@@ -251,7 +256,10 @@ def test_ambient_forward_context_applies_and_a_per_call_context_wins():
         layer(x)
         layer(x, context="prefill")
     assert [r["path"] for r in _only(records)] == ["linear.self_quantized", "linear.bf16"]
-    assert [r["mode"] for r in _only(records)] == ["decode", "prefill"]
+    assert [(r["mode"], r["mode_from"]) for r in _only(records)] == [
+        ("decode", "forward_context"),
+        ("prefill", "argument"),
+    ]
 
 
 # ---- a pair and bf16 input are the same computation --------------------------------------------------
@@ -270,6 +278,20 @@ def test_forward_of_the_quantized_input_equals_forward_of_the_input_bit_for_bit(
     assert_same_bits(y_pair, y_bf16, name="pair vs bf16")
     assert [r["path"] for r in _only(records)] == ["linear.pair_consumed", "linear.self_quantized"]
     assert [r["layout"] for r in _only(records)] == [layout, layout]
+
+
+def test_bare_calls_assume_decode_and_say_so():
+    layer, _ = _ready()
+    x = activations(4, K, seed=17)
+    with witness.capture() as records:
+        y_pair = layer(quantize_mxfp8(x, scale_layout=layer.input_scale_layout))
+        y_bf16 = layer(x)
+    assert_same_bits(y_pair, y_bf16, name="bare pair vs bare bf16")
+    got = [(r["path"], r["mode"], r["mode_from"]) for r in _only(records)]
+    assert got == [
+        ("linear.pair_consumed", "decode", "default"),
+        ("linear.self_quantized", "decode", "default"),
+    ]
 
 
 def test_zero_rows():

@@ -12,6 +12,7 @@ from gpumatrix import register
 from mxfuse.gemm import Availability
 from mxfuse.layers import (
     ALIGNMENT,
+    DEFAULT_CONTEXT,
     MAX_FUSED_ROWS,
     RULES,
     Consumer,
@@ -22,6 +23,7 @@ from mxfuse.layers import (
     forward_context,
     fused_mxfp8_rows,
     parse_forward_context,
+    resolve_forward_context,
     shape_support,
 )
 
@@ -256,6 +258,14 @@ def test_forward_context_is_not_shared_with_other_threads():
 )
 def test_parse_forward_context(value, expected):
     assert parse_forward_context(value) == expected
+
+
+def test_resolve_forward_context_prefers_the_argument_then_the_block_then_decode():
+    assert resolve_forward_context(None) == (DEFAULT_CONTEXT, "default")
+    assert DEFAULT_CONTEXT == ForwardContext(ForwardMode.DECODE)
+    with forward_context("prefill") as ambient:
+        assert resolve_forward_context(None) == (ambient, "forward_context")
+        assert resolve_forward_context("target_verify") == (ForwardContext("target_verify"), "argument")
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,13 @@ lifecycle, the paths and the witness records.
 from __future__ import annotations
 
 from mxfuse.layers.context import (
+    DEFAULT_CONTEXT,
     ForwardContext,
     ForwardMode,
     current_forward_context,
     forward_context,
     parse_forward_context,
+    resolve_forward_context,
 )
 from mxfuse.layers.gating import (
     ALIGNMENT,
@@ -30,6 +32,7 @@ from mxfuse.layers.params import ParamUpdate, can_copy_into, copy_or_rebind_para
 
 __all__ = [
     "ALIGNMENT",
+    "DEFAULT_CONTEXT",
     "FUSED_MODES",
     "MAX_FUSED_ROWS",
     "RULES",
@@ -48,5 +51,6 @@ __all__ = [
     "forward_context",
     "fused_mxfp8_rows",
     "parse_forward_context",
+    "resolve_forward_context",
     "shape_support",
 ]

@@ -7,8 +7,11 @@ target-verify step or a prefill. The caller says so in one of two ways, both exp
 * for a whole model step: ``with forward_context("decode"): model(x)`` sets it for every layer called
   inside the block (a ``contextvars.ContextVar``, so threads and asyncio tasks do not see each other's).
 
-A per-call ``context`` wins over the ambient one. With neither, the gate says no ("no forward mode
-given"): the fused path never runs on a guess.
+A per-call ``context`` wins over the ambient one. With neither, a layer assumes ``DEFAULT_CONTEXT``
+(decode: a bare ``layer(x)`` takes the path its request asked for) and its witness record says so
+(``mode_from: "default"``). Serving engines set the mode for every step; a prefill that forgets to is
+still computed correctly (by the MXFP8 path, up to 2048 rows), and the record shows the mode was assumed.
+The pure gate itself (``gating.fused_mxfp8_rows``) assumes nothing: ``context=None`` is a no there.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
+    "DEFAULT_CONTEXT",
     "ForwardContext",
     "ForwardMode",
     "current_forward_context",
     "forward_context",
     "parse_forward_context",
+    "resolve_forward_context",
 ]
 
 
@@ -73,12 +78,26 @@ def parse_forward_context(value: object, *, argument: str = "context") -> Forwar
     )
 
 
+DEFAULT_CONTEXT = ForwardContext(ForwardMode.DECODE)
+
 _current: ContextVar[ForwardContext | None] = ContextVar("mxfuse_forward_context", default=None)
 
 
 def current_forward_context() -> ForwardContext | None:
     """The context set by the innermost ``forward_context`` block around this call, or None."""
     return _current.get()
+
+
+def resolve_forward_context(context: object, *, argument: str = "context") -> tuple[ForwardContext, str]:
+    """The context a layer call runs with, and where it came from: ``"argument"`` (the call's
+    ``context``), ``"forward_context"`` (the innermost ``forward_context`` block) or ``"default"``."""
+    given = parse_forward_context(context, argument=argument)
+    if given is not None:
+        return given, "argument"
+    ambient = _current.get()
+    if ambient is not None:
+        return ambient, "forward_context"
+    return DEFAULT_CONTEXT, "default"
 
 
 @contextmanager

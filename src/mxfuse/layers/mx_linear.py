@@ -21,7 +21,8 @@ Lifecycle, a small state machine (``layer.state``)::
 Forward, ``layer(x, context=None)``: ``x`` is bf16 ``[rows, K]`` or a plain tuple ``(float8_e4m3fn
 [rows, K], scale)`` with the scales in ``layer.input_scale_layout``. Inputs are 2-D: a 3-D input is a
 ValueError (flatten the leading dimensions yourself, ``x.reshape(-1, K)``, so that ``rows`` is what the
-gate sees). ``context`` is the forward mode (see ``mxfuse.layers.context``). The gate
+gate sees). ``context`` is the forward mode; without it the ambient ``forward_context`` applies, and
+without that, decode (see ``mxfuse.layers.context``). The gate
 (``gating.fused_mxfp8_rows``, also ``layer.gate(rows)`` for producers) decides the path:
 
 * ``linear.pair_consumed``: a pair, gate yes: ``mxfp8_gemm`` on the prepared weight.
@@ -38,14 +39,15 @@ gate sees). ``context`` is the forward mode (see ``mxfuse.layers.context``). The
 Witness: every call emits one ``mxfuse.witness`` record, on the host when the path is chosen (under
 CUDA-graph capture: once, at capture; replays emit nothing). Keys: ``path``, ``reason`` (the gate's,
 naming every rule that said no), ``backend`` (the MXFP8 GEMM backend that ran; None on the bf16 paths),
-``site`` (the layer's name), ``rows``, ``n``, ``k``, ``mode`` (None: not given), ``layout`` (the scale
+``site`` (the layer's name), ``rows``, ``n``, ``k``, ``mode``, ``mode_from`` (``"argument"``,
+``"forward_context"`` or ``"default"``: see ``mxfuse.layers.context``), ``layout`` (the scale
 layout of the pair consumed, dequantized or self-quantized into; None on ``linear.bf16``) and ``failed``
 (the gate rules that said no, in ``gating.RULES`` order). Example::
 
     {"path": "linear.pair_consumed",
      "reason": "decode, 16 rows <= 2048, N = 1792 and K = 5120 aligned for triton",
      "backend": "triton", "site": "layers.0.attn.wqkv_a", "rows": 16, "n": 1792, "k": 5120,
-     "mode": "decode", "layout": "e8m0", "failed": []}
+     "mode": "decode", "mode_from": "forward_context", "layout": "e8m0", "failed": []}
 
 MXFP8 GEMM calls add their own ``gemm.<backend>`` record just before it. A reload that has to replace a
 tensor (shape, dtype or device changed) emits ``linear.rebind`` (see ``copy_or_rebind_param``).
@@ -86,7 +88,7 @@ from mxfuse.gemm import (
     prepare_mxfp8_weight,
 )
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.layers.context import ForwardContext, current_forward_context, parse_forward_context
+from mxfuse.layers.context import ForwardContext, resolve_forward_context
 from mxfuse.layers.gating import Consumer, FusedDecision, consuming_backend, fused_mxfp8_rows, shape_support
 from mxfuse.layers.params import ParamUpdate, can_copy_into, copy_or_rebind_param
 from mxfuse.witness import emit
@@ -145,7 +147,8 @@ class MxLinear(nn.Module):
     ``rounding``: the MXFP8 scale rule for quantizing bf16 weights and the layer's own input.
     ``input_scale_layout``: the layout pairs must use; None: the consuming backend's first choice.
     ``name``: the ``site`` in witness records. ``device``: where the weights live (None: where the first
-    loaded weight is). ``backend_status``: availability of every backend on a device
+    loaded weight is); it is fixed at the first load, so move tensors, not the layer (``.to()`` after
+    processing is not supported: inputs are checked against this device). ``backend_status``: availability of every backend on a device
     (default ``mxfuse.gemm.backend_status``); tests pass a fake to model a device they do not have.
     """
 
@@ -243,7 +246,8 @@ class MxLinear(nn.Module):
             raise ValueError(
                 f"weight must have shape [out_features, in_features] = {[n, k]}; got {list(weight.shape)}"
             )
-        device = self._device if self._device is not None else _canonical(weight.device)
+        # "cuda" and "cuda:0" must compare equal when inputs are checked: keep the device with its index.
+        device = _canonical(self._device if self._device is not None else weight.device)
         if weight.dtype == torch.float8_e4m3fn:
             if k % BLOCK_SIZE:
                 raise ValueError(f"weight: an MXFP8 weight needs K % {BLOCK_SIZE} == 0; in_features is {k}")
@@ -364,18 +368,20 @@ class MxLinear(nn.Module):
     # ---- forward ----------------------------------------------------------------------------------
 
     def gate(self, rows: int, *, context: ForwardContext | str | None = None) -> FusedDecision:
-        """The gate's decision for ``rows`` rows in ``context`` (or the ambient ``forward_context``).
-
-        Producers call this to decide whether to write the pair; ``forward`` calls it too, so both agree.
-        """
+        """The gate's decision for ``rows`` rows in ``context`` (else the ambient ``forward_context``, else
+        decode: see ``mxfuse.layers.context``). Producers call this to decide whether to write the pair;
+        ``forward`` calls it too, so both agree."""
         result = self._ready("gate")
-        ctx = parse_forward_context(context)
+        ctx, _ = resolve_forward_context(context)
+        return self._gate(rows, ctx, result)
+
+    def _gate(self, rows: int, ctx: ForwardContext, result: ProcessResult) -> FusedDecision:
         return fused_mxfp8_rows(
             rows=rows,
             n=self.out_features,
             k=self.in_features,
             consumer=self._consumer,
-            context=ctx if ctx is not None else current_forward_context(),
+            context=ctx,
             takes_mxfp8_input=result.takes_mxfp8_input,
             fact_reason=result.reason,
         )
@@ -387,19 +393,20 @@ class MxLinear(nn.Module):
         context: ForwardContext | str | None = None,
     ) -> torch.Tensor:
         result = self._ready("forward")
-        ctx = parse_forward_context(context)
-        ctx = ctx if ctx is not None else current_forward_context()
+        ctx = resolve_forward_context(context)
         if isinstance(x, torch.Tensor):
-            return self._forward_bf16(x, ctx)
+            return self._forward_bf16(x, ctx, result)
         if isinstance(x, tuple | list):
             return self._forward_pair(x, ctx, result)
         raise TypeError(
             f"x must be a bf16 tensor [rows, K] or a pair (fp8 [rows, K], scale); got {type(x).__name__}"
         )
 
-    def _forward_bf16(self, x: torch.Tensor, ctx: ForwardContext | None) -> torch.Tensor:
+    def _forward_bf16(
+        self, x: torch.Tensor, ctx: tuple[ForwardContext, str], result: ProcessResult
+    ) -> torch.Tensor:
         self._check_rows_tensor(x, "x", torch.bfloat16)
-        decision = self.gate(x.shape[0], context=ctx)
+        decision = self._gate(x.shape[0], ctx[0], result)
         if decision.fused:
             layout = self._layout()
             if x.shape[1] > 1 and x.stride(1) != 1:
@@ -413,7 +420,7 @@ class MxLinear(nn.Module):
         return y
 
     def _forward_pair(
-        self, x: tuple | list, ctx: ForwardContext | None, result: ProcessResult
+        self, x: tuple | list, ctx: tuple[ForwardContext, str], result: ProcessResult
     ) -> torch.Tensor:
         if len(x) != 2:
             raise ValueError(f"x must be a pair (fp8 [rows, K], scale); got a {type(x).__name__} of {len(x)}")
@@ -426,7 +433,7 @@ class MxLinear(nn.Module):
         check_mxfp8_pair(
             (q, scale), m=rows, k=self.in_features, scale_layout=layout, device=q.device, argument="x"
         )
-        decision = self.gate(rows, context=ctx)
+        decision = self._gate(rows, ctx[0], result)
         if decision.fused:
             y = self._mxfp8((q, scale), layout)
             self._witness("linear.pair_consumed", decision, rows, ctx, layout)
@@ -500,18 +507,18 @@ class MxLinear(nn.Module):
         path: str,
         decision: FusedDecision,
         rows: int,
-        ctx: ForwardContext | None,
+        ctx: tuple[ForwardContext, str],
         layout: ScaleLayout | None,
     ) -> None:
+        fused = path in ("linear.pair_consumed", "linear.self_quantized")
         fields: dict[str, Any] = {
-            "backend": self._weight_backend
-            if path in ("linear.pair_consumed", "linear.self_quantized")
-            else None,
+            "backend": self._weight_backend if fused else None,
             "site": self.site,
             "rows": rows,
             "n": self.out_features,
             "k": self.in_features,
-            "mode": None if ctx is None else ctx.mode.value,
+            "mode": ctx[0].mode.value,
+            "mode_from": ctx[1],
             "layout": None if layout is None else layout.value,
             "failed": list(decision.failed),
         }
