@@ -60,6 +60,17 @@ def _assert_matmul_close(
     assert_close(actual, expected, rtol=2.0**-8, atol=atol)
 
 
+def test_every_path_the_layer_emits_is_declared():
+    for path in (
+        "linear.pair_consumed",
+        "linear.self_quantized",
+        "linear.bf16",
+        "linear.pair_fallback",
+        "linear.rebind",
+    ):
+        assert witness.PATHS.get(path), path
+
+
 # ---- lifecycle ------------------------------------------------------------------------------------
 
 

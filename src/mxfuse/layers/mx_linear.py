@@ -47,7 +47,7 @@ layout of the pair consumed, dequantized or self-quantized into; None on ``linea
     {"path": "linear.pair_consumed",
      "reason": "decode, 16 rows <= 2048, N = 1792 and K = 5120 aligned for triton",
      "backend": "triton", "site": "layers.0.attn.wqkv_a", "rows": 16, "n": 1792, "k": 5120,
-     "mode": "decode", "mode_from": "forward_context", "layout": "e8m0", "failed": []}
+     "mode": "decode", "mode_from": "forward_context", "layout": "deepgemm", "failed": []}
 
 MXFP8 GEMM calls add their own ``gemm.<backend>`` record just before it. A reload that has to replace a
 tensor (shape, dtype or device changed) emits ``linear.rebind`` (see ``copy_or_rebind_param``).
