@@ -50,6 +50,7 @@ PATHS: dict[str, str] = {
     "linear.self_quantized": "the layer quantized its own bf16 input",
     "linear.bf16": "the layer ran its bf16 path",
     "linear.pair_fallback": "a pair reached a layer that cannot consume it: dequantized, fallback path",
+    "linear.rebind": "a reload replaced a tensor captured CUDA graphs read (its shape, dtype or device changed)",
     # Grouped wo_a projection (mxfuse.einsum)
     "einsum.wo_a.kernel.pair": "the grouped wo_a kernel's epilogue wrote wo_b's MXFP8 pair",
     "einsum.wo_a.kernel.bf16": "the grouped wo_a kernel wrote bf16 z",

@@ -1,0 +1,288 @@
+"""The fused-path gate as a pure function: every rule's boundary, the consumer rule per device, the
+alignment table, and the forward context the gate reads. No layer and no GPU: devices are plain values."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from gpumatrix import register
+from mxfuse.gemm import Availability
+from mxfuse.layers import (
+    ALIGNMENT,
+    DEFAULT_CONTEXT,
+    MAX_FUSED_ROWS,
+    RULES,
+    Consumer,
+    ForwardContext,
+    ForwardMode,
+    consuming_backend,
+    current_forward_context,
+    forward_context,
+    fused_mxfp8_rows,
+    parse_forward_context,
+    resolve_forward_context,
+    shape_support,
+)
+
+register(on=("cpu",), est_time=2)
+
+OK = Availability(True, "available")
+DECODE = ForwardContext(ForwardMode.DECODE)
+BASE = {
+    "rows": 16,
+    "n": 1792,
+    "k": 5120,
+    "consumer": Consumer("triton", "triton: sm_90"),
+    "context": DECODE,
+    "takes_mxfp8_input": True,
+}
+
+GATE = [
+    # (id, changes to BASE, fused, failed rules, reason fragment)
+    ("decode", {}, True, (), "decode, 16 rows <= 2048, N = 1792 and K = 5120 aligned for triton"),
+    ("target verify", {"context": ForwardContext("target_verify")}, True, (), "target_verify"),
+    ("0 rows", {"rows": 0}, True, (), "0 rows"),
+    ("1 row", {"rows": 1}, True, (), "1 rows <= 2048"),
+    ("2048 rows", {"rows": 2048}, True, (), "2048 rows <= 2048"),
+    ("2049 rows", {"rows": 2049}, False, ("rows",), "2049 rows > 2048"),
+    (
+        "prefill",
+        {"context": ForwardContext("prefill")},
+        False,
+        ("mode",),
+        "prefill is not decode or target_verify",
+    ),
+    ("extend", {"context": ForwardContext("extend")}, False, ("mode",), "extend is not decode"),
+    ("no mode", {"context": None}, False, ("mode",), "no forward mode given"),
+    (
+        "sequence parallel",
+        {"context": ForwardContext("decode", sequence_parallel=True)},
+        False,
+        ("mode",),
+        "sequence parallel",
+    ),
+    ("fact false", {"takes_mxfp8_input": False, "fact_reason": "not asked"}, False, ("fact",), "(not asked)"),
+    ("no consumer", {"consumer": Consumer(None, "nothing here")}, False, ("device",), "nothing here"),
+    ("triton K % 32", {"k": 5136}, False, ("alignment",), "K = 5136 is not a multiple of 32"),
+    ("triton odd N", {"n": 1795}, True, (), "N = 1795"),
+    ("deepgemm aligned", {"consumer": Consumer("deepgemm", "d")}, True, (), "aligned for deepgemm"),
+    (
+        "deepgemm N % 64",
+        {"consumer": Consumer("deepgemm", "d"), "n": 1792 + 32},
+        False,
+        ("alignment",),
+        "N = 1824 is not a multiple of 64",
+    ),
+    (
+        "deepgemm K % 128",
+        {"consumer": Consumer("deepgemm", "d"), "k": 5120 + 32},
+        False,
+        ("alignment",),
+        "K = 5152 is not a multiple of 128",
+    ),
+    (
+        "flashinfer N % 8",
+        {"consumer": Consumer("flashinfer", "f"), "n": 1796},
+        False,
+        ("alignment",),
+        "N = 1796 is not a multiple of 8",
+    ),
+    ("torch K % 32", {"consumer": Consumer("torch", "t"), "k": 48}, False, ("alignment",), "K = 48"),
+    (
+        "unknown backend fails closed",
+        {"consumer": Consumer("cublas", "c")},
+        False,
+        ("alignment",),
+        "no alignment rule is known for backend 'cublas'",
+    ),
+    (
+        "every rule at once",
+        {
+            "consumer": Consumer(None, "no device"),
+            "context": ForwardContext("prefill"),
+            "rows": 4096,
+            "takes_mxfp8_input": False,
+        },
+        False,
+        ("device", "mode", "rows", "fact"),
+        "no device; forward mode prefill",
+    ),
+    (
+        "alignment with the rest",
+        {"k": 5136, "context": None, "rows": 2049, "takes_mxfp8_input": False},
+        False,
+        ("alignment", "mode", "rows", "fact"),
+        "K = 5136",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "fused", "failed", "fragment"), [g[1:] for g in GATE], ids=[g[0] for g in GATE]
+)
+def test_gate_table(changes, fused, failed, fragment):
+    decision = fused_mxfp8_rows(**{**BASE, **changes})
+    assert (decision.fused, bool(decision), decision.failed) == (fused, fused, failed)
+    assert fragment in decision.reason
+    assert decision.backend == {**BASE, **changes}["consumer"].backend
+    # One reason per failing rule, in RULES order.
+    assert decision.reason.count("; ") + 1 == max(len(failed), 1)
+    assert list(failed) == [r for r in RULES if r in failed]
+
+
+def test_the_row_limit_is_2048():
+    assert MAX_FUSED_ROWS == 2048
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"rows": -1}, ValueError, "rows must be an int >= 0"),
+        ({"rows": True}, ValueError, "rows must be an int >= 0"),
+        ({"rows": 2.0}, ValueError, "rows must be an int >= 0"),
+        ({"n": 0}, ValueError, "n must be an int >= 1"),
+        ({"k": None}, ValueError, "k must be an int >= 1"),
+        ({"consumer": "triton"}, TypeError, "consumer must be a Consumer"),
+        ({"context": "decode"}, TypeError, "context must be a ForwardContext or None"),
+        ({"takes_mxfp8_input": 1}, TypeError, "takes_mxfp8_input must be a bool"),
+    ],
+    ids=["rows < 0", "rows bool", "rows float", "n 0", "k None", "consumer str", "context str", "fact int"],
+)
+def test_gate_bad_input_names_the_argument(changes, error, match):
+    with pytest.raises(error, match=match):
+        fused_mxfp8_rows(**{**BASE, **changes})
+
+
+CONSUMERS = [
+    # (id, device, status, backend, reason fragments)
+    ("cpu torch counts", "cpu", {"torch": OK}, "torch", ["torch: available"]),
+    (
+        "cuda torch does not count",
+        "cuda:0",
+        {"torch": OK},
+        None,
+        ["no backend on cuda:0", "torch: does not count on cuda", "slower than the bf16 path"],
+    ),
+    (
+        "sm_80 without triton",
+        "cuda:0",
+        {"triton": Availability(False, "needs sm_89+; cuda:0 is sm_80"), "torch": OK},
+        None,
+        ["triton: needs sm_89+; cuda:0 is sm_80", "torch: does not count"],
+    ),
+    (
+        "hopper skips deepgemm",
+        "cuda:0",
+        {"deepgemm": Availability(False, "needs sm_100/sm_103; cuda:0 is sm_90"), "triton": OK, "torch": OK},
+        "triton",
+        ["triton: available"],
+    ),
+    ("first available wins", "cuda:1", {"deepgemm": OK, "triton": OK}, "deepgemm", ["deepgemm"]),
+    ("nothing registered", "cpu", {}, None, ["no MXFP8 GEMM backend is registered for cpu"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("device", "status", "backend", "fragments"), [c[1:] for c in CONSUMERS], ids=[c[0] for c in CONSUMERS]
+)
+def test_consuming_backend_per_device(device, status, backend, fragments):
+    consumer = consuming_backend(torch.device(device), status)
+    assert consumer.backend == backend and bool(consumer) == (backend is not None)
+    for fragment in fragments:
+        assert fragment in consumer.reason
+
+
+@pytest.mark.parametrize(
+    ("backend", "n", "k", "ok"),
+    [
+        ("torch", 1, 32, True),
+        ("torch", 7, 48, False),
+        ("triton", 1795, 5120, True),
+        ("triton", 1792, 5136, False),
+        ("deepgemm", 64, 128, True),
+        ("deepgemm", 96, 128, False),
+        ("deepgemm", 64, 160, False),
+        ("flashinfer", 8, 128, True),
+        ("flashinfer", 12, 128, False),
+        ("flashinfer", 8, 96, False),
+        ("nvfp4", 128, 128, False),
+    ],
+)
+def test_shape_support_follows_the_alignment_table(backend, n, k, ok):
+    assert shape_support(backend, n=n, k=k).ok is ok
+    if backend in ALIGNMENT:
+        n_multiple, k_multiple = ALIGNMENT[backend]
+        assert ok == (n % n_multiple == 0 and k % k_multiple == 0)
+
+
+def test_every_backend_the_gemm_module_knows_has_an_alignment_rule():
+    from mxfuse.gemm import BACKENDS
+
+    assert set(BACKENDS) <= set(ALIGNMENT)
+    assert all(k_multiple % 32 == 0 for _, k_multiple in ALIGNMENT.values())
+
+
+# ---- forward context ------------------------------------------------------------------------------
+
+
+def test_forward_context_nests_and_restores():
+    assert current_forward_context() is None
+    with forward_context("decode") as outer:
+        assert current_forward_context() == outer == ForwardContext(ForwardMode.DECODE)
+        with forward_context(ForwardMode.PREFILL, sequence_parallel=True):
+            assert current_forward_context() == ForwardContext(ForwardMode.PREFILL, True)
+        assert current_forward_context() is outer
+    assert current_forward_context() is None
+
+
+def test_forward_context_is_not_shared_with_other_threads():
+    seen: list[ForwardContext | None] = []
+    with forward_context("decode"):
+        thread = threading.Thread(target=lambda: seen.append(current_forward_context()))
+        thread.start()
+        thread.join()
+    assert seen == [None]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("decode", ForwardContext(ForwardMode.DECODE)),
+        (ForwardMode.TARGET_VERIFY, ForwardContext(ForwardMode.TARGET_VERIFY)),
+        (ForwardContext("extend", True), ForwardContext(ForwardMode.EXTEND, True)),
+    ],
+)
+def test_parse_forward_context(value, expected):
+    assert parse_forward_context(value) == expected
+
+
+def test_resolve_forward_context_prefers_the_argument_then_the_block_then_decode():
+    assert resolve_forward_context(None) == (DEFAULT_CONTEXT, "default")
+    assert DEFAULT_CONTEXT == ForwardContext(ForwardMode.DECODE)
+    with forward_context("prefill") as ambient:
+        assert resolve_forward_context(None) == (ambient, "forward_context")
+        assert resolve_forward_context("target_verify") == (ForwardContext("target_verify"), "argument")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: parse_forward_context("decoding"), ValueError, "context must be one of 'decode'"),
+        (lambda: parse_forward_context(3), TypeError, "context must be a ForwardContext"),
+        (lambda: ForwardContext("warmup"), ValueError, "mode must be one of"),
+        (
+            lambda: ForwardContext("decode", sequence_parallel=1),
+            TypeError,
+            "sequence_parallel must be a bool",
+        ),
+        (lambda: forward_context("idle").__enter__(), ValueError, "mode must be one of"),
+    ],
+    ids=["unknown mode string", "not a mode", "bad mode", "sequence_parallel int", "context manager"],
+)
+def test_forward_context_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
