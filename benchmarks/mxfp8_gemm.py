@@ -53,19 +53,21 @@ def sweep_configs(m: int, n: int, k: int) -> list[GemmConfig]:
     out = []
     if m <= 4:
         bm = triton.next_power_of_2(m)
-        for bn, chunks in ((4, 32), (8, 16), (8, 32), (16, 8), (16, 16), (32, 8)):
-            for split in (1, 2, 4):
-                out.append(g("gemv", bm, bn, chunks, split, 4, 3))
-        out += [g("gemv", bm, 8, 16, 1, 2, 4), g("gemv", bm, 16, 16, 2, 8, 3), g("gemv", bm, 8, 16, 2, 4, 5)]
+        for bits in (False, True):
+            for bn, chunks in ((4, 32), (8, 16), (8, 32), (16, 16)):
+                for split in (1, 2, 4):
+                    out.append(g("gemv", bm, bn, chunks, split, 4, 3, bits=bits))
+            out += [g("gemv", bm, 4, 32, 2, 8, 3, bits=bits), g("gemv", bm, 4, 32, 2, 4, 5, bits=bits)]
+            out += [g("gemv", bm, 4, 32, 2, 2, 4, bits=bits), g("gemv", bm, 2, 32, 2, 4, 3, bits=bits)]
     if m <= 64:
         bm = max(16, triton.next_power_of_2(m))
         for bn in (32, 64, 128):
-            for bg in (4, 8):
-                for split in (1, 2, 4, 8):
-                    out.append(g("dq16", bm, bn, bg, split, 4, 3, True))
-        out += [g("dq16", bm, 64, 4, 4, 4, 4, True), g("dq16", bm, 64, 4, 4, 8, 3, True)]
-        if m > 4:
-            out += [g("mma8", bm, 64, 4, 8, 4, 3, True), g("dq16", bm, 32, 4, 4, 4, 3, False)]
+            for bg, warps in ((4, 4), (8, 4), (8, 8)):
+                for split in (2, 4, 8, 16):
+                    out.append(g("dq16", bm, bn, bg, split, warps, 3, True))
+        out += [g("dq16", bm, 64, 4, 8, 4, 4, True), g("dq16", bm, 128, 8, 8, 8, 2, True)]
+        for bn, split, warps in ((64, 8, 4), (64, 16, 4), (128, 8, 8), (32, 16, 4)):
+            out.append(g("mma8", bm, bn, 4, split, warps, 3, True))
         return out
     for bm, bn, warps in ((64, 128, 4), (128, 128, 8), (128, 256, 8), (64, 256, 8)):
         for bg in (2, 4):

@@ -208,7 +208,9 @@ def test_repeatable_and_independent_of_where_a_row_sits(name):
     first = _run(name, aq, as_, n, k).clone()
     for _ in range(5):
         assert_same_bits(_run(name, aq, as_, n, k).view(torch.int16), first.view(torch.int16), name="repeat")
-    assert_same_bits(first[1:].view(torch.int16), first[:1].expand(63, n).view(torch.int16), name="copied rows")
+    assert_same_bits(
+        first[1:].view(torch.int16), first[:1].expand(63, n).view(torch.int16), name="copied rows"
+    )
 
 
 def test_auto_takes_a_fast_backend_on_this_gpu_and_says_so():
@@ -236,8 +238,14 @@ def test_bad_inputs_are_refused_naming_the_argument():
         (lambda: mxfp8_gemm((aq.cpu(), as_.cpu()), w, out=out), r"a must be on the weight's device cuda:0"),
         (lambda: mxfp8_gemm((aq, as_.cpu()), w, out=out), r"a\[1\] must be on cuda:0"),
         (lambda: mxfp8_gemm(pair, w, out=out.cpu()), r"out must be on cuda:0"),
-        (lambda: mxfp8_gemm((aq[:, :4096], as_[:, :128]), w, out=out), r"a\[0\]\.shape\[1\] \(K\) must equal"),
-        (lambda: mxfp8_gemm(pair, w, out=out[:, :100]), r"out must be a bfloat16 tensor of shape \(4, 2048\)"),
+        (
+            lambda: mxfp8_gemm((aq[:, :4096], as_[:, :128]), w, out=out),
+            r"a\[0\]\.shape\[1\] \(K\) must equal",
+        ),
+        (
+            lambda: mxfp8_gemm(pair, w, out=out[:, :100]),
+            r"out must be a bfloat16 tensor of shape \(4, 2048\)",
+        ),
         (lambda: prepare_mxfp8_weight(*_codes(n, k)[:1], _codes(n, k)[1].cpu()), r"scale must be on cuda:0"),
     ]
     for name in FAST:
@@ -245,8 +253,12 @@ def test_bad_inputs_are_refused_naming_the_argument():
             fast = _weight(name, n, k)
             wrong = "e8m0" if "e8m0" not in [v.value for v in BACKENDS[name].activation_layouts] else None
             if wrong is not None:
-                cases.append((lambda fast=fast, name=name: mxfp8_gemm(pair, fast, out=out, backend=name),
-                              rf"a\[1\] is in e8m0 layout; backend '{name}' reads"))
+                cases.append(
+                    (
+                        lambda fast=fast, name=name: mxfp8_gemm(pair, fast, out=out, backend=name),
+                        rf"a\[1\] is in e8m0 layout; backend '{name}' reads",
+                    )
+                )
     for call, match in cases:
         with pytest.raises(ValueError, match=match):
             call()

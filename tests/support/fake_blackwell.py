@@ -86,8 +86,19 @@ class FakeDeepGemm(types.ModuleType):
         _require(isinstance(a, tuple | list) and len(a) == 2, "a must be a pair (tensor, scale factors)")
         _require(isinstance(b, tuple | list) and len(b) == 2, "b must be a pair (tensor, scale factors)")
         (a_q, sfa), (b_q, sfb) = a, b
-        self.calls.append({"a": a, "b": b, "d": d, "c": c, "recipe": recipe, "recipe_a": recipe_a,
-                           "recipe_b": recipe_b, "disable_ue8m0_cast": disable_ue8m0_cast, "alpha": alpha})
+        self.calls.append(
+            {
+                "a": a,
+                "b": b,
+                "d": d,
+                "c": c,
+                "recipe": recipe,
+                "recipe_a": recipe_a,
+                "recipe_b": recipe_b,
+                "disable_ue8m0_cast": disable_ue8m0_cast,
+                "alpha": alpha,
+            }
+        )
         for name, t in (("a", a_q), ("b", b_q)):
             # DG csrc/utils/layout.hpp check_ab_fp8_fp4 / get_shape<2>: 2-D, float8_e4m3fn (FP4 is packed int8)
             _require(t.dim() == 2 and t.dtype == torch.float8_e4m3fn, f"{name} must be 2-D float8_e4m3fn")
@@ -95,7 +106,9 @@ class FakeDeepGemm(types.ModuleType):
             _require(t.stride(-1) == 1, f"{name} must be K-major (stride(-1) == 1) for the nt layout")
             # DG runtime_utils.hpp make_tma_2d_desc: 16-byte base, outer stride bytes % 16 == 0
             _require(t.data_ptr() % _TMA_BYTES == 0, f"{name} must start 16-byte aligned (TMA)")
-            _require(t.stride(0) * t.element_size() % _TMA_BYTES == 0, f"{name} row pitch must be 16-byte aligned")
+            _require(
+                t.stride(0) * t.element_size() % _TMA_BYTES == 0, f"{name} row pitch must be 16-byte aligned"
+            )
         m, k = a_q.shape
         n, k_b = b_q.shape
         # DGL check_major_type_cd: C/D must be N-major (stride(-1) == 1); gemm.hpp: bf16 or fp32 d
@@ -104,7 +117,9 @@ class FakeDeepGemm(types.ModuleType):
         # gemm.hpp: DG_HOST_ASSERT(m == m_ and n == n_ and k == k_)
         _require(k == k_b and tuple(d.shape) == (m, n), "shapes must be [M, K] @ [N, K].T -> [M, N]")
         _require(d.data_ptr() % _TMA_BYTES == 0, "d must start 16-byte aligned (TMA)")
-        _require(d.stride(0) * d.element_size() % _TMA_BYTES == 0, "d row pitch must be 16-byte aligned (TMA)")
+        _require(
+            d.stride(0) * d.element_size() % _TMA_BYTES == 0, "d row pitch must be 16-byte aligned (TMA)"
+        )
         _require(c is None and alpha is None, "this call does not accumulate or scale")
         # layout.hpp transform_sf_pair_into_required_layout: no recipe at all -> get_default_recipe, which on
         # arch 10 with int32 sfb is (1, 1, 128) (DGL); then either recipe or the recipe_a + recipe_b pair
@@ -130,6 +145,7 @@ class FakeDeepGemm(types.ModuleType):
             _require(sf.data_ptr() % _TMA_BYTES == 0, f"{name} must start 16-byte aligned (TMA)")
         if m == 0 or n == 0:  # gemm.hpp early_return
             return
+
         # DGP pack_ue8m0_to_int: four scale bytes viewed as one int32 (little-endian), k-group 4p + j in byte j
         def scale_bytes(sf: torch.Tensor, mn: int) -> torch.Tensor:
             words = sf.to(torch.int64) & 0xFFFFFFFF
@@ -155,11 +171,28 @@ class FakeFlashInfer(types.ModuleType):
     # FI mm_mxfp8(a, b, a_descale, b_descale, out=None, out_dtype=torch.bfloat16, use_8x4_sf_layout=False,
     #             backend="auto") -> out
     def mm_mxfp8(
-        self, a, b, a_descale, b_descale, out=None, out_dtype=torch.bfloat16, use_8x4_sf_layout=False,
+        self,
+        a,
+        b,
+        a_descale,
+        b_descale,
+        out=None,
+        out_dtype=torch.bfloat16,
+        use_8x4_sf_layout=False,
         backend="auto",
     ):
-        self.calls.append({"a": a, "b": b, "a_descale": a_descale, "b_descale": b_descale, "out": out,
-                           "out_dtype": out_dtype, "use_8x4_sf_layout": use_8x4_sf_layout, "backend": backend})
+        self.calls.append(
+            {
+                "a": a,
+                "b": b,
+                "a_descale": a_descale,
+                "b_descale": b_descale,
+                "out": out,
+                "out_dtype": out_dtype,
+                "use_8x4_sf_layout": use_8x4_sf_layout,
+                "backend": backend,
+            }
+        )
         # FI _check_mm_mxfp8_problem_size: 2-D a and b, b passed transposed ([k, n]), K must match
         _require(a.dim() == 2 and b.dim() == 2, "mm_mxfp8 accepts 2-D tensors")
         m, k = a.shape
@@ -191,10 +224,16 @@ class FakeFlashInfer(types.ModuleType):
             _require(tuple(out.shape) == (m, n) and out.dtype == out_dtype, "out must be (m, n) of out_dtype")
             _require(out.device == a.device, "out must be on a's device")
             _require(out.is_contiguous() and out.data_ptr() % 16 == 0, "out row-major and 16-byte aligned")
-            _require(backend in ("cutlass", "cudnn"), f"out is written by cutlass/cudnn only; got {backend!r}")
-        _require(backend in ("cutlass", "cute-dsl", "trtllm", "cudnn", "auto"), f"unknown backend {backend!r}")
+            _require(
+                backend in ("cutlass", "cudnn"), f"out is written by cutlass/cudnn only; got {backend!r}"
+            )
+        _require(
+            backend in ("cutlass", "cute-dsl", "trtllm", "cudnn", "auto"), f"unknown backend {backend!r}"
+        )
         if backend == "cutlass":
-            _require(self.capability in self.CUTLASS_CAPABILITIES, f"cutlass needs sm 100..121; {self.capability}")
+            _require(
+                self.capability in self.CUTLASS_CAPABILITIES, f"cutlass needs sm 100..121; {self.capability}"
+            )
             if self.capability >= 120:  # FI: on SM120/121 "K and N must be multiples of 32"
                 _require(k % 32 == 0 and n % 32 == 0, "sm_12x: K % 32 == 0 and N % 32 == 0")
         if out is None:
@@ -205,8 +244,15 @@ class FakeFlashInfer(types.ModuleType):
         def scale_bytes(swizzled: torch.Tensor, rows: int) -> torch.Tensor:
             r = torch.arange(rows).view(-1, 1)
             g = torch.arange(k // 32).view(1, -1)
-            offset = (r // 128) * (k_padded * 128) + (g // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + g % 4
-            return swizzled.cpu()[offset.reshape(-1)].view(rows, k // 32).repeat_interleave(32, dim=1).to(a.device)
+            offset = (
+                (r // 128) * (k_padded * 128) + (g // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + g % 4
+            )
+            return (
+                swizzled.cpu()[offset.reshape(-1)]
+                .view(rows, k // 32)
+                .repeat_interleave(32, dim=1)
+                .to(a.device)
+            )
 
         product = _dequant(a, scale_bytes(a_descale, m)) @ _dequant(b.t(), scale_bytes(b_descale, n)).t()
         out.copy_(product.to(out_dtype))

@@ -56,7 +56,9 @@ def random_codes(m: int, k: int, *, seed: int, device: torch.device | str = "cpu
     return e4m3_codes(x.clamp(-limit, limit))
 
 
-def random_scales(m: int, k: int, *, seed: int, low: int = 117, high: int = 137, device="cpu") -> torch.Tensor:
+def random_scales(
+    m: int, k: int, *, seed: int, low: int = 117, high: int = 137, device="cpu"
+) -> torch.Tensor:
     """uint8 E8M0 bytes ``[m, k/32]`` on ``device``, drawn from ``[low, high)``."""
     g = torch.Generator(device=device).manual_seed(seed)
     shape = (m, k // BLOCK_SIZE)

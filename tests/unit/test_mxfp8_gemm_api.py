@@ -59,7 +59,9 @@ def _poisoned_out(m: int, n: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rounding", ["rceil", "floor"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"]
+)
 def test_prepare_from_a_float_weight_quantizes_with_the_format_rules(dtype, rounding):
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(45, 160, generator=g) * torch.exp2(torch.randint(-8, 8, (45, 1), generator=g))).to(dtype)
@@ -194,7 +196,11 @@ def test_every_call_emits_a_witness_record_with_the_choice_and_what_was_passed_o
         mxfp8_gemm((pair[0][:0], pair[1][:0]), w)
     assert [r["path"] for r in records] == ["gemm.torch"] * 3
     first = records[0]
-    assert first["backend"] == "torch" and first["site"] == "wo_b" and (first["rows"], first["n"], first["k"]) == (3, 45, 160)
+    assert (
+        first["backend"] == "torch"
+        and first["site"] == "wo_b"
+        and (first["rows"], first["n"], first["k"]) == (3, 45, 160)
+    )
     assert first["reason"] == "auto: the weight was prepared for torch"
     assert set(first["passed_over"]) == set(gemm_api.AUTO_ORDER) - {"torch"}
     assert "needs a CUDA device" in first["passed_over"]["deepgemm"]
@@ -220,31 +226,147 @@ def _bad_calls():
     _, _, dg_pair = _activation(4, 160, "deepgemm", seed=72)
     wide = torch.empty((4, 320), dtype=torch.float8_e4m3fn)
     meta_q = torch.empty((4, 160), dtype=torch.float8_e4m3fn, device="meta")
-    return w, pair, [
-        ("w not prepared", lambda out: mxfp8_gemm(pair, wq, out=out), TypeError, r"w must be an MxWeight"),
-        ("a not a pair", lambda out: mxfp8_gemm(aq, w, out=out), TypeError, r"a must be a pair"),
-        ("a three items", lambda out: mxfp8_gemm((aq, as_, as_), w, out=out), TypeError, r"a must be a pair"),
-        ("a[0] not a tensor", lambda out: mxfp8_gemm(([1], as_), w, out=out), TypeError, r"a\[0\] must be a torch.Tensor"),
-        ("a[0] bf16", lambda out: mxfp8_gemm((aq.to(torch.bfloat16), as_), w, out=out), ValueError, r"a\[0\] must be a 2-D float8_e4m3fn"),
-        ("a[0] 3-D", lambda out: mxfp8_gemm((aq[None], as_), w, out=out), ValueError, r"a\[0\] must be a 2-D"),
-        ("mismatched K", lambda out: mxfp8_gemm((aq[:, :128], as_[:, :4]), w, out=out), ValueError, r"a\[0\]\.shape\[1\] \(K\) must equal the weight's K = 160"),
-        ("a[0] not contiguous", lambda out: mxfp8_gemm((wide[:, ::2], as_), w, out=out), ValueError, r"a\[0\] must be contiguous"),
-        ("a on another device", lambda out: mxfp8_gemm((meta_q, as_), w, out=out), ValueError, r"a must be on the weight's device cpu"),
-        ("a[1] not a tensor", lambda out: mxfp8_gemm((aq, 3), w, out=out), TypeError, r"a\[1\] \(scale\) must be a torch.Tensor"),
-        ("a[1] float32", lambda out: mxfp8_gemm((aq, as_.float()), w, out=out), ValueError, r"a\[1\] \(scale\) must be int32"),
-        ("a[1] wrong shape", lambda out: mxfp8_gemm((aq, as_[:3]), w, out=out), ValueError, r"a\[1\] must have shape \(4, 5\)"),
-        ("a[1] deepgemm strides", lambda out: mxfp8_gemm((aq, dg_pair[1].contiguous()), w, out=out), ValueError, r"a\[1\] must have strides \(1, 4\)"),
-        ("declared layout disagrees", lambda out: mxfp8_gemm(pair, w, out=out, scale_layout="deepgemm"), ValueError, r"a\[1\] must have dtype torch.int32"),
-        ("unknown layout", lambda out: mxfp8_gemm(pair, w, out=out, scale_layout="nvfp4"), ValueError, r"scale_layout must be one of"),
-        ("unknown backend", lambda out: mxfp8_gemm(pair, w, out=out, backend="cublas"), ValueError, r"backend must be one of 'auto', "),
-        ("backend not a string", lambda out: mxfp8_gemm(pair, w, out=out, backend=None), ValueError, r"backend must be one of"),
-        ("backend other than the weight's", lambda out: mxfp8_gemm(pair, w, out=out, backend="deepgemm"), ValueError, r"backend 'deepgemm' cannot use a weight prepared for 'torch'"),
-        ("out not a tensor", lambda out: mxfp8_gemm(pair, w, out=[0]), TypeError, r"out must be a torch.Tensor"),
-        ("out float32", lambda out: mxfp8_gemm(pair, w, out=out.float()), ValueError, r"out must be a bfloat16 tensor of shape \(4, 45\)"),
-        ("out wrong shape", lambda out: mxfp8_gemm(pair, w, out=out[:3]), ValueError, r"out must be a bfloat16 tensor of shape \(4, 45\)"),
-        ("out not contiguous", lambda out: mxfp8_gemm(pair, w, out=out.t().contiguous().t()), ValueError, r"out must be contiguous"),
-        ("out on another device", lambda out: mxfp8_gemm(pair, w, out=torch.empty((4, 45), dtype=torch.bfloat16, device="meta")), ValueError, r"out must be on cpu"),
-    ]
+    return (
+        w,
+        pair,
+        [
+            (
+                "w not prepared",
+                lambda out: mxfp8_gemm(pair, wq, out=out),
+                TypeError,
+                r"w must be an MxWeight",
+            ),
+            ("a not a pair", lambda out: mxfp8_gemm(aq, w, out=out), TypeError, r"a must be a pair"),
+            (
+                "a three items",
+                lambda out: mxfp8_gemm((aq, as_, as_), w, out=out),
+                TypeError,
+                r"a must be a pair",
+            ),
+            (
+                "a[0] not a tensor",
+                lambda out: mxfp8_gemm(([1], as_), w, out=out),
+                TypeError,
+                r"a\[0\] must be a torch.Tensor",
+            ),
+            (
+                "a[0] bf16",
+                lambda out: mxfp8_gemm((aq.to(torch.bfloat16), as_), w, out=out),
+                ValueError,
+                r"a\[0\] must be a 2-D float8_e4m3fn",
+            ),
+            (
+                "a[0] 3-D",
+                lambda out: mxfp8_gemm((aq[None], as_), w, out=out),
+                ValueError,
+                r"a\[0\] must be a 2-D",
+            ),
+            (
+                "mismatched K",
+                lambda out: mxfp8_gemm((aq[:, :128], as_[:, :4]), w, out=out),
+                ValueError,
+                r"a\[0\]\.shape\[1\] \(K\) must equal the weight's K = 160",
+            ),
+            (
+                "a[0] not contiguous",
+                lambda out: mxfp8_gemm((wide[:, ::2], as_), w, out=out),
+                ValueError,
+                r"a\[0\] must be contiguous",
+            ),
+            (
+                "a on another device",
+                lambda out: mxfp8_gemm((meta_q, as_), w, out=out),
+                ValueError,
+                r"a must be on the weight's device cpu",
+            ),
+            (
+                "a[1] not a tensor",
+                lambda out: mxfp8_gemm((aq, 3), w, out=out),
+                TypeError,
+                r"a\[1\] \(scale\) must be a torch.Tensor",
+            ),
+            (
+                "a[1] float32",
+                lambda out: mxfp8_gemm((aq, as_.float()), w, out=out),
+                ValueError,
+                r"a\[1\] \(scale\) must be int32",
+            ),
+            (
+                "a[1] wrong shape",
+                lambda out: mxfp8_gemm((aq, as_[:3]), w, out=out),
+                ValueError,
+                r"a\[1\] must have shape \(4, 5\)",
+            ),
+            (
+                "a[1] deepgemm strides",
+                lambda out: mxfp8_gemm((aq, dg_pair[1].contiguous()), w, out=out),
+                ValueError,
+                r"a\[1\] must have strides \(1, 4\)",
+            ),
+            (
+                "declared layout disagrees",
+                lambda out: mxfp8_gemm(pair, w, out=out, scale_layout="deepgemm"),
+                ValueError,
+                r"a\[1\] must have dtype torch.int32",
+            ),
+            (
+                "unknown layout",
+                lambda out: mxfp8_gemm(pair, w, out=out, scale_layout="nvfp4"),
+                ValueError,
+                r"scale_layout must be one of",
+            ),
+            (
+                "unknown backend",
+                lambda out: mxfp8_gemm(pair, w, out=out, backend="cublas"),
+                ValueError,
+                r"backend must be one of 'auto', ",
+            ),
+            (
+                "backend not a string",
+                lambda out: mxfp8_gemm(pair, w, out=out, backend=None),
+                ValueError,
+                r"backend must be one of",
+            ),
+            (
+                "backend other than the weight's",
+                lambda out: mxfp8_gemm(pair, w, out=out, backend="deepgemm"),
+                ValueError,
+                r"backend 'deepgemm' cannot use a weight prepared for 'torch'",
+            ),
+            (
+                "out not a tensor",
+                lambda out: mxfp8_gemm(pair, w, out=[0]),
+                TypeError,
+                r"out must be a torch.Tensor",
+            ),
+            (
+                "out float32",
+                lambda out: mxfp8_gemm(pair, w, out=out.float()),
+                ValueError,
+                r"out must be a bfloat16 tensor of shape \(4, 45\)",
+            ),
+            (
+                "out wrong shape",
+                lambda out: mxfp8_gemm(pair, w, out=out[:3]),
+                ValueError,
+                r"out must be a bfloat16 tensor of shape \(4, 45\)",
+            ),
+            (
+                "out not contiguous",
+                lambda out: mxfp8_gemm(pair, w, out=out.t().contiguous().t()),
+                ValueError,
+                r"out must be contiguous",
+            ),
+            (
+                "out on another device",
+                lambda out: mxfp8_gemm(
+                    pair, w, out=torch.empty((4, 45), dtype=torch.bfloat16, device="meta")
+                ),
+                ValueError,
+                r"out must be on cpu",
+            ),
+        ],
+    )
 
 
 _IDS = [case[0] for case in _bad_calls()[2]]
@@ -262,26 +384,94 @@ def test_bad_gemm_input_is_refused_naming_the_argument_and_writes_nothing(case):
 
 
 _BAD_PREPARE = [
-    ("weight not a tensor", lambda: prepare_mxfp8_weight([[1.0]]), TypeError, r"weight must be a torch.Tensor"),
+    (
+        "weight not a tensor",
+        lambda: prepare_mxfp8_weight([[1.0]]),
+        TypeError,
+        r"weight must be a torch.Tensor",
+    ),
     ("weight 1-D", lambda: prepare_mxfp8_weight(torch.zeros(64)), ValueError, r"weight must be 2-D"),
-    ("K not a multiple of 32", lambda: prepare_mxfp8_weight(torch.zeros(4, 48)), ValueError, r"weight.shape\[1\] \(K\) must be a positive multiple of 32"),
+    (
+        "K not a multiple of 32",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 48)),
+        ValueError,
+        r"weight.shape\[1\] \(K\) must be a positive multiple of 32",
+    ),
     ("K zero", lambda: prepare_mxfp8_weight(torch.zeros(4, 0)), ValueError, r"weight.shape\[1\] \(K\)"),
-    ("int8 weight", lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.int8)), ValueError, r"weight must be float8_e4m3fn, bfloat16"),
-    ("E4M3 without scale", lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.float8_e4m3fn)), ValueError, r"scale is required"),
-    ("float weight with scale", lambda: prepare_mxfp8_weight(torch.zeros(4, 64), torch.zeros(4, 2, dtype=torch.uint8)), ValueError, r"scale must be None with a float weight"),
-    ("scale wrong shape", lambda: prepare_mxfp8_weight(torch.zeros(40, 64, dtype=torch.float8_e4m3fn), torch.zeros(3, 2, dtype=torch.uint8)), ValueError, r"scale must hold one E8M0 scale per 1x32 block \(40, 2\) or per 32x32 block \(2, 2\)"),
-    ("scale int32", lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.float8_e4m3fn), torch.zeros(4, 2, dtype=torch.int32)), ValueError, r"scale must hold E8M0 bytes"),
-    ("scale not a tensor", lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.float8_e4m3fn), [[127, 127]] * 4), TypeError, r"scale must be a torch.Tensor"),
-    ("scale on another device", lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.float8_e4m3fn), torch.zeros(4, 2, dtype=torch.uint8, device="meta")), ValueError, r"scale must be on cpu like weight"),
-    ("unknown rounding", lambda: prepare_mxfp8_weight(torch.zeros(4, 64), rounding="nearest"), ValueError, r"rounding must be one of"),
-    ("unknown backend", lambda: prepare_mxfp8_weight(torch.zeros(4, 64), backend="cublas"), ValueError, r"backend must be one of"),
-    ("backend not here", lambda: prepare_mxfp8_weight(torch.zeros(4, 64), backend="deepgemm"), MxfuseUnavailableError, r"backend 'deepgemm' cannot run on cpu: needs a CUDA device"),
+    (
+        "int8 weight",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.int8)),
+        ValueError,
+        r"weight must be float8_e4m3fn, bfloat16",
+    ),
+    (
+        "E4M3 without scale",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.float8_e4m3fn)),
+        ValueError,
+        r"scale is required",
+    ),
+    (
+        "float weight with scale",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 64), torch.zeros(4, 2, dtype=torch.uint8)),
+        ValueError,
+        r"scale must be None with a float weight",
+    ),
+    (
+        "scale wrong shape",
+        lambda: prepare_mxfp8_weight(
+            torch.zeros(40, 64, dtype=torch.float8_e4m3fn), torch.zeros(3, 2, dtype=torch.uint8)
+        ),
+        ValueError,
+        r"scale must hold one E8M0 scale per 1x32 block \(40, 2\) or per 32x32 block \(2, 2\)",
+    ),
+    (
+        "scale int32",
+        lambda: prepare_mxfp8_weight(
+            torch.zeros(4, 64, dtype=torch.float8_e4m3fn), torch.zeros(4, 2, dtype=torch.int32)
+        ),
+        ValueError,
+        r"scale must hold E8M0 bytes",
+    ),
+    (
+        "scale not a tensor",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 64, dtype=torch.float8_e4m3fn), [[127, 127]] * 4),
+        TypeError,
+        r"scale must be a torch.Tensor",
+    ),
+    (
+        "scale on another device",
+        lambda: prepare_mxfp8_weight(
+            torch.zeros(4, 64, dtype=torch.float8_e4m3fn), torch.zeros(4, 2, dtype=torch.uint8, device="meta")
+        ),
+        ValueError,
+        r"scale must be on cpu like weight",
+    ),
+    (
+        "unknown rounding",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 64), rounding="nearest"),
+        ValueError,
+        r"rounding must be one of",
+    ),
+    (
+        "unknown backend",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 64), backend="cublas"),
+        ValueError,
+        r"backend must be one of",
+    ),
+    (
+        "backend not here",
+        lambda: prepare_mxfp8_weight(torch.zeros(4, 64), backend="deepgemm"),
+        MxfuseUnavailableError,
+        r"backend 'deepgemm' cannot run on cpu: needs a CUDA device",
+    ),
     ("n without k", lambda: select_backend("cpu", n=64), ValueError, r"n and k must be given together"),
     ("negative k", lambda: backend_status("cpu", n=64, k=-32), ValueError, r"k must be an int >= 0"),
 ]
 
 
-@pytest.mark.parametrize(("call", "error", "match"), [c[1:] for c in _BAD_PREPARE], ids=[c[0] for c in _BAD_PREPARE])
+@pytest.mark.parametrize(
+    ("call", "error", "match"), [c[1:] for c in _BAD_PREPARE], ids=[c[0] for c in _BAD_PREPARE]
+)
 def test_bad_prepare_input_is_refused_naming_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -311,7 +501,10 @@ def test_exact_codes_give_the_exact_product():
     """Integers times powers of two: the oracle and the backend agree bit for bit after one bf16 rounding."""
     a = e4m3_codes(torch.tensor([[1.0, 2.0, -3.0, 0.5] * 8]))
     w = e4m3_codes(torch.tensor([[2.0] * 32, [-1.0] * 32]))
-    out = mxfp8_gemm((a, torch.tensor([[128]], dtype=torch.uint8)), prepare_mxfp8_weight(w, torch.tensor([[126], [127]], dtype=torch.uint8), backend="torch"))
+    out = mxfp8_gemm(
+        (a, torch.tensor([[128]], dtype=torch.uint8)),
+        prepare_mxfp8_weight(w, torch.tensor([[126], [127]], dtype=torch.uint8), backend="torch"),
+    )
     # row sum of a = 8 * 0.5 = 4; times 2 (a scale) times 2 * 0.5 (w row 0) = 8; times -1 (w row 1) = -8
     assert_close(out, torch.tensor([[8.0, -8.0]]), rtol=0, atol=0, name="out")
 

@@ -78,7 +78,9 @@ def test_deepgemm_adapter_calls_fp8_gemm_nt_as_documented(monkeypatch, fake_deep
     assert w.backend == "deepgemm" and w.passed_over == ()
     spec = scale_spec(n, k, scale_layout="deepgemm")  # int32 [N, ceil(K/128)], strides (1, align(N, 4))
     assert w.scale.dtype == torch.int32 and w.scale.stride() == (1, align(n, 4)) == spec.stride
-    assert_same_bits(scale_storage_view(w.scale, spec), scale_storage_view(pack_ue8m0_deepgemm(ws), spec), name="w.scale")
+    assert_same_bits(
+        scale_storage_view(w.scale, spec), scale_storage_view(pack_ue8m0_deepgemm(ws), spec), name="w.scale"
+    )
     pair = activation_pair(aq, as_, "deepgemm")
     with witness.capture() as records:
         out = mxfp8_gemm(pair, w, site="wqkv_a")
@@ -102,7 +104,9 @@ def test_deepgemm_propagates_nan_scale_rows_and_writes_into_out(monkeypatch, fak
     assert_gemm_close(out, reference_numpy(aq, as_, wq, ws), name="out", equal_nan=True)
 
 
-@pytest.mark.parametrize(("capability", "expected"), [((9, 0), "sm_90"), ((12, 0), "sm_120"), ((8, 9), "sm_89")])
+@pytest.mark.parametrize(
+    ("capability", "expected"), [((9, 0), "sm_90"), ((12, 0), "sm_120"), ((8, 9), "sm_89")]
+)
 def test_deepgemm_is_never_used_off_sm100_even_when_deep_gemm_is_installed(
     monkeypatch, fake_deep_gemm, capability, expected
 ):
@@ -110,13 +114,17 @@ def test_deepgemm_is_never_used_off_sm100_even_when_deep_gemm_is_installed(
     status = backend_status(CUDA0)["deepgemm"]
     assert not status.ok and f"sm_100 and sm_103 only; this device is {expected}" in status.reason
     with pytest.raises(MxfuseUnavailableError, match=rf"backend 'deepgemm' cannot run on cpu: .*{expected}"):
-        prepare_mxfp8_weight(random_codes(64, 256, seed=1), random_scales(64, 256, seed=2), backend="deepgemm")
+        prepare_mxfp8_weight(
+            random_codes(64, 256, seed=1), random_scales(64, 256, seed=2), backend="deepgemm"
+        )
     w = prepare_mxfp8_weight(random_codes(64, 256, seed=1), random_scales(64, 256, seed=2))
     assert w.backend != "deepgemm" and expected in dict(w.passed_over)["deepgemm"]
     assert fake_deep_gemm.calls == []
 
 
-def test_auto_on_sm90_with_deep_gemm_installed_picks_the_next_backend(monkeypatch, fake_deep_gemm, fake_flashinfer):
+def test_auto_on_sm90_with_deep_gemm_installed_picks_the_next_backend(
+    monkeypatch, fake_deep_gemm, fake_flashinfer
+):
     _pretend(monkeypatch, (9, 0))
     assert AUTO_ORDER == ("deepgemm", "flashinfer", "triton", "torch")
     name, passed_over = select_backend(CUDA0, n=7168, k=16384)
@@ -148,7 +156,10 @@ def test_deepgemm_refuses_an_output_that_tma_cannot_address(monkeypatch, fake_de
     aq, as_, wq, ws = _operands(3, 64, 256, seed=8)
     w = prepare_mxfp8_weight(wq, ws, backend="deepgemm")
     out = torch.zeros(3 * 64 + 1, dtype=torch.bfloat16)[1:].view(3, 64)  # contiguous, 2 bytes off
-    with witness.capture() as records, pytest.raises(ValueError, match=r"out must start on a 16-byte boundary"):
+    with (
+        witness.capture() as records,
+        pytest.raises(ValueError, match=r"out must start on a 16-byte boundary"),
+    ):
         mxfp8_gemm(activation_pair(aq, as_, "deepgemm"), w, out=out)
     assert fake_deep_gemm.calls == [] and not out.any() and records == []
 
@@ -158,12 +169,15 @@ def test_triton_takes_any_n():
     assert not gemm_api.BACKENDS["triton"].supports_shape(4099, 48).ok
 
 
-@pytest.mark.parametrize(("n", "k", "ok", "match"), [
-    (4099, 7168, False, r"N must be a multiple of 8"),
-    (1000, 7168, True, r"N % 8 == 0"),
-    (7168, 16384, True, r""),
-    (8, 32, True, r""),
-])
+@pytest.mark.parametrize(
+    ("n", "k", "ok", "match"),
+    [
+        (4099, 7168, False, r"N must be a multiple of 8"),
+        (1000, 7168, True, r"N % 8 == 0"),
+        (7168, 16384, True, r""),
+        (8, 32, True, r""),
+    ],
+)
 def test_deepgemm_shape_rule(n, k, ok, match):
     status = gemm_api.BACKENDS["deepgemm"].supports_shape(n, k)
     assert status.ok is ok and status.reason
@@ -218,26 +232,36 @@ def test_flashinfer_adapter_calls_mm_mxfp8_as_documented(monkeypatch, fake_flash
     assert_gemm_close(out, reference_numpy(aq, as_, wq, ws), name="out")
 
 
-@pytest.mark.parametrize(("n", "k", "ok", "match"), [
-    (4099, 7168, False, r"N must be a multiple of 32"),
-    (1000, 7168, False, r"N must be a multiple of 32"),
-    (96, 7168, False, r"at least 128"),
-    (1792, 96, False, r"K must be a multiple of 32 and at least 128"),
-    (1792, 5120, True, r"N, K >= 128"),
-])
+@pytest.mark.parametrize(
+    ("n", "k", "ok", "match"),
+    [
+        (4099, 7168, False, r"N must be a multiple of 32"),
+        (1000, 7168, False, r"N must be a multiple of 32"),
+        (96, 7168, False, r"at least 128"),
+        (1792, 96, False, r"K must be a multiple of 32 and at least 128"),
+        (1792, 5120, True, r"N, K >= 128"),
+    ],
+)
 def test_flashinfer_shape_rule(n, k, ok, match):
     status = gemm_api.BACKENDS["flashinfer"].supports_shape(n, k)
     assert status.ok is ok
     assert re.search(match, status.reason)
 
 
-def test_a_shape_no_vendor_library_takes_falls_through_with_reasons(monkeypatch, fake_deep_gemm, fake_flashinfer):
+def test_a_shape_no_vendor_library_takes_falls_through_with_reasons(
+    monkeypatch, fake_deep_gemm, fake_flashinfer
+):
     _pretend(monkeypatch, (10, 0))
     wq, ws = random_codes(4099, 256, seed=3), random_scales(4099, 256, seed=4)
     w = prepare_mxfp8_weight(wq, ws)
     passed = dict(w.passed_over)
-    assert "N must be a multiple of 8" in passed["deepgemm"] and "N must be a multiple of 32" in passed["flashinfer"]
-    with pytest.raises(ValueError, match=r"weight of shape \[N, K\] = \[4099, 256\] cannot be used by backend 'deepgemm'"):
+    assert (
+        "N must be a multiple of 8" in passed["deepgemm"]
+        and "N must be a multiple of 32" in passed["flashinfer"]
+    )
+    with pytest.raises(
+        ValueError, match=r"weight of shape \[N, K\] = \[4099, 256\] cannot be used by backend 'deepgemm'"
+    ):
         prepare_mxfp8_weight(wq, ws, backend="deepgemm")
     assert fake_deep_gemm.calls == [] and fake_flashinfer.calls == []
 
@@ -285,10 +309,14 @@ _AVAILABILITY = [
 ]
 
 
-@pytest.mark.parametrize(("label", "capability", "backend", "ok", "reason"), _AVAILABILITY,
-                         ids=[f"{row[0]}-{row[2]}" for row in _AVAILABILITY])
-def test_availability_and_its_reason_on_each_device(monkeypatch, fake_deep_gemm, fake_flashinfer,
-                                                    label, capability, backend, ok, reason):
+@pytest.mark.parametrize(
+    ("label", "capability", "backend", "ok", "reason"),
+    _AVAILABILITY,
+    ids=[f"{row[0]}-{row[2]}" for row in _AVAILABILITY],
+)
+def test_availability_and_its_reason_on_each_device(
+    monkeypatch, fake_deep_gemm, fake_flashinfer, label, capability, backend, ok, reason
+):
     _pretend(monkeypatch, capability)
     status = backend_status("cpu" if capability is None else CUDA0)[backend]
     assert status.ok is ok and reason in status.reason
@@ -306,8 +334,14 @@ def test_importing_and_asking_on_a_cpu_does_not_import_the_libraries():
 def test_the_fakes_refuse_what_the_libraries_refuse():
     """The fakes are only worth something if they fail on a wrong call: one wrong argument each."""
     dg = FakeDeepGemm()
-    a = (torch.zeros(2, 256, dtype=torch.float8_e4m3fn), pack_ue8m0_deepgemm(torch.zeros(2, 8, dtype=torch.uint8)))
-    b = (torch.zeros(64, 256, dtype=torch.float8_e4m3fn), pack_ue8m0_deepgemm(torch.zeros(64, 8, dtype=torch.uint8)))
+    a = (
+        torch.zeros(2, 256, dtype=torch.float8_e4m3fn),
+        pack_ue8m0_deepgemm(torch.zeros(2, 8, dtype=torch.uint8)),
+    )
+    b = (
+        torch.zeros(64, 256, dtype=torch.float8_e4m3fn),
+        pack_ue8m0_deepgemm(torch.zeros(64, 8, dtype=torch.uint8)),
+    )
     d = torch.zeros(2, 64, dtype=torch.bfloat16)
     with pytest.raises(ContractError, match=r"sfa shape \(2, 2\)"):  # the default recipe is gran_k 128
         dg.fp8_gemm_nt(a, b, d)
@@ -318,7 +352,10 @@ def test_the_fakes_refuse_what_the_libraries_refuse():
     with pytest.raises(RuntimeError, match="Unsupported architecture"):
         FakeDeepGemm(arch_major=9).fp8_gemm_nt(a, b, d, recipe=(1, 1, 32))
     fi = FakeFlashInfer()
-    sa, sb = swizzle_128x4(torch.zeros(2, 8, dtype=torch.uint8)), swizzle_128x4(torch.zeros(128, 8, dtype=torch.uint8))
+    sa, sb = (
+        swizzle_128x4(torch.zeros(2, 8, dtype=torch.uint8)),
+        swizzle_128x4(torch.zeros(128, 8, dtype=torch.uint8)),
+    )
     wq = torch.zeros(128, 256, dtype=torch.float8_e4m3fn)
     out = torch.zeros(2, 128, dtype=torch.bfloat16)
     with pytest.raises(ContractError, match="b must be column-major"):

@@ -22,12 +22,14 @@ from gpumatrix import register
 from gpumatrix.compare import assert_close
 from mxfuse.formats import dequantize_mxfp8, scale_to_layout
 
-register(on=("cpu",), est_time=30)
+register(on=("cpu",), est_time=60)
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
-# (kind, block_m, block_n, block_g, split_k, swap_ab)
+# (kind, block_m, block_n, block_g, split_k, swap_ab or, for gemv, bits)
 CONFIGS = {
     "gemv m1": ("gemv", 1, 8, 4, 1, False),
+    "gemv m1 bits": ("gemv", 1, 4, 8, 2, True),
+    "gemv m2 bits": ("gemv", 2, 8, 4, 1, True),
     "gemv m2 split3": ("gemv", 2, 4, 8, 3, False),
     "gemv m4 split2": ("gemv", 4, 8, 2, 2, False),
     "dq16 swap split2": ("dq16", 16, 16, 2, 2, True),
@@ -48,9 +50,10 @@ for key, (a_q, a_scale, layout, w_q, w_scale_t, config) in cases.items():
     m, k = a_q.shape
     out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
     spec = scale_spec(m, k, scale_layout=layout)
-    kind, bm, bn, bg, split, swap = config
+    kind, bm, bn, bg, split, flag = config
+    cfg = mk.GemmConfig(kind, bm, bn, bg, split, 4, 1, swap_ab=flag and kind != "gemv", bits=flag and kind == "gemv")
     mk.launch_mxfp8_gemm(a_q, scale_storage_view(a_scale, spec).view(torch.uint8), layout, w_q, w_scale_t,
-                         out, config=mk.GemmConfig(kind, bm, bn, bg, split, 4, 1, swap))
+                         out, config=cfg)
     results[key] = out
 torch.save(results, sys.argv[2])
 """

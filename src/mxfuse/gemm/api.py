@@ -34,7 +34,12 @@ __all__ = [
 
 # Every backend by name. AUTO_ORDER is the order "auto" tries them: the vendor libraries first (hardware
 # block-scaled MMA), then our Triton kernel, then the torch reference, which always runs.
-BACKENDS: dict[str, Backend] = {"deepgemm": DEEPGEMM, "flashinfer": FLASHINFER, "triton": TRITON, "torch": TORCH}
+BACKENDS: dict[str, Backend] = {
+    "deepgemm": DEEPGEMM,
+    "flashinfer": FLASHINFER,
+    "triton": TRITON,
+    "torch": TORCH,
+}
 AUTO_ORDER: tuple[str, ...] = ("deepgemm", "flashinfer", "triton", "torch")
 
 

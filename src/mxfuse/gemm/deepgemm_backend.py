@@ -92,7 +92,13 @@ class _DeepGemmBackend:
         out: torch.Tensor,
     ) -> None:
         why = "DeepGEMM reads it through a TMA descriptor"
-        operands = ((a_q, "a[0]"), (a_scale, "a[1]"), (w.qweight, "w.qweight"), (w.scale, "w.scale"), (out, "out"))
+        operands = (
+            (a_q, "a[0]"),
+            (a_scale, "a[1]"),
+            (w.qweight, "w.qweight"),
+            (w.scale, "w.scale"),
+            (out, "out"),
+        )
         for tensor, argument in operands:
             check_aligned(tensor, argument, alignment=_TMA_BYTES, why=why)
         module, reason = import_optional("deep_gemm", "fp8_gemm_nt", install=_INSTALL)

@@ -87,7 +87,13 @@ class _FlashInferBackend:
         out: torch.Tensor,
     ) -> None:
         why = "the CUTLASS kernel makes 128-bit accesses"
-        operands = ((a_q, "a[0]"), (a_scale, "a[1]"), (w.qweight, "w.qweight"), (w.scale, "w.scale"), (out, "out"))
+        operands = (
+            (a_q, "a[0]"),
+            (a_scale, "a[1]"),
+            (w.qweight, "w.qweight"),
+            (w.scale, "w.scale"),
+            (out, "out"),
+        )
         for tensor, argument in operands:
             check_aligned(tensor, argument, alignment=_ALIGN_BYTES, why=why)
         module, reason = import_optional("flashinfer", "mm_mxfp8", install=_INSTALL)

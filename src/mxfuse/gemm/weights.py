@@ -70,7 +70,8 @@ class MxWeight:
         if not isinstance(self.backend, str):
             raise TypeError(f"MxWeight.backend must be a str; got {type(self.backend).__name__}")
         if not isinstance(self.passed_over, tuple) or not all(
-            isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in self.passed_over
+            isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            for p in self.passed_over
         ):
             raise TypeError("MxWeight.passed_over must be a tuple of (backend, reason) string pairs")
 
