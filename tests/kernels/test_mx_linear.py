@@ -68,7 +68,7 @@ def test_lifecycle_and_fused_output_with_the_best_backend(best, n, k, source):
         assert_same_bits(_prepared_value(layer), value, name="prepared native weight")
     w = _prepared_value(layer)
     for rows in ROWS:
-        x = activations(rows, k, seed=rows)
+        x = activations(rows, k, seed=rows, device="cuda")
         with witness.capture() as records:
             y = layer(x, context="decode")
         torch.cuda.synchronize()
@@ -86,7 +86,7 @@ def test_lifecycle_and_fused_output_with_the_best_backend(best, n, k, source):
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_forward_of_the_quantized_input_equals_forward_of_the_input_bit_for_bit(best, n, k, rows):
     layer, _ = _layer(n, k, "native_32x32", seed=2)
-    x = activations(rows, k, seed=3)
+    x = activations(rows, k, seed=3, device="cuda")
     pair = quantize_mxfp8(x, rounding=layer.rounding, scale_layout=layer.input_scale_layout)
     with witness.capture() as records:
         y_pair = layer(pair, context="target_verify")
@@ -100,7 +100,7 @@ def test_forward_of_the_quantized_input_equals_forward_of_the_input_bit_for_bit(
 def test_the_gate_falls_back_at_2049_rows_and_in_prefill(best):
     n, k = SHAPES[1]
     layer, _ = _layer(n, k, "bf16", seed=4)
-    x = activations(2049, k, seed=5)
+    x = activations(2049, k, seed=5, device="cuda")
     with witness.capture() as records:
         layer(x, context="decode")
         layer(x[:16], context="prefill")
@@ -135,7 +135,7 @@ def _capture(layer: MxLinear, given, context: str) -> tuple[torch.cuda.CUDAGraph
 def test_reload_under_a_captured_graph_reads_the_new_weights(best, given, context, path):
     n, k = SHAPES[0]
     layer, _ = _layer(n, k, "bf16", seed=6)
-    x = activations(16, k, seed=7)
+    x = activations(16, k, seed=7, device="cuda")
     inputs = x if given == "bf16" else quantize_mxfp8(x, scale_layout=layer.input_scale_layout)
     graph, y, records = _capture(layer, inputs, context)
     (record,) = _linear_records(records)  # decided once, at capture

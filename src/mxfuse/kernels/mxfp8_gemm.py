@@ -535,32 +535,37 @@ class GemmConfig:
 
 
 def choose_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
-    """The launch configuration for an ``[m, k] x [n, k]`` product.
+    """The launch configuration for an ``[m, k] x [n, k]`` product, from the sweep in
+    benchmarks/mxfp8_gemm.py on an H200 (benchmarks/RESULTS.md has the figures):
 
-    Decode (m <= 4) streams weights on CUDA cores with enough programs in flight to cover every SM several
-    times; larger m uses tensor cores. Split-K only where the output tiles alone would not fill the GPU.
+    * m <= 2: the CUDA-core GEMV, 2 weight rows x 512 K per step, split-K to 2 (10.3 us at 1792 x 5120,
+      against 11.4 for 4 rows and 15.6 for 8);
+    * m <= 32: one FP8 dot per 32-K group, weights in the MMA's M slot (64 rows), split-K until about
+      3.4 programs per SM (11.4 us at m = 4 and 11.7 at m = 16 on 1792 x 5120 with split 16);
+    * m <= 64: fp16 dots on dequantized 64 x 128 x 128 tiles, split-K to fill the GPU once (20.4 us on
+      1792 x 5120, 100.7 on 7168 x 16384);
+    * above: FP8 dots per group on 64 x 128 tiles.
     """
     groups = k // 32
-    if m <= 4:
-        block_m = triton.next_power_of_2(m)
-        block_n, chunks = 8, 16
-        split = _split_for(triton.cdiv(n, block_n), 2 * groups // chunks, target=2 * num_sms)
-        return GemmConfig("gemv", block_m, block_n, chunks, split, 4, 3)
-    if m <= 64:
+    if m <= 2:
+        split = _split_for(triton.cdiv(n, 2), 2 * groups // 32, target=8 * num_sms, most=2)
+        return GemmConfig("gemv", triton.next_power_of_2(m), 2, 32, split, 4, 3)
+    if m <= 32:
         block_m = max(16, triton.next_power_of_2(m))
-        block_n, block_g = 64, 4
-        split = _split_for(triton.cdiv(n, block_n), groups // block_g, target=num_sms)
-        return GemmConfig("dq16", block_m, block_n, block_g, split, 4, 3, swap_ab=True)
-    block_m, block_n = (64, 128) if m <= 256 else (128, 128)
-    tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
-    split = _split_for(tiles, groups // 2, target=num_sms)
-    return GemmConfig("dq16", block_m, block_n, 2, split, 8, 3)
+        split = _split_for(triton.cdiv(n, 64), groups // 4, target=448)
+        return GemmConfig("mma8", block_m, 64, 4, split, 4, 3, swap_ab=True)
+    if m <= 64:
+        split = _split_for(triton.cdiv(n, 128), groups // 4, target=3 * num_sms // 4)
+        return GemmConfig("dq16", 64, 128, 4, split, 4, 3, swap_ab=True)
+    tiles = triton.cdiv(n, 128) * triton.cdiv(m, 64)
+    split = _split_for(tiles, groups // 4, target=num_sms, most=2)
+    return GemmConfig("mma8", 64, 128, 4, split, 4, 3)
 
 
-def _split_for(tiles: int, steps: int, *, target: int) -> int:
-    """The smallest power-of-two split (<= 16) that gives ``target`` programs, keeping >= 4 steps each."""
+def _split_for(tiles: int, steps: int, *, target: int, most: int = 16) -> int:
+    """The smallest power-of-two split (<= ``most``) giving ``target`` programs, keeping >= 2 steps each."""
     split = 1
-    while tiles * split < target and split < 16 and steps // (split * 2) >= 4:
+    while tiles * split < target and split < most and steps // (split * 2) >= 2:
         split *= 2
     return split
 
