@@ -23,6 +23,8 @@ class _TorchBackend:
         return Availability(True, "dequantize + fp32 matmul runs on any device")
 
     def supports_shape(self, n: int, k: int) -> Availability:
+        if k <= 0 or k % 32:
+            return Availability(False, f"K must be a positive multiple of 32 (one scale block); got K = {k}")
         return Availability(True, "any [N, K] weight with K a multiple of 32")
 
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:

@@ -17,7 +17,6 @@ from mxfuse.layers.context import (
     resolve_forward_context,
 )
 from mxfuse.layers.gating import (
-    ALIGNMENT,
     FUSED_MODES,
     MAX_FUSED_ROWS,
     RULES,
@@ -31,7 +30,6 @@ from mxfuse.layers.mx_linear import LayerNotReadyError, MxLinear, ProcessResult
 from mxfuse.layers.params import ParamUpdate, can_copy_into, copy_or_rebind_param
 
 __all__ = [
-    "ALIGNMENT",
     "DEFAULT_CONTEXT",
     "FUSED_MODES",
     "MAX_FUSED_ROWS",

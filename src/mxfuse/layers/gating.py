@@ -7,7 +7,8 @@ in the order the reasons are listed:
 1. ``device``: a backend on this device consumes a pre-quantized pair (``consuming_backend``). The
    ``torch`` backend (dequantize + fp32 matmul) counts on the CPU, where it is the reference and what the
    CPU wiring tests run through, and does not count on CUDA, where it is slower than the bf16 path.
-2. ``alignment``: N and K are multiples of what that backend needs (``ALIGNMENT``, below).
+2. ``alignment``: N and K are what that backend needs (its ``supports_shape``: torch and triton any N
+   and K % 32; deepgemm N % 8; flashinfer N, K >= 128 and N % 32; see each adapter for the source).
 3. ``mode``: the forward mode is decode or target-verify, not prefill or extend, and the rows are not
    split across ranks (sequence parallel). No mode given is a no.
 4. ``rows``: ``rows <= MAX_FUSED_ROWS`` (2048).
@@ -24,11 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mxfuse.gemm import Availability
+from mxfuse.gemm import BACKENDS, Availability
 from mxfuse.layers.context import ForwardContext, ForwardMode
 
 __all__ = [
-    "ALIGNMENT",
     "FUSED_MODES",
     "MAX_FUSED_ROWS",
     "RULES",
@@ -46,20 +46,6 @@ MAX_FUSED_ROWS = 2048
 FUSED_MODES = frozenset({ForwardMode.DECODE, ForwardMode.TARGET_VERIFY})
 
 RULES = ("device", "alignment", "mode", "rows", "fact")
-
-# (N multiple, K multiple) each backend needs, keyed by backend name; one place to change when a backend
-# reports its own shape support. K is always a multiple of 32 (one MXFP8 scale block).
-#   torch:      any N; K % 32 (dequantize + matmul has no tile constraint).
-#   triton:     any N (the kernel masks its N tail); K % 32.
-#   deepgemm:   N % 64 and K % 128: the rule vLLM and SGLang gate DeepGEMM FP8 linears with.
-#   flashinfer: N % 8 (16-byte aligned bf16 output rows for TMA); K % 128 (the CUTLASS MXFP8 K tile).
-# A backend missing here fails the rule (closed), with a reason that says to add it.
-ALIGNMENT: dict[str, tuple[int, int]] = {
-    "torch": (1, 32),
-    "triton": (1, 32),
-    "deepgemm": (64, 128),
-    "flashinfer": (8, 128),
-}
 
 
 @dataclass(frozen=True)
@@ -96,23 +82,11 @@ def consuming_backend(device: torch.device | str, status: Mapping[str, Availabil
 
 
 def shape_support(backend: str, *, n: int, k: int) -> Availability:
-    """Whether ``backend`` runs an ``[N, K]`` weight, by ``ALIGNMENT``; the reason names the rule."""
-    if backend not in ALIGNMENT:
-        return Availability(
-            False, f"no alignment rule is known for backend {backend!r} (add it to ALIGNMENT)"
-        )
-    n_multiple, k_multiple = ALIGNMENT[backend]
-    problems = [
-        f"{name} = {value} is not a multiple of {multiple}"
-        for name, value, multiple in (("N", n, n_multiple), ("K", k, k_multiple))
-        if value % multiple
-    ]
-    if problems:
-        return Availability(
-            False,
-            f"{backend} needs N % {n_multiple} == 0 and K % {k_multiple} == 0: " + ("; ".join(problems)),
-        )
-    return Availability(True, f"N = {n} and K = {k} are aligned for {backend}")
+    """Whether ``backend`` runs an ``[N, K]`` weight: the backend's own ``supports_shape`` rule (one
+    source of truth, documented beside each adapter in ``mxfuse.gemm``); the reason names the rule."""
+    if backend not in BACKENDS:
+        return Availability(False, f"no MXFP8 GEMM backend is named {backend!r}")
+    return BACKENDS[backend].supports_shape(n, k)
 
 
 @dataclass(frozen=True)
@@ -166,7 +140,8 @@ def fused_mxfp8_rows(
     else:
         shape = shape_support(consumer.backend, n=n, k=k)
         if not shape.ok:
-            no["alignment"] = shape.reason
+            # "; " separates the rules in a decision's reason: keep each rule's own text free of it.
+            no["alignment"] = f"{consumer.backend}: " + shape.reason.replace("; ", ", ")
     if context is None:
         no["mode"] = "no forward mode given (pass context= to the layer or use mxfuse.layers.forward_context)"
     elif context.mode not in FUSED_MODES:

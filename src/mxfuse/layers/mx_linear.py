@@ -12,7 +12,7 @@ Lifecycle, a small state machine (``layer.state``)::
 * ``process_weights_after_loading()`` prepares whatever was loaded and only then sets the *fact*
   ``layer.takes_mxfp8_input``: True when the request was made, a backend on this device consumes a pair
   (``gating.consuming_backend``; the ``torch`` reference counts on the CPU only) and N, K are aligned
-  for it (``gating.ALIGNMENT``). Then the weight is MXFP8 prepared for that backend, whether a bf16 weight
+  for it (the backend's ``supports_shape``). Then the weight is MXFP8 prepared for that backend, whether a bf16 weight
   (quantized here) or a native checkpoint (both block shapes) was loaded. When the fact is False, a
   native weight is prepared for the ``torch`` reference and a float weight stays bf16.
   Reading the fact, ``input_scale_layout`` or calling ``forward`` in any other state than ``ready``
