@@ -1,0 +1,398 @@
+"""The grouped low-rank output projection wo_a of DeepSeek-V4-family attention, with an MXFP8 epilogue.
+
+The heads' outputs ``o`` ``[T, G*r]`` (G groups of r features) are projected per group by ``wo_a[g]``
+``[R, r]``::
+
+    z[t, g, d] = sum_k dequant(a)[t, g*r + k] * dequant(w)[g, d, k]        (fp32 accumulation)
+
+and ``z`` viewed ``[T, G*R]`` is wo_b's input. ``grouped_wo_a`` writes either bf16 ``z`` or, fused into
+its epilogue, the MXFP8 pair of ``z`` that wo_b's GEMM reads, quantized from the bf16-rounded ``z`` with
+``mxfuse.formats`` rules: bit for bit ``quantize_mxfp8(z.view(T, G*R))``. R must be a multiple of 128
+so that no packed scale word straddles two groups.
+
+CUDA tensors run the Triton kernel (``mxfuse.kernels.grouped_wo_a``, sm_89+); CPU tensors run
+``grouped_wo_a_reference`` and quantize its ``z`` with ``quantize_mxfp8``, so both honour one contract.
+Each call emits a witness record: ``einsum.wo_a.kernel.pair``, ``einsum.wo_a.kernel.bf16`` or
+``einsum.wo_a.reference``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mxfuse import MxfuseUnavailableError
+from mxfuse.formats import (
+    BLOCK_SIZE,
+    INPUT_DTYPES,
+    ScaleLayout,
+    ScaleRounding,
+    check_mxfp8_pair,
+    dequantize_mxfp8,
+    e8m0_to_float,
+    empty_mxfp8_pair,
+    parse_scale_layout,
+    parse_scale_rounding,
+)
+from mxfuse.gemm.weights import quantize_weight
+from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.grouped_wo_a import TICKETS, WoAConfig, default_config, launch_grouped_wo_a
+from mxfuse.witness import emit
+
+__all__ = ["WoAWeight", "grouped_wo_a", "grouped_wo_a_reference", "prepare_wo_a_weight"]
+
+# Output columns of one packed scale word: R must be a multiple so groups own whole words.
+_WORD_COLUMNS = 128
+_MIN_CAPABILITY = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32 in the epilogue
+
+
+@dataclass(frozen=True)
+class WoAWeight:
+    """A wo_a weight prepared for ``grouped_wo_a``: G groups of E4M3 ``[R, r]`` with per-row E8M0 scales.
+
+    ``qweight``: float8_e4m3fn ``[G, R, r]``, contiguous. ``scale``: uint8 ``[G, r/32, R]``, contiguous:
+    the E8M0 byte of row d and K block j of group g at ``[g, j, d]`` (K-block-major, so the kernel's
+    tile of scales is contiguous bytes); ``scale_e8m0`` is the same storage viewed ``[G, R, r/32]``.
+    ``tickets``: int32 ``[TICKETS]``, zero between calls: the split-K arrival counters the kernel takes
+    and resets, so calls that share one weight must be ordered on one stream. The tensors are plain
+    storage: reloading copies into them in place, and CUDA graphs captured against them see the values.
+    """
+
+    qweight: torch.Tensor
+    scale: torch.Tensor
+    tickets: torch.Tensor
+
+    def __post_init__(self) -> None:
+        q, s, t = self.qweight, self.scale, self.tickets
+        for name, value in (("qweight", q), ("scale", s), ("tickets", t)):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor; got {type(value).__name__}")
+        if q.dtype != torch.float8_e4m3fn or q.dim() != 3 or not q.is_contiguous():
+            raise ValueError(
+                f"qweight must be a contiguous float8_e4m3fn tensor [G, R, r]; got {q.dtype} {tuple(q.shape)}"
+            )
+        g, n, k = q.shape
+        if n == 0 or n % _WORD_COLUMNS:
+            raise ValueError(
+                f"qweight: R (rows per group) must be a positive multiple of {_WORD_COLUMNS} so that no "
+                f"output scale word straddles two groups; got R = {n}"
+            )
+        if k == 0 or k % BLOCK_SIZE or g == 0:
+            raise ValueError(
+                f"qweight: r (columns per group) must be a positive multiple of {BLOCK_SIZE} and G >= 1; "
+                f"got G = {g}, r = {k}"
+            )
+        if s.dtype != torch.uint8 or tuple(s.shape) != (g, k // BLOCK_SIZE, n) or not s.is_contiguous():
+            raise ValueError(
+                f"scale must be a contiguous uint8 tensor {(g, k // BLOCK_SIZE, n)} ([G, r/32, R]); "
+                f"got {s.dtype} {tuple(s.shape)}"
+            )
+        if t.dtype != torch.int32 or t.dim() != 1 or t.numel() < TICKETS:
+            raise ValueError(f"tickets must be an int32 tensor of {TICKETS} zeros; got {t.dtype} {tuple(t.shape)}")
+        if s.device != q.device or t.device != q.device:
+            raise ValueError(f"scale and tickets must be on {q.device} like qweight; got {s.device}, {t.device}")
+
+    @property
+    def groups(self) -> int:
+        return self.qweight.shape[0]
+
+    @property
+    def n(self) -> int:
+        """R: outputs per group (o_lora_rank)."""
+        return self.qweight.shape[1]
+
+    @property
+    def k(self) -> int:
+        """r: inputs per group."""
+        return self.qweight.shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.qweight.device
+
+    @property
+    def scale_e8m0(self) -> torch.Tensor:
+        """uint8 ``[G, R, r/32]`` view of ``scale``: one E8M0 byte per row and 32 K."""
+        return self.scale.transpose(1, 2)
+
+
+def prepare_wo_a_weight(
+    weight: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    *,
+    groups: int | None = None,
+    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
+) -> WoAWeight:
+    """A ``WoAWeight`` from a float wo_a weight or a native MXFP8 checkpoint one.
+
+    ``weight`` is ``[G, R, r]``, or the checkpoint's flat ``[G*R, r]`` with ``groups=G``:
+    bf16/fp16/fp32 (quantized per 1x32 block with ``rounding``), or float8_e4m3fn with ``scale`` holding
+    E8M0 bytes (uint8 or float8_e8m0fnu) per 1x32 block (``[G, R, r/32]`` / ``[G*R, r/32]``) or 32x32
+    block (``[G, R/32, r/32]`` / ``[G*R/32, r/32]``, expanded per row). R must be a multiple of 128.
+    """
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor; got {type(weight).__name__}")
+    if weight.dim() == 3:
+        g, n, k = weight.shape
+        if groups is not None and groups != g:
+            raise ValueError(f"groups must be None or {g} for a weight [G, R, r] of shape {tuple(weight.shape)}")
+    elif weight.dim() == 2:
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+            raise ValueError(f"groups must be an int >= 1 with a flat weight [G*R, r]; got {groups!r}")
+        if weight.shape[0] % groups:
+            raise ValueError(f"weight.shape[0] (G*R) must be a multiple of groups = {groups}; got {weight.shape[0]}")
+        g, n, k = groups, weight.shape[0] // groups, weight.shape[1]
+    else:
+        raise ValueError(f"weight must be [G, R, r] or [G*R, r]; got shape {tuple(weight.shape)}")
+    if n == 0 or n % _WORD_COLUMNS:
+        raise ValueError(
+            f"weight: R (rows per group) must be a positive multiple of {_WORD_COLUMNS} so that no output "
+            f"scale word straddles two groups; got R = {n}"
+        )
+    flat_scale = scale
+    if isinstance(scale, torch.Tensor) and scale.dim() == 3:
+        if scale.shape[0] != g:
+            raise ValueError(f"scale.shape[0] must be the group count {g}; got shape {tuple(scale.shape)}")
+        # Blocks of 32 rows never straddle groups (R % 128 == 0), so group-major flattening keeps them.
+        flat_scale = scale.reshape(g * scale.shape[1], scale.shape[2])
+    q, s = quantize_weight(weight.reshape(g * n, k), flat_scale, rounding=rounding)
+    storage = s.view(g, n, k // BLOCK_SIZE).transpose(1, 2).contiguous()
+    tickets = torch.zeros(TICKETS, dtype=torch.int32, device=q.device)
+    return WoAWeight(q.view(g, n, k), storage, tickets)
+
+
+def _check_a_pair(a: object, w: WoAWeight, scale_layout: ScaleLayout | str | None) -> tuple:
+    if not isinstance(a, tuple | list) or len(a) != 2:
+        raise TypeError(f"a must be an MXFP8 pair (fp8 [T, G*r], scale) or a bf16 tensor; got {type(a).__name__}")
+    a_q, a_scale = a
+    if not isinstance(a_q, torch.Tensor) or not isinstance(a_scale, torch.Tensor):
+        raise TypeError("a must be a pair of torch.Tensors (fp8 [T, G*r], scale)")
+    if a_q.dtype != torch.float8_e4m3fn or a_q.dim() != 2:
+        raise ValueError(f"a[0] must be a 2-D float8_e4m3fn tensor [T, G*r]; got {a_q.dtype} {tuple(a_q.shape)}")
+    _check_columns(a_q, w)
+    if scale_layout is None:
+        layout = _infer_layout(a_scale, "a[1]")
+    else:
+        layout = parse_scale_layout(scale_layout)
+    t = a_q.shape[0]
+    check_mxfp8_pair((a_q, a_scale), m=t, k=a_q.shape[1], scale_layout=layout, device=a_q.device, argument="a")
+    return a_q, a_scale, layout
+
+
+def _check_columns(a: torch.Tensor, w: WoAWeight) -> None:
+    if a.shape[1] != w.groups * w.k:
+        raise ValueError(
+            f"a must have G * r = {w.groups} * {w.k} = {w.groups * w.k} columns for this weight (one slice "
+            f"of r per group); got {a.shape[1]}: group count or group width mismatch"
+        )
+    if a.device != w.device:
+        raise ValueError(f"a must be on the weight's device {w.device}; got {a.device}")
+
+
+def _infer_layout(scale: torch.Tensor, argument: str) -> ScaleLayout:
+    """deepgemm (int32, 2-D), e8m0 (uint8, 2-D) or swizzled_128x4 (uint8, 1-D), from dtype and rank."""
+    if scale.dtype == torch.int32 and scale.dim() == 2:
+        return ScaleLayout.DEEPGEMM
+    if scale.dtype == torch.uint8 and scale.dim() == 2:
+        return ScaleLayout.E8M0
+    if scale.dtype == torch.uint8 and scale.dim() == 1:
+        return ScaleLayout.SWIZZLED_128X4
+    raise ValueError(
+        f"{argument} must be int32 [M, K/128] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 "
+        f"(swizzled_128x4) scales; got {scale.dtype} {tuple(scale.shape)}"
+    )
+
+
+def grouped_wo_a_reference(
+    a: tuple[torch.Tensor, torch.Tensor], w: WoAWeight, *, scale_layout: ScaleLayout | str | None = None
+) -> torch.Tensor:
+    """bf16 ``z`` ``[T, G, R]``: both operands dequantized to fp32, one fp32 einsum (no TF32), rounded.
+
+    Plain torch on any device. ``a`` is ``(fp8 [T, G*r], scale)`` in ``scale_layout`` (None: told from
+    the scale's dtype and rank). NaN blocks dequantize to NaN and spread to every output they touch.
+    """
+    if not isinstance(w, WoAWeight):
+        raise TypeError(f"w must be a WoAWeight (see prepare_wo_a_weight); got {type(w).__name__}")
+    a_q, a_scale, layout = _check_a_pair(a, w, scale_layout)
+    t = a_q.shape[0]
+    a32 = dequantize_mxfp8(a_q, a_scale, scale_layout=layout).view(t, w.groups, w.k)
+    w32 = w.qweight.to(torch.float32) * e8m0_to_float(w.scale_e8m0).repeat_interleave(BLOCK_SIZE, dim=-1)
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # TF32 would round the operands to 10 mantissa bits
+    try:
+        z = torch.einsum("tgk,gdk->tgd", a32, w32)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    return z.to(torch.bfloat16).contiguous()
+
+
+def grouped_wo_a(
+    a: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+    w: WoAWeight,
+    *,
+    out: torch.Tensor | None = None,
+    out_pair: tuple[torch.Tensor, torch.Tensor] | None = None,
+    scale_layout: ScaleLayout | str | None = None,
+    out_scale_layout: ScaleLayout | str | None = None,
+    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The grouped wo_a projection of ``a`` by ``w``: bf16 ``z`` ``[T, G, R]`` or wo_b's MXFP8 pair.
+
+    ``a``: an MXFP8 pair ``(float8_e4m3fn [T, G*r], scale)`` whose scale layout is ``scale_layout``
+    (None: told from its dtype and rank), or a bf16/fp16/fp32 ``[T, G*r]`` tensor, quantized first with
+    ``quantize_mxfp8`` (``rounding``). ``w``: a ``WoAWeight`` on ``a``'s device.
+
+    Output, written without allocating when a buffer is given (CUDA-graph capturable):
+
+    * ``out``: bf16 ``[T, G, R]``, contiguous; returned.
+    * ``out_pair``: ``(float8_e4m3fn [T, G*R], scale)`` in ``out_scale_layout`` (None: told from the
+      scale; see ``mxfuse.formats.empty_mxfp8_pair``), every byte written, padding included; returned.
+      Bit for bit ``quantize_mxfp8(z.view(T, G*R), rounding=rounding)`` of the bf16 ``z`` ``out`` gets.
+    * neither: a new pair in ``out_scale_layout`` when it is given, else a new bf16 ``z``.
+
+    Bad arguments raise ValueError or TypeError naming the argument, before anything is written.
+    CUDA tensors need sm_89+ (else ``MxfuseUnavailableError``); CPU tensors run the reference.
+    """
+    rounding = parse_scale_rounding(rounding)
+    if not isinstance(w, WoAWeight):
+        raise TypeError(f"w must be a WoAWeight (see prepare_wo_a_weight); got {type(w).__name__}")
+    if isinstance(a, torch.Tensor):
+        if scale_layout is not None:
+            raise ValueError("scale_layout describes an MXFP8 pair a; a is a plain tensor, so it must be None")
+        if a.dtype not in INPUT_DTYPES or a.dim() != 2:
+            raise ValueError(
+                f"a must be an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; got {a.dtype} {tuple(a.shape)}"
+            )
+        _check_columns(a, w)
+        if a.shape[1] > 1 and a.stride(1) != 1 or a.shape[0] > 1 and a.stride(0) < a.shape[1]:
+            raise ValueError(f"a must have contiguous, non-overlapping rows; got strides {tuple(a.stride())}")
+        a_pair, a_layout = None, ScaleLayout.E8M0
+        t = a.shape[0]
+    else:
+        a_q, a_scale, a_layout = _check_a_pair(a, w, scale_layout)
+        a_pair = (a_q, a_scale)
+        t = a_q.shape[0]
+    device = w.device
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"w must be on a CUDA device or the CPU; got {device}")
+    gr = w.groups * w.n
+    if out is not None and out_pair is not None:
+        raise ValueError("give out (bf16 z) or out_pair (the MXFP8 pair of z), not both")
+    if out is not None:
+        if out_scale_layout is not None:
+            raise ValueError("out_scale_layout describes out_pair; with out (bf16 z) it must be None")
+        _check_out(out, t=t, w=w)
+        out_layout = None
+    elif out_pair is not None:
+        if isinstance(out_pair, tuple | list) and len(out_pair) == 2 and isinstance(out_pair[1], torch.Tensor):
+            out_layout = (
+                _infer_layout(out_pair[1], "out_pair[1]")
+                if out_scale_layout is None
+                else parse_scale_layout(out_scale_layout, argument="out_scale_layout")
+            )
+        else:
+            raise ValueError(f"out_pair must be a tuple (q, scale); got {type(out_pair).__name__}")
+        check_mxfp8_pair(out_pair, m=t, k=gr, scale_layout=out_layout, device=device, argument="out_pair")
+    elif out_scale_layout is not None:
+        out_layout = parse_scale_layout(out_scale_layout, argument="out_scale_layout")
+        out_pair = empty_mxfp8_pair(t, gr, scale_layout=out_layout, device=device)
+    else:
+        out_layout = None
+        out = torch.empty((t, w.groups, w.n), dtype=torch.bfloat16, device=device)
+    config = _kernel_config(device, t, w)
+    _emit(device, t, w, out_layout, a_layout, config)
+    if t == 0:
+        return out_pair if out_pair is not None else out
+    if a_pair is None:
+        a_pair = quantize_mxfp8(a, rounding=rounding, scale_layout=a_layout)
+    if config is None:
+        z = grouped_wo_a_reference(a_pair, w, scale_layout=a_layout)
+        if out_pair is not None:
+            return quantize_mxfp8(z.view(t, gr), rounding=rounding, scale_layout=out_layout, out=tuple(out_pair))
+        out.copy_(z)
+        return out
+    with torch.cuda.device(device):
+        launch_grouped_wo_a(
+            *a_pair,
+            a_layout,
+            w.qweight,
+            w.scale,
+            w.tickets,
+            z=out,
+            pair=None if out_pair is None else tuple(out_pair),
+            out_layout=out_layout or ScaleLayout.DEEPGEMM,
+            rounding=rounding,
+            config=config,
+        )
+    return out_pair if out_pair is not None else out
+
+
+def _check_out(out: object, *, t: int, w: WoAWeight) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor; got {type(out).__name__}")
+    shape = (t, w.groups, w.n)
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != shape:
+        raise ValueError(f"out must be a bfloat16 tensor of shape {shape}; got {out.dtype} {tuple(out.shape)}")
+    if out.device != w.device:
+        raise ValueError(f"out must be on {w.device}; got {out.device}")
+    if out.numel() and not out.is_contiguous():
+        raise ValueError(f"out must be contiguous; got strides {tuple(out.stride())}")
+
+
+def _kernel_config(device: torch.device, t: int, w: WoAWeight) -> WoAConfig | None:
+    """The kernel's configuration on a CUDA device (sm_89+), None on the CPU (the reference runs)."""
+    if device.type == "cpu":
+        return None
+    capability = torch.cuda.get_device_capability(device)
+    if capability < _MIN_CAPABILITY:
+        sm = f"sm_{capability[0]}{capability[1]}"
+        raise MxfuseUnavailableError(
+            f"grouped_wo_a needs FP8 conversion (cvt.e4m3x2, sm_89+) on CUDA; {device} is {sm}"
+        )
+    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+    return default_config(t, w.groups, w.n, w.k, sm_count=sm_count)
+
+
+def _emit(
+    device: torch.device,
+    t: int,
+    w: WoAWeight,
+    out_layout: ScaleLayout | None,
+    a_layout: ScaleLayout,
+    config: WoAConfig | None,
+) -> None:
+    fields = {
+        "rows": t,
+        "groups": w.groups,
+        "n": w.n,
+        "k": w.k,
+        "scale_layout": a_layout.value,
+        "out_scale_layout": None if out_layout is None else out_layout.value,
+    }
+    if config is None:
+        what = "and quantize_mxfp8 the pair" if out_layout is not None else "bf16 z"
+        emit(
+            "einsum.wo_a.reference",
+            f"CPU tensors: the torch reference ran (dequantize + fp32 einsum, {what})",
+            backend="torch",
+            **fields,
+        )
+        return
+    config_fields = {"split": config.split, "block": (config.block_m, config.block_n, config.block_k)}
+    if out_layout is not None:
+        emit(
+            "einsum.wo_a.kernel.pair",
+            f"CUDA tensors on {device}: the Triton grouped kernel's epilogue wrote the {out_layout.value} pair",
+            backend="triton",
+            **fields,
+            **config_fields,
+        )
+    else:
+        emit(
+            "einsum.wo_a.kernel.bf16",
+            f"CUDA tensors on {device}: the Triton grouped kernel wrote bf16 z",
+            backend="triton",
+            **fields,
+            **config_fields,
+        )

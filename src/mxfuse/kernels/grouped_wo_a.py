@@ -1,0 +1,381 @@
+"""Grouped wo_a projection with an MXFP8 epilogue: ``z[t, g, :] = deq(a)[t, g*r:(g+1)*r] @ deq(w[g]).T``.
+
+``a`` is an MXFP8 activation ``[T, G*r]`` (scales in any of the three layouts), ``w`` an E4M3 weight
+``[G, R, r]`` with one E8M0 byte per row and 32 K, stored K-group-major (``[G, r/32, R]``) so that a
+tile's scales load as contiguous bytes. The kernel writes bf16 ``z`` ``[T, G, R]`` and/or the MXFP8 pair
+of ``z`` viewed ``[T, G*R]`` (wo_b's input), quantized from the bf16-rounded ``z`` with the
+``mxfp8_tile`` building blocks, so the pair is bit for bit ``quantize_mxfp8`` of the ``z`` it writes.
+
+One program per (K split, group, BLOCK_N columns of R, BLOCK_M rows of T). BLOCK_N is a multiple of 128
+that divides R, so a program owns whole scale words and no word straddles two groups. The K loop is
+``mxfp8_dot.mxfp8_mainloop``. At small T the work is streaming G*R*r weight bytes (32 MiB at G = 8,
+R = 1024, r = 4096) and what matters is enough programs in flight: G * R / BLOCK_N tiles is 16 at G = 2,
+so K is split. Split-K is deterministic without float atomics: each split stores its fp32 partial, takes
+a ticket from an integer counter, and the split that arrives last sums the partials in split order
+(0, 1, ..., S-1), writes the outputs and resets the counter to 0 for the next call (the counters belong
+to the prepared weight; calls sharing a weight must be ordered on one stream).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
+from mxfuse.kernels.mxfp8_dot import DOT_CODE, mxfp8_mainloop
+from mxfuse.kernels.mxfp8_tile import (
+    LAYOUT_CODE,
+    ROWS_ALIGN,
+    mxfp8_codes,
+    mxfp8_scale_bytes,
+    scale_layout_code,
+    store_scale_words,
+)
+
+__all__ = ["TICKETS", "WoAConfig", "default_config", "launch_grouped_wo_a"]
+
+# Split-K arrival counters a prepared weight carries: one per output tile of a split launch.
+TICKETS = 4096
+
+
+@triton.jit
+def _bf16_bits(acc, HW_CVT: tl.constexpr):
+    """int32 holding the bf16 bit pattern (0..0xFFFF) of fp32 ``acc``, rounded to nearest-even."""
+    if HW_CVT:
+        return acc.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.int32)
+    else:
+        # The interpreter's own fp32 -> bf16 cast truncates; round by bits. NaN stays a quiet NaN.
+        u = acc.to(tl.uint32, bitcast=True)
+        rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        nan = (u & 0x7FFFFFFF) > 0x7F800000
+        return tl.where(nan, (u >> 16) | 0x40, rounded).to(tl.int32)
+
+
+@triton.jit
+def _write_outputs(
+    acc,
+    rows,
+    col0,  # first column of the tile in the [T, G*R] view
+    pid_m,
+    n_m_tiles,
+    T,
+    GR,
+    z_ptr,
+    q_ptr,
+    s_ptr,
+    o_rows_padded,
+    STORE_Z: tl.constexpr,
+    STORE_PAIR: tl.constexpr,
+    O_LAYOUT: tl.constexpr,
+    FLOOR: tl.constexpr,
+    HW_CVT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    WORDS: tl.constexpr = BLOCK_N // 128
+    half = _bf16_bits(acc, HW_CVT)  # [BLOCK_M, BLOCK_N]
+    row_ok = rows < T
+    if STORE_Z:
+        offs = rows[:, None].to(tl.int64) * GR + col0 + tl.arange(0, BLOCK_N)[None, :]
+        z = half.to(tl.uint16)
+        if HW_CVT:
+            z = z.to(tl.bfloat16, bitcast=True)
+        tl.store(z_ptr + offs, z, mask=row_ok[:, None])
+    if STORE_PAIR:
+        # Quantize from the bf16-rounded z, widened by bits: exactly what quantize_mxfp8 reads.
+        bits = tl.reshape(half << 16, (BLOCK_M, WORDS, 4, 32))
+        s = mxfp8_scale_bytes(tl.max(bits & 0x7FFFFFFF, axis=3), FLOOR)
+        codes = mxfp8_codes(bits, s, HW_CVT)
+        words = col0 // 128 + tl.arange(0, WORDS)
+        slot = tl.arange(0, 4)
+        lane = tl.arange(0, 32)
+        r4 = rows[:, None, None, None].to(tl.int64)
+        cols = words[None, :, None, None] * 128 + slot[None, None, :, None] * 32 + lane[None, None, None, :]
+        tl.store(q_ptr + r4 * GR + cols, codes, mask=r4 < T)
+        # Rows in [T, o_rows_padded) of this tile get scale 0: their accumulators are 0.
+        store_scale_words(s_ptr, s, rows, words, T, o_rows_padded, GR // 32, GR // 128, O_LAYOUT)
+        if O_LAYOUT == 2:
+            # swizzled_128x4 pads T to a multiple of 128 rows; the last tile zeroes those past its end
+            # (fewer than 128, so a fixed number of BLOCK_M chunks, masked by store_scale_words).
+            if pid_m == n_m_tiles - 1:
+                zeros = tl.zeros((BLOCK_M, WORDS, 4), tl.int32)
+                for c in tl.static_range(1, 1 + (128 + BLOCK_M - 1) // BLOCK_M):
+                    pad_rows = (pid_m + c) * BLOCK_M + tl.arange(0, BLOCK_M)
+                    store_scale_words(s_ptr, zeros, pad_rows, words, T, o_rows_padded, GR // 32, GR // 128, 2)
+
+
+# T and the padded row counts vary per call: not specialized, one compile per configuration.
+@triton.jit(do_not_specialize=["T", "a_rows_padded", "o_rows_padded", "n_m_tiles"])
+def _grouped_wo_a_kernel(
+    a_ptr,  # [T, G*K] E4M3 (uint8 view without HW_CVT), rows stride_at apart
+    a_s_ptr,  # a's scale storage as bytes, layout A_LAYOUT
+    w_ptr,  # [G, R, K] E4M3, contiguous
+    w_s_ptr,  # uint8 [G, K/32, R], contiguous
+    z_ptr,  # [T, G, R] bf16 (uint16 view without HW_CVT), contiguous; unused unless STORE_Z
+    q_ptr,  # [T, G*R] E4M3 (uint8 view without HW_CVT), contiguous; unused unless STORE_PAIR
+    s_ptr,  # output scale storage: uint8 (O_LAYOUT 0) or int32 words; unused unless STORE_PAIR
+    ws_ptr,  # fp32 [SPLIT, T, G*R] partials; unused when SPLIT == 1
+    tickets_ptr,  # int32 counters, 0 between calls; unused when SPLIT == 1
+    T,
+    G,
+    R,
+    K,
+    stride_at,
+    a_rows_padded,
+    o_rows_padded,
+    n_m_tiles,
+    n_n_tiles,
+    A_LAYOUT: tl.constexpr,
+    O_LAYOUT: tl.constexpr,
+    STORE_Z: tl.constexpr,
+    STORE_PAIR: tl.constexpr,
+    FLOOR: tl.constexpr,
+    HW_CVT: tl.constexpr,
+    DOT: tl.constexpr,
+    SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    K_ITERS: tl.constexpr,  # K blocks per split: K = SPLIT * K_ITERS * BLOCK_K
+    NUM_STAGES: tl.constexpr,
+):
+    # M tiles fastest: programs that read the same weight tile run side by side.
+    pid = tl.program_id(0)
+    pid_m = pid % n_m_tiles
+    rest = pid // n_m_tiles
+    pid_n = rest % n_n_tiles
+    rest = rest // n_n_tiles
+    g = rest % G
+    split = rest // G
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_lo = split * (K_ITERS * BLOCK_K)
+    groups_k = K // 32
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    acc = mxfp8_mainloop(
+        acc,
+        a_ptr + g * K,
+        a_s_ptr,
+        w_ptr + g.to(tl.int64) * R * K,
+        w_s_ptr + g.to(tl.int64) * groups_k * R,
+        rows,
+        cols,
+        T,
+        R,
+        k_lo,
+        g * groups_k,
+        a_rows_padded,
+        G * groups_k,
+        stride_at,
+        K,
+        1,
+        R,
+        A_LAYOUT,
+        DOT,
+        HW_CVT,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        K_ITERS,
+        NUM_STAGES,
+    )
+    GR = G * R
+    col0 = g * R + pid_n * BLOCK_N
+    if SPLIT == 1:
+        _write_outputs(acc, rows, col0, pid_m, n_m_tiles, T, GR, z_ptr, q_ptr, s_ptr, o_rows_padded,
+                       STORE_Z, STORE_PAIR, O_LAYOUT, FLOOR, HW_CVT, BLOCK_M, BLOCK_N)
+    else:
+        offs = rows[:, None].to(tl.int64) * GR + col0 + tl.arange(0, BLOCK_N)[None, :]
+        row_ok = (rows < T)[:, None]
+        split_stride = T.to(tl.int64) * GR
+        tl.store(ws_ptr + split * split_stride + offs, acc, mask=row_ok)
+        # Every thread's partial is issued before the ticket (the barrier), and the ticket's
+        # acq_rel makes them visible to the program that takes the last ticket.
+        tl.debug_barrier()
+        tile = (g * n_n_tiles + pid_n) * n_m_tiles + pid_m
+        ticket = tl.atomic_add(tickets_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT - 1:
+            # Fixed order 0..SPLIT-1 whoever arrives last: bitwise the same result every run. The
+            # partials were written by other SMs: read them from L2 (.cg), never a stale L1 line.
+            total = tl.load(ws_ptr + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT):
+                total += tl.load(ws_ptr + s * split_stride + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
+            _write_outputs(total, rows, col0, pid_m, n_m_tiles, T, GR, z_ptr, q_ptr, s_ptr, o_rows_padded,
+                           STORE_Z, STORE_PAIR, O_LAYOUT, FLOOR, HW_CVT, BLOCK_M, BLOCK_N)
+            tl.atomic_xchg(tickets_ptr + tile, 0)
+
+
+@dataclass(frozen=True)
+class WoAConfig:
+    """One launch configuration: tile shape, K splits, warps, pipeline stages and dot mode.
+
+    ``dot`` is ``"bf16"`` (dequantize to bf16, one dot per ``block_k``), ``"fp8"`` (one fp8 dot per 32 K,
+    ``block_k == 32``, GPU only) or ``"fp32"`` (IEEE fp32 dot, what the interpreter runs).
+    """
+
+    block_m: int
+    block_n: int
+    block_k: int
+    split: int
+    num_warps: int
+    num_stages: int
+    dot: str = "bf16"
+
+
+def default_config(t: int, groups: int, n: int, k: int, *, sm_count: int) -> WoAConfig:
+    """The configuration for ``t`` tokens, ``groups`` x ``[n, k]`` weights on a GPU with ``sm_count`` SMs.
+
+    Tile shapes follow the published small-M FP8 Triton configurations for H200 (16-row tiles up to
+    16 tokens, 64 up to 256, then 128; vLLM's tuned block-FP8 tables). K is split until about two
+    programs per SM are in flight, keeping at least two K blocks per split. ``benchmarks/grouped_wo_a.py
+    --sweep`` measures the alternatives.
+    """
+    if t <= 16:
+        block_m, block_k, warps, stages = 16, 128, 4, 4
+    elif t <= 64:
+        block_m, block_k, warps, stages = 64, 128, 4, 3
+    elif t <= 256:
+        block_m, block_k, warps, stages = 64, 64, 4, 3
+    else:
+        block_m, block_k, warps, stages = 128, 64, 8, 3
+    block_k = min(block_k, _largest_block_k(k))
+    block_n = 128
+    tiles = groups * (n // block_n) * triton.cdiv(max(t, 1), block_m)
+    split = 1
+    while (
+        tiles * split * 2 <= 2 * sm_count
+        and k % (2 * split * block_k) == 0
+        and k // (2 * split) >= 2 * block_k
+        and tiles * split * 2 <= TICKETS
+        and split < 16
+    ):
+        split *= 2
+    return WoAConfig(block_m, block_n, block_k, split, warps, stages)
+
+
+def _largest_block_k(k: int) -> int:
+    for block_k in (128, 64, 32):
+        if k % block_k == 0:
+            return block_k
+    raise ValueError(f"k must be a multiple of 32; got {k}")
+
+
+def check_config(config: WoAConfig, *, t: int, groups: int, n: int, k: int, hw_cvt: bool) -> None:
+    """ValueError naming what ``config`` breaks for this shape (tile divisibility, dot mode, tickets)."""
+    if config.dot not in DOT_CODE:
+        raise ValueError(f"config.dot must be one of {sorted(DOT_CODE)}; got {config.dot!r}")
+    if config.dot == "fp8" and (config.block_k != 32 or not hw_cvt):
+        raise ValueError("config.dot 'fp8' needs block_k == 32 and hardware conversion")
+    if config.block_n % 128 or n % config.block_n:
+        raise ValueError(f"config.block_n must be a multiple of 128 dividing R = {n}; got {config.block_n}")
+    if config.block_k % 32 or config.split < 1 or k % (config.split * config.block_k):
+        raise ValueError(
+            f"config.split * config.block_k must divide r = {k} (block_k a multiple of 32); "
+            f"got split {config.split}, block_k {config.block_k}"
+        )
+    for name in ("block_m", "block_n", "block_k"):
+        value = getattr(config, name)
+        if value < 16 or value & (value - 1):
+            raise ValueError(f"config.{name} must be a power of two >= 16; got {value}")
+    tiles = groups * (n // config.block_n) * triton.cdiv(t, config.block_m)
+    if config.split > 1 and tiles > TICKETS:
+        raise ValueError(f"a split launch has {tiles} output tiles; the weight carries {TICKETS} tickets")
+
+
+def launch_grouped_wo_a(
+    a_q: torch.Tensor,
+    a_scale: torch.Tensor,
+    a_layout: ScaleLayout,
+    w_q: torch.Tensor,
+    w_scale: torch.Tensor,
+    tickets: torch.Tensor,
+    *,
+    z: torch.Tensor | None,
+    pair: tuple[torch.Tensor, torch.Tensor] | None,
+    out_layout: ScaleLayout,
+    rounding: ScaleRounding,
+    hw_cvt: bool = True,
+    config: WoAConfig | None = None,
+) -> WoAConfig:
+    """Run the kernel on validated tensors; returns the configuration it used.
+
+    ``a_q`` fp8 ``[T, G*r]`` (contiguous rows) with ``a_scale`` in ``a_layout``; ``w_q`` fp8 ``[G, R, r]``
+    and ``w_scale`` uint8 ``[G, r/32, R]``, both contiguous; ``tickets`` int32 ``>= TICKETS`` zeros.
+    ``z`` bf16 ``[T, G, R]`` and/or ``pair`` (fp8 ``[T, G*R]``, scale in ``out_layout``), each written
+    in full when given. ``hw_cvt=False`` runs the integer conversions and, unless ``config`` says
+    otherwise, the fp32 dot: the path the Triton interpreter (CPU tensors) runs exactly.
+    """
+    t = a_q.shape[0]
+    groups, n, k = w_q.shape
+    if z is None and pair is None:
+        raise ValueError("z or pair must be given")
+    if config is None:
+        sm_count = 1
+        if a_q.is_cuda:
+            sm_count = torch.cuda.get_device_properties(a_q.device).multi_processor_count
+        config = default_config(t, groups, n, k, sm_count=sm_count)
+        if not hw_cvt:
+            config = WoAConfig(**{**config.__dict__, "dot": "fp32"})
+    check_config(config, t=t, groups=groups, n=n, k=k, hw_cvt=hw_cvt)
+    if t == 0:
+        return config
+    byte = (lambda x: x) if hw_cvt else (lambda x: x.view(torch.uint8))
+    a_spec = scale_spec(t, groups * k, scale_layout=a_layout)
+    a_s = scale_storage_view(a_scale, a_spec).view(torch.uint8)
+    gr = groups * n
+    dummy = w_scale  # any tensor on the device, for outputs this launch does not write
+    z_arg = dummy if z is None else (z if hw_cvt else z.view(torch.int16))
+    q_arg, s_arg, o_layout, o_rows = dummy, dummy, 0, t
+    if pair is not None:
+        q, scale = pair
+        o_spec = scale_spec(t, gr, scale_layout=out_layout)
+        s_flat = scale_storage_view(scale, o_spec)
+        o_layout = scale_layout_code(out_layout.value, k=gr, scale_ptr=s_flat.data_ptr())
+        s_arg = s_flat if o_layout == 0 else s_flat.view(torch.int32)
+        q_arg = byte(q)
+        o_rows = align(t, ROWS_ALIGN[out_layout.value])
+    n_m_tiles = triton.cdiv(t, config.block_m)
+    n_n_tiles = n // config.block_n
+    ws = dummy
+    if config.split > 1:
+        # Scratch for the partials: from the caching allocator (the graph's pool under capture).
+        ws = torch.empty((config.split, t, gr), dtype=torch.float32, device=a_q.device)
+    grid = (config.split * groups * n_n_tiles * n_m_tiles,)
+    _grouped_wo_a_kernel[grid](
+        byte(a_q),
+        a_s,
+        byte(w_q),
+        w_scale,
+        z_arg,
+        q_arg,
+        s_arg,
+        ws,
+        tickets,
+        t,
+        groups,
+        n,
+        k,
+        a_q.stride(0),
+        align(t, 4),
+        o_rows,
+        n_m_tiles,
+        n_n_tiles,
+        A_LAYOUT=LAYOUT_CODE[a_layout.value],
+        O_LAYOUT=o_layout,
+        STORE_Z=z is not None,
+        STORE_PAIR=pair is not None,
+        FLOOR=rounding is ScaleRounding.FLOOR,
+        HW_CVT=hw_cvt,
+        DOT=DOT_CODE[config.dot],
+        SPLIT=config.split,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        K_ITERS=k // (config.split * config.block_k),
+        NUM_STAGES=config.num_stages,
+        num_warps=config.num_warps,
+    )
+    return config
