@@ -1,0 +1,299 @@
+"""The grouped wo_a kernel on the GPU at the model's shapes (r = 4096, R = 1024).
+
+z is compared with the reference (dequantize + fp32 einsum, no TF32, rounded to bf16) by
+``assert_diff(max_diff=1e-6)`` and elementwise by ``assert_close(rtol=1.6e-2, atol=1e-3 * rms(z))``:
+both sides are fp32 sums of the same exact products in different orders, rounded to bf16, so they differ
+only where the two sums straddle a bf16 rounding boundary (one bf16 step, 2**-8 relative) or, for
+outputs near 0, by the fp32 summation error (about 1e-6 of rms(z) at r = 4096). The pair is compared bit
+for bit, over the whole storage including padding, with ``quantize_mxfp8_reference`` of the bf16 z the
+same kernel wrote with the epilogue off. Every output buffer is poisoned first, so an unwritten byte
+fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from gpumatrix import register
+from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
+from mxfuse import MxfuseUnavailableError, witness
+from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
+from mxfuse.formats import (
+    ScaleLayout,
+    ScaleRounding,
+    empty_mxfp8_pair,
+    quantize_mxfp8_reference,
+    scale_spec,
+    scale_storage_view,
+)
+
+register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=110)
+
+_kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
+
+K, N = 4096, 1024  # r (inputs per group) and R (o_lora_rank), DeepSeek-V4 family
+TS = (1, 5, 16, 64, 129, 2048)
+GS = (2, 8, 16)
+LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
+_WEIGHTS: dict[int, WoAWeight] = {}
+
+
+def _weight(groups: int) -> WoAWeight:
+    if groups not in _WEIGHTS:
+        g = torch.Generator(device="cuda").manual_seed(groups)
+        mag = torch.exp2(torch.randint(-6, 2, (groups, N, K // 32, 1), generator=g, device="cuda").float())
+        w = (torch.randn(groups, N, K // 32, 32, generator=g, device="cuda") * mag).reshape(groups, N, K)
+        _WEIGHTS[groups] = prepare_wo_a_weight(w.bfloat16())
+    return _WEIGHTS[groups]
+
+
+def _bf16_input(t: int, groups: int, *, seed: int) -> torch.Tensor:
+    """Gaussian blocks at per-block magnitudes; block 0 of row 2 spans 2**-18..1: E4M3 subnormals and 0."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mag = torch.exp2(torch.randint(-4, 5, (t, groups * K // 32, 1), generator=g, device="cuda").float())
+    x = (torch.randn(t, groups * K // 32, 32, generator=g, device="cuda") * mag).reshape(t, groups * K)
+    if t > 2:
+        x[2, :32] = torch.logspace(-18, 0, 32, base=2.0, device="cuda")
+    return x.bfloat16()
+
+
+def _pair(t: int, groups: int, layout: str = "deepgemm", *, seed: int = 0):
+    return quantize_mxfp8_reference(_bf16_input(t, groups, seed=seed), scale_layout=layout)
+
+
+def _poisoned_z(t: int, groups: int) -> torch.Tensor:
+    z = torch.empty(t, groups, N, dtype=torch.bfloat16, device="cuda")
+    z.view(torch.int16).fill_(-1)  # 0xFFFF is a NaN: an unwritten element fails every comparison
+    return z
+
+
+def _poisoned_pair(t: int, k: int, layout: str, poison: int = 0xA5):
+    q, s = empty_mxfp8_pair(t, k, scale_layout=layout, device="cuda")
+    q.view(torch.uint8).fill_(poison)
+    scale_storage_view(s, scale_spec(t, k, scale_layout=layout)).view(torch.uint8).fill_(poison)
+    return q, s
+
+
+def _stored(pair, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    q, s = pair
+    return q.view(torch.uint8), scale_storage_view(s, scale_spec(*q.shape, scale_layout=layout)).view(torch.uint8)
+
+
+def _assert_z_close(z: torch.Tensor, want: torch.Tensor) -> None:
+    assert_diff(z, want, max_diff=1e-6, name="z")
+    rms = float(want.float().square().mean().sqrt())
+    assert_close(z, want, rtol=1.6e-2, atol=1e-3 * rms, name="z")
+
+
+def _assert_pair_is_quantized_z(pair, z: torch.Tensor, layout: str, rounding: str = "rceil") -> None:
+    t, groups, n = z.shape
+    want = quantize_mxfp8_reference(z.reshape(t, groups * n), rounding=rounding, scale_layout=layout)
+    got_q, got_s = _stored(pair, layout)
+    want_q, want_s = _stored(want, layout)
+    assert_same_bits(got_q, want_q, name="q")
+    assert_same_bits(got_s, want_s, name="scale storage, padding included")
+
+
+@pytest.mark.parametrize("groups", GS)
+@pytest.mark.parametrize("t", TS)
+def test_matches_reference_and_quantizes_its_own_z(t, groups):
+    w = _weight(groups)
+    a = _pair(t, groups, seed=t)
+    z = _poisoned_z(t, groups)
+    pair = _poisoned_pair(t, groups * N, "deepgemm")
+    with witness.capture() as records:
+        assert grouped_wo_a(a, w, out=z) is z
+        got = grouped_wo_a(a, w, out_pair=pair)
+    torch.cuda.synchronize()
+    assert got[0] is pair[0] and got[1] is pair[1]
+    assert [r["path"] for r in records] == ["einsum.wo_a.kernel.bf16", "einsum.wo_a.kernel.pair"]
+    assert {r["backend"] for r in records} == {"triton"} and records[1]["out_scale_layout"] == "deepgemm"
+    _assert_z_close(z, grouped_wo_a_reference(a, w))
+    _assert_pair_is_quantized_z(pair, z, "deepgemm")
+    assert int(w.tickets.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("out_layout", LAYOUTS)
+@pytest.mark.parametrize("a_layout", LAYOUTS)
+def test_every_scale_layout_in_and_out(a_layout, out_layout):
+    t, groups = 129, 2
+    w = _weight(groups)
+    a = _pair(t, groups, a_layout, seed=3)
+    z = grouped_wo_a(a, w, scale_layout=a_layout)
+    rounding = "floor" if a_layout == out_layout else "rceil"  # each combination compiles once
+    pair = _poisoned_pair(t, groups * N, out_layout, poison=0x5A)
+    grouped_wo_a(a, w, out_pair=pair, out_scale_layout=out_layout, rounding=rounding)
+    _assert_pair_is_quantized_z(pair, z, out_layout, rounding)
+    _assert_z_close(z, grouped_wo_a_reference(a, w))
+
+
+@pytest.mark.parametrize("out_layout", ["swizzled_128x4", "e8m0"])
+def test_padding_rows_of_one_token(out_layout):
+    """T = 1: swizzled scales hold 127 padding rows, written as 0 by the only M tile."""
+    w = _weight(8)
+    a = _pair(1, 8, seed=11)
+    z = grouped_wo_a(a, w)
+    pair = grouped_wo_a(a, w, out_pair=_poisoned_pair(1, 8 * N, out_layout))
+    _assert_pair_is_quantized_z(pair, z, out_layout)
+
+
+def test_bf16_input_is_quantized_first():
+    t, groups = 16, 8
+    w = _weight(groups)
+    x = _bf16_input(t, groups, seed=5)
+    got = grouped_wo_a(x, w, out_pair=_poisoned_pair(t, groups * N, "deepgemm"))
+    want = grouped_wo_a(quantize_mxfp8_reference(x, scale_layout="e8m0"), w, out_scale_layout="deepgemm")
+    for got_bytes, want_bytes in zip(_stored(got, "deepgemm"), _stored(want, "deepgemm"), strict=True):
+        assert_same_bits(got_bytes, want_bytes, name="pair")
+
+
+def test_nan_block_reaches_only_its_token_and_group():
+    t, groups = 64, 8
+    w = _weight(groups)
+    x = _bf16_input(t, groups, seed=7)
+    clean_z = grouped_wo_a(quantize_mxfp8_reference(x), w)
+    clean = grouped_wo_a(quantize_mxfp8_reference(x), w, out_scale_layout="e8m0")
+    x[5, 3 * K + 100] = float("nan")  # token 5, group 3: one NaN block of the activation
+    a = quantize_mxfp8_reference(x)
+    z = grouped_wo_a(a, w)
+    pair = grouped_wo_a(a, w, out_pair=_poisoned_pair(t, groups * N, "e8m0"))
+    nan = torch.zeros(t, groups, N, dtype=torch.bool, device="cuda")
+    nan[5, 3] = True
+    assert_same_bits(z.isnan(), nan, name="NaN positions in z")
+    assert_same_bits(z[~nan], clean_z[~nan], name="untouched z")
+    q, s = pair[0].view(torch.uint8).reshape(t, groups * N), pair[1]
+    cols = nan.reshape(t, groups * N)
+    assert_same_bits(q[cols], torch.full((N,), 0x7F, dtype=torch.uint8, device="cuda"), name="NaN codes")
+    assert_same_bits(q[~cols], clean[0].view(torch.uint8)[~cols], name="untouched codes")
+    blocks = cols[:, ::32]
+    assert_same_bits(s[blocks], torch.full((N // 32,), 0xFF, dtype=torch.uint8, device="cuda"), name="NaN scales")
+    assert_same_bits(s[~blocks], clean[1][~blocks], name="untouched scales")
+
+
+@pytest.mark.parametrize(("t", "groups"), [(1, 2), (64, 8), (129, 2), (2048, 8)])
+def test_twenty_reruns_are_bitwise_identical(t, groups):
+    """Split-K (t = 1, 64, 129) reduces in split order whoever arrives last: no run-to-run drift."""
+    w = _weight(groups)
+    a = _pair(t, groups, seed=13)
+    first_z = grouped_wo_a(a, w)
+    first = _stored(grouped_wo_a(a, w, out_scale_layout="deepgemm"), "deepgemm")
+    for _ in range(19):
+        assert_same_bits(grouped_wo_a(a, w), first_z, name="z rerun")
+        again = _stored(grouped_wo_a(a, w, out_scale_layout="deepgemm"), "deepgemm")
+        assert_same_bits(again[0], first[0], name="q rerun")
+        assert_same_bits(again[1], first[1], name="scale rerun")
+
+
+def test_duplicated_rows_give_row_zeros_bits():
+    """Rows copied from row 0 on tile boundaries (63, 64) and in the last tile (128) come out equal to it."""
+    t, groups = 129, 8
+    w = _weight(groups)
+    x = _bf16_input(t, groups, seed=17)
+    x[[63, 64, 128]] = x[0]
+    z = grouped_wo_a(quantize_mxfp8_reference(x), w)
+    for row in (63, 64, 128):
+        assert_same_bits(z[row], z[0], name=f"row {row}")
+
+
+def test_cuda_graph_capture_and_replay():
+    t, groups = 16, 8
+    w = _weight(groups)
+    a_q, a_s = _pair(t, groups, seed=19)
+    pair = _poisoned_pair(t, groups * N, "deepgemm")
+    grouped_wo_a((a_q, a_s), w, out_pair=pair)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with witness.capture() as records:
+        with torch.cuda.graph(graph):
+            got = grouped_wo_a((a_q, a_s), w, out_pair=pair)
+    assert got[0] is pair[0] and got[1] is pair[1]
+    assert [r["path"] for r in records] == ["einsum.wo_a.kernel.pair"]
+    spec = scale_spec(t, groups * K, scale_layout="deepgemm")
+    for seed in (20, 21):
+        new_q, new_s = _pair(t, groups, seed=seed)
+        a_q.copy_(new_q)
+        scale_storage_view(a_s, spec).copy_(scale_storage_view(new_s, spec))
+        for buffer in _stored(pair, "deepgemm"):
+            buffer.fill_(0x5A)
+        with witness.capture() as replayed:
+            graph.replay()
+        torch.cuda.synchronize()
+        assert replayed == []  # the path was decided, and recorded, at capture
+        z = grouped_wo_a((new_q, new_s), w)
+        _assert_pair_is_quantized_z(pair, z, "deepgemm")
+        _assert_z_close(z, grouped_wo_a_reference((new_q, new_s), w))
+    assert int(w.tickets.abs().sum()) == 0
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        _kernel.WoAConfig(16, 128, 32, 4, 4, 4, "fp8"),
+        _kernel.WoAConfig(64, 128, 32, 2, 4, 4, "fp8"),
+        _kernel.WoAConfig(16, 256, 64, 2, 8, 3, "bf16"),
+        _kernel.WoAConfig(32, 128, 128, 8, 4, 2, "bf16"),
+    ],
+    ids=lambda c: f"{c.dot} {c.block_m}x{c.block_n}x{c.block_k} split{c.split}",
+)
+@pytest.mark.parametrize("t", [16, 129])
+def test_other_configurations(t, config):
+    """The benchmark's sweep may pick any of these; each must meet the same contract."""
+    groups = 2
+    w = _weight(groups)
+    a_q, a_s = _pair(t, groups, seed=23)
+    z = _poisoned_z(t, groups)
+    pair = _poisoned_pair(t, groups * N, "deepgemm")
+    for out, out_pair in ((z, None), (None, pair)):
+        _kernel.launch_grouped_wo_a(
+            a_q, a_s, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets,
+            z=out, pair=out_pair, out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL, config=config,
+        )  # fmt: skip
+    torch.cuda.synchronize()
+    _assert_z_close(z, grouped_wo_a_reference((a_q, a_s), w))
+    _assert_pair_is_quantized_z(pair, z, "deepgemm")
+
+
+def test_interpreter_path_on_the_gpu():
+    """hw_cvt=False (integer conversions, IEEE fp32 dot) is what the CPU tests interpret; run it here too."""
+    t, groups = 5, 2
+    w = _weight(groups)
+    a = _pair(t, groups, "swizzled_128x4", seed=29)
+    z = _poisoned_z(t, groups)
+    pair = _poisoned_pair(t, groups * N, "swizzled_128x4")
+    for out, out_pair in ((z, None), (None, pair)):
+        _kernel.launch_grouped_wo_a(
+            *a, ScaleLayout.SWIZZLED_128X4, w.qweight, w.scale, w.tickets, z=out, pair=out_pair,
+            out_layout=ScaleLayout.SWIZZLED_128X4, rounding=ScaleRounding.RCEIL, hw_cvt=False,
+        )  # fmt: skip
+    torch.cuda.synchronize()
+    _assert_z_close(z, grouped_wo_a_reference(a, w))
+    _assert_pair_is_quantized_z(pair, z, "swizzled_128x4")
+
+
+@pytest.mark.parametrize("out_layout", [None, *LAYOUTS])
+def test_no_tokens(out_layout):
+    got = grouped_wo_a(_pair(0, 2), _weight(2), out_scale_layout=out_layout)
+    if out_layout is None:
+        assert got.is_cuda and tuple(got.shape) == (0, 2, N)
+    else:
+        assert got[0].is_cuda and tuple(got[0].shape) == (0, 2 * N)
+
+
+def test_refusals_write_nothing(monkeypatch):
+    w = _weight(2)
+    a = _pair(4, 2)
+    pair = _poisoned_pair(4, 2 * N, "deepgemm")
+    with pytest.raises(ValueError, match="a must be on the weight's device"):
+        grouped_wo_a((a[0].cpu(), a[1].cpu()), w)
+    with pytest.raises(ValueError, match=r"out_pair\[0\] must be on cuda"):
+        grouped_wo_a(a, w, out_pair=(pair[0].cpu(), pair[1]))
+    with pytest.raises(ValueError, match=r"a must have G \* r = 2 \* 4096"):
+        grouped_wo_a(_pair(4, 8), w, out_pair=pair)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
+    with pytest.raises(MxfuseUnavailableError, match=r"sm_89\+.* is sm_86"):
+        grouped_wo_a(a, w, out_pair=pair)
+    for buffer in _stored(pair, "deepgemm"):
+        assert_same_bits(buffer, torch.full_like(buffer, 0xA5), name="out_pair untouched")
