@@ -120,7 +120,10 @@ def check(sets: Sets) -> dict[str, object]:
         "pair_equals_quantized_z": bool(pair_equal),
         "z_calc_diff_vs_reference": calc_diff(z, z_ref),
         "pair_bits_equal_reference_quantize": bool(
-            torch.equal(fused_q.view(torch.uint8), quantize_mxfp8_reference(z_ref.view(sets.t, -1))[0].view(torch.uint8))
+            torch.equal(
+                fused_q.view(torch.uint8),
+                quantize_mxfp8_reference(z_ref.view(sets.t, -1))[0].view(torch.uint8),
+            )
         ),
         # The bf16 baselines use the unquantized weights: they agree with z to MXFP8's quantization error.
         "einsum_calc_diff_vs_z": calc_diff(einsum, z.float()),
@@ -137,7 +140,9 @@ def measure(t: int, groups: int, *, rounds: int = 3) -> dict[str, object]:
     half = int(row["bytes"]) // 2
     srcs = [torch.empty(half, dtype=torch.uint8, device="cuda").fill_(1) for _ in range(sets.count)]
     dsts = [torch.empty_like(s) for s in srcs]
-    variants = {name: sets.calls(name) for name in ("fused", "unfused", "kernel_bf16", "einsum_bf16", "bmm_bf16")}
+    variants = {
+        name: sets.calls(name) for name in ("fused", "unfused", "kernel_bf16", "einsum_bf16", "bmm_bf16")
+    }
     variants["copy"] = [functools.partial(d.copy_, s) for d, s in zip(dsts, srcs, strict=True)]
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
@@ -153,18 +158,42 @@ def sweep_configs(t: int, groups: int, sm_count: int) -> list:
     """Candidate configurations for (t, groups): tile shapes by T, each with the heuristic's split-K,
     half and double of it; plus fp8-dot variants. Invalid ones (see check_config) are dropped."""
     if t <= 16:
-        bases = [(16, 128, 128, 4, 4, "bf16"), (16, 128, 64, 4, 4, "bf16"), (16, 128, 256, 4, 3, "bf16"),
-                 (16, 256, 128, 8, 3, "bf16"), (16, 128, 128, 4, 6, "bf16"), (16, 128, 32, 4, 6, "fp8"),
-                 (16, 128, 32, 4, 10, "fp8"), (16, 256, 32, 8, 6, "fp8")]  # fmt: skip
+        bases = [
+            (16, 128, 128, 4, 4, "bf16"),
+            (16, 128, 64, 4, 4, "bf16"),
+            (16, 128, 256, 4, 3, "bf16"),
+            (16, 256, 128, 8, 3, "bf16"),
+            (16, 128, 128, 4, 6, "bf16"),
+            (16, 128, 32, 4, 6, "fp8"),
+            (16, 128, 32, 4, 10, "fp8"),
+            (16, 256, 32, 8, 6, "fp8"),
+        ]
     elif t <= 64:
-        bases = [(64, 128, 128, 4, 3, "bf16"), (64, 128, 64, 4, 4, "bf16"), (32, 128, 128, 4, 4, "bf16"),
-                 (64, 256, 64, 8, 3, "bf16"), (64, 128, 32, 4, 6, "fp8"), (32, 128, 32, 4, 6, "fp8")]  # fmt: skip
+        bases = [
+            (64, 128, 128, 4, 3, "bf16"),
+            (64, 128, 64, 4, 4, "bf16"),
+            (32, 128, 128, 4, 4, "bf16"),
+            (64, 256, 64, 8, 3, "bf16"),
+            (64, 128, 32, 4, 6, "fp8"),
+            (32, 128, 32, 4, 6, "fp8"),
+        ]
     elif t <= 256:
-        bases = [(64, 128, 64, 4, 3, "bf16"), (128, 128, 64, 8, 3, "bf16"), (64, 256, 64, 8, 3, "bf16"),
-                 (128, 256, 64, 8, 3, "bf16"), (128, 128, 32, 8, 6, "fp8")]  # fmt: skip
+        bases = [
+            (64, 128, 64, 4, 3, "bf16"),
+            (128, 128, 64, 8, 3, "bf16"),
+            (64, 256, 64, 8, 3, "bf16"),
+            (128, 256, 64, 8, 3, "bf16"),
+            (128, 128, 32, 8, 6, "fp8"),
+        ]
     else:
-        bases = [(128, 128, 64, 8, 3, "bf16"), (128, 256, 64, 8, 3, "bf16"), (128, 128, 128, 8, 3, "bf16"),
-                 (64, 256, 64, 4, 3, "bf16"), (128, 128, 32, 8, 6, "fp8"), (128, 256, 32, 8, 4, "fp8")]  # fmt: skip
+        bases = [
+            (128, 128, 64, 8, 3, "bf16"),
+            (128, 256, 64, 8, 3, "bf16"),
+            (128, 128, 128, 8, 3, "bf16"),
+            (64, 256, 64, 4, 3, "bf16"),
+            (128, 128, 32, 8, 6, "fp8"),
+            (128, 256, 32, 8, 4, "fp8"),
+        ]
     default = _kernel.default_config(t, groups, N, K, sm_count=sm_count)
     configs = []
     for bm, bn, bk, warps, stages, dot in bases:
@@ -186,17 +215,26 @@ def sweep(t: int, groups: int) -> list[dict[str, object]]:
     1e-3 and more."""
     sets = Sets(t, groups)
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    want_q, want_s = quantize_mxfp8_reference(grouped_wo_a_reference(sets.a[0], sets.w[0]).view(t, groups * N))
+    want_q, want_s = quantize_mxfp8_reference(
+        grouped_wo_a_reference(sets.a[0], sets.w[0]).view(t, groups * N)
+    )
     want = dequantize_mxfp8(want_q, want_s, scale_layout="e8m0")
     rows = []
     for config in sweep_configs(t, groups, sm_count):
 
         def call(i: int, config=config):
             _kernel.launch_grouped_wo_a(
-                *sets.a[i], ScaleLayout.DEEPGEMM, sets.w[i].qweight, sets.w[i].scale, sets.w[i].tickets,
-                z=None, pair=sets.pair[i], out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL,
+                *sets.a[i],
+                ScaleLayout.DEEPGEMM,
+                sets.w[i].qweight,
+                sets.w[i].scale,
+                sets.w[i].tickets,
+                z=None,
+                pair=sets.pair[i],
+                out_layout=ScaleLayout.DEEPGEMM,
+                rounding=ScaleRounding.RCEIL,
                 config=config,
-            )  # fmt: skip
+            )
 
         call(0)
         diff = calc_diff(dequantize_mxfp8(*sets.pair[0], scale_layout="deepgemm"), want)
@@ -213,7 +251,9 @@ def _out_path(arg: str | None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sweep", action="store_true", help="also time kernel configurations per (G, T)")
     parser.add_argument("--json", help="write every number here (default $OUT/grouped_wo_a.json or reports/)")
     parser.add_argument("--ts", default=",".join(map(str, TS)), help="token counts T, comma-separated")
@@ -235,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         for t in ts:
             rows.append(measure(t, groups))
             r = rows[-1]
-            print(f"G={groups} T={t}: fused {r['fused_us']:.2f} us, unfused {r['unfused_us']:.2f} us", flush=True)
+            print(
+                f"G={groups} T={t}: fused {r['fused_us']:.2f} us, unfused {r['unfused_us']:.2f} us",
+                flush=True,
+            )
     sweep_rows: list[dict[str, object]] = []
     if args.sweep:
         print("\nsweep (fused, deepgemm pair):", flush=True)
@@ -261,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         bf16 = min(r["einsum_bf16_us"], r["bmm_bf16_us"])
         ok = r["pair_equals_quantized_z"] and r["z_calc_diff_vs_reference"] <= 1e-6
         print(
-            f"| {r['G']} | {r['T']} | {r['bytes'] / 1e6:.1f} | {r['copy_us']:.2f} | {fused:.2f} | {r['unfused_us']:.2f} "
+            f"| {r['G']} | {r['T']} | {r['bytes'] / 1e6:.1f} | {r['copy_us']:.2f} | {fused:.2f} "
+            f"| {r['unfused_us']:.2f} "
             f"| {r['kernel_bf16_us']:.2f} | {r['einsum_bf16_us']:.2f} | {r['bmm_bf16_us']:.2f} "
             f"| {r['unfused_us'] / fused:.2f}x | {bf16 / fused:.2f}x | {100 * r['copy_us'] / fused:.0f}% "
             f"| {'ok' if ok else 'WRONG'} (calc_diff {r['z_calc_diff_vs_reference']:.1e}) |"
@@ -274,15 +318,24 @@ def main(argv: list[str] | None = None) -> int:
         verdicts = [f"vs unfused {ratio_unfused:.2f}x (need >= {need_unfused})"]
         verdicts[-1] += " ok" if ratio_unfused >= need_unfused else " MISSED"
         if r["T"] <= 16:
-            verdicts.append(f"vs bf16 {ratio_bf16:.2f}x (need >= 1.6) {'ok' if ratio_bf16 >= 1.6 else 'MISSED'}")
+            verdicts.append(
+                f"vs bf16 {ratio_bf16:.2f}x (need >= 1.6) {'ok' if ratio_bf16 >= 1.6 else 'MISSED'}"
+            )
         print(f"  G={r['G']} T={r['T']}: " + "; ".join(verdicts))
     if sweep_rows:
         print("\nbest swept configuration per (G, T) (fused path), against the default:")
         for r in rows:
-            mine = [s for s in sweep_rows if s["T"] == r["T"] and s["G"] == r["G"] and s["calc_diff"] <= SWEEP_MAX_DIFF]
+            mine = [
+                s
+                for s in sweep_rows
+                if s["T"] == r["T"] and s["G"] == r["G"] and s["calc_diff"] <= SWEEP_MAX_DIFF
+            ]
             if mine:
                 best = min(mine, key=lambda s: s["us"])
-                print(f"  G={r['G']} T={r['T']}: {best['us']:.2f} us {best['config']} (default {r['fused_us']:.2f} us)")
+                print(
+                    f"  G={r['G']} T={r['T']}: {best['us']:.2f} us {best['config']} "
+                    f"(default {r['fused_us']:.2f} us)"
+                )
     print(f"\nJSON: {path}")
     return 0
 

@@ -89,9 +89,13 @@ class WoAWeight:
                 f"got {s.dtype} {tuple(s.shape)}"
             )
         if t.dtype != torch.int32 or t.dim() != 1 or t.numel() < TICKETS:
-            raise ValueError(f"tickets must be an int32 tensor of {TICKETS} zeros; got {t.dtype} {tuple(t.shape)}")
+            raise ValueError(
+                f"tickets must be an int32 tensor of {TICKETS} zeros; got {t.dtype} {tuple(t.shape)}"
+            )
         if s.device != q.device or t.device != q.device:
-            raise ValueError(f"scale and tickets must be on {q.device} like qweight; got {s.device}, {t.device}")
+            raise ValueError(
+                f"scale and tickets must be on {q.device} like qweight; got {s.device}, {t.device}"
+            )
 
     @property
     def groups(self) -> int:
@@ -136,12 +140,16 @@ def prepare_wo_a_weight(
     if weight.dim() == 3:
         g, n, k = weight.shape
         if groups is not None and groups != g:
-            raise ValueError(f"groups must be None or {g} for a weight [G, R, r] of shape {tuple(weight.shape)}")
+            raise ValueError(
+                f"groups must be None or {g} for a weight [G, R, r] of shape {tuple(weight.shape)}"
+            )
     elif weight.dim() == 2:
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
             raise ValueError(f"groups must be an int >= 1 with a flat weight [G*R, r]; got {groups!r}")
         if weight.shape[0] % groups:
-            raise ValueError(f"weight.shape[0] (G*R) must be a multiple of groups = {groups}; got {weight.shape[0]}")
+            raise ValueError(
+                f"weight.shape[0] (G*R) must be a multiple of groups = {groups}; got {weight.shape[0]}"
+            )
         g, n, k = groups, weight.shape[0] // groups, weight.shape[1]
     else:
         raise ValueError(f"weight must be [G, R, r] or [G*R, r]; got shape {tuple(weight.shape)}")
@@ -164,19 +172,25 @@ def prepare_wo_a_weight(
 
 def _check_a_pair(a: object, w: WoAWeight, scale_layout: ScaleLayout | str | None) -> tuple:
     if not isinstance(a, tuple | list) or len(a) != 2:
-        raise TypeError(f"a must be an MXFP8 pair (fp8 [T, G*r], scale) or a bf16 tensor; got {type(a).__name__}")
+        raise TypeError(
+            f"a must be an MXFP8 pair (fp8 [T, G*r], scale) or a bf16 tensor; got {type(a).__name__}"
+        )
     a_q, a_scale = a
     if not isinstance(a_q, torch.Tensor) or not isinstance(a_scale, torch.Tensor):
         raise TypeError("a must be a pair of torch.Tensors (fp8 [T, G*r], scale)")
     if a_q.dtype != torch.float8_e4m3fn or a_q.dim() != 2:
-        raise ValueError(f"a[0] must be a 2-D float8_e4m3fn tensor [T, G*r]; got {a_q.dtype} {tuple(a_q.shape)}")
+        raise ValueError(
+            f"a[0] must be a 2-D float8_e4m3fn tensor [T, G*r]; got {a_q.dtype} {tuple(a_q.shape)}"
+        )
     _check_columns(a_q, w)
     if scale_layout is None:
         layout = _infer_layout(a_scale, "a[1]")
     else:
         layout = parse_scale_layout(scale_layout)
     t = a_q.shape[0]
-    check_mxfp8_pair((a_q, a_scale), m=t, k=a_q.shape[1], scale_layout=layout, device=a_q.device, argument="a")
+    check_mxfp8_pair(
+        (a_q, a_scale), m=t, k=a_q.shape[1], scale_layout=layout, device=a_q.device, argument="a"
+    )
     return a_q, a_scale, layout
 
 
@@ -259,10 +273,13 @@ def grouped_wo_a(
         raise TypeError(f"w must be a WoAWeight (see prepare_wo_a_weight); got {type(w).__name__}")
     if isinstance(a, torch.Tensor):
         if scale_layout is not None:
-            raise ValueError("scale_layout describes an MXFP8 pair a; a is a plain tensor, so it must be None")
+            raise ValueError(
+                "scale_layout describes an MXFP8 pair a; a is a plain tensor, so it must be None"
+            )
         if a.dtype not in INPUT_DTYPES or a.dim() != 2:
             raise ValueError(
-                f"a must be an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; got {a.dtype} {tuple(a.shape)}"
+                "a must be an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; "
+                f"got {a.dtype} {tuple(a.shape)}"
             )
         _check_columns(a, w)
         if a.shape[1] > 1 and a.stride(1) != 1 or a.shape[0] > 1 and a.stride(0) < a.shape[1]:
@@ -285,7 +302,11 @@ def grouped_wo_a(
         _check_out(out, t=t, w=w)
         out_layout = None
     elif out_pair is not None:
-        if isinstance(out_pair, tuple | list) and len(out_pair) == 2 and isinstance(out_pair[1], torch.Tensor):
+        if (
+            isinstance(out_pair, tuple | list)
+            and len(out_pair) == 2
+            and isinstance(out_pair[1], torch.Tensor)
+        ):
             out_layout = (
                 _infer_layout(out_pair[1], "out_pair[1]")
                 if out_scale_layout is None
@@ -309,7 +330,9 @@ def grouped_wo_a(
     if config is None:
         z = grouped_wo_a_reference(a_pair, w, scale_layout=a_layout)
         if out_pair is not None:
-            return quantize_mxfp8(z.view(t, gr), rounding=rounding, scale_layout=out_layout, out=tuple(out_pair))
+            return quantize_mxfp8(
+                z.view(t, gr), rounding=rounding, scale_layout=out_layout, out=tuple(out_pair)
+            )
         out.copy_(z)
         return out
     with torch.cuda.device(device):
@@ -333,7 +356,9 @@ def _check_out(out: object, *, t: int, w: WoAWeight) -> None:
         raise TypeError(f"out must be a torch.Tensor; got {type(out).__name__}")
     shape = (t, w.groups, w.n)
     if out.dtype != torch.bfloat16 or tuple(out.shape) != shape:
-        raise ValueError(f"out must be a bfloat16 tensor of shape {shape}; got {out.dtype} {tuple(out.shape)}")
+        raise ValueError(
+            f"out must be a bfloat16 tensor of shape {shape}; got {out.dtype} {tuple(out.shape)}"
+        )
     if out.device != w.device:
         raise ValueError(f"out must be on {w.device}; got {out.device}")
     if out.numel() and not out.is_contiguous():
@@ -383,7 +408,8 @@ def _emit(
     if out_layout is not None:
         emit(
             "einsum.wo_a.kernel.pair",
-            f"CUDA tensors on {device}: the Triton grouped kernel's epilogue wrote the {out_layout.value} pair",
+            f"CUDA tensors on {device}: the Triton grouped kernel's epilogue wrote the "
+            f"{out_layout.value} pair",
             backend="triton",
             **fields,
             **config_fields,

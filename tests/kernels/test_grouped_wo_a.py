@@ -79,7 +79,9 @@ def _poisoned_pair(t: int, k: int, layout: str, poison: int = 0xA5):
 
 def _stored(pair, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     q, s = pair
-    return q.view(torch.uint8), scale_storage_view(s, scale_spec(*q.shape, scale_layout=layout)).view(torch.uint8)
+    return q.view(torch.uint8), scale_storage_view(s, scale_spec(*q.shape, scale_layout=layout)).view(
+        torch.uint8
+    )
 
 
 def _assert_z_close(z: torch.Tensor, want: torch.Tensor) -> None:
@@ -169,7 +171,9 @@ def test_nan_block_reaches_only_its_token_and_group():
     assert_same_bits(q[cols], torch.full((N,), 0x7F, dtype=torch.uint8, device="cuda"), name="NaN codes")
     assert_same_bits(q[~cols], clean[0].view(torch.uint8)[~cols], name="untouched codes")
     blocks = cols[:, ::32]
-    assert_same_bits(s[blocks], torch.full((N // 32,), 0xFF, dtype=torch.uint8, device="cuda"), name="NaN scales")
+    assert_same_bits(
+        s[blocks], torch.full((N // 32,), 0xFF, dtype=torch.uint8, device="cuda"), name="NaN scales"
+    )
     assert_same_bits(s[~blocks], clean[1][~blocks], name="untouched scales")
 
 
@@ -248,9 +252,18 @@ def test_other_configurations(t, config):
     pair = _poisoned_pair(t, groups * N, "deepgemm")
     for out, out_pair in ((z, None), (None, pair)):
         _kernel.launch_grouped_wo_a(
-            a_q, a_s, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets,
-            z=out, pair=out_pair, out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL, config=config,
-        )  # fmt: skip
+            a_q,
+            a_s,
+            ScaleLayout.DEEPGEMM,
+            w.qweight,
+            w.scale,
+            w.tickets,
+            z=out,
+            pair=out_pair,
+            out_layout=ScaleLayout.DEEPGEMM,
+            rounding=ScaleRounding.RCEIL,
+            config=config,
+        )
     torch.cuda.synchronize()
     _assert_z_close(z, grouped_wo_a_reference((a_q, a_s), w))
     _assert_pair_is_quantized_z(pair, z, "deepgemm")
@@ -265,9 +278,17 @@ def test_interpreter_path_on_the_gpu():
     pair = _poisoned_pair(t, groups * N, "swizzled_128x4")
     for out, out_pair in ((z, None), (None, pair)):
         _kernel.launch_grouped_wo_a(
-            *a, ScaleLayout.SWIZZLED_128X4, w.qweight, w.scale, w.tickets, z=out, pair=out_pair,
-            out_layout=ScaleLayout.SWIZZLED_128X4, rounding=ScaleRounding.RCEIL, hw_cvt=False,
-        )  # fmt: skip
+            *a,
+            ScaleLayout.SWIZZLED_128X4,
+            w.qweight,
+            w.scale,
+            w.tickets,
+            z=out,
+            pair=out_pair,
+            out_layout=ScaleLayout.SWIZZLED_128X4,
+            rounding=ScaleRounding.RCEIL,
+            hw_cvt=False,
+        )
     torch.cuda.synchronize()
     _assert_z_close(z, grouped_wo_a_reference(a, w))
     _assert_pair_is_quantized_z(pair, z, "swizzled_128x4")

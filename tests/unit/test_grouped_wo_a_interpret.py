@@ -59,7 +59,15 @@ def _case_list() -> list[dict]:
                     "out_layout": out_layout,
                     "rounding": "floor" if j == 1 else "rceil",
                     # (block_m, block_n, block_k, split, warps, stages, dot)
-                    "config": (16 if i % 2 else 32, 256 if n == 256 and j == 1 else 128, block_k, split, 4, 2, "fp32"),
+                    "config": (
+                        16 if i % 2 else 32,
+                        256 if n == 256 and j == 1 else 128,
+                        block_k,
+                        split,
+                        4,
+                        2,
+                        "fp32",
+                    ),
                 }
             )
     base = {"shape": (6, 3, 64, 128), "kind": "exact", "seed": 7, "a_layout": "deepgemm", "rounding": "rceil"}
@@ -102,7 +110,8 @@ def pair_for(t, gr, layout, poison):
     return q, s
 
 def stored(pair, t, gr, layout):
-    return pair[0].view(torch.uint8), scale_storage_view(pair[1], scale_spec(t, gr, scale_layout=layout)).view(torch.uint8)
+    spec = scale_spec(t, gr, scale_layout=layout)
+    return pair[0].view(torch.uint8), scale_storage_view(pair[1], spec).view(torch.uint8)
 
 for c in cases:
     t, groups, k, n = c["shape"]
@@ -157,7 +166,14 @@ def interpreted(tmp_path_factory) -> dict:
                 a_q, a_scale = data.pair(case["a_layout"])
                 w = data.weight
                 payload.append(
-                    {**case, "a_q": a_q, "a_scale": a_scale, "w_q": w.qweight, "w_scale": w.scale, "tickets": w.tickets}
+                    {
+                        **case,
+                        "a_q": a_q,
+                        "a_scale": a_scale,
+                        "w_q": w.qweight,
+                        "w_scale": w.scale,
+                        "tickets": w.tickets,
+                    }
                 )
             _run_interpreter(payload, tmp, results)
     return torch.load(results, weights_only=False)
@@ -190,7 +206,9 @@ def _reference(case: dict) -> torch.Tensor:
 
 def _quantized(z: torch.Tensor, case: dict) -> tuple[torch.Tensor, torch.Tensor]:
     t, groups, _, n = case["shape"]
-    q, s = quantize_mxfp8_reference(z.reshape(t, groups * n), rounding=case["rounding"], scale_layout=case["out_layout"])
+    q, s = quantize_mxfp8_reference(
+        z.reshape(t, groups * n), rounding=case["rounding"], scale_layout=case["out_layout"]
+    )
     spec = scale_spec(t, groups * n, scale_layout=case["out_layout"])
     return q.view(torch.uint8), scale_storage_view(s, spec).view(torch.uint8)
 
@@ -249,11 +267,17 @@ def test_nan_reaches_only_its_token_and_group(interpreted, split):
     q, s = dirty[POISONS[0]]
     q_clean, s_clean = clean[POISONS[0]]
     nan_cols = nan.reshape(6, 384)
-    assert_same_bits(q.reshape(6, 384)[nan_cols], torch.full((256,), 0x7F, dtype=torch.uint8), name="NaN codes")
+    assert_same_bits(
+        q.reshape(6, 384)[nan_cols], torch.full((256,), 0x7F, dtype=torch.uint8), name="NaN codes"
+    )
     assert_same_bits(q.reshape(6, 384)[~nan_cols], q_clean.reshape(6, 384)[~nan_cols], name="untouched codes")
     nan_blocks = nan_cols[:, ::32]
-    assert_same_bits(s.reshape(6, 12)[nan_blocks], torch.full((8,), 0xFF, dtype=torch.uint8), name="NaN scales")
-    assert_same_bits(s.reshape(6, 12)[~nan_blocks], s_clean.reshape(6, 12)[~nan_blocks], name="untouched scales")
+    assert_same_bits(
+        s.reshape(6, 12)[nan_blocks], torch.full((8,), 0xFF, dtype=torch.uint8), name="NaN scales"
+    )
+    assert_same_bits(
+        s.reshape(6, 12)[~nan_blocks], s_clean.reshape(6, 12)[~nan_blocks], name="untouched scales"
+    )
 
 
 def test_split_k_changes_no_bit_of_an_exact_sum(interpreted):
@@ -265,5 +289,7 @@ def test_cases_cover_the_launch_space():
     seen = {(c["a_layout"], c["out_layout"]) for c in CASES}
     assert len(seen) == 9 and {c["rounding"] for c in CASES} == {"rceil", "floor"}
     assert {c["config"][3] for c in CASES} == {1, 2} and {c["config"][1] for c in CASES} == {128, 256}
-    assert {c["kind"] for c in CASES} == {"exact", "gaussian", "subnormal"} and {c["shape"][0] for c in CASES} >= {0, 1, 5, 20}
+    assert {c["kind"] for c in CASES} == {"exact", "gaussian", "subnormal"} and {
+        c["shape"][0] for c in CASES
+    } >= {0, 1, 5, 20}
     assert np.unique([c["shape"][1] for c in CASES]).tolist() == [1, 2, 3]

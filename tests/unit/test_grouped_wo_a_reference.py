@@ -37,7 +37,13 @@ def _numpy_scale_bytes(scale: torch.Tensor, layout: str, m: int, k: int) -> np.n
         flat = scale.as_strided((m4 * -(-groups // 4),), (1,)).numpy().astype("<i4").view(np.uint8)
         return flat[((cols // 4) * m4 + rows) * 4 + cols % 4]
     n_k4 = -(-groups // 4)
-    offs = (rows // 128) * (n_k4 * 512) + (cols // 4) * 512 + (rows % 32) * 16 + ((rows % 128) // 32) * 4 + cols % 4
+    offs = (
+        (rows // 128) * (n_k4 * 512)
+        + (cols // 4) * 512
+        + (rows % 32) * 16
+        + ((rows % 128) // 32) * 4
+        + cols % 4
+    )
     return scale.numpy()[offs]
 
 
@@ -135,8 +141,16 @@ BAD_WEIGHTS = [
     ("R not a multiple of 128", lambda: prepare_wo_a_weight(torch.zeros(2, 96, 64)), r"R \(rows per group\)"),
     ("flat R = 64", lambda: prepare_wo_a_weight(torch.zeros(256, 64), groups=4), r"R = 64"),
     ("flat without groups", lambda: prepare_wo_a_weight(torch.zeros(256, 64)), "groups must be an int"),
-    ("flat groups not dividing", lambda: prepare_wo_a_weight(torch.zeros(256, 64), groups=3), "multiple of groups"),
-    ("3-D groups mismatch", lambda: prepare_wo_a_weight(torch.zeros(2, 128, 64), groups=4), "groups must be None or 2"),
+    (
+        "flat groups not dividing",
+        lambda: prepare_wo_a_weight(torch.zeros(256, 64), groups=3),
+        "multiple of groups",
+    ),
+    (
+        "3-D groups mismatch",
+        lambda: prepare_wo_a_weight(torch.zeros(2, 128, 64), groups=4),
+        "groups must be None or 2",
+    ),
     ("r not a multiple of 32", lambda: prepare_wo_a_weight(torch.zeros(1, 128, 48)), r"multiple of 32"),
     ("4-D weight", lambda: prepare_wo_a_weight(torch.zeros(1, 1, 128, 64)), r"\[G, R, r\] or \[G\*R, r\]"),
     ("E4M3 without scale", lambda: prepare_wo_a_weight(_e4m3(1, 128, 64)), "scale is required"),
@@ -199,9 +213,13 @@ def test_cpu_entry_writes_the_quantized_reference(out_layout, rounding):
         got = grouped_wo_a(a, case.weight, out_pair=pair, rounding=rounding)
     assert got_z is z and got[0] is pair[0] and got[1] is pair[1]
     assert_same_bits(z, grouped_wo_a_reference(a, case.weight), name="z")
-    want_q, want_s = quantize_mxfp8_reference(z.view(t, groups * n), rounding=rounding, scale_layout=out_layout)
+    want_q, want_s = quantize_mxfp8_reference(
+        z.view(t, groups * n), rounding=rounding, scale_layout=out_layout
+    )
     assert_same_bits(pair[0].view(torch.uint8), want_q.view(torch.uint8), name="q")
-    assert_same_bits(_storage(pair, t, groups * n, out_layout), _storage((want_q, want_s), t, groups * n, out_layout))
+    assert_same_bits(
+        _storage(pair, t, groups * n, out_layout), _storage((want_q, want_s), t, groups * n, out_layout)
+    )
     assert [r["path"] for r in records] == ["einsum.wo_a.reference"] * 2
     assert records[1]["out_scale_layout"] == out_layout and records[0]["out_scale_layout"] is None
 
@@ -244,24 +262,74 @@ def _bad_calls() -> list[tuple[str, dict, type, str]]:
     return [
         ("group count mismatch", {"w": w3}, ValueError, r"a must have G \* r = 3 \* 64 = 192 columns"),
         ("w not a WoAWeight", {"w": _W.qweight}, TypeError, "w must be a WoAWeight"),
-        ("a fp16 pair element", {"a": (q8.view(torch.uint8).half(), _A[1])}, ValueError, r"a\[0\] must be a 2-D"),
-        ("a int8 tensor", {"a": torch.zeros(4, 128, dtype=torch.int8)}, ValueError, "a must be an MXFP8 pair or"),
+        (
+            "a fp16 pair element",
+            {"a": (q8.view(torch.uint8).half(), _A[1])},
+            ValueError,
+            r"a\[0\] must be a 2-D",
+        ),
+        (
+            "a int8 tensor",
+            {"a": torch.zeros(4, 128, dtype=torch.int8)},
+            ValueError,
+            "a must be an MXFP8 pair or",
+        ),
         ("a one tensor of three", {"a": (q8, _A[1], _A[1])}, TypeError, "a must be an MXFP8 pair"),
         ("a scale int64", {"a": (q8, _A[1].long())}, ValueError, r"a\[1\] must be int32"),
-        ("a scale for another layout", {"a": _A, "scale_layout": "deepgemm"}, ValueError, r"a\[1\] must have dtype"),
-        ("a scale unknown layout", {"a": _A, "scale_layout": "rows"}, ValueError, "scale_layout must be one of"),
-        ("scale_layout with bf16 a", {"a": torch.zeros(4, 128), "scale_layout": "e8m0"}, ValueError, "must be None"),
+        (
+            "a scale for another layout",
+            {"a": _A, "scale_layout": "deepgemm"},
+            ValueError,
+            r"a\[1\] must have dtype",
+        ),
+        (
+            "a scale unknown layout",
+            {"a": _A, "scale_layout": "rows"},
+            ValueError,
+            "scale_layout must be one of",
+        ),
+        (
+            "scale_layout with bf16 a",
+            {"a": torch.zeros(4, 128), "scale_layout": "e8m0"},
+            ValueError,
+            "must be None",
+        ),
         ("a rows not contiguous", {"a": torch.zeros(128, 4).t()}, ValueError, "a must have contiguous"),
-        ("a on another device", {"a": (q8.to("meta"), _A[1])}, ValueError, "a must be on the weight's device"),
+        (
+            "a on another device",
+            {"a": (q8.to("meta"), _A[1])},
+            ValueError,
+            "a must be on the weight's device",
+        ),
         ("unknown rounding", {"rounding": "up"}, ValueError, "rounding must be one of"),
         ("out and out_pair", {"out": "z", "out_pair": "pair"}, ValueError, "not both"),
         ("out fp32", {"out": torch.zeros(4, 2, 128)}, ValueError, "out must be a bfloat16 tensor"),
         ("out flat", {"out": torch.zeros(4, 256, dtype=torch.bfloat16)}, ValueError, r"shape \(4, 2, 128\)"),
         ("out with out_scale_layout", {"out": "z", "out_scale_layout": "e8m0"}, ValueError, "must be None"),
-        ("out_pair 3 tensors", {"out_pair": ("q", "s", "x")}, ValueError, r"out_pair must be a tuple \(q, scale\)"),
-        ("out_pair wrong layout", {"out_pair": "pair", "out_scale_layout": "e8m0"}, ValueError, r"out_pair\[1\]"),
-        ("out_pair for [T, G, R]", {"out_pair": "pair3"}, ValueError, r"out_pair\[0\] must have shape \(4, 256\)"),
-        ("out_scale_layout unknown", {"out_scale_layout": "x"}, ValueError, "out_scale_layout must be one of"),
+        (
+            "out_pair 3 tensors",
+            {"out_pair": ("q", "s", "x")},
+            ValueError,
+            r"out_pair must be a tuple \(q, scale\)",
+        ),
+        (
+            "out_pair wrong layout",
+            {"out_pair": "pair", "out_scale_layout": "e8m0"},
+            ValueError,
+            r"out_pair\[1\]",
+        ),
+        (
+            "out_pair for [T, G, R]",
+            {"out_pair": "pair3"},
+            ValueError,
+            r"out_pair\[0\] must have shape \(4, 256\)",
+        ),
+        (
+            "out_scale_layout unknown",
+            {"out_scale_layout": "x"},
+            ValueError,
+            "out_scale_layout must be one of",
+        ),
     ]
 
 
@@ -277,7 +345,9 @@ def test_bad_input_is_refused_before_anything_is_written(name, kwargs, error, ma
     named = {"z": z, "pair": pair, "pair3": pair3}
     args = {"a": _A, "w": _W}
     for key, value in kwargs.items():
-        args[key] = named.get(value, value) if isinstance(value, str) and key in ("out", "out_pair") else value
+        args[key] = (
+            named.get(value, value) if isinstance(value, str) and key in ("out", "out_pair") else value
+        )
     before = (z.clone(), pair[0].view(torch.uint8).clone(), _storage(pair, 4, 256, "deepgemm").clone())
     with pytest.raises(error, match=match):
         grouped_wo_a(args.pop("a"), args.pop("w"), **args)
@@ -290,4 +360,6 @@ def test_scale_bytes_reach_every_layout():
     """The layouts above are read by index formulas here; check them on a pattern where every byte differs."""
     s = torch.arange(130 * 8, dtype=torch.int64).remainder(251).to(torch.uint8).reshape(130, 8)
     for layout in LAYOUTS:
-        assert_same_bits(_numpy_scale_bytes(scale_to_layout(s, scale_layout=layout), layout, 130, 256), s.numpy())
+        assert_same_bits(
+            _numpy_scale_bytes(scale_to_layout(s, scale_layout=layout), layout, 130, 256), s.numpy()
+        )

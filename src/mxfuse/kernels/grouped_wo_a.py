@@ -185,8 +185,26 @@ def _grouped_wo_a_kernel(
     GR = G * R
     col0 = g * R + pid_n * BLOCK_N
     if SPLIT == 1:
-        _write_outputs(acc, rows, col0, pid_m, n_m_tiles, T, GR, z_ptr, q_ptr, s_ptr, o_rows_padded,
-                       STORE_Z, STORE_PAIR, O_LAYOUT, FLOOR, HW_CVT, BLOCK_M, BLOCK_N)
+        _write_outputs(
+            acc,
+            rows,
+            col0,
+            pid_m,
+            n_m_tiles,
+            T,
+            GR,
+            z_ptr,
+            q_ptr,
+            s_ptr,
+            o_rows_padded,
+            STORE_Z,
+            STORE_PAIR,
+            O_LAYOUT,
+            FLOOR,
+            HW_CVT,
+            BLOCK_M,
+            BLOCK_N,
+        )
     else:
         offs = rows[:, None].to(tl.int64) * GR + col0 + tl.arange(0, BLOCK_N)[None, :]
         row_ok = (rows < T)[:, None]
@@ -202,9 +220,29 @@ def _grouped_wo_a_kernel(
             # partials were written by other SMs: read them from L2 (.cg), never a stale L1 line.
             total = tl.load(ws_ptr + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
             for s in tl.static_range(1, SPLIT):
-                total += tl.load(ws_ptr + s * split_stride + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
-            _write_outputs(total, rows, col0, pid_m, n_m_tiles, T, GR, z_ptr, q_ptr, s_ptr, o_rows_padded,
-                           STORE_Z, STORE_PAIR, O_LAYOUT, FLOOR, HW_CVT, BLOCK_M, BLOCK_N)
+                total += tl.load(
+                    ws_ptr + s * split_stride + offs, mask=row_ok, other=0.0, cache_modifier=".cg"
+                )
+            _write_outputs(
+                total,
+                rows,
+                col0,
+                pid_m,
+                n_m_tiles,
+                T,
+                GR,
+                z_ptr,
+                q_ptr,
+                s_ptr,
+                o_rows_padded,
+                STORE_Z,
+                STORE_PAIR,
+                O_LAYOUT,
+                FLOOR,
+                HW_CVT,
+                BLOCK_M,
+                BLOCK_N,
+            )
             tl.atomic_xchg(tickets_ptr + tile, 0)
 
 
