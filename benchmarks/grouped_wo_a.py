@@ -9,11 +9,11 @@ in one run, after checking every variant's result first:
   * kernel_bf16: the first launch of unfused alone;
   * einsum_bf16: ``torch.einsum('tgk,gdk->tgd')`` on bf16 activations and bf16 weights (the reference
     model's code); bmm_bf16: ``torch.bmm`` into a [G, T, R] buffer with no layout copies;
-  * copy floor: ``dst.copy_(src)`` of half the bytes the fused call must move (fp8 weight and scales,
-    the activation pair, the output pair), so the copy reads and writes as many bytes as the kernel.
+  * floor: the bytes the fused call must move (fp8 weight and scales, the activation pair, the output
+    pair) at the device-to-device copy bandwidth measured in the same run.
 Each variant is one CUDA graph of many calls rotating through enough weight copies that every call reads
-its weights from DRAM (> 4x the 60 MB L2), timed over 15 replays; each is timed three times,
-interleaved, and the median of the three is reported. ``--sweep`` also times kernel configurations
+its weights from DRAM (``gpu_timing``: > 4x the 60 MB L2), timed over 15 replays; each is timed three
+times, interleaved, and the median of the three is reported. ``--sweep`` also times kernel configurations
 (tile, split-K, dot mode, warps, stages) per (G, T) on the fused path and reports the best.
 """
 
@@ -24,7 +24,6 @@ import datetime
 import functools
 import importlib
 import json
-import math
 import os
 import statistics
 import sys
@@ -32,7 +31,9 @@ from pathlib import Path
 
 import torch
 import triton
-from quantize import bench_us
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import bench_us, copy_bandwidth, rotation_count
 
 from gpumatrix.compare import calc_diff
 from mxfuse.einsum import grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
@@ -51,7 +52,6 @@ _kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
 K, N = 4096, 1024
 TS = (1, 4, 16, 64, 256, 2048)
 GS = (2, 8)
-ROTATE_BYTES = 256 * 2**20  # > 4x the H200's 60 MB L2
 SWEEP_MAX_DIFF = 1e-4
 
 
@@ -67,7 +67,7 @@ class Sets:
 
     def __init__(self, t: int, groups: int):
         per_set = 2 * groups * N * K + 3 * t * groups * K  # the bf16 weight dominates; enough for fp8 too
-        self.count = max(2, min(32, math.ceil(ROTATE_BYTES / per_set)))
+        self.count = max(2, rotation_count(per_set, cap=32))
         self.t, self.groups = t, groups
         self.w, self.w_bf16, self.x, self.a, self.z, self.pair, self.pair2, self.zt = ([] for _ in range(8))
         for i in range(self.count):
@@ -131,19 +131,16 @@ def check(sets: Sets) -> dict[str, object]:
     }
 
 
-def measure(t: int, groups: int, *, rounds: int = 3) -> dict[str, object]:
+def measure(t: int, groups: int, *, bandwidth: float, rounds: int = 3) -> dict[str, object]:
     sets = Sets(t, groups)
     row: dict[str, object] = {"T": t, "G": groups, "sets": sets.count, "bytes": fused_bytes(t, groups)}
+    row["floor_us"] = float(row["bytes"]) / bandwidth * 1e6
     row.update(check(sets))
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     row["config"] = _kernel.default_config(t, groups, N, K, sm_count=sm_count).__dict__
-    half = int(row["bytes"]) // 2
-    srcs = [torch.empty(half, dtype=torch.uint8, device="cuda").fill_(1) for _ in range(sets.count)]
-    dsts = [torch.empty_like(s) for s in srcs]
     variants = {
         name: sets.calls(name) for name in ("fused", "unfused", "kernel_bf16", "einsum_bf16", "bmm_bf16")
     }
-    variants["copy"] = [functools.partial(d.copy_, s) for d, s in zip(dsts, srcs, strict=True)]
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, fns in variants.items():
@@ -155,55 +152,57 @@ def measure(t: int, groups: int, *, rounds: int = 3) -> dict[str, object]:
 
 
 def sweep_configs(t: int, groups: int, sm_count: int) -> list:
-    """Candidate configurations for (t, groups): tile shapes by T, each with the heuristic's split-K,
-    half and double of it; plus fp8-dot variants. Invalid ones (see check_config) are dropped."""
+    """Candidate configurations for (t, groups): tile shapes and dot modes by T, each with the default's
+    split-K, half and double of it. Invalid ones (see ``check_config``) are dropped."""
+    # (block_m, block_n, block_k, warps, stages, dot, swap_ab)
     if t <= 16:
         bases = [
-            (16, 128, 128, 4, 4, "bf16"),
-            (16, 128, 64, 4, 4, "bf16"),
-            (16, 128, 256, 4, 3, "bf16"),
-            (16, 256, 128, 8, 3, "bf16"),
-            (16, 128, 128, 4, 6, "bf16"),
-            (16, 128, 32, 4, 6, "fp8"),
-            (16, 128, 32, 4, 10, "fp8"),
-            (16, 256, 32, 8, 6, "fp8"),
+            (16, 128, 128, 4, 3, "dq16", True),
+            (16, 128, 128, 4, 5, "dq16", True),
+            (16, 128, 64, 4, 4, "dq16", True),
+            (16, 256, 128, 8, 3, "dq16", True),
+            (16, 128, 128, 4, 3, "dq16", False),
+            (16, 128, 64, 4, 4, "fp8", True),
+            (16, 128, 128, 4, 3, "fp8", True),
+            (16, 128, 32, 4, 6, "fp8", False),
         ]
     elif t <= 64:
         bases = [
-            (64, 128, 128, 4, 3, "bf16"),
-            (64, 128, 64, 4, 4, "bf16"),
-            (32, 128, 128, 4, 4, "bf16"),
-            (64, 256, 64, 8, 3, "bf16"),
-            (64, 128, 32, 4, 6, "fp8"),
-            (32, 128, 32, 4, 6, "fp8"),
+            (64, 128, 128, 4, 3, "dq16", True),
+            (64, 128, 64, 4, 4, "dq16", True),
+            (64, 128, 128, 8, 3, "dq16", False),
+            (32, 128, 128, 4, 3, "dq16", False),
+            (64, 128, 64, 4, 4, "fp8", True),
+            (64, 128, 64, 4, 4, "fp8", False),
         ]
     elif t <= 256:
         bases = [
-            (64, 128, 64, 4, 3, "bf16"),
-            (128, 128, 64, 8, 3, "bf16"),
-            (64, 256, 64, 8, 3, "bf16"),
-            (128, 256, 64, 8, 3, "bf16"),
-            (128, 128, 32, 8, 6, "fp8"),
+            (64, 128, 64, 8, 3, "dq16", False),
+            (64, 128, 128, 4, 3, "dq16", True),
+            (128, 128, 64, 8, 3, "dq16", False),
+            (64, 256, 64, 8, 3, "dq16", False),
+            (128, 128, 64, 8, 4, "fp8", False),
         ]
     else:
         bases = [
-            (128, 128, 64, 8, 3, "bf16"),
-            (128, 256, 64, 8, 3, "bf16"),
-            (128, 128, 128, 8, 3, "bf16"),
-            (64, 256, 64, 4, 3, "bf16"),
-            (128, 128, 32, 8, 6, "fp8"),
-            (128, 256, 32, 8, 4, "fp8"),
+            (128, 128, 64, 8, 3, "dq16", False),
+            (128, 256, 64, 8, 3, "dq16", False),
+            (128, 128, 128, 8, 3, "dq16", False),
+            (64, 256, 64, 4, 3, "dq16", False),
+            (128, 128, 64, 8, 4, "fp8", False),
+            (128, 256, 64, 8, 3, "fp8", False),
         ]
     default = _kernel.default_config(t, groups, N, K, sm_count=sm_count)
-    configs = []
-    for bm, bn, bk, warps, stages, dot in bases:
+    configs = [default]  # timed the same way as the candidates, for a like-for-like comparison
+    for bm, bn, bk, warps, stages, dot, swap in bases:
         for split in sorted({max(1, default.split // 2), default.split, default.split * 2}):
-            config = _kernel.WoAConfig(bm, bn, bk, split, warps, stages, dot)
+            config = _kernel.WoAConfig(bm, bn, bk, split, warps, stages, dot, swap)
             try:
-                _kernel.check_config(config, t=t, groups=groups, n=N, k=K, hw_cvt=True)
+                _kernel.check_config(config, t=t, groups=groups, n=N, k=K)
             except ValueError:
                 continue
-            configs.append(config)
+            if config not in configs:
+                configs.append(config)
     return configs
 
 
@@ -211,7 +210,7 @@ def sweep(t: int, groups: int) -> list[dict[str, object]]:
     """Time every candidate on the fused path. Each is checked first: its pair, dequantized, against the
     quantized reference z by calc_diff, which must stay <= SWEEP_MAX_DIFF. The two differ where fp32 sums
     in another order round z to another bf16 value and that moves an E4M3 code one step (estimated 1e-9
-    for the bf16 dot, a few 1e-6 for the fp8 dot's ~14-bit accumulation); a wrong tile or scale gives
+    for the fp16 dot, a few 1e-6 for the fp8 dot's ~14-bit accumulation); a wrong tile or scale gives
     1e-3 and more."""
     sets = Sets(t, groups)
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
@@ -258,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write every number here (default $OUT/grouped_wo_a.json or reports/)")
     parser.add_argument("--ts", default=",".join(map(str, TS)), help="token counts T, comma-separated")
     parser.add_argument("--gs", default=",".join(map(str, GS)), help="group counts G, comma-separated")
+    parser.add_argument(
+        "--sweep-ts",
+        default="1,16,64,256,2048",
+        help="token counts the sweep times (T = 4 shares T = 1's candidates; one per tile class)",
+    )
     args = parser.parse_args(argv)
     ts = [int(v) for v in args.ts.split(",")]
     gs = [int(v) for v in args.gs.split(",")]
@@ -270,10 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
 
+    bandwidth = copy_bandwidth()
+    env["copy_GBps"] = round(bandwidth / 1e9, 1)
+    print(f"device-to-device copy: {bandwidth / 1e9:.0f} GB/s (read + write)", flush=True)
     rows = []
     for groups in gs:
         for t in ts:
-            rows.append(measure(t, groups))
+            rows.append(measure(t, groups, bandwidth=bandwidth))
             r = rows[-1]
             print(
                 f"G={groups} T={t}: fused {r['fused_us']:.2f} us, unfused {r['unfused_us']:.2f} us",
@@ -283,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep:
         print("\nsweep (fused, deepgemm pair):", flush=True)
         for groups in gs:
-            for t in ts:
+            for t in [int(v) for v in args.sweep_ts.split(",")]:
                 sweep_rows += sweep(t, groups)
 
     path = _out_path(args.json)
@@ -295,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         "us per call, median of 3 interleaved rounds of 15 CUDA-graph replays, weights cold"
     )
     print(
-        "| G | T | MB moved | copy floor | fused | unfused | kernel bf16 z | einsum bf16 | bmm bf16 "
+        "| G | T | MB moved | floor | fused | unfused | kernel bf16 z | einsum bf16 | bmm bf16 "
         "| unfused / fused | bf16 best / fused | floor / fused | checks |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -304,10 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         bf16 = min(r["einsum_bf16_us"], r["bmm_bf16_us"])
         ok = r["pair_equals_quantized_z"] and r["z_calc_diff_vs_reference"] <= 1e-6
         print(
-            f"| {r['G']} | {r['T']} | {r['bytes'] / 1e6:.1f} | {r['copy_us']:.2f} | {fused:.2f} "
+            f"| {r['G']} | {r['T']} | {r['bytes'] / 1e6:.1f} | {r['floor_us']:.2f} | {fused:.2f} "
             f"| {r['unfused_us']:.2f} "
             f"| {r['kernel_bf16_us']:.2f} | {r['einsum_bf16_us']:.2f} | {r['bmm_bf16_us']:.2f} "
-            f"| {r['unfused_us'] / fused:.2f}x | {bf16 / fused:.2f}x | {100 * r['copy_us'] / fused:.0f}% "
+            f"| {r['unfused_us'] / fused:.2f}x | {bf16 / fused:.2f}x | {100 * r['floor_us'] / fused:.0f}% "
             f"| {'ok' if ok else 'WRONG'} (calc_diff {r['z_calc_diff_vs_reference']:.1e}) |"
         )
     print("\ntargets (issue 12):")
@@ -323,19 +330,20 @@ def main(argv: list[str] | None = None) -> int:
             )
         print(f"  G={r['G']} T={r['T']}: " + "; ".join(verdicts))
     if sweep_rows:
-        print("\nbest swept configuration per (G, T) (fused path), against the default:")
-        for r in rows:
-            mine = [
-                s
-                for s in sweep_rows
-                if s["T"] == r["T"] and s["G"] == r["G"] and s["calc_diff"] <= SWEEP_MAX_DIFF
-            ]
-            if mine:
-                best = min(mine, key=lambda s: s["us"])
+        print("\nbest swept configuration per (G, T) (fused path), against the default timed alike:")
+        for key in sorted({(s["G"], s["T"]) for s in sweep_rows}):
+            mine = [s for s in sweep_rows if (s["G"], s["T"]) == key]
+            wrong = [s["config"] for s in mine if not s["calc_diff"] <= SWEEP_MAX_DIFF]
+            good = [s for s in mine if s["calc_diff"] <= SWEEP_MAX_DIFF]
+            default = mine[0]  # sweep_configs puts the default first
+            if good:
+                best = min(good, key=lambda s: s["us"])
                 print(
-                    f"  G={r['G']} T={r['T']}: {best['us']:.2f} us {best['config']} "
-                    f"(default {r['fused_us']:.2f} us)"
+                    f"  G={key[0]} T={key[1]}: best {best['us']:.2f} us {best['config']}; "
+                    f"default {default['us']:.2f} us ({default['us'] / best['us']:.2f}x the best)"
                 )
+            if wrong:
+                print(f"  G={key[0]} T={key[1]}: WRONG RESULTS from {wrong}")
     print(f"\nJSON: {path}")
     return 0
 

@@ -235,12 +235,14 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize(
     "config",
     [
-        _kernel.WoAConfig(16, 128, 32, 4, 4, 4, "fp8"),
-        _kernel.WoAConfig(64, 128, 32, 2, 4, 4, "fp8"),
-        _kernel.WoAConfig(16, 256, 64, 2, 8, 3, "bf16"),
-        _kernel.WoAConfig(32, 128, 128, 8, 4, 2, "bf16"),
+        _kernel.WoAConfig(16, 128, 64, 4, 4, 4, "fp8", True),
+        _kernel.WoAConfig(64, 128, 32, 2, 4, 4, "fp8", False),
+        _kernel.WoAConfig(16, 256, 64, 2, 8, 3, "dq16", False),
+        _kernel.WoAConfig(32, 128, 128, 8, 4, 2, "dq16", True),
+        _kernel.WoAConfig(128, 128, 64, 1, 8, 3, "dq16", False),
+        _kernel.WoAConfig(16, 128, 64, 2, 4, 2, "fp32", True),
     ],
-    ids=lambda c: f"{c.dot} {c.block_m}x{c.block_n}x{c.block_k} split{c.split}",
+    ids=lambda c: f"{c.dot}{' swap' if c.swap_ab else ''} {c.block_m}x{c.block_n}x{c.block_k} split{c.split}",
 )
 @pytest.mark.parametrize("t", [16, 129])
 def test_other_configurations(t, config):

@@ -1,9 +1,10 @@
 """The grouped wo_a kernel's logic on CPU: the Triton interpreter against the reference and the quantizer.
 
 The interpreter runs in one child process started with TRITON_INTERPRET=1 (Triton decides at import
-whether kernels are interpreted; see test_quantize_mxfp8_interpret.py), with the integer conversions
-and the fp32 dot (``hw_cvt=False``): the interpreter multiplies bf16 operands as raw integers and reads
-E4M3 0x7F as 480. For every case the child launches the kernel three ways into poisoned buffers: bf16 z
+whether kernels are interpreted; see test_quantize_mxfp8_interpret.py), with the epilogue's integer
+conversions (``hw_cvt=False``: the interpreter's own fp32 -> bf16 cast truncates and its fp8 cast rounds
+half-up) and each of the three dot modes; NaN codes go only through the fp32 mode, since the
+interpreter's fp8 casts read E4M3 0x7F as 480. For every case the child launches the kernel three ways into poisoned buffers: bf16 z
 only (the epilogue off), the pair only (twice, two poisons, so an unwritten byte cannot pass), and both
 at once. This process checks z against the reference, and the pair bit for bit against
 ``quantize_mxfp8_reference`` of the z the same kernel wrote.
@@ -32,6 +33,7 @@ register(on=("cpu",), est_time=45)
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
 POISONS = (0xA5, 0x5A)
+DOTS = ("fp32", "dq16", "fp8")
 SHAPES = [  # (T, G, r, R)
     (1, 1, 64, 128),
     (5, 2, 128, 256),
@@ -49,16 +51,19 @@ def _case_list() -> list[dict]:
         for j, out_layout in enumerate(LAYOUTS):
             split = 1 + (i + j) % 2
             block_k = min(64 if j < 2 else 32, k // split)
+            dot = DOTS[(i + 2 * j) % 3]
+            swap = (i + j) % 3 == 1
             cases.append(
                 {
-                    "name": f"T{t} G{groups} r{k} R{n} {LAYOUTS[(i + j) % 3]}->{out_layout} split{split}",
+                    "name": f"T{t} G{groups} r{k} R{n} {LAYOUTS[(i + j) % 3]}->{out_layout} {dot}"
+                    f"{' swap' if swap else ''} split{split}",
                     "shape": (t, groups, k, n),
                     "kind": "exact" if (i + j) % 2 == 0 else "gaussian",
                     "seed": 100 * i + j,
                     "a_layout": LAYOUTS[(i + j) % 3],
                     "out_layout": out_layout,
                     "rounding": "floor" if j == 1 else "rceil",
-                    # (block_m, block_n, block_k, split, warps, stages, dot)
+                    # WoAConfig(block_m, block_n, block_k, split, warps, stages, dot, swap_ab)
                     "config": (
                         16 if i % 2 else 32,
                         256 if n == 256 and j == 1 else 128,
@@ -66,10 +71,12 @@ def _case_list() -> list[dict]:
                         split,
                         4,
                         2,
-                        "fp32",
+                        dot,
+                        swap,
                     ),
                 }
             )
+    # NaN codes (0x7F) only in the fp32 mode: the interpreter's fp8 casts read 0x7F as 480.
     base = {"shape": (6, 3, 64, 128), "kind": "exact", "seed": 7, "a_layout": "deepgemm", "rounding": "rceil"}
     for split in (1, 2):
         for nan in (False, True):
@@ -79,18 +86,19 @@ def _case_list() -> list[dict]:
                     "name": f"{'NaN' if nan else 'clean'} split{split}",
                     "nan": nan,
                     "out_layout": "e8m0",
-                    "config": (16, 128, 32, split, 4, 2, "fp32"),
+                    "config": (16, 128, 32, split, 4, 2, "fp32", split == 2),
                 }
             )
-    cases.append(
-        {
-            **base,
-            "name": "E4M3 subnormal activations",
-            "kind": "subnormal",
-            "out_layout": "swizzled_128x4",
-            "config": (16, 128, 64, 1, 4, 2, "fp32"),
-        }
-    )
+    for dot in ("fp32", "dq16"):
+        cases.append(
+            {
+                **base,
+                "name": f"E4M3 subnormal activations {dot}",
+                "kind": "subnormal",
+                "out_layout": "swizzled_128x4",
+                "config": (16, 128, 64, 1, 4, 2, dot, dot == "dq16"),
+            }
+        )
     return cases
 
 
@@ -289,6 +297,8 @@ def test_cases_cover_the_launch_space():
     seen = {(c["a_layout"], c["out_layout"]) for c in CASES}
     assert len(seen) == 9 and {c["rounding"] for c in CASES} == {"rceil", "floor"}
     assert {c["config"][3] for c in CASES} == {1, 2} and {c["config"][1] for c in CASES} == {128, 256}
+    assert {c["config"][6] for c in CASES} == set(DOTS) and {c["config"][7] for c in CASES} == {True, False}
+    assert len({c["config"][6:] for c in CASES}) == 6  # every dot mode with and without swapped operands
     assert {c["kind"] for c in CASES} == {"exact", "gaussian", "subnormal"} and {
         c["shape"][0] for c in CASES
     } >= {0, 1, 5, 20}

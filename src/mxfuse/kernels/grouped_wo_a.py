@@ -8,7 +8,7 @@ of ``z`` viewed ``[T, G*R]`` (wo_b's input), quantized from the bf16-rounded ``z
 
 One program per (K split, group, BLOCK_N columns of R, BLOCK_M rows of T). BLOCK_N is a multiple of 128
 that divides R, so a program owns whole scale words and no word straddles two groups. The K loop is
-``mxfp8_dot.mxfp8_mainloop``. At small T the work is streaming G*R*r weight bytes (32 MiB at G = 8,
+``mxfp8_dot.mxfp8_mainloop``, built from the MXFP8 GEMM's tile functions. At small T the work is streaming G*R*r weight bytes (32 MiB at G = 8,
 R = 1024, r = 4096) and what matters is enough programs in flight: G * R / BLOCK_N tiles is 16 at G = 2,
 so K is split. Split-K is deterministic without float atomics: each split stores its fp32 partial, takes
 a ticket from an integer counter, and the split that arrives last sums the partials in split order
@@ -26,6 +26,7 @@ import triton.language as tl
 
 from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
 from mxfuse.kernels.mxfp8_dot import DOT_CODE, mxfp8_mainloop
+from mxfuse.kernels.mxfp8_gemm import _split_for
 from mxfuse.kernels.mxfp8_tile import (
     LAYOUT_CODE,
     ROWS_ALIGN,
@@ -35,7 +36,7 @@ from mxfuse.kernels.mxfp8_tile import (
     store_scale_words,
 )
 
-__all__ = ["TICKETS", "WoAConfig", "default_config", "launch_grouped_wo_a"]
+__all__ = ["TICKETS", "WoAConfig", "check_config", "default_config", "launch_grouped_wo_a"]
 
 # Split-K arrival counters a prepared weight carries: one per output tile of a split launch.
 TICKETS = 4096
@@ -108,23 +109,24 @@ def _write_outputs(
 
 
 # T and the padded row counts vary per call: not specialized, one compile per configuration.
-@triton.jit(do_not_specialize=["T", "a_rows_padded", "o_rows_padded", "n_m_tiles"])
+@triton.jit(do_not_specialize=["T", "rows4", "o_rows_padded", "n_m_tiles"])
 def _grouped_wo_a_kernel(
-    a_ptr,  # [T, G*K] E4M3 (uint8 view without HW_CVT), rows stride_at apart
-    a_s_ptr,  # a's scale storage as bytes, layout A_LAYOUT
-    w_ptr,  # [G, R, K] E4M3, contiguous
-    w_s_ptr,  # uint8 [G, K/32, R], contiguous
-    z_ptr,  # [T, G, R] bf16 (uint16 view without HW_CVT), contiguous; unused unless STORE_Z
+    a_ptr,  # [T, G*K] E4M3 (uint8 codes for DOT_F32), rows stride_at apart
+    as_ptr,  # a's scale storage as bytes, layout A_LAYOUT
+    w_ptr,  # [G, R, K] E4M3 (uint8 codes for DOT_F32), contiguous
+    ws_ptr,  # uint8 [G, K/32, R], contiguous
+    z_ptr,  # [T, G, R] bf16 (int16 view without HW_CVT), contiguous; unused unless STORE_Z
     q_ptr,  # [T, G*R] E4M3 (uint8 view without HW_CVT), contiguous; unused unless STORE_PAIR
     s_ptr,  # output scale storage: uint8 (O_LAYOUT 0) or int32 words; unused unless STORE_PAIR
-    ws_ptr,  # fp32 [SPLIT, T, G*R] partials; unused when SPLIT == 1
+    work_ptr,  # fp32 [SPLIT, T, G*R] partials; unused when SPLIT == 1
     tickets_ptr,  # int32 counters, 0 between calls; unused when SPLIT == 1
     T,
     G,
     R,
     K,
     stride_at,
-    a_rows_padded,
+    rows4,  # align(T, 4): deepgemm word stride of a's scales
+    n_k4,  # align(G*K/32, 4) / 4: swizzled tile stride of a's scales
     o_rows_padded,
     n_m_tiles,
     n_n_tiles,
@@ -133,13 +135,14 @@ def _grouped_wo_a_kernel(
     STORE_Z: tl.constexpr,
     STORE_PAIR: tl.constexpr,
     FLOOR: tl.constexpr,
-    HW_CVT: tl.constexpr,
+    HW_CVT: tl.constexpr,  # hardware bf16 rounding and E4M3 encoding in the epilogue
     DOT: tl.constexpr,
+    SWAP_AB: tl.constexpr,
     SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    K_ITERS: tl.constexpr,  # K blocks per split: K = SPLIT * K_ITERS * BLOCK_K
+    K_ITERS: tl.constexpr,  # BLOCK_K steps per split: K = SPLIT * K_ITERS * BLOCK_K
     NUM_STAGES: tl.constexpr,
 ):
     # M tiles fastest: programs that read the same weight tile run side by side.
@@ -152,36 +155,40 @@ def _grouped_wo_a_kernel(
     split = rest // G
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    k_lo = split * (K_ITERS * BLOCK_K)
     groups_k = K // 32
-    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     acc = mxfp8_mainloop(
         acc,
         a_ptr + g * K,
-        a_s_ptr,
+        as_ptr,
         w_ptr + g.to(tl.int64) * R * K,
-        w_s_ptr + g.to(tl.int64) * groups_k * R,
+        ws_ptr + g.to(tl.int64) * groups_k * R,
         rows,
         cols,
         T,
         R,
-        k_lo,
+        split * (K_ITERS * BLOCK_K),
         g * groups_k,
-        a_rows_padded,
         G * groups_k,
+        rows4,
+        n_k4,
         stride_at,
         K,
-        1,
         R,
         A_LAYOUT,
         DOT,
-        HW_CVT,
+        SWAP_AB,
         BLOCK_M,
         BLOCK_N,
         BLOCK_K,
         K_ITERS,
         NUM_STAGES,
     )
+    if SWAP_AB:
+        acc = tl.trans(acc)
     GR = G * R
     col0 = g * R + pid_n * BLOCK_N
     if SPLIT == 1:
@@ -209,7 +216,7 @@ def _grouped_wo_a_kernel(
         offs = rows[:, None].to(tl.int64) * GR + col0 + tl.arange(0, BLOCK_N)[None, :]
         row_ok = (rows < T)[:, None]
         split_stride = T.to(tl.int64) * GR
-        tl.store(ws_ptr + split * split_stride + offs, acc, mask=row_ok)
+        tl.store(work_ptr + split * split_stride + offs, acc, mask=row_ok)
         # Every thread's partial is issued before the ticket (the barrier), and the ticket's
         # acq_rel makes them visible to the program that takes the last ticket.
         tl.debug_barrier()
@@ -218,10 +225,10 @@ def _grouped_wo_a_kernel(
         if ticket == SPLIT - 1:
             # Fixed order 0..SPLIT-1 whoever arrives last: bitwise the same result every run. The
             # partials were written by other SMs: read them from L2 (.cg), never a stale L1 line.
-            total = tl.load(ws_ptr + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
+            total = tl.load(work_ptr + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
             for s in tl.static_range(1, SPLIT):
                 total += tl.load(
-                    ws_ptr + s * split_stride + offs, mask=row_ok, other=0.0, cache_modifier=".cg"
+                    work_ptr + s * split_stride + offs, mask=row_ok, other=0.0, cache_modifier=".cg"
                 )
             _write_outputs(
                 total,
@@ -248,10 +255,11 @@ def _grouped_wo_a_kernel(
 
 @dataclass(frozen=True)
 class WoAConfig:
-    """One launch configuration: tile shape, K splits, warps, pipeline stages and dot mode.
+    """One launch configuration: tile shape, K splits, warps, pipeline stages, dot mode, operand order.
 
-    ``dot`` is ``"bf16"`` (dequantize to bf16, one dot per ``block_k``), ``"fp8"`` (one fp8 dot per 32 K,
-    ``block_k == 32``, GPU only) or ``"fp32"`` (IEEE fp32 dot, what the interpreter runs).
+    ``dot`` is ``"dq16"`` (fp16 tensor-core dots on dequantized tiles, one per ``block_k``), ``"fp8"``
+    (one fp8 tensor-core dot per 32-wide group) or ``"fp32"`` (E4M3 decoded by bits, IEEE fp32 dot: the
+    interpreter's exact path). ``swap_ab`` puts weight rows in the MMA's M slot (see ``mxfp8_dot``).
     """
 
     block_m: int
@@ -260,64 +268,54 @@ class WoAConfig:
     split: int
     num_warps: int
     num_stages: int
-    dot: str = "bf16"
+    dot: str = "dq16"
+    swap_ab: bool = False
 
 
 def default_config(t: int, groups: int, n: int, k: int, *, sm_count: int) -> WoAConfig:
-    """The configuration for ``t`` tokens, ``groups`` x ``[n, k]`` weights on a GPU with ``sm_count`` SMs.
+    """The configuration for ``t`` tokens and ``groups`` x ``[n, k]`` weights on ``sm_count`` SMs.
 
-    Tile shapes follow the published small-M FP8 Triton configurations for H200 (16-row tiles up to
-    16 tokens, 64 up to 256, then 128; vLLM's tuned block-FP8 tables). K is split until about two
-    programs per SM are in flight, keeping at least two K blocks per split. ``benchmarks/grouped_wo_a.py
-    --sweep`` measures the alternatives.
+    The MXFP8 GEMM's tensor-core choices (``mxfp8_gemm.choose_config`` for M > 4, measured on an H200):
+    fp16 dots on dequantized tiles, weight rows in the MMA's M slot up to 64 tokens, 128-wide K steps
+    there and 64-wide above; K split until the tiles fill the SMs, keeping >= 4 steps per split. The
+    columns per tile are 128 (whole scale words) where the GEMM uses 64. ``benchmarks/grouped_wo_a.py
+    --sweep`` measures the alternatives for this operator.
     """
-    if t <= 16:
-        block_m, block_k, warps, stages = 16, 128, 4, 4
-    elif t <= 64:
-        block_m, block_k, warps, stages = 64, 128, 4, 3
+    if t <= 64:
+        block_m, block_k, warps, stages, swap = max(16, triton.next_power_of_2(max(t, 1))), 128, 4, 3, True
     elif t <= 256:
-        block_m, block_k, warps, stages = 64, 64, 4, 3
+        block_m, block_k, warps, stages, swap = 64, 64, 8, 3, False
     else:
-        block_m, block_k, warps, stages = 128, 64, 8, 3
-    block_k = min(block_k, _largest_block_k(k))
+        block_m, block_k, warps, stages, swap = 128, 64, 8, 3, False
+    while k % block_k:
+        block_k //= 2
+    if block_k < 32:
+        raise ValueError(f"k must be a multiple of 32; got {k}")
     block_n = 128
     tiles = groups * (n // block_n) * triton.cdiv(max(t, 1), block_m)
-    split = 1
-    while (
-        tiles * split * 2 <= 2 * sm_count
-        and k % (2 * split * block_k) == 0
-        and k // (2 * split) >= 2 * block_k
-        and tiles * split * 2 <= TICKETS
-        and split < 16
-    ):
-        split *= 2
-    return WoAConfig(block_m, block_n, block_k, split, warps, stages)
+    split = _split_for(tiles, k // block_k, target=sm_count)
+    while k % (split * block_k):
+        split //= 2
+    if tiles * split > TICKETS:
+        split = 1
+    return WoAConfig(block_m, block_n, block_k, split, warps, stages, "dq16", swap)
 
 
-def _largest_block_k(k: int) -> int:
-    for block_k in (128, 64, 32):
-        if k % block_k == 0:
-            return block_k
-    raise ValueError(f"k must be a multiple of 32; got {k}")
-
-
-def check_config(config: WoAConfig, *, t: int, groups: int, n: int, k: int, hw_cvt: bool) -> None:
+def check_config(config: WoAConfig, *, t: int, groups: int, n: int, k: int) -> None:
     """ValueError naming what ``config`` breaks for this shape (tile divisibility, dot mode, tickets)."""
     if config.dot not in DOT_CODE:
         raise ValueError(f"config.dot must be one of {sorted(DOT_CODE)}; got {config.dot!r}")
-    if config.dot == "fp8" and (config.block_k != 32 or not hw_cvt):
-        raise ValueError("config.dot 'fp8' needs block_k == 32 and hardware conversion")
-    if config.block_n % 128 or n % config.block_n:
-        raise ValueError(f"config.block_n must be a multiple of 128 dividing R = {n}; got {config.block_n}")
-    if config.block_k % 32 or config.split < 1 or k % (config.split * config.block_k):
-        raise ValueError(
-            f"config.split * config.block_k must divide r = {k} (block_k a multiple of 32); "
-            f"got split {config.split}, block_k {config.block_k}"
-        )
     for name in ("block_m", "block_n", "block_k"):
         value = getattr(config, name)
         if value < 16 or value & (value - 1):
             raise ValueError(f"config.{name} must be a power of two >= 16; got {value}")
+    if config.block_n % 128 or n % config.block_n:
+        raise ValueError(f"config.block_n must be a multiple of 128 dividing R = {n}; got {config.block_n}")
+    if config.block_k < 32 or config.split < 1 or k % (config.split * config.block_k):
+        raise ValueError(
+            f"config.split * config.block_k must divide r = {k} (block_k >= 32); "
+            f"got split {config.split}, block_k {config.block_k}"
+        )
     tiles = groups * (n // config.block_n) * triton.cdiv(t, config.block_m)
     if config.split > 1 and tiles > TICKETS:
         raise ValueError(f"a split launch has {tiles} output tiles; the weight carries {TICKETS} tickets")
@@ -343,8 +341,8 @@ def launch_grouped_wo_a(
     ``a_q`` fp8 ``[T, G*r]`` (contiguous rows) with ``a_scale`` in ``a_layout``; ``w_q`` fp8 ``[G, R, r]``
     and ``w_scale`` uint8 ``[G, r/32, R]``, both contiguous; ``tickets`` int32 ``>= TICKETS`` zeros.
     ``z`` bf16 ``[T, G, R]`` and/or ``pair`` (fp8 ``[T, G*R]``, scale in ``out_layout``), each written
-    in full when given. ``hw_cvt=False`` runs the integer conversions and, unless ``config`` says
-    otherwise, the fp32 dot: the path the Triton interpreter (CPU tensors) runs exactly.
+    in full when given. ``hw_cvt=False`` rounds to bf16 and encodes E4M3 with integer arithmetic and,
+    unless ``config`` says otherwise, takes the fp32 dot: all of it exact under the Triton interpreter.
     """
     t = a_q.shape[0]
     groups, n, k = w_q.shape
@@ -357,10 +355,11 @@ def launch_grouped_wo_a(
         config = default_config(t, groups, n, k, sm_count=sm_count)
         if not hw_cvt:
             config = WoAConfig(**{**config.__dict__, "dot": "fp32"})
-    check_config(config, t=t, groups=groups, n=n, k=k, hw_cvt=hw_cvt)
+    check_config(config, t=t, groups=groups, n=n, k=k)
     if t == 0:
         return config
-    byte = (lambda x: x) if hw_cvt else (lambda x: x.view(torch.uint8))
+    codes = (lambda x: x.view(torch.uint8)) if config.dot == "fp32" else (lambda x: x)
+    a_groups = groups * k // 32
     a_spec = scale_spec(t, groups * k, scale_layout=a_layout)
     a_s = scale_storage_view(a_scale, a_spec).view(torch.uint8)
     gr = groups * n
@@ -373,24 +372,24 @@ def launch_grouped_wo_a(
         s_flat = scale_storage_view(scale, o_spec)
         o_layout = scale_layout_code(out_layout.value, k=gr, scale_ptr=s_flat.data_ptr())
         s_arg = s_flat if o_layout == 0 else s_flat.view(torch.int32)
-        q_arg = byte(q)
+        q_arg = q if hw_cvt else q.view(torch.uint8)
         o_rows = align(t, ROWS_ALIGN[out_layout.value])
     n_m_tiles = triton.cdiv(t, config.block_m)
     n_n_tiles = n // config.block_n
-    ws = dummy
+    work = dummy
     if config.split > 1:
         # Scratch for the partials: from the caching allocator (the graph's pool under capture).
-        ws = torch.empty((config.split, t, gr), dtype=torch.float32, device=a_q.device)
+        work = torch.empty((config.split, t, gr), dtype=torch.float32, device=a_q.device)
     grid = (config.split * groups * n_n_tiles * n_m_tiles,)
     _grouped_wo_a_kernel[grid](
-        byte(a_q),
+        codes(a_q),
         a_s,
-        byte(w_q),
+        codes(w_q),
         w_scale,
         z_arg,
         q_arg,
         s_arg,
-        ws,
+        work,
         tickets,
         t,
         groups,
@@ -398,6 +397,7 @@ def launch_grouped_wo_a(
         k,
         a_q.stride(0),
         align(t, 4),
+        -(-a_groups // 4),
         o_rows,
         n_m_tiles,
         n_n_tiles,
@@ -408,6 +408,7 @@ def launch_grouped_wo_a(
         FLOOR=rounding is ScaleRounding.FLOOR,
         HW_CVT=hw_cvt,
         DOT=DOT_CODE[config.dot],
+        SWAP_AB=config.swap_ab,
         SPLIT=config.split,
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,

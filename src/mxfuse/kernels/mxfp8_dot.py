@@ -1,28 +1,25 @@
-"""Triton building blocks that consume MXFP8 operands: decode, activation scale loads, the K mainloop.
+"""The K mainloop of an MXFP8 x MXFP8 product over row slices, as one ``@triton.jit`` function.
 
-A GEMM whose operands are MXFP8 (``A`` rows: activations, any of the three scale layouts; ``W`` rows: a
-prepared weight with one E8M0 byte per row and 32 K) computes ``acc[m, n] += sum_k deq(A)[m, k] *
-deq(W)[n, k]`` in fp32 with ``mxfp8_mainloop``. The grouped wo_a projection uses it; any MXFP8 GEMM over
-``[M, K] x [N, K]`` tiles can.
+``mxfp8_mainloop`` returns ``acc + deq(A)[rows, K range] @ deq(W)[cols, K range].T`` (fp32), where ``A``
+rows are activations (E4M3, scales per 32 K in any of the three layouts, possibly a column slice of wider
+rows) and ``W`` rows a prepared weight (E4M3, one E8M0 byte per row and 32 K, stored K-group-major
+``[K/32, N]``). It is built from the MXFP8 GEMM's tile functions (``mxfuse.kernels.mxfp8_gemm``:
+``_dq16_tile``, ``_act_scale_offsets``, ``_e8m0_to_f32``), so the grouped wo_a projection and the GEMM
+dequantize and promote the same way. Three ways to take the product (``DOT``):
 
-The scales are exact powers of two, so dequantization ``e4m3 * 2**(s - 127)`` is exact in fp32 for
-every scale byte. Three ways to take the dot product (``DOT``):
+* ``DOT_DQ16`` (tensor cores, the default): both tiles dequantized to fp16 with each 32-group's scale
+  folded in relative to the row's largest scale in the step, one fp16 dot per ``BLOCK_K``, promoted once
+  per step by the product of the two rows' largest scales (see ``mxfp8_gemm._dq16_tile``).
+* ``DOT_FP8``: one fp8 tensor-core dot per 32-wide group, promoted with the group's scale product. Hopper
+  adds the 32 products of an fp8 MMA with fewer than fp32's bits (DeepSeek-V3 report, section 3.3.2:
+  about 14), so this mode is the less precise; it skips the per-element dequantization.
+* ``DOT_F32``: E4M3 codes (uint8) decoded bit by bit to fp32, scaled exactly, IEEE fp32 dot. Slow on a
+  GPU; it is the mode the Triton interpreter runs exactly: the interpreter reads E4M3 0x7F as 480, not
+  NaN, in the casts the other two modes use (otherwise they interpret correctly).
 
-* ``DOT_BF16`` (GPU default): both operands dequantized in registers to bf16, then one bf16 ``tl.dot``
-  per ``BLOCK_K`` with fp32 accumulation. Exact dequantization whenever the scale byte is in [3, 254]:
-  ``e4m3 * 2**(s - 127)`` has at most 4 significant bits; its smallest step ``2**(s - 136)`` is on bf16's
-  grid (down to ``2**-133``) for ``s >= 3``, and for ``s >= 247`` a value is either exact or beyond
-  bf16's and fp32's shared range alike (both give Inf). Blocks with ``s <= 2`` (block maxima below
-  ``2**-116``) lose their bits below ``2**-133``. Products of two bf16 are exact in fp32.
-* ``DOT_FP8``: one fp8 ``tl.dot`` per 32-wide K block (``BLOCK_K == 32``), its fp32 result multiplied by
-  the two scales and added to ``acc``. Hopper's fp8 MMA adds its 32 products with fewer than 24 bits
-  (DeepSeek-V3 report, section 3.3.2: about 14), so this is the less precise mode; it avoids the
-  per-element dequantization of the weight, which is what the small-M (weight-streaming) case pays for.
-* ``DOT_F32``: operands decoded bit by bit to fp32 and multiplied with an IEEE fp32 ``tl.dot``. Slow on a
-  GPU; it is the mode the Triton interpreter runs exactly (the interpreter multiplies bf16 as raw
-  integers and reads E4M3 0x7F as 480, not NaN), used by the CPU tests.
-
-A NaN element or a NaN scale (0xFF) makes the dequantized value NaN, so every output it touches is NaN.
+``SWAP_AB`` computes the transposed tile (``acc`` is ``[BLOCK_N, BLOCK_M]``: weight rows in the MMA's M
+slot, which is 64 wide on Hopper, so a few tokens fill the N slot). NaN elements and NaN scales (0xFF)
+reach every output they touch.
 """
 
 from __future__ import annotations
@@ -30,29 +27,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = [
-    "DOT_BF16",
-    "DOT_CODE",
-    "DOT_F32",
-    "DOT_FP8",
-    "e4m3_bits_to_f32",
-    "e8m0_to_f32",
-    "load_scale_bytes",
-    "mxfp8_mainloop",
-]
+from mxfuse.kernels.mxfp8_gemm import _act_scale_offsets, _dq16_tile, _e8m0_to_f32
 
-DOT_BF16 = 0
+__all__ = ["DOT_CODE", "DOT_DQ16", "DOT_F32", "DOT_FP8", "e4m3_bits_to_f32", "mxfp8_mainloop"]
+
+DOT_DQ16 = 0
 DOT_FP8 = 1
 DOT_F32 = 2
-DOT_CODE = {"bf16": DOT_BF16, "fp8": DOT_FP8, "fp32": DOT_F32}
-
-
-@triton.jit
-def e8m0_to_f32(s):
-    """float32 ``2**(s - 127)`` of int32 scale bytes: 0 is the subnormal ``2**-127``, 0xFF is NaN."""
-    bits = tl.where(s == 0, 0x00400000, s << 23)
-    bits = tl.where(s == 255, 0x7FC00000, bits)
-    return bits.to(tl.float32, bitcast=True)
+DOT_CODE = {"dq16": DOT_DQ16, "fp8": DOT_FP8, "fp32": DOT_F32}
 
 
 @triton.jit
@@ -72,98 +54,105 @@ def e4m3_bits_to_f32(code):
 
 
 @triton.jit
-def load_scale_bytes(s_ptr, rows, groups, M, rows_padded, n_groups, LAYOUT: tl.constexpr):
-    """int32 ``[ROWS, GROUPS]`` scale bytes of an ``[M, 32 * n_groups]`` MXFP8 activation.
-
-    ``s_ptr`` points at the scale storage as bytes; ``LAYOUT`` is ``mxfp8_tile.LAYOUT_CODE`` (0 e8m0,
-    1 deepgemm with ``rows_padded = align(M, 4)`` rows per word column, 2 swizzled_128x4). Rows at or
-    past ``M`` read 0.
-    """
-    r = rows[:, None].to(tl.int64)
-    g = groups[None, :]
-    if LAYOUT == 0:
-        offs = r * n_groups + g
-    elif LAYOUT == 1:
-        # Word p = g // 4 of row r is int32 number p * rows_padded + r; group 4p + j is its byte j.
-        offs = ((g // 4) * rows_padded + r) * 4 + g % 4
-    else:
-        n_words = (n_groups + 3) // 4
-        offs = (r // 128) * (n_words * 512) + (g // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + g % 4
-    return tl.load(s_ptr + offs, mask=(r < M) & (g < n_groups), other=0).to(tl.int32)
-
-
-@triton.jit
-def _dequantize(x, s, HW_CVT: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """float32 ``[ROWS, BLOCK_K]`` of E4M3 ``x`` under int32 scale bytes ``s`` ``[ROWS, BLOCK_K // 32]``."""
-    if HW_CVT:
-        xf = x.to(tl.float32)
-    else:
-        xf = e4m3_bits_to_f32(x)
-    xf = tl.reshape(xf, (ROWS, BLOCK_K // 32, 32)) * e8m0_to_f32(s)[:, :, None]
+def _dequantize_f32(x, s, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """float32 ``[ROWS, BLOCK_K]`` of E4M3 codes ``x`` under scale bytes ``s`` ``[ROWS, BLOCK_K // 32]``:
+    exact (E4M3 * 2**(s - 127) is an fp32 with at most 4 significant bits, at or above 2**-136)."""
+    xf = tl.reshape(e4m3_bits_to_f32(x), (ROWS, BLOCK_K // 32, 32))
+    xf = xf * _e8m0_to_f32(s.to(tl.int32))[:, :, None]
     return tl.reshape(xf, (ROWS, BLOCK_K))
 
 
 @triton.jit
 def mxfp8_mainloop(
-    acc,  # fp32 [BLOCK_M, BLOCK_N]
-    a_ptr,  # A (m, k) at a_ptr + m * stride_am + k: float8e4nv, or its uint8 view without HW_CVT
-    a_s_ptr,  # A's scale storage as bytes (load_scale_bytes)
-    w_ptr,  # W (n, k) at w_ptr + n * stride_wn + k, same dtype rule as A
-    w_s_ptr,  # W's scale byte (n, k // 32) at w_s_ptr + n * stride_wsn + (k // 32) * stride_wsk
+    acc,  # fp32 [BLOCK_M, BLOCK_N], or [BLOCK_N, BLOCK_M] with SWAP_AB
+    a_ptr,  # A (m, k) at a_ptr + m * stride_am + k: float8e4nv (uint8 codes for DOT_F32)
+    as_ptr,  # A's scale storage as bytes
+    w_ptr,  # W (n, k) at w_ptr + n * stride_wn + k, same dtype rule
+    ws_ptr,  # W's scale byte (n, k // 32) at ws_ptr + (k // 32) * N_ROWS_W + n: K-group-major
     rows,  # [BLOCK_M] row indices of A
     cols,  # [BLOCK_N] row indices of W
     M,
     N,
     k_start,  # first K of the range, a multiple of BLOCK_K
     a_group0,  # scale-group index of A's column 0 (A may be a column slice of wider rows)
-    a_rows_padded,
     a_n_groups,  # scale groups per row of the whole A
+    rows4,  # align(M, 4): deepgemm word stride
+    n_k4,  # align(a_n_groups, 4) / 4: swizzled tile stride
     stride_am,
     stride_wn,
-    stride_wsn,
-    stride_wsk,
+    n_rows_w,  # row count of W's scale storage [K/32, n_rows_w]
     A_LAYOUT: tl.constexpr,
-    DOT: tl.constexpr,  # DOT_BF16 | DOT_FP8 (BLOCK_K == 32, HW_CVT) | DOT_F32
-    HW_CVT: tl.constexpr,
+    DOT: tl.constexpr,
+    SWAP_AB: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    K_ITERS: tl.constexpr,  # K blocks in the range: a constant trip count (see below)
+    K_ITERS: tl.constexpr,  # BLOCK_K steps in the range
     NUM_STAGES: tl.constexpr,
 ):
-    """``acc + deq(A)[rows, K range] @ deq(W)[cols, K range].T`` in fp32 (see the module docstring).
+    """``acc`` plus the products over ``[k_start, k_start + K_ITERS * BLOCK_K)``.
 
-    The range is ``[k_start, k_start + K_ITERS * BLOCK_K)``. Its length is a constant because the Triton
-    interpreter (with numpy >= 2.4) cannot run a loop whose bounds are runtime values.
+    The trip count is a constant so the loop has no data-dependent bound (the Triton 3.6 interpreter
+    needs numpy < 2.4 for those).
     """
-    kk = tl.arange(0, BLOCK_K)
-    gg = tl.arange(0, BLOCK_K // 32)
-    row_ok = (rows < M)[:, None]
-    col_ok = (cols < N)[:, None]
+    BG: tl.constexpr = BLOCK_K // 32
+    gl = tl.arange(0, BG)
+    lane = tl.arange(0, 32)
+    row_ok = rows < M
+    col_ok = cols < N
+    g_ok = gl < BG  # every group of a step is in range: the range is whole steps
     a_rows = a_ptr + rows[:, None].to(tl.int64) * stride_am
     w_rows = w_ptr + cols[:, None].to(tl.int64) * stride_wn
-    ws_rows = w_s_ptr + cols[:, None].to(tl.int64) * stride_wsn
     # tl.range(num_stages=) "tries to pipeline most loads in this loop" (Triton 3.6 docstring), the
     # scale loads included; the kernel's num_stages argument pipelines only the loads feeding tl.dot.
     for i in tl.range(0, K_ITERS, num_stages=NUM_STAGES):
-        k0 = k_start + i * BLOCK_K
-        a = tl.load(a_rows + (k0 + kk)[None, :], mask=row_ok, other=0)
-        w = tl.load(w_rows + (k0 + kk)[None, :], mask=col_ok, other=0)
-        groups = k0 // 32 + gg
-        sa = load_scale_bytes(a_s_ptr, rows, a_group0 + groups, M, a_rows_padded, a_n_groups, A_LAYOUT)
-        sw = tl.load(ws_rows + groups[None, :] * stride_wsk, mask=col_ok, other=0).to(tl.int32)
+        g = k_start // 32 + i * BG + gl  # local 32-groups of this step
         if DOT == 1:
-            # Both operands K-major (the weight tile is loaded [BLOCK_N, 32] and transposed as a view):
-            # Triton 3.6 lets Hopper's MMA read a transposed shared-memory operand only for 16-bit types;
-            # a non-K-major fp8 operand goes through registers and loses its pipelined load.
-            part = tl.dot(a, tl.trans(w))
-            part = part * e8m0_to_f32(sa)  # [BLOCK_M, 1] broadcast over columns
-            acc += part * tl.reshape(e8m0_to_f32(sw), (1, BLOCK_N))
+            for j in tl.static_range(BG):
+                gj = k_start // 32 + i * BG + j
+                k = gj * 32 + lane
+                # Both operands K-major ([rows, 32] tiles, the weight transposed as a view): Triton 3.6
+                # lets Hopper's MMA read a transposed shared-memory operand only for 16-bit types.
+                a = tl.load(a_rows + k[None, :], mask=row_ok[:, None], other=0.0)
+                w = tl.load(w_rows + k[None, :], mask=col_ok[:, None], other=0.0)
+                sa = tl.load(
+                    as_ptr + _act_scale_offsets(rows, a_group0 + gj, a_n_groups, rows4, n_k4, A_LAYOUT),
+                    mask=row_ok,
+                    other=0,
+                )
+                sw = tl.load(ws_ptr + gj.to(tl.int64) * n_rows_w + cols, mask=col_ok, other=0)
+                fa = _e8m0_to_f32(sa.to(tl.int32))
+                fw = _e8m0_to_f32(sw.to(tl.int32))
+                if SWAP_AB:
+                    acc += tl.dot(w, tl.trans(a)) * (fw[:, None] * fa[None, :])
+                else:
+                    acc += tl.dot(a, tl.trans(w)) * (fa[:, None] * fw[None, :])
         else:
-            af = _dequantize(a, sa, HW_CVT, BLOCK_M, BLOCK_K)
-            wf = _dequantize(w, sw, HW_CVT, BLOCK_N, BLOCK_K)
+            sa = tl.load(
+                as_ptr
+                + _act_scale_offsets(rows[:, None], a_group0 + g[None, :], a_n_groups, rows4, n_k4, A_LAYOUT),
+                mask=row_ok[:, None],
+                other=0,
+            )
+            sw = tl.load(
+                ws_ptr + g[None, :].to(tl.int64) * n_rows_w + cols[:, None], mask=col_ok[:, None], other=0
+            )
             if DOT == 0:
-                acc = tl.dot(af.to(tl.bfloat16), tl.trans(wf.to(tl.bfloat16)), acc)
+                a16, fa = _dq16_tile(a_rows[:, :, None], sa, row_ok, g_ok, g, lane, BLOCK_M, BG)
+                w16, fw = _dq16_tile(w_rows[:, :, None], sw, col_ok, g_ok, g, lane, BLOCK_N, BG)
+                if SWAP_AB:
+                    acc += tl.dot(w16, tl.trans(a16)) * (fw[:, None] * fa[None, :])
+                else:
+                    acc += tl.dot(a16, tl.trans(w16)) * (fa[:, None] * fw[None, :])
             else:
-                acc = tl.dot(af, tl.trans(wf), acc, input_precision="ieee")
+                k = g[:, None] * 32 + lane[None, :]  # [BG, 32]
+                kk = tl.reshape(k, (BLOCK_K,))
+                a = tl.load(a_rows + kk[None, :], mask=row_ok[:, None], other=0)
+                w = tl.load(w_rows + kk[None, :], mask=col_ok[:, None], other=0)
+                af = _dequantize_f32(a, sa, BLOCK_M, BLOCK_K)
+                wf = _dequantize_f32(w, sw, BLOCK_N, BLOCK_K)
+                if SWAP_AB:
+                    acc = tl.dot(wf, tl.trans(af), acc, input_precision="ieee")
+                else:
+                    acc = tl.dot(af, tl.trans(wf), acc, input_precision="ieee")
     return acc
