@@ -1,6 +1,7 @@
 """Time the grouped wo_a projection on one GPU: fused epilogue vs separate quantize vs bf16, CUDA graphs.
 
-    python benchmarks/grouped_wo_a.py [--sweep] [--json PATH] [--ts 1,4,16,64,256,2048] [--gs 2,8]
+    python benchmarks/grouped_wo_a.py [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
+                                      [--gs 2,8] [--sweep-ts 1,16,64,256,2048]
 
 For G in {2, 8} groups of r = 4096 -> R = 1024 (DeepSeek-V4.1-Flash wo_a under TP4 and DP4) and T tokens,
 in one run, after checking every variant's result first:
@@ -254,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sweep", action="store_true", help="also time kernel configurations per (G, T)")
+    parser.add_argument("--sweep-only", action="store_true", help="time the configurations, not the table")
     parser.add_argument("--json", help="write every number here (default $OUT/grouped_wo_a.json or reports/)")
     parser.add_argument("--ts", default=",".join(map(str, TS)), help="token counts T, comma-separated")
     parser.add_argument("--gs", default=",".join(map(str, GS)), help="group counts G, comma-separated")
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device-to-device copy: {bandwidth / 1e9:.0f} GB/s (read + write)", flush=True)
     rows = []
     for groups in gs:
-        for t in ts:
+        for t in [] if args.sweep_only else ts:
             rows.append(measure(t, groups, bandwidth=bandwidth))
             r = rows[-1]
             print(
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     sweep_rows: list[dict[str, object]] = []
-    if args.sweep:
+    if args.sweep or args.sweep_only:
         print("\nsweep (fused, deepgemm pair):", flush=True)
         for groups in gs:
             for t in [int(v) for v in args.sweep_ts.split(",")]:
