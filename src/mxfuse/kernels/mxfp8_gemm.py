@@ -352,6 +352,124 @@ def _pow2_product(s_rows, s_cols):
     return tl.where(nan, float("nan"), f1), f2
 
 
+@triton.jit
+def _dq16_step(
+    acc,
+    step,
+    a_rows,  # [BM, 1] pointers to the rows of a (the K range's first element)
+    w_rows,  # [BN, 1] pointers to the rows of w
+    as_ptr,
+    ws_ptr,
+    rows,
+    cols,
+    row_ok,
+    col_ok,
+    n_groups,  # 32-wide groups in the K range (masks a partial last step)
+    a_group0,  # scale group of a's first column in its scale rows (a may be a column slice)
+    a_n_groups,  # scale groups per row of a's scale storage
+    rows4,
+    n_k4,
+    n_ws,  # columns of w's K-group-major scale storage [K/32, n_ws]
+    A_LAYOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+):
+    """One K step of the fp16 tensor-core product: ``acc`` plus the BLOCK_G groups of step ``step``.
+
+    Shared by ``_mxfp8_dq16_kernel`` and the grouped wo_a projection (``mxfp8_dot.mxfp8_mainloop``)."""
+    gl = tl.arange(0, BLOCK_G)
+    lane = tl.arange(0, 32)
+    g = step * BLOCK_G + gl
+    g_ok = g < n_groups
+    sw = tl.load(
+        ws_ptr + g[None, :].to(tl.int64) * n_ws + cols[:, None],
+        mask=col_ok[:, None] & g_ok[None, :],
+        other=0,
+    )
+    sa = tl.load(
+        as_ptr + _act_scale_offsets(rows[:, None], a_group0 + g[None, :], a_n_groups, rows4, n_k4, A_LAYOUT),
+        mask=row_ok[:, None] & g_ok[None, :],
+        other=0,
+    )
+    w16, fw, spread_w = _dq16_tile(w_rows[:, :, None], sw, col_ok, g_ok, g, lane, BLOCK_N, BLOCK_G)
+    a16, fa, spread_a = _dq16_tile(a_rows[:, :, None], sa, row_ok, g_ok, g, lane, BLOCK_M, BLOCK_G)
+    if tl.minimum(spread_w, spread_a) >= -12:
+        # Every folded factor is 2**-12 or more: E4M3 times it is exact in fp16.
+        if SWAP_AB:
+            f1, f2 = _pow2_product(fw, fa)
+            acc += tl.dot(w16, tl.trans(a16)) * f1 * f2
+        else:
+            f1, f2 = _pow2_product(fa, fw)
+            acc += tl.dot(a16, tl.trans(w16)) * f1 * f2
+    else:
+        # Scales more than 12 binades apart within a row of this step (rare in models; adversarial
+        # inputs pair a tiny weight scale with a huge activation one): one exact dot per group.
+        for j in tl.static_range(BLOCK_G):
+            gj = step * BLOCK_G + j
+            ok = gj < n_groups
+            k = gj * 32 + lane
+            aj = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & ok, other=0.0).to(tl.float16)
+            wj = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & ok, other=0.0).to(tl.float16)
+            saj = tl.load(
+                as_ptr + _act_scale_offsets(rows, a_group0 + gj, a_n_groups, rows4, n_k4, A_LAYOUT),
+                mask=row_ok & ok,
+                other=0,
+            ).to(tl.int32)
+            swj = tl.load(ws_ptr + gj.to(tl.int64) * n_ws + cols, mask=col_ok & ok, other=0).to(tl.int32)
+            if SWAP_AB:
+                f1, f2 = _pow2_product(swj, saj)
+                acc += tl.dot(wj, tl.trans(aj)) * f1 * f2
+            else:
+                f1, f2 = _pow2_product(saj, swj)
+                acc += tl.dot(aj, tl.trans(wj)) * f1 * f2
+    return acc
+
+
+@triton.jit
+def _mma8_group(
+    acc,
+    g,  # the 32-wide group
+    g_ok,
+    a_rows,  # [BM, 1] row pointers, as in _dq16_step
+    w_rows,
+    as_ptr,
+    ws_ptr,
+    rows,
+    cols,
+    row_ok,
+    col_ok,
+    a_group0,
+    a_n_groups,
+    rows4,
+    n_k4,
+    n_ws,
+    A_LAYOUT: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+):
+    """``acc`` plus one FP8 tensor-core dot over group ``g``, promoted by the group's scale product.
+
+    Shared by ``_mxfp8_mma_kernel`` and the grouped wo_a projection."""
+    lane = tl.arange(0, 32)
+    k = g * 32 + lane
+    a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & g_ok, other=0.0)  # [BM, 32] K-major
+    w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & g_ok, other=0.0)  # [BN, 32] K-major
+    sa = tl.load(
+        as_ptr + _act_scale_offsets(rows, a_group0 + g, a_n_groups, rows4, n_k4, A_LAYOUT),
+        mask=row_ok & g_ok,
+        other=0,
+    )
+    sw = tl.load(ws_ptr + g.to(tl.int64) * n_ws + cols, mask=col_ok & g_ok, other=0)
+    fa = _e8m0_to_f32(sa.to(tl.int32))
+    fw = _e8m0_to_f32(sw.to(tl.int32))
+    if SWAP_AB:
+        acc += tl.dot(w, tl.trans(a)) * (fw[:, None] * fa[None, :])
+    else:
+        acc += tl.dot(a, tl.trans(w)) * (fa[:, None] * fw[None, :])
+    return acc
+
+
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
 def _mxfp8_dq16_kernel(
     a_ptr,
@@ -383,64 +501,40 @@ def _mxfp8_dq16_kernel(
     n_groups = K // 32
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    gl = tl.arange(0, BLOCK_G)
-    lane = tl.arange(0, 32)
     steps_per_split = ((n_groups + BLOCK_G - 1) // BLOCK_G + SPLIT_K - 1) // SPLIT_K
     s_begin = pid_k * steps_per_split
     row_ok = rows < M
     col_ok = cols < N
-    a_rows = a_ptr + rows[:, None, None].to(tl.int64) * K
-    w_rows = w_ptr + cols[:, None, None].to(tl.int64) * K
-    a_rows2 = a_ptr + rows[:, None].to(tl.int64) * K
-    w_rows2 = w_ptr + cols[:, None].to(tl.int64) * K
+    a_rows = a_ptr + rows[:, None].to(tl.int64) * K
+    w_rows = w_ptr + cols[:, None].to(tl.int64) * K
     if SWAP_AB:
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for step in tl.range(s_begin, s_begin + steps_per_split, num_stages=NUM_STAGES):
-        g = step * BLOCK_G + gl
-        g_ok = g < n_groups
-        sw = tl.load(
-            ws_ptr + g[None, :].to(tl.int64) * N + cols[:, None],
-            mask=col_ok[:, None] & g_ok[None, :],
-            other=0,
+        acc = _dq16_step(
+            acc,
+            step,
+            a_rows,
+            w_rows,
+            as_ptr,
+            ws_ptr,
+            rows,
+            cols,
+            row_ok,
+            col_ok,
+            n_groups,
+            0,
+            n_groups,
+            rows4,
+            n_k4,
+            N,
+            A_LAYOUT,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_G,
+            SWAP_AB,
         )
-        sa = tl.load(
-            as_ptr + _act_scale_offsets(rows[:, None], g[None, :], n_groups, rows4, n_k4, A_LAYOUT),
-            mask=row_ok[:, None] & g_ok[None, :],
-            other=0,
-        )
-        w16, fw, spread_w = _dq16_tile(w_rows, sw, col_ok, g_ok, g, lane, BLOCK_N, BLOCK_G)
-        a16, fa, spread_a = _dq16_tile(a_rows, sa, row_ok, g_ok, g, lane, BLOCK_M, BLOCK_G)
-        if tl.minimum(spread_w, spread_a) >= -12:
-            # Every folded factor is 2**-12 or more: E4M3 times it is exact in fp16.
-            if SWAP_AB:
-                f1, f2 = _pow2_product(fw, fa)
-                acc += tl.dot(w16, tl.trans(a16)) * f1 * f2
-            else:
-                f1, f2 = _pow2_product(fa, fw)
-                acc += tl.dot(a16, tl.trans(w16)) * f1 * f2
-        else:
-            # Scales more than 12 binades apart within a row of this step (rare in models; adversarial
-            # inputs pair a tiny weight scale with a huge activation one): one exact dot per group.
-            for j in tl.static_range(BLOCK_G):
-                gj = step * BLOCK_G + j
-                ok = gj < n_groups
-                k = gj * 32 + lane
-                aj = tl.load(a_rows2 + k[None, :], mask=row_ok[:, None] & ok, other=0.0).to(tl.float16)
-                wj = tl.load(w_rows2 + k[None, :], mask=col_ok[:, None] & ok, other=0.0).to(tl.float16)
-                saj = tl.load(
-                    as_ptr + _act_scale_offsets(rows, gj, n_groups, rows4, n_k4, A_LAYOUT),
-                    mask=row_ok & ok,
-                    other=0,
-                ).to(tl.int32)
-                swj = tl.load(ws_ptr + gj.to(tl.int64) * N + cols, mask=col_ok & ok, other=0).to(tl.int32)
-                if SWAP_AB:
-                    f1, f2 = _pow2_product(swj, saj)
-                    acc += tl.dot(wj, tl.trans(aj)) * f1 * f2
-                else:
-                    f1, f2 = _pow2_product(saj, swj)
-                    acc += tl.dot(aj, tl.trans(wj)) * f1 * f2
     if SWAP_AB:
         acc = tl.trans(acc)
     tile_id = pid_m * tl.num_programs(0) + pid_n
@@ -475,7 +569,6 @@ def _mxfp8_mma_kernel(
     n_groups = K // 32
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    lane = tl.arange(0, 32)
     steps_per_split = ((n_groups + SUB - 1) // SUB + SPLIT_K - 1) // SPLIT_K
     g_begin = pid_k * steps_per_split * SUB
     g_end = min(g_begin + steps_per_split * SUB, n_groups)
@@ -491,22 +584,26 @@ def _mxfp8_mma_kernel(
     for g0 in tl.range(g_begin, g_end, SUB, num_stages=NUM_STAGES):
         for j in tl.static_range(SUB):
             g = g0 + j
-            g_ok = g < g_end
-            k = g * 32 + lane
-            a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & g_ok, other=0.0)  # [BM, 32] K-major
-            w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & g_ok, other=0.0)  # [BN, 32] K-major
-            sa = tl.load(
-                as_ptr + _act_scale_offsets(rows, g, n_groups, rows4, n_k4, A_LAYOUT),
-                mask=row_ok & g_ok,
-                other=0,
+            acc = _mma8_group(
+                acc,
+                g,
+                g < g_end,
+                a_rows,
+                w_rows,
+                as_ptr,
+                ws_ptr,
+                rows,
+                cols,
+                row_ok,
+                col_ok,
+                0,
+                n_groups,
+                rows4,
+                n_k4,
+                N,
+                A_LAYOUT,
+                SWAP_AB,
             )
-            sw = tl.load(ws_ptr + g.to(tl.int64) * N + cols, mask=col_ok & g_ok, other=0)
-            fa = _e8m0_to_f32(sa.to(tl.int32))
-            fw = _e8m0_to_f32(sw.to(tl.int32))
-            if SWAP_AB:
-                acc += tl.dot(w, tl.trans(a)) * (fw[:, None] * fa[None, :])
-            else:
-                acc += tl.dot(a, tl.trans(w)) * (fa[:, None] * fw[None, :])
     if SWAP_AB:
         acc = tl.trans(acc)
     tile_id = pid_m * tl.num_programs(0) + pid_n
