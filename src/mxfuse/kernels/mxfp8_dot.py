@@ -2,17 +2,19 @@
 
 ``mxfp8_mainloop`` returns ``acc + deq(A)[rows, K range] @ deq(W)[cols, K range].T`` (fp32), where ``A``
 rows are activations (E4M3, scales per 32 K in any of the three layouts, possibly a column slice of wider
-rows) and ``W`` rows a prepared weight (E4M3, one E8M0 byte per row and 32 K, stored K-group-major
-``[K/32, N]``). It is built from the MXFP8 GEMM's tile functions (``mxfuse.kernels.mxfp8_gemm``:
-``_dq16_tile``, ``_act_scale_offsets``, ``_e8m0_to_f32``), so the grouped wo_a projection and the GEMM
-dequantize and promote the same way. Three ways to take the product (``DOT``):
+rows, as one group's slice of the grouped wo_a input is) and ``W`` rows a prepared weight (E4M3, one E8M0
+byte per row and 32 K, stored K-group-major ``[K/32, N]``). Its tensor-core steps are the MXFP8 GEMM's
+own (``mxfuse.kernels.mxfp8_gemm``), so both operators dequantize, promote and guard extreme scales one
+way. Three ways to take the product (``DOT``):
 
-* ``DOT_DQ16`` (tensor cores, the default): both tiles dequantized to fp16 with each 32-group's scale
-  folded in relative to the row's largest scale in the step, one fp16 dot per ``BLOCK_K``, promoted once
-  per step by the product of the two rows' largest scales (see ``mxfp8_gemm._dq16_tile``).
-* ``DOT_FP8``: one fp8 tensor-core dot per 32-wide group, promoted with the group's scale product. Hopper
-  adds the 32 products of an fp8 MMA with fewer than fp32's bits (DeepSeek-V3 report, section 3.3.2:
-  about 14), so this mode is the less precise; it skips the per-element dequantization.
+* ``DOT_DQ16`` (the default): ``mxfp8_gemm._dq16_step``: both tiles dequantized to fp16 with each
+  32-group's scale folded in relative to the row's largest scale in the step, one fp16 dot per
+  ``BLOCK_K`` promoted by the exact product of the two rows' largest scales; a step whose scales span
+  more than 12 binades within a row takes one exact dot per group instead.
+* ``DOT_FP8``: ``mxfp8_gemm._mma8_group``: one fp8 tensor-core dot per 32-wide group, promoted with the
+  group's scale product. Hopper adds the 32 products of an fp8 MMA with fewer than fp32's bits
+  (DeepSeek-V3 report, section 3.3.2: about 14), so this mode is the less precise; it skips the
+  per-element dequantization.
 * ``DOT_F32``: E4M3 codes (uint8) decoded bit by bit to fp32, scaled exactly, IEEE fp32 dot. Slow on a
   GPU; it is the mode the Triton interpreter runs exactly: the interpreter reads E4M3 0x7F as 480, not
   NaN, in the casts the other two modes use (otherwise they interpret correctly).
@@ -27,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.mxfp8_gemm import _act_scale_offsets, _dq16_tile, _e8m0_to_f32
+from mxfuse.kernels.mxfp8_gemm import _act_scale_offsets, _dq16_step, _e8m0_to_f32, _mma8_group
 
 __all__ = ["DOT_CODE", "DOT_DQ16", "DOT_F32", "DOT_FP8", "e4m3_bits_to_f32", "mxfp8_mainloop"]
 
@@ -68,7 +70,7 @@ def mxfp8_mainloop(
     a_ptr,  # A (m, k) at a_ptr + m * stride_am + k: float8e4nv (uint8 codes for DOT_F32)
     as_ptr,  # A's scale storage as bytes
     w_ptr,  # W (n, k) at w_ptr + n * stride_wn + k, same dtype rule
-    ws_ptr,  # W's scale byte (n, k // 32) at ws_ptr + (k // 32) * N_ROWS_W + n: K-group-major
+    ws_ptr,  # W's scale byte (n, k // 32) at ws_ptr + (k // 32) * n_ws + n: K-group-major
     rows,  # [BLOCK_M] row indices of A
     cols,  # [BLOCK_N] row indices of W
     M,
@@ -80,7 +82,7 @@ def mxfp8_mainloop(
     n_k4,  # align(a_n_groups, 4) / 4: swizzled tile stride
     stride_am,
     stride_wn,
-    n_rows_w,  # row count of W's scale storage [K/32, n_rows_w]
+    n_ws,  # columns of W's scale storage [K/32, n_ws]
     A_LAYOUT: tl.constexpr,
     DOT: tl.constexpr,
     SWAP_AB: tl.constexpr,
@@ -96,38 +98,63 @@ def mxfp8_mainloop(
     needs numpy < 2.4 for those).
     """
     BG: tl.constexpr = BLOCK_K // 32
-    gl = tl.arange(0, BG)
-    lane = tl.arange(0, 32)
     row_ok = rows < M
     col_ok = cols < N
-    g_ok = gl < BG  # every group of a step is in range: the range is whole steps
     a_rows = a_ptr + rows[:, None].to(tl.int64) * stride_am
     w_rows = w_ptr + cols[:, None].to(tl.int64) * stride_wn
+    step0 = k_start // BLOCK_K
+    n_groups = (k_start // BLOCK_K + K_ITERS) * BG  # groups up to the range's end: nothing is masked
     # tl.range(num_stages=) "tries to pipeline most loads in this loop" (Triton 3.6 docstring), the
     # scale loads included; the kernel's num_stages argument pipelines only the loads feeding tl.dot.
     for i in tl.range(0, K_ITERS, num_stages=NUM_STAGES):
-        g = k_start // 32 + i * BG + gl  # local 32-groups of this step
-        if DOT == 1:
+        if DOT == 0:
+            acc = _dq16_step(
+                acc,
+                step0 + i,
+                a_rows,
+                w_rows,
+                as_ptr,
+                ws_ptr,
+                rows,
+                cols,
+                row_ok,
+                col_ok,
+                n_groups,
+                a_group0,
+                a_n_groups,
+                rows4,
+                n_k4,
+                n_ws,
+                A_LAYOUT,
+                BLOCK_M,
+                BLOCK_N,
+                BG,
+                SWAP_AB,
+            )
+        elif DOT == 1:
             for j in tl.static_range(BG):
-                gj = k_start // 32 + i * BG + j
-                k = gj * 32 + lane
-                # Both operands K-major ([rows, 32] tiles, the weight transposed as a view): Triton 3.6
-                # lets Hopper's MMA read a transposed shared-memory operand only for 16-bit types.
-                a = tl.load(a_rows + k[None, :], mask=row_ok[:, None], other=0.0)
-                w = tl.load(w_rows + k[None, :], mask=col_ok[:, None], other=0.0)
-                sa = tl.load(
-                    as_ptr + _act_scale_offsets(rows, a_group0 + gj, a_n_groups, rows4, n_k4, A_LAYOUT),
-                    mask=row_ok,
-                    other=0,
+                acc = _mma8_group(
+                    acc,
+                    (step0 + i) * BG + j,
+                    True,
+                    a_rows,
+                    w_rows,
+                    as_ptr,
+                    ws_ptr,
+                    rows,
+                    cols,
+                    row_ok,
+                    col_ok,
+                    a_group0,
+                    a_n_groups,
+                    rows4,
+                    n_k4,
+                    n_ws,
+                    A_LAYOUT,
+                    SWAP_AB,
                 )
-                sw = tl.load(ws_ptr + gj.to(tl.int64) * n_rows_w + cols, mask=col_ok, other=0)
-                fa = _e8m0_to_f32(sa.to(tl.int32))
-                fw = _e8m0_to_f32(sw.to(tl.int32))
-                if SWAP_AB:
-                    acc += tl.dot(w, tl.trans(a)) * (fw[:, None] * fa[None, :])
-                else:
-                    acc += tl.dot(a, tl.trans(w)) * (fa[:, None] * fw[None, :])
         else:
+            g = (step0 + i) * BG + tl.arange(0, BG)
             sa = tl.load(
                 as_ptr
                 + _act_scale_offsets(rows[:, None], a_group0 + g[None, :], a_n_groups, rows4, n_k4, A_LAYOUT),
@@ -135,24 +162,15 @@ def mxfp8_mainloop(
                 other=0,
             )
             sw = tl.load(
-                ws_ptr + g[None, :].to(tl.int64) * n_rows_w + cols[:, None], mask=col_ok[:, None], other=0
+                ws_ptr + g[None, :].to(tl.int64) * n_ws + cols[:, None], mask=col_ok[:, None], other=0
             )
-            if DOT == 0:
-                a16, fa = _dq16_tile(a_rows[:, :, None], sa, row_ok, g_ok, g, lane, BLOCK_M, BG)
-                w16, fw = _dq16_tile(w_rows[:, :, None], sw, col_ok, g_ok, g, lane, BLOCK_N, BG)
-                if SWAP_AB:
-                    acc += tl.dot(w16, tl.trans(a16)) * (fw[:, None] * fa[None, :])
-                else:
-                    acc += tl.dot(a16, tl.trans(w16)) * (fa[:, None] * fw[None, :])
+            kk = (step0 + i) * BLOCK_K + tl.arange(0, BLOCK_K)
+            a = tl.load(a_rows + kk[None, :], mask=row_ok[:, None], other=0)
+            w = tl.load(w_rows + kk[None, :], mask=col_ok[:, None], other=0)
+            af = _dequantize_f32(a, sa, BLOCK_M, BLOCK_K)
+            wf = _dequantize_f32(w, sw, BLOCK_N, BLOCK_K)
+            if SWAP_AB:
+                acc = tl.dot(wf, tl.trans(af), acc, input_precision="ieee")
             else:
-                k = g[:, None] * 32 + lane[None, :]  # [BG, 32]
-                kk = tl.reshape(k, (BLOCK_K,))
-                a = tl.load(a_rows + kk[None, :], mask=row_ok[:, None], other=0)
-                w = tl.load(w_rows + kk[None, :], mask=col_ok[:, None], other=0)
-                af = _dequantize_f32(a, sa, BLOCK_M, BLOCK_K)
-                wf = _dequantize_f32(w, sw, BLOCK_N, BLOCK_K)
-                if SWAP_AB:
-                    acc = tl.dot(wf, tl.trans(af), acc, input_precision="ieee")
-                else:
-                    acc = tl.dot(af, tl.trans(wf), acc, input_precision="ieee")
+                acc = tl.dot(af, tl.trans(wf), acc, input_precision="ieee")
     return acc
