@@ -30,7 +30,7 @@ from mxfuse.formats import (
     scale_storage_view,
 )
 
-register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=110)
+register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 
 _kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
 
