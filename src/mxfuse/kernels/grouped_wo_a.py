@@ -8,12 +8,13 @@ of ``z`` viewed ``[T, G*R]`` (wo_b's input), quantized from the bf16-rounded ``z
 
 One program per (K split, group, BLOCK_N columns of R, BLOCK_M rows of T). BLOCK_N is a multiple of 128
 that divides R, so a program owns whole scale words and no word straddles two groups. The K loop is
-``mxfp8_dot.mxfp8_mainloop``, built from the MXFP8 GEMM's tile functions. At small T the work is streaming G*R*r weight bytes (32 MiB at G = 8,
-R = 1024, r = 4096) and what matters is enough programs in flight: G * R / BLOCK_N tiles is 16 at G = 2,
-so K is split. Split-K is deterministic without float atomics: each split stores its fp32 partial, takes
-a ticket from an integer counter, and the split that arrives last sums the partials in split order
-(0, 1, ..., S-1), writes the outputs and resets the counter to 0 for the next call (the counters belong
-to the prepared weight; calls sharing a weight must be ordered on one stream).
+``mxfp8_dot.mxfp8_mainloop``, whose tensor-core steps are the MXFP8 GEMM's. At small T the work is
+streaming G*R*r weight bytes (32 MiB at G = 8, R = 1024, r = 4096) and what matters is enough programs
+in flight: G * R / BLOCK_N tiles is 16 at G = 2, so K is split. Split-K is deterministic without float
+atomics: each split stores its fp32 partial, takes a ticket from an integer counter, and the split that
+arrives last sums the partials in split order (0, 1, ..., S-1), writes the outputs and resets the
+counter to 0 for the next call (the counters belong to the prepared weight; calls sharing a weight must
+be ordered on one stream).
 """
 
 from __future__ import annotations
