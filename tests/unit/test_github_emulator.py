@@ -338,7 +338,7 @@ INVALID = [
         "Problems parsing JSON",
     ),
     ("unknown-route", "GET", f"{REPO}/branches", None, 404, "route", "Not Found"),
-    ("unknown-method", "DELETE", f"{REPO}/issues/comments/1000001", None, 404, "route", "Not Found"),
+    ("unknown-method", "DELETE", f"{REPO}/pulls/7", None, 404, "route", "Not Found"),
     ("other-repository", "GET", "/repos/acme/other/pulls/7", None, 404, "repository", "Not Found"),
     (
         "unexpected-input",

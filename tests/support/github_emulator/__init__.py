@@ -20,8 +20,14 @@ Usage
         gh.set_run_state(run.id, "completed", "failure")
         hook = gh.workflow_run_event(run.id) # the workflow_run completed payload for the sync hook
         gh.comments(pr)                      # comments as GET returns them; gh.reactions(comment_id) likewise
+        gh.check_runs, gh.statuses           # what the bot published on commits
+        gh.add_artifact(run.id, "gpumatrix-report-1-gpu-h100", {"report.json": "{...}"})  # served zipped, via 302
+        gh.push(pr, "b" * 40)                # a new head for the PR; gh.add_run("ci.yml", head_sha=...) a PR run
         gh.requests                          # RecordedRequest(method, path, query, json, status, time, ...)
         gh.assert_no_violations()            # or use the `github_emulator` fixture, which checks at teardown
+
+Check runs follow GitHub's rules: a conclusion completes one, and a completed one cannot go back to queued or in
+progress (422). Artifact downloads answer 302 to a blob URL outside the REST API, served without a token.
 
 Requests need `Authorization: Bearer <gh.token>` (or `token ...`); comments and reactions made through the API
 are by `gh.actor` ("github-actions[bot]", a Bot). An unknown route answers 404, a request that breaks its

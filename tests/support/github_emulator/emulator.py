@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import threading
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,8 @@ from .server import RecordedRequest, RequestPipeline, Violation, serve
 from .shapes import Shapes
 from .spec import rest_description
 from .state import (
+    ApiError,
+    ArtifactRecord,
     CheckRunRecord,
     IssueRecord,
     RepoState,
@@ -174,6 +178,18 @@ class GitHubEmulator:
             self._state.user_id(login)
             return self._state.add_issue(record).number
 
+    def push(self, number: int, head_sha: str, *, tree: Mapping[str, str] | None = None) -> None:
+        """Move pull request `number` to a new head commit, as a push to its branch does."""
+        check_sha(head_sha, "head_sha")
+        with self._lock:
+            if tree is not None:
+                self._state.add_tree(head_sha, tree)
+            self._state.push(number, head_sha)
+
+    def pull_head(self, number: int) -> str:
+        with self._lock:
+            return self._state.pull(number).head_sha
+
     def add_issue(
         self,
         number: int | None = None,
@@ -293,6 +309,36 @@ class GitHubEmulator:
                 return self._state.runs[run_id]
             except KeyError:
                 raise ValueError(f"run_id: no run {run_id}") from None
+
+    def add_run(
+        self, file_name: str, *, head_sha: str, event: str = "pull_request", head_branch: str = "feature"
+    ) -> WorkflowRunRecord:
+        """A run of a declared workflow that an event started (not a dispatch), queued on `head_sha`."""
+        check_sha(head_sha, "head_sha")
+        if event == "workflow_dispatch":
+            raise ValueError("event: dispatch through the API, not add_run")
+        with self._lock:
+            try:
+                workflow = self._state.workflow(file_name)
+            except ApiError:
+                raise ValueError(f"file_name: no workflow {file_name!r} (add_workflow first)") from None
+            return self._state.add_run(
+                workflow, event=event, head_sha=head_sha, head_branch=head_branch, actor="contributor"
+            )
+
+    def add_artifact(
+        self, run_id: int, name: str, files: Mapping[str, str | bytes], *, expired: bool = False
+    ) -> ArtifactRecord:
+        """Upload `files` ({name in the archive: content}) as artifact `name` of run `run_id`, zipped as
+        actions/upload-artifact stores them."""
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for member, content in files.items():
+                archive.writestr(member, content)
+        with self._lock:
+            if run_id not in self._state.runs:
+                raise ValueError(f"run_id: no run {run_id}")
+            return self._state.add_artifact(run_id, name, buffer.getvalue(), expired=expired)
 
     def set_run_state(self, run_id: int, status: str, conclusion: str | None = None) -> WorkflowRunRecord:
         """Move a run (and its jobs) on: e.g. ("in_progress") then ("completed", "failure")."""

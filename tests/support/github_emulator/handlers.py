@@ -98,6 +98,11 @@ def update_comment(call: Call) -> Reply:
     )
 
 
+def delete_comment(call: Call) -> Reply:
+    call.state.delete_comment(_int(call, "comment_id"))
+    return Reply(204)
+
+
 def create_reaction(call: Call) -> Reply:
     record, created = call.state.react(_int(call, "comment_id"), call.body["content"], login=call.state.actor)
     return Reply(201 if created else 200, call.shapes.reaction(record))
@@ -179,6 +184,31 @@ def list_jobs(call: Call) -> Reply:
     )
 
 
+def list_run_artifacts(call: Call) -> Reply:
+    run_id = _int(call, "run_id")
+    call.state.run(run_id)
+    found = [
+        a
+        for a in call.state.artifacts.values()
+        if a.run_id == run_id and call.query.get("name", a.name) == a.name
+    ]
+    found.sort(key=lambda a: a.id, reverse=call.query.get("direction", "desc") == "desc")
+    page, headers = _paginate(call, found)
+    return Reply(
+        200, {"total_count": len(found), "artifacts": [call.shapes.artifact(a) for a in page]}, headers
+    )
+
+
+def download_artifact(call: Call) -> Reply:
+    """302 to a short-lived blob URL, as GitHub answers; the blob itself is not part of the REST API."""
+    record = call.state.artifact(_int(call, "artifact_id"))
+    if call.path_params["archive_format"] != "zip":
+        raise ApiError(404, "Not Found")
+    if record.expired:
+        raise ApiError(410, "Artifact has expired")
+    return Reply(302, headers={"Location": call.shapes.artifact_blob_url(record)})
+
+
 def cancel_run(call: Call) -> Reply:
     call.state.cancel_run(_int(call, "run_id"))
     return Reply(202, {})
@@ -238,6 +268,19 @@ def create_check_run(call: Call) -> Reply:
     return Reply(201, call.shapes.check_run(call.state.create_check_run(call.body)))
 
 
+def list_check_runs_for_ref(call: Call) -> Reply:
+    found = call.state.list_check_runs(
+        call.path_params["ref"],
+        check_name=call.query.get("check_name"),
+        status=call.query.get("status"),
+        latest=call.query.get("filter", "latest") == "latest",
+    )
+    page, headers = _paginate(call, found)
+    return Reply(
+        200, {"total_count": len(found), "check_runs": [call.shapes.check_run(c) for c in page]}, headers
+    )
+
+
 def update_check_run(call: Call) -> Reply:
     record = call.state.update_check_run(_int(call, "check_run_id"), call.body)
     return Reply(200, call.shapes.check_run(record))
@@ -249,6 +292,8 @@ HANDLERS: Mapping[str, Callable[[Call], Reply]] = {
     "actions/get-workflow-run": get_run,
     "actions/cancel-workflow-run": cancel_run,
     "actions/list-jobs-for-workflow-run": list_jobs,
+    "actions/list-workflow-run-artifacts": list_run_artifacts,
+    "actions/download-artifact": download_artifact,
     "actions/re-run-workflow-failed-jobs": rerun_failed_jobs,
     "actions/list-repo-workflows": list_workflows,
     "actions/get-workflow": get_workflow,
@@ -256,11 +301,13 @@ HANDLERS: Mapping[str, Callable[[Call], Reply]] = {
     "actions/list-workflow-runs": list_workflow_runs,
     "checks/create": create_check_run,
     "checks/update": update_check_run,
+    "checks/list-for-ref": list_check_runs_for_ref,
     "repos/get-collaborator-permission-level": get_permission,
     "repos/get-content": get_content,
     "repos/create-commit-status": create_status,
     "issues/get-comment": get_comment,
     "issues/update-comment": update_comment,
+    "issues/delete-comment": delete_comment,
     "reactions/create-for-issue-comment": create_reaction,
     "issues/list-comments": list_comments,
     "issues/create-comment": create_comment,

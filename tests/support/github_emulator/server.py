@@ -22,11 +22,21 @@ from .shapes import Shapes
 from .spec import RestDescription, RouteMatch
 from .state import ApiError, RepoState
 
-__all__ = ["SUPPORTED_API_VERSIONS", "RecordedRequest", "RequestPipeline", "Violation", "serve"]
+__all__ = [
+    "BLOB_PREFIX",
+    "SUPPORTED_API_VERSIONS",
+    "RecordedRequest",
+    "RequestPipeline",
+    "Violation",
+    "serve",
+]
 
 SUPPORTED_API_VERSIONS = ("2022-11-28", "2026-03-10")
 _DEFAULT_API_VERSION = "2022-11-28"
 _DOCS = "https://docs.github.com/rest"
+# Artifact archives live in blob storage, which the REST API only redirects to (signed URL, no token needed):
+# paths under this prefix are served as raw bytes, outside the REST contract.
+BLOB_PREFIX = "/_blobs/artifacts/"
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,10 @@ class RequestPipeline:
         split = urlsplit(target)
         path, query = split.path, dict(parse_qsl(split.query, keep_blank_values=True))
         route = self.description.match(method, path)
-        reply = self._answer(method, path, query, headers, raw_body, route)
+        if method == "GET" and path.startswith(BLOB_PREFIX):
+            reply = self._blob(path)
+        else:
+            reply = self._answer(method, path, query, headers, raw_body, route)
         try:
             parsed: Any = json.loads(raw_body) if raw_body else None
         except ValueError:
@@ -107,6 +120,14 @@ class RequestPipeline:
                 )
             )
         return reply
+
+    def _blob(self, path: str) -> Reply:
+        name = path.removeprefix(BLOB_PREFIX).removesuffix(".zip")
+        with self.lock:
+            record = self.state.artifacts.get(int(name)) if name.isdigit() else None
+        if record is None:
+            return Reply(404, raw=b"BlobNotFound", headers={"Content-Type": "application/xml"})
+        return Reply(200, raw=record.archive, headers={"Content-Type": "application/zip"})
 
     def _violate(self, kind: str, method: str, path: str, route: RouteMatch | None, detail: str) -> None:
         with self.lock:

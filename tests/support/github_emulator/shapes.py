@@ -16,6 +16,7 @@ from urllib.parse import quote
 from .spec import rest_description
 from .state import (
     REACTION_CONTENTS,
+    ArtifactRecord,
     CheckRunRecord,
     CommentRecord,
     IssueRecord,
@@ -400,6 +401,34 @@ class Shapes:
             pull_requests=[],
         )
         body["output"].update(
-            {k: record.output[k] for k in ("title", "summary", "text") if k in record.output}
+            {k: record.output.get(k) for k in ("title", "summary", "text")},
+            annotations_count=0,
+            annotations_url=f"{self.api_repo}/check-runs/{record.id}/annotations",
         )
+        return body
+
+    # -- artifacts ------------------------------------------------------------------------------------------
+
+    def artifact_blob_url(self, record: ArtifactRecord) -> str:
+        # Where GitHub's 302 points: blob storage outside the REST API (see BLOB_PREFIX in server.py).
+        return f"{self.base_url}/_blobs/artifacts/{record.id}.zip?sig=emulated"
+
+    def artifact(self, record: ArtifactRecord) -> dict[str, Any]:
+        body = self._example("artifact-paginated")["artifacts"][0]
+        run = self.state.run(record.run_id)
+        api = f"{self.api_repo}/actions/artifacts/{record.id}"
+        body.update(
+            id=record.id,
+            node_id=_node_id("Artifact", record.id),
+            name=record.name,
+            size_in_bytes=len(record.archive),
+            url=api,
+            archive_download_url=f"{api}/zip",
+            expired=record.expired,
+            created_at=record.created_at,
+            updated_at=record.created_at,
+            expires_at="2026-12-31T00:00:00Z",
+            digest=None,
+        )
+        body["workflow_run"].update(id=run.id, head_sha=run.head_sha, head_branch=run.head_branch)
         return body

@@ -18,6 +18,7 @@ from typing import Any
 __all__ = [
     "PERMISSION_LEVELS",
     "ApiError",
+    "ArtifactRecord",
     "CheckRunRecord",
     "CommentRecord",
     "IssueRecord",
@@ -44,6 +45,7 @@ _LEGACY_PERMISSION = {
 }
 RUN_STATUSES = ("queued", "in_progress", "completed", "waiting", "requested", "pending")
 RUN_CONCLUSIONS = ("success", "failure", "neutral", "cancelled", "skipped", "timed_out", "action_required")
+CHECK_STATUSES = ("queued", "in_progress", "completed", "waiting", "requested", "pending")
 REACTION_CONTENTS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")
 # A fixed clock that ticks one second per change: timestamps are distinct and ordered, and tests that compare
 # them never depend on how fast the machine is.
@@ -176,6 +178,18 @@ class CheckRunRecord:
     completed_at: str | None
 
 
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """An artifact a run uploaded: its zip archive as GitHub serves it from blob storage."""
+
+    id: int
+    run_id: int
+    name: str
+    archive: bytes
+    created_at: str
+    expired: bool = False
+
+
 def check_sha(sha: object, argument: str) -> str:
     if not isinstance(sha, str) or len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
         raise ValueError(f"{argument}: expected 40 lowercase hex digits, got {sha!r}")
@@ -206,6 +220,7 @@ class RepoState:
                 ("job", 8_000_001),
                 ("status", 9_000_001),
                 ("check", 11_000_001),
+                ("artifact", 13_000_001),
                 ("user", 20_001),
             )
         }
@@ -221,6 +236,7 @@ class RepoState:
         self.runs: dict[int, WorkflowRunRecord] = {}
         self.statuses: dict[int, StatusRecord] = {}
         self.check_runs: dict[int, CheckRunRecord] = {}
+        self.artifacts: dict[int, ArtifactRecord] = {}
         self.branches: dict[str, str] = {}
         self.trees: dict[str, dict[str, str]] = {}
         self.add_tree(
@@ -351,6 +367,21 @@ class RepoState:
         self.comments[comment_id] = record
         return record
 
+    def delete_comment(self, comment_id: int) -> None:
+        self.comment(comment_id)
+        del self.comments[comment_id]
+        for reaction_id in [r.id for r in self.reactions.values() if r.comment_id == comment_id]:
+            del self.reactions[reaction_id]
+
+    def push(self, number: int, head_sha: str) -> IssueRecord:
+        """A new head for pull request `number`, as a push to its branch makes."""
+        record = replace(self.pull(number), head_sha=head_sha)
+        self.issues[number] = record
+        if not record.fork and record.head_ref:
+            self.branches[record.head_ref] = head_sha
+        self.trees.setdefault(head_sha, {})
+        return record
+
     def react(self, comment_id: int, content: str, *, login: str) -> tuple[ReactionRecord, bool]:
         """The reaction and whether it is new: GitHub answers 201 for a new one, 200 for the same again."""
         self.comment(comment_id)
@@ -414,6 +445,50 @@ class RepoState:
         )
         self.runs[run_id] = record
         return record
+
+    def add_run(
+        self, workflow: WorkflowRecord, *, event: str, head_sha: str, head_branch: str, actor: str
+    ) -> WorkflowRunRecord:
+        """A run GitHub starts itself (a push or a pull request event), queued on `head_sha`."""
+        now = self.now()
+        run_number = 1 + sum(1 for r in self.runs.values() if r.workflow_id == workflow.id)
+        run_id = self.next_id("run")
+        job = JobRecord(self.next_id("job"), run_id, "test", "queued", None, (), now, now, None)
+        record = WorkflowRunRecord(
+            id=run_id,
+            workflow_id=workflow.id,
+            workflow_path=workflow.path,
+            name=workflow.name,
+            run_number=run_number,
+            event=event,
+            ref=head_branch,
+            head_branch=head_branch,
+            head_sha=head_sha,
+            inputs={},
+            actor=actor,
+            status="queued",
+            conclusion=None,
+            run_attempt=1,
+            created_at=now,
+            updated_at=now,
+            jobs=(job,),
+        )
+        self.runs[run_id] = record
+        return record
+
+    def add_artifact(
+        self, run_id: int, name: str, archive: bytes, *, expired: bool = False
+    ) -> ArtifactRecord:
+        self.run(run_id)
+        record = ArtifactRecord(self.next_id("artifact"), run_id, name, archive, self.now(), expired)
+        self.artifacts[record.id] = record
+        return record
+
+    def artifact(self, artifact_id: int) -> ArtifactRecord:
+        try:
+            return self.artifacts[artifact_id]
+        except KeyError:
+            raise ApiError(404, "Not Found") from None
 
     def run(self, run_id: int) -> WorkflowRunRecord:
         try:
@@ -511,6 +586,10 @@ class RepoState:
     def create_check_run(self, body: Mapping[str, Any]) -> CheckRunRecord:
         now = self.now()
         conclusion = body.get("conclusion")
+        if body.get("status") == "completed" and not conclusion:
+            raise ApiError(
+                422, "Invalid request.\n\nconclusion is required when status is completed.", breach=True
+            )
         record = CheckRunRecord(
             id=self.next_id("check"),
             name=body["name"],
@@ -527,15 +606,52 @@ class RepoState:
         return record
 
     def update_check_run(self, check_run_id: int, body: Mapping[str, Any]) -> CheckRunRecord:
+        """GitHub's rules: a conclusion completes the check run; a completed one never goes back to queued or
+        in progress (422, what a writer that read before another completed it gets)."""
         try:
             record = self.check_runs[check_run_id]
         except KeyError:
             raise ApiError(404, "Not Found") from None
+        status, conclusion = body.get("status"), body.get("conclusion")
+        if status == "completed" and not conclusion and record.conclusion is None:
+            raise ApiError(
+                422, "Invalid request.\n\nconclusion is required when status is completed.", breach=True
+            )
+        if (
+            record.status == "completed"
+            and status in CHECK_STATUSES
+            and status != "completed"
+            and not conclusion
+        ):
+            raise ApiError(
+                422, f"Validation Failed: check run {check_run_id} is completed and cannot become {status}"
+            )
         changes = {k: body[k] for k in ("name", "status", "details_url", "external_id") if k in body}
         if "output" in body:
             changes["output"] = dict(body["output"])
-        if body.get("conclusion"):
-            changes.update(status="completed", conclusion=body["conclusion"], completed_at=self.now())
+        if conclusion:
+            changes.update(status="completed", conclusion=conclusion, completed_at=self.now())
         record = replace(record, **changes)
         self.check_runs[check_run_id] = record
         return record
+
+    def list_check_runs(
+        self, ref: str, *, check_name: str | None, status: str | None, latest: bool
+    ) -> list[CheckRunRecord]:
+        """Newest first; `latest` keeps the newest check run of each name, as GitHub's default filter does."""
+        sha = (
+            ref
+            if len(ref) == 40 and all(c in "0123456789abcdef" for c in ref)
+            else self.resolve_ref(ref.removeprefix("heads/"))
+        )
+        found = sorted(
+            (c for c in self.check_runs.values() if c.head_sha == sha), key=lambda c: c.id, reverse=True
+        )
+        if check_name is not None:
+            found = [c for c in found if c.name == check_name]
+        if status is not None:
+            found = [c for c in found if c.status == status]
+        if latest:
+            seen: set[str] = set()
+            found = [c for c in found if not (c.name in seen or seen.add(c.name))]
+        return found
