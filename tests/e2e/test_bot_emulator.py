@@ -74,10 +74,11 @@ def test_dispatch_to_four_runners(world: BotWorld) -> None:
         f"GET pulls/{PR}",
         f"POST issues/{PR}/comments",
         *["POST actions/workflows/gpu-tests.yml/dispatches"] * 4,
+        *["POST check-runs"] * 4,  # queued on the pinned SHA, one per runner
         f"PATCH issues/comments/{status_id}",
         f"POST issues/comments/{event.comment_id}/reactions",  # 🚀
     ]
-    assert count == len(QUANTIZE_RUNNERS) + 6
+    assert count == 2 * len(QUANTIZE_RUNNERS) + 6
     assert [run.inputs["runner"] for run in gh.runs] == QUANTIZE_RUNNERS
     for run in gh.runs:
         assert run.ref == "main"  # the workflow runs from the default branch; the SHA travels as an input
@@ -130,6 +131,8 @@ def test_status_comment_as_posted(world: BotWorld) -> None:
         "",
         "⛔ `nope.py`: is not a registered test file; `/rerun-test ?` lists the registered tests",
         "",
+        f"☑️ Each runner's result is also a check run `rerun / <runner>` on `{world.sha}`.",
+        "",
     ]
     assert body.splitlines()[-1].startswith("<!-- gpumatrix:state ")
     stored = parse_status_comment(body)
@@ -179,7 +182,7 @@ def test_retries_on_5xx_and_secondary_rate_limits(world: BotWorld) -> None:
 
     assert [run.inputs["runner"] for run in gh.runs] == QUANTIZE_RUNNERS  # nothing lost, nothing doubled
     assert world.waits == [1.0, 0.05, 0.05, 0.1]  # Retry-After honoured; then backoff 0.05 * 2**attempt
-    assert count == len(QUANTIZE_RUNNERS) + 6 + 4
+    assert count == 2 * len(QUANTIZE_RUNNERS) + 6 + 4
     assert result.status is not None and [g.state for g in result.status.groups] == ["queued"] * 4
 
 
@@ -419,13 +422,18 @@ def test_cli_handle_and_sync(world: BotWorld, tmp_path: Path) -> None:
     )
     assert handled.exit_code == 0, handled.output
     assert handled.output.splitlines()[0] == "dispatch: 1 runner group(s), 1 test(s); dispatched 1 of 1"
-    assert "API calls: 7" in handled.output
+    assert "published as check runs: 1 write(s)" in handled.output.splitlines()
+    assert "API calls: 8" in handled.output
     run = gh.runs[0]
     gh.set_run_state(run.id, "completed", "success")
     status_id = int(run.inputs["status_comment_id"])
     synced = runner.invoke(bot, ["sync", "--comment-id", str(status_id), "--run-id", str(run.id)], env=env)
     assert synced.exit_code == 0, synced.output
-    assert synced.output == f"synced comment {status_id} (1 write(s)): 2-gpu-h100 ✅ passed\n"
+    assert synced.output.splitlines()[:2] == [
+        f"synced comment {status_id} (1 write(s)): 2-gpu-h100 ✅ passed",
+        "published as check runs: 1 write(s)",
+    ]
+    assert synced.output.splitlines()[2].startswith(f"CI states of #{PR}: comment ")
     assert gh.token not in handled.output + synced.output
 
 

@@ -23,6 +23,7 @@ from gpumatrix.config import PERMISSION_LEVELS, Matrix, MatrixError, load_matrix
 
 if TYPE_CHECKING:  # the bot's modules load when a command runs, not when the CLI is imported
     from gpumatrix.bot.decide import Head
+    from gpumatrix.bot.publish import Publication
 
 __all__ = ["bot", "plan"]
 
@@ -109,33 +110,82 @@ def handle(event_path: Path, root: Path | None, retry_backoff: float) -> None:
                 + (f" {group.url}" if group.url else "")
                 + (f" ({group.error})" if group.error else "")
             )
+        if result.publication is not None:
+            _echo_publication(result.publication)
         click.echo(f"API calls: {client.calls}")
 
 
 @bot.command(name="sync")
-@click.option(
-    "--comment-id", required=True, type=click.IntRange(min=1), help="The status comment to rewrite."
-)
+@click.option("--comment-id", type=click.IntRange(min=1), default=None, help="The status comment to rewrite.")
 @click.option(
     "--run-id",
     type=click.IntRange(min=1),
     default=None,
     help="The run asking for the sync; it must be one the comment references.",
 )
+@click.option(
+    "--pr",
+    "pr_number",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Only rewrite this pull request's CI-states comment (a run that has no status comment).",
+)
 @_root_option
 @_backoff_option
-def sync(comment_id: int, run_id: int | None, root: Path | None, retry_backoff: float) -> None:
-    """Rewrite a status comment from the current state of every run it references."""
+def sync(
+    comment_id: int | None, run_id: int | None, pr_number: int | None, root: Path | None, retry_backoff: float
+) -> None:
+    """Rewrite a status comment from the current state of every run it references, move those runs' check
+    runs, and rewrite the PR's CI-states comment; or, with --pr alone, only the CI-states comment."""
     del root  # accepted like every command's; sync needs only the comment and the Actions API
+    from gpumatrix.bot.ci_states_sync import sync_ci_states
     from gpumatrix.bot.github import GitHubClient, RetryPolicy
     from gpumatrix.bot.render import STATE_EMOJI
-    from gpumatrix.bot.sync import sync_status_comment
+    from gpumatrix.bot.sync import SyncError, sync_status_comment
 
     with _exit_codes():
+        if (comment_id is None) == (pr_number is None):
+            raise SyncError(
+                "give --comment-id (a status comment, optionally with --run-id) or --pr, not both"
+            )
+        if run_id is not None and comment_id is None:
+            raise SyncError("--run-id needs --comment-id: the run's status comment")
         with GitHubClient.from_env(os.environ, retry=RetryPolicy(backoff_base=retry_backoff)) as client:
+            if pr_number is not None:
+                summary = sync_ci_states(pr_number, client=client)
+                click.echo(
+                    f"CI states of #{pr_number}: comment {summary.comment_id} ({summary.writes} write(s))"
+                )
+                return
             result = sync_status_comment(comment_id, client=client, run_id=run_id)
         states = ", ".join(f"{label} {STATE_EMOJI[state]} {state}" for label, state in result.states.items())
         click.echo(f"synced comment {comment_id} ({result.writes} write(s)): {states or 'no runs'}")
+        if result.publication is not None:
+            _echo_publication(result.publication)
+        if result.ci_states is not None:
+            click.echo(
+                f"CI states of #{result.status.pr}: comment {result.ci_states.comment_id} "
+                f"({result.ci_states.writes} write(s))"
+            )
+        if result.ci_states_error is not None:
+            _warn(f"the CI-states comment was not written: {result.ci_states_error}")
+
+
+def _echo_publication(publication: Publication) -> None:
+    """Which of check runs or commit statuses carried the results, and what could not be written. A failed
+    write is a warning, not a failed command: the tests' outcome is not in question, and the next sync
+    writes it again."""
+    kind = "check runs" if publication.kind == "check-runs" else "commit statuses"
+    why = f" (check runs refused: {publication.note})" if publication.note else ""
+    click.echo(f"published as {kind}{why}: {publication.writes} write(s)")
+    for failure in publication.failures:
+        _warn(failure)
+
+
+def _warn(message: str) -> None:
+    # In a workflow, a ::warning:: line becomes an annotation on the run's summary page.
+    prefix = "::warning::" if os.environ.get("GITHUB_ACTIONS") == "true" else "warning: "
+    click.echo(f"{prefix}{' '.join(message.split())}", err=True)
 
 
 @click.command(name="plan")

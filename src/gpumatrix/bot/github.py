@@ -15,9 +15,11 @@ state up to a minute old to `sync`.
 
 from __future__ import annotations
 
+import io
 import os
 import time
 import urllib.parse
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,8 @@ from gpumatrix import GpumatrixError
 
 __all__ = [
     "DEFAULT_API_URL",
+    "ArtifactInfo",
+    "CheckRunInfo",
     "CommentData",
     "DispatchedRun",
     "GitHubApiError",
@@ -40,6 +44,9 @@ __all__ = [
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
 _PAGE = 100
+# An artifact archive larger than this is not downloaded: a JSON test report is a few kB per hundred tests,
+# and the archive comes from a run of the code under test.
+MAX_ARCHIVE_BYTES = 8 * 1024 * 1024
 
 
 class GitHubApiError(GpumatrixError):
@@ -75,6 +82,7 @@ class PullHead:
     number: int
     sha: str
     state: str
+    html_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ class CommentData:
     body: str
     author: str
     author_type: str
+    html_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,33 @@ class RunInfo:
     status: str | None
     conclusion: str | None
     html_url: str
+    name: str = ""  # the workflow's name
+    workflow_id: int = 0
+    run_number: int = 0
+    run_attempt: int = 1
+    event: str = ""
+    head_sha: str = ""
+
+
+@dataclass(frozen=True)
+class CheckRunInfo:
+    id: int
+    name: str
+    head_sha: str
+    status: str | None
+    conclusion: str | None
+    external_id: str | None
+    details_url: str | None
+    title: str | None
+    summary: str | None
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    id: int
+    name: str
+    size_in_bytes: int
+    expired: bool
 
 
 @dataclass(frozen=True)
@@ -167,7 +203,9 @@ class GitHubClient:
 
     def pull_head(self, number: int) -> PullHead:
         data = self._json("GET", f"pulls/{int(number)}")
-        return PullHead(number, str(data["head"]["sha"]), str(data.get("state") or ""))
+        return PullHead(
+            number, str(data["head"]["sha"]), str(data.get("state") or ""), str(data.get("html_url") or "")
+        )
 
     def add_reaction(self, comment_id: int, content: str) -> bool:
         """React to an issue comment; True when created, False when this token had already reacted so."""
@@ -192,10 +230,17 @@ class GitHubClient:
         return _comment(self._json("GET", f"issues/comments/{int(comment_id)}"))
 
     def create_comment(self, issue_number: int, body: str) -> int:
-        return int(self._json("POST", f"issues/{int(issue_number)}/comments", json={"body": body})["id"])
+        return self.post_comment(issue_number, body).id
+
+    def post_comment(self, issue_number: int, body: str) -> CommentData:
+        """Like `create_comment`, with the whole comment (its `html_url` links it from a check run)."""
+        return _comment(self._json("POST", f"issues/{int(issue_number)}/comments", json={"body": body}))
 
     def update_comment(self, comment_id: int, body: str) -> None:
         self._call("PATCH", f"issues/comments/{int(comment_id)}", json={"body": body})
+
+    def delete_comment(self, comment_id: int) -> None:
+        self._call("DELETE", f"issues/comments/{int(comment_id)}")
 
     def dispatch(self, workflow: str, *, ref: str, inputs: Mapping[str, str]) -> DispatchedRun:
         data = self._json(
@@ -206,10 +251,13 @@ class GitHubClient:
         return DispatchedRun(int(data["workflow_run_id"]), str(data["html_url"]))
 
     def get_run(self, run_id: int) -> RunInfo:
-        data = self._json("GET", f"actions/runs/{int(run_id)}")
-        return RunInfo(
-            int(data["id"]), data.get("status"), data.get("conclusion"), str(data.get("html_url") or "")
-        )
+        return _run(self._json("GET", f"actions/runs/{int(run_id)}"))
+
+    def runs_for_head(self, sha: str) -> list[RunInfo]:
+        """The workflow runs GitHub lists for commit `sha` (its first 100, newest first: one page covers the
+        few workflows a pull request triggers, re-runs included)."""
+        data = self._json("GET", "actions/runs", params={"head_sha": sha, "per_page": _PAGE})
+        return [_run(item) for item in data.get("workflow_runs", ())]
 
     def run_jobs(self, run_id: int) -> list[JobInfo]:
         """The jobs of a run's latest attempt (the first 100: a gpu-tests run has a handful)."""
@@ -218,6 +266,79 @@ class GitHubClient:
             JobInfo(str(job.get("name") or ""), job.get("status"), job.get("conclusion"))
             for job in data.get("jobs", ())
         ]
+
+    def run_artifacts(self, run_id: int) -> list[ArtifactInfo]:
+        data = self._json("GET", f"actions/runs/{int(run_id)}/artifacts", params={"per_page": _PAGE})
+        return [
+            ArtifactInfo(
+                int(item["id"]),
+                str(item.get("name") or ""),
+                int(item.get("size_in_bytes") or 0),
+                bool(item.get("expired")),
+            )
+            for item in data.get("artifacts", ())
+        ]
+
+    def download_artifact(self, artifact_id: int) -> dict[str, bytes]:
+        """{member name: bytes} of an artifact's zip archive (GitHub answers 302 to blob storage; the HTTP
+        client follows it and sends the token only to the same origin)."""
+        response = self._call("GET", f"actions/artifacts/{int(artifact_id)}/zip")
+        data = response.content
+        if len(data) > MAX_ARCHIVE_BYTES:
+            raise GitHubApiError(
+                "GET",
+                self._path(f"actions/artifacts/{int(artifact_id)}/zip"),
+                response.status_code,
+                f"the archive is {len(data)} bytes, over {MAX_ARCHIVE_BYTES}",
+            )
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                members = [m for m in archive.infolist() if not m.is_dir()]
+                if sum(m.file_size for m in members) > MAX_ARCHIVE_BYTES:
+                    raise GitHubApiError(
+                        "GET",
+                        self._path(f"actions/artifacts/{int(artifact_id)}/zip"),
+                        response.status_code,
+                        "the archive unpacks to too many bytes",
+                    )
+                return {m.filename: archive.read(m) for m in members}
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise GitHubApiError(
+                "GET",
+                self._path(f"actions/artifacts/{int(artifact_id)}/zip"),
+                response.status_code,
+                f"not a zip archive: {exc}",
+            ) from None
+
+    def list_check_runs(self, sha: str, *, name: str) -> list[CheckRunInfo]:
+        """Every check run named `name` on commit `sha` (not only the newest: duplicates are found too)."""
+        found: list[CheckRunInfo] = []
+        page = 1
+        while True:
+            data = self._json(
+                "GET",
+                f"commits/{_quote(sha)}/check-runs",
+                params={"check_name": name, "filter": "all", "per_page": _PAGE, "page": page},
+            )
+            items = data.get("check_runs", ())
+            found += [_check_run(item) for item in items]
+            if len(items) < _PAGE:
+                return found
+            page += 1
+
+    def create_check_run(self, sha: str, fields: Mapping[str, Any]) -> CheckRunInfo:
+        return _check_run(self._json("POST", "check-runs", json={**fields, "head_sha": sha}))
+
+    def update_check_run(self, check_run_id: int, fields: Mapping[str, Any]) -> CheckRunInfo:
+        return _check_run(self._json("PATCH", f"check-runs/{int(check_run_id)}", json=dict(fields)))
+
+    def create_status(
+        self, sha: str, *, context: str, state: str, target_url: str | None, description: str
+    ) -> None:
+        body = {"state": state, "context": context, "description": description}
+        if target_url:
+            body["target_url"] = target_url
+        self._call("POST", f"statuses/{_quote(sha)}", json=body)
 
     # -- retries ------------------------------------------------------------------------------------------
 
@@ -282,6 +403,37 @@ def _comment(item: Mapping[str, Any]) -> CommentData:
         str(item.get("body") or ""),
         str(user.get("login") or ""),
         str(user.get("type") or "User"),
+        str(item.get("html_url") or ""),
+    )
+
+
+def _run(item: Mapping[str, Any]) -> RunInfo:
+    return RunInfo(
+        int(item["id"]),
+        item.get("status"),
+        item.get("conclusion"),
+        str(item.get("html_url") or ""),
+        name=str(item.get("name") or ""),
+        workflow_id=int(item.get("workflow_id") or 0),
+        run_number=int(item.get("run_number") or 0),
+        run_attempt=int(item.get("run_attempt") or 1),
+        event=str(item.get("event") or ""),
+        head_sha=str(item.get("head_sha") or ""),
+    )
+
+
+def _check_run(item: Mapping[str, Any]) -> CheckRunInfo:
+    output = item.get("output") or {}
+    return CheckRunInfo(
+        int(item["id"]),
+        str(item.get("name") or ""),
+        str(item.get("head_sha") or ""),
+        item.get("status"),
+        item.get("conclusion"),
+        item.get("external_id"),
+        item.get("details_url"),
+        output.get("title"),
+        output.get("summary"),
     )
 
 

@@ -1,19 +1,22 @@
 """`gpumatrix bot handle`: carry out the decision for one `issue_comment` event.
 
-API calls, in order, for a command that dispatches to N runners (N + 6 in all):
+API calls, in order, for a command that dispatches to N runners (2N + 6 in all):
 
     👀 reaction (receipt, and the idempotency lock)   1
     collaborator permission                            1
     pull request (head SHA, read once and pinned)      1
     status comment, posted before dispatch             1   (its id is a workflow input)
     workflow dispatch, one per runner                  N
+    check run on the pinned SHA, one per runner        N   (queued; a commit status if checks are refused)
     status comment, rewritten with run links           1
     🚀 / 😕 reaction (outcome)                          1
 
 The PR head's tree costs no call: it is read from git objects (`gpumatrix.bot.tree`). Idempotency costs
 no extra call either: creating a reaction answers 201 the first time and 200 when this token already
 reacted so, which makes the 👀 on receipt a test-and-set lock on the source comment. A comment seen
-before dispatches nothing new; its status comment (found by the source marker) is re-synced instead.
+before dispatches nothing new; its status comment (found by the source marker) is re-synced instead, with
+its check runs (found by external_id, created only where missing): handling a comment again adds nothing.
+The check runs of a status comment just posted cannot exist yet, so they are created without a lookup.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from gpumatrix.bot.authorize import Ignored, permission_level
 from gpumatrix.bot.decide import Decision, Head, Unavailable, decide, screen
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.github import CommentData, DispatchedRun, GitHubApiError, JobInfo, PullHead, RunInfo
+from gpumatrix.bot.publish import ChecksPublisher, Publication, PublishClient
 from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment, render_status_comment
 from gpumatrix.bot.sync import refresh_groups, sync_status_comment
 from gpumatrix.bot.tree import TreeError, read_test_sources
@@ -38,7 +42,7 @@ __all__ = ["HandleClient", "HandleResult", "dispatch_inputs", "handle_event"]
 SourceReader = Callable[..., Mapping[str, str]]
 
 
-class HandleClient(Protocol):
+class HandleClient(PublishClient, Protocol):
     def add_reaction(self, comment_id: int, content: str) -> bool: ...
 
     def permission(self, login: str) -> tuple[str, str | None]: ...
@@ -50,6 +54,8 @@ class HandleClient(Protocol):
     def get_comment(self, comment_id: int) -> CommentData: ...
 
     def create_comment(self, issue_number: int, body: str) -> int: ...
+
+    def post_comment(self, issue_number: int, body: str) -> CommentData: ...
 
     def update_comment(self, comment_id: int, body: str) -> None: ...
 
@@ -66,6 +72,7 @@ class HandleResult:
     reason: str
     comment_id: int | None = None  # the status comment (or listing) posted or re-synced
     status: StatusComment | None = None
+    publication: Publication | None = None  # the check runs (or commit statuses) written
 
 
 def dispatch_inputs(group: GroupStatus, status: StatusComment, comment_id: int) -> dict[str, str]:
@@ -121,7 +128,8 @@ def _carry_out(
         client.add_reaction(event.comment_id, "confused")
         return HandleResult(decision.action, decision.reason)
 
-    comment_id = client.create_comment(event.issue_number, decision.comment or "")
+    posted = client.post_comment(event.issue_number, decision.comment or "")
+    comment_id = posted.id
     if not decision.groups:
         client.add_reaction(event.comment_id, "confused")
         return HandleResult(decision.action, decision.reason, comment_id, decision.status)
@@ -145,11 +153,16 @@ def _carry_out(
         else:
             groups.append(replace(group, state="queued", run_id=run.run_id, url=run.html_url))
     status = decision.status.with_groups(groups)
+    publisher = ChecksPublisher(
+        client, status, comment_id=comment_id, comment_url=posted.html_url or None, look_up=False
+    )
+    publisher.publish(groups)
+    status = replace(status, checks=publisher.result.kind, checks_note=publisher.result.note)
     client.update_comment(comment_id, render_status_comment(status))
     dispatched = sum(group.state != "error" for group in groups)
     client.add_reaction(event.comment_id, "rocket" if dispatched else "confused")
     reason = f"{decision.reason}; dispatched {dispatched} of {len(groups)}"
-    return HandleResult(decision.action, reason, comment_id, status)
+    return HandleResult(decision.action, reason, comment_id, status, publisher.result)
 
 
 def _status_comments(client: HandleClient, issue_number: int) -> Iterator[tuple[CommentData, StatusComment]]:
@@ -171,12 +184,14 @@ def _existing_status(event: CommentEvent, line: str, client: HandleClient) -> Co
 def _already_handled(seen: CommentData | None, client: HandleClient) -> HandleResult:
     if seen is None:
         return HandleResult("ignore", "Comment already handled (👀 is there); nothing dispatched.")
-    synced = sync_status_comment(seen.id, client=client)
+    # Its own status comment and check runs only: handling a comment again adds nothing to the PR.
+    synced = sync_status_comment(seen.id, client=client, ci_states=False)
     return HandleResult(
         "ignore",
         "Comment already handled; nothing dispatched, its status comment re-synced.",
         seen.id,
         synced.status,
+        synced.publication,
     )
 
 

@@ -22,12 +22,15 @@ from typing import Any
 from gpumatrix.bot.resolve import Refusal
 
 __all__ = [
+    "CHECK_KINDS",
     "STATE_EMOJI",
     "TERMINAL_STATES",
     "GroupStatus",
     "StatusComment",
     "code_span",
+    "hidden_json",
     "parse_status_comment",
+    "plain_text",
     "render_listing",
     "render_status_comment",
     "run_state",
@@ -46,6 +49,9 @@ STATE_EMOJI = {
 }
 TERMINAL_STATES = frozenset({"passed", "failed", "cancelled", "error"})
 REFUSED = "⛔"
+# Where each run's result is also published on the commit: GitHub check runs, or commit statuses when the
+# token may not write checks (see gpumatrix.bot.publish).
+CHECK_KINDS = ("check-runs", "commit-statuses")
 
 _STATE_RE = re.compile(r"<!-- gpumatrix:state (\{.*?\}) -->", re.DOTALL)
 _SPAN_LIMIT = 120
@@ -78,6 +84,12 @@ class StatusComment:
     groups: tuple[GroupStatus, ...] = ()
     refusals: tuple[Refusal, ...] = ()
     problem: str | None = None  # the whole command is refused
+    checks: str | None = None  # one of CHECK_KINDS once the runs' results were published on the commit
+    checks_note: str | None = None  # why commit statuses were used instead of check runs
+
+    def __post_init__(self) -> None:
+        if self.checks is not None and self.checks not in CHECK_KINDS:
+            raise ValueError(f"checks must be one of {', '.join(CHECK_KINDS)} or None, got {self.checks!r}")
 
     def with_groups(self, groups: Sequence[GroupStatus]) -> StatusComment:
         return replace(self, groups=tuple(groups))
@@ -116,6 +128,8 @@ def render_status_comment(status: StatusComment) -> str:
     lines += [f"{REFUSED} {code_span(r.spec)}: {_escape(r.message)}" for r in status.refusals]
     if status.refusals:
         lines.append("")
+    if status.checks is not None and status.groups:
+        lines += [_checks_line(status), ""]
     lines.append(f"<!-- gpumatrix:state {_dump_state(status)} -->")
     return "\n".join(lines)
 
@@ -146,6 +160,8 @@ def parse_status_comment(body: str) -> StatusComment | None:
             ),
             refusals=tuple(Refusal(str(spec), str(message)) for spec, message in data.get("refusals", ())),
             problem=str(data["problem"]) if data.get("problem") else None,
+            checks=str(data["checks"]) if data.get("checks") else None,
+            checks_note=str(data["checks_note"]) if data.get("checks_note") else None,
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -172,6 +188,14 @@ def _header(status: StatusComment) -> str:
     if status.sha:
         parts.append(f"at {code_span(status.sha)}")
     return " ".join(parts)
+
+
+def _checks_line(status: StatusComment) -> str:
+    where = f"on {code_span(status.sha)}" if status.sha else "on the commit"
+    if status.checks == "check-runs":
+        return f"☑️ Each runner's result is also a check run `rerun / <runner>` {where}."
+    why = f" (check runs could not be written: {_escape(status.checks_note)})" if status.checks_note else ""
+    return f"☑️ Each runner's result is also a commit status `rerun / <runner>` {where}{why}."
 
 
 def _group_line(group: GroupStatus) -> str:
@@ -201,6 +225,18 @@ def _escape(text: str) -> str:
     return html.escape(flat[:400], quote=False).replace("@", "\uff20")
 
 
+def plain_text(text: str) -> str:
+    """`text` on one line, safe to show in Markdown: no markup, no HTML, no mention (at most 400 characters)."""
+    return _escape(text)
+
+
+def hidden_json(data: Any) -> str:
+    """`data` as JSON that can sit inside an HTML comment: `<`, `>` and `@` escaped, so neither `-->` nor
+    `--!>` (which end a comment) nor a mention can occur in it."""
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("@", "\\u0040")
+
+
 def _dump_state(status: StatusComment) -> str:
     data = {
         "v": 1,
@@ -223,10 +259,9 @@ def _dump_state(status: StatusComment) -> str:
         "refusals": [[r.spec, r.message] for r in status.refusals],
         "problem": status.problem,
     }
-    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
-    # An HTML comment ends at `-->` or `--!>`; with `<` and `>` escaped neither can occur in the JSON.
-    # `@` is escaped too, so no mention hides in the marker whatever a renderer makes of it.
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("@", "\\u0040")
+    if status.checks is not None:  # absent, not null, so comments written before checks read back the same
+        data.update(checks=status.checks, checks_note=status.checks_note)
+    return hidden_json(data)
 
 
 def _optional_int(value: Any) -> int | None:

@@ -1,0 +1,277 @@
+"""A runner group's result as GitHub shows it on the commit: the check run (or commit status) to publish.
+
+One check run per dispatched runner group, on the pinned head SHA the group ran:
+
+    name         rerun / <runner>                    (what branch protection can require)
+    external_id  gpumatrix:<source comment>:<status comment>:<runner>
+    details_url  the workflow run (the status comment when the dispatch failed)
+    status       queued -> in_progress -> completed, following the run
+    conclusion   success | failure | cancelled, or action_required when the dispatch itself failed
+
+Its output summary says what ran and, once the run is over, how many tests passed, failed and were skipped,
+and which failed, from the run's JSON reports. The summary ends in a hidden marker recording the run, its
+attempt, whether the run had completed when its reports were read, and what they held, so later syncs
+neither download the reports again nor lose what they said. Pure: `gpumatrix.bot.publish` does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gpumatrix.bot.github import CheckRunInfo
+from gpumatrix.bot.render import (
+    STATE_EMOJI,
+    TERMINAL_STATES,
+    GroupStatus,
+    StatusComment,
+    code_span,
+    hidden_json,
+    plain_text,
+)
+from gpumatrix.bot.report import ReportSummary
+
+__all__ = [
+    "CHECK_NAME_PREFIX",
+    "CheckSpec",
+    "ReportMark",
+    "StatusSpec",
+    "check_name",
+    "check_spec",
+    "external_id",
+    "read_mark",
+    "status_spec",
+]
+
+CHECK_NAME_PREFIX = "rerun / "
+_CONCLUSION = {"passed": "success", "failed": "failure", "cancelled": "cancelled", "error": "action_required"}
+_CHECK_STATUS = {"queued": "queued", "running": "in_progress"}
+# A commit status has no "cancelled" or "queued": error and pending are GitHub's nearest.
+_STATUS_STATE = {
+    "queued": "pending",
+    "running": "pending",
+    "passed": "success",
+    "failed": "failure",
+    "cancelled": "error",
+    "error": "error",
+}
+_MARK_RE = re.compile(r"<!-- gpumatrix:check (\{.*?\}) -->", re.DOTALL)
+_LISTED_TESTS = 10
+_DESCRIPTION_LIMIT = 140  # GitHub's limit for a commit status description
+
+
+def check_name(label: str) -> str:
+    return f"{CHECK_NAME_PREFIX}{label}"
+
+
+def external_id(status: StatusComment, comment_id: int, label: str) -> str:
+    """Ties a check run to the command (source comment), its status comment and the runner."""
+    return f"gpumatrix:{status.source_comment_id}:{comment_id}:{label}"
+
+
+@dataclass(frozen=True)
+class ReportMark:
+    """What a check run's summary recorded about its run's reports."""
+
+    run_id: int
+    attempt: int
+    complete: bool  # the run had completed when its reports were read: they will not change
+    report: ReportSummary | None  # None: the run uploaded no readable report
+
+    def covers(self, run_id: int, attempt: int) -> bool:
+        """True when these are the final reports of that run attempt: nothing to download again."""
+        return self.complete and (self.run_id, self.attempt) == (run_id, attempt)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "attempt": self.attempt,
+            "complete": self.complete,
+            "report": self.report.to_json() if self.report else None,
+        }
+
+
+def read_mark(summary: str | None) -> ReportMark | None:
+    """The marker at the end of a check run's summary; None when there is none or it is not ours."""
+    found = _MARK_RE.search(summary or "")
+    if found is None:
+        return None
+    try:
+        data = json.loads(found[1])
+    except ValueError:
+        return None
+    run_id, attempt, complete = data.get("run"), data.get("attempt"), data.get("complete")
+    if not (_positive(run_id) and _positive(attempt) and isinstance(complete, bool)):
+        return None
+    report = ReportSummary.from_json(data.get("report")) if data.get("report") is not None else None
+    return ReportMark(run_id, attempt, complete, report)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """The check run a group should have, as the fields of a create or update call."""
+
+    name: str
+    external_id: str
+    status: str  # queued | in_progress | completed
+    conclusion: str | None
+    details_url: str | None
+    title: str
+    summary: str
+
+    def fields(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "name": self.name,
+            "external_id": self.external_id,
+            "status": self.status,
+            "output": {"title": self.title, "summary": self.summary},
+        }
+        if self.conclusion is not None:
+            body["conclusion"] = self.conclusion
+        if self.details_url:
+            body["details_url"] = self.details_url
+        return body
+
+    def shown_by(self, check: CheckRunInfo) -> bool:
+        """True when `check` already shows exactly this."""
+        return (check.status, check.conclusion, check.details_url or None, check.title, check.summary) == (
+            self.status,
+            self.conclusion,
+            self.details_url or None,
+            self.title,
+            self.summary,
+        )
+
+
+@dataclass(frozen=True)
+class StatusSpec:
+    """The commit status standing in for a check run when the token may not write checks."""
+
+    context: str
+    state: str  # pending | success | failure | error
+    description: str
+    target_url: str | None
+
+
+def check_spec(
+    group: GroupStatus,
+    *,
+    status: StatusComment,
+    comment_id: int,
+    comment_url: str | None,
+    mark: ReportMark | None,
+) -> CheckSpec | None:
+    """The check run for `group`; None when there is nothing to show yet (not dispatched)."""
+    if group.state == "pending" or (group.run_id is None and group.state != "error"):
+        return None
+    terminal = group.state in TERMINAL_STATES
+    report = mark.report if mark is not None and terminal else None
+    lines = [_header(status, comment_url), "", _tests_line(group.tests), ""]
+    if group.state == "error":
+        lines += [f"❗ The dispatch failed: {plain_text(group.error or 'unknown error')}", ""]
+    else:
+        lines += [f"{STATE_EMOJI[group.state]} {_state_words(group.state)}", ""]
+    if report is not None:
+        lines += _report_lines(report)
+    elif terminal and group.state != "error":
+        lines += [
+            "The run uploaded no test report: its log says what ran."
+            if mark is not None
+            else "The run's test reports could not be read yet.",
+            "",
+        ]
+    if group.url:
+        lines += [f"[View workflow run]({group.url})", ""]
+    if mark is not None and terminal:
+        lines.append(f"<!-- gpumatrix:check {hidden_json(mark.to_json())} -->")
+    return CheckSpec(
+        name=check_name(group.label),
+        external_id=external_id(status, comment_id, group.label),
+        status=_CHECK_STATUS.get(group.state, "completed"),
+        conclusion=_CONCLUSION.get(group.state),
+        details_url=group.url or comment_url,
+        title=_title(group, report),
+        summary="\n".join(lines).rstrip("\n"),
+    )
+
+
+def status_spec(group: GroupStatus, *, comment_url: str | None, mark: ReportMark | None) -> StatusSpec | None:
+    """The commit status for `group`, with the check run's title as its description."""
+    if group.state == "pending" or (group.run_id is None and group.state != "error"):
+        return None
+    report = mark.report if mark is not None and group.state in TERMINAL_STATES else None
+    description = _title(group, report)
+    if len(description) > _DESCRIPTION_LIMIT:
+        description = description[: _DESCRIPTION_LIMIT - 1] + "…"
+    return StatusSpec(
+        check_name(group.label), _STATUS_STATE[group.state], description, group.url or comment_url
+    )
+
+
+def _title(group: GroupStatus, report: ReportSummary | None) -> str:
+    if group.state == "error":
+        return f"Dispatch failed: {' '.join((group.error or 'unknown error').split())}"[:200]
+    if report is not None:
+        return f"{_state_words(group.state)}: {_counts(report)}"
+    return _state_words(group.state)
+
+
+def _state_words(state: str) -> str:
+    return {
+        "queued": "Queued",
+        "running": "Running",
+        "passed": "Passed",
+        "failed": "Failed",
+        "cancelled": "Cancelled",
+    }[state]
+
+
+def _counts(report: ReportSummary) -> str:
+    return f"{report.passed} passed, {report.failed} failed, {report.skipped} skipped"
+
+
+def _header(status: StatusComment, comment_url: str | None) -> str:
+    parts = [code_span(status.command), f"from {plain_text('@' + status.author)}"]
+    if status.pr is not None:
+        parts.append(f"on #{status.pr}")
+    if status.sha:
+        parts.append(f"at {code_span(status.sha)}")
+    if comment_url:
+        parts.append(f"([status comment]({comment_url}))")
+    return " ".join(parts)
+
+
+def _tests_line(tests: tuple[str, ...]) -> str:
+    shown = ", ".join(code_span(test) for test in tests[:_LISTED_TESTS])
+    more = f" and {len(tests) - _LISTED_TESTS} more" if len(tests) > _LISTED_TESTS else ""
+    return f"Tests: {shown}{more}" if tests else "Tests: the runner's whole slice"
+
+
+def _report_lines(report: ReportSummary) -> list[str]:
+    lines = [
+        "| passed | failed | skipped |",
+        "| ---: | ---: | ---: |",
+        f"| {report.passed} | {report.failed} | {report.skipped} |",
+        "",
+    ]
+    if report.failing:
+        total = len(report.failing) + report.more_failing
+        heading = (
+            "Failing tests:"
+            if not report.more_failing
+            else f"Failing tests (first {len(report.failing)} of {total}):"
+        )
+        lines += [heading, *(f"- {code_span(nodeid)}" for nodeid in report.failing), ""]
+    elif report.failed:
+        lines += ["The reports counted failures without naming them: see the run's log.", ""]
+    read = f"{report.reports} report{'s' if report.reports != 1 else ''}"
+    if report.unreadable:
+        read += f"; {report.unreadable} unreadable, not counted"
+    lines += [f"From the run's JSON test reports ({read}).", ""]
+    return lines
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
