@@ -7,6 +7,7 @@ tests/e2e/test_bot_emulator.py and benchmarks/bot.py.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -20,9 +21,10 @@ from gpumatrix_trees import registered
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.github import GitHubClient, RetryPolicy
 from gpumatrix.bot.handle import HandleResult, handle_event
+from gpumatrix.bot.sync import SyncResult, sync_status_comment
 from gpumatrix.config import Matrix, load_matrix
 
-__all__ = ["EIGHT_RUNNER_COMMAND", "FILES", "MATRIX_YAML", "PR", "BotWorld", "make_world"]
+__all__ = ["EIGHT_RUNNER_COMMAND", "FILES", "MATRIX_YAML", "PR", "BotWorld", "make_world", "report_json"]
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 PR = 7
@@ -62,6 +64,38 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def report_json(
+    path: str,
+    *,
+    passed: int = 0,
+    failed: tuple[str, ...] = (),
+    errors: tuple[str, ...] = (),
+    skipped: int = 0,
+) -> str:
+    """A `gpumatrix run --report` JSON document for one test file, in the plugin's shape."""
+    passed_ids = [f"{path}::test_pass_{index}" for index in range(passed)]
+    skips = [
+        {"nodeid": f"{path}::test_skip_{index}", "reason": "not today", "hardware": False}
+        for index in range(skipped)
+    ]
+    outcome = {
+        "ran": passed_ids + list(failed) + list(errors),
+        "passed": passed_ids,
+        "failed": list(failed),
+        "errors": list(errors),
+        "skipped": skips,
+    }
+    return json.dumps(
+        {
+            "hardware": {},
+            "runner": None,
+            "problems": [],
+            "files": {path: outcome},
+            "totals": {"passed": passed, "failed": len(failed), "errors": len(errors), "skipped": skipped},
+        }
+    )
+
+
 @dataclass
 class BotWorld:
     gh: GitHubEmulator
@@ -83,6 +117,15 @@ class BotWorld:
             retry=RetryPolicy(backoff_base=0.05),
             sleep=sleep or self.waits.append,
         )
+
+    def upload_report(self, run_id: int, document: str, *, shard: str = "1-of-1") -> None:
+        """The report artifact a gpu-tests.yml shard uploads (see its `test` job)."""
+        runner = self.gh.run(run_id).inputs.get("runner", "cpu")
+        self.gh.add_artifact(run_id, f"gpumatrix-report-{runner}-shard-{shard}", {"report.json": document})
+
+    def sync(self, comment_id: int, *, run_id: int | None = None) -> SyncResult:
+        with self.client() as client:
+            return sync_status_comment(comment_id, client=client, run_id=run_id)
 
     def handle(self, event: CommentEvent) -> tuple[HandleResult, int]:
         """Handle `event` with a fresh client; returns the result and the API calls it made."""
