@@ -149,8 +149,58 @@ def test_permissions_are_empty_by_default_and_explicit_per_job(name: str) -> Non
     granted = {
         scope: level for job in workflow["jobs"].values() for scope, level in job["permissions"].items()
     }
-    assert set(granted) <= {"actions", "contents", "issues", "pull-requests"}
+    assert set(granted) <= {"actions", "checks", "contents", "issues", "pull-requests", "statuses"}
     assert granted.get("contents") == "read"  # no job here writes the repository
+
+
+# (workflow, job, its permissions): write access only where the job writes. The bot's jobs publish check runs
+# (statuses where checks are refused) and write comments on a pull request; the jobs that run the code under
+# test, and those that only read, get nothing beyond reading.
+_PUBLISHING = {
+    "actions": "read",
+    "checks": "write",
+    "contents": "read",
+    "issues": "write",
+    "pull-requests": "write",
+    "statuses": "write",
+}
+JOB_PERMISSIONS = [
+    ("ci.yml", "test", {"contents": "read"}),
+    ("gpu-tests.yml", "resolve", {"contents": "read"}),
+    ("gpu-tests.yml", "test", {"contents": "read"}),
+    ("gpu-tests.yml", "sync-start", _PUBLISHING),
+    ("gpu-tests.yml", "sync-end", _PUBLISHING),
+    ("pr-gpu.yml", "matrix", {"contents": "read"}),
+    ("pr-gpu.yml", "gpu", _PUBLISHING),  # a caller grants what the called workflow's jobs ask for
+    ("rerun-test.yml", "handle", {**_PUBLISHING, "actions": "write"}),  # dispatch
+    ("status-sync.yml", "sync", _PUBLISHING),
+]
+
+
+def test_every_job_has_its_permissions_listed_here() -> None:
+    assert sorted((name, job) for name in WORKFLOW_FILES for job in _load(name)["jobs"]) == sorted(
+        (name, job) for name, job, _ in JOB_PERMISSIONS
+    )
+
+
+@pytest.mark.parametrize(("name", "job_id", "expected"), JOB_PERMISSIONS)
+def test_job_permissions(name: str, job_id: str, expected: dict[str, str]) -> None:
+    assert _load(name)["jobs"][job_id]["permissions"] == expected
+
+
+def test_gpu_tests_uploads_the_report_the_bot_reads() -> None:
+    """The test job writes its JSON report where the upload takes it from, under the artifact prefix the
+    check runs' sync looks for."""
+    from gpumatrix.bot.report import REPORT_ARTIFACT_PREFIX
+
+    steps = _load("gpu-tests.yml")["jobs"]["test"]["steps"]
+    run = next(s["run"] for s in steps if "gpumatrix run" in s.get("run", ""))
+    written = re.search(r'--report "([^"]+)"', run)
+    upload = next(s for s in steps if s.get("name") == "Upload the JSON test report")
+    assert written is not None and upload["with"]["path"] == written.group(1).replace(
+        "$RUNNER_TEMP", "${{ runner.temp }}"
+    )
+    assert upload["with"]["name"].startswith(REPORT_ARTIFACT_PREFIX) and upload["if"] == "always()"
 
 
 @pytest.mark.parametrize("name", WORKFLOW_FILES)
@@ -214,9 +264,8 @@ def test_gpu_tests_run_name_carries_the_id_status_sync_reads() -> None:
     assert found is not None and found.group(1) == "1000042"
     no_comment = run_name.replace("${{ inputs.status_comment_id }}", "")
     assert re.search(bash_regex.replace("\\ ", " "), no_comment) is None
-    assert _triggers(_load("status-sync.yml"))["workflow_run"]["workflows"] == [
-        _load("gpu-tests.yml")["name"]
-    ]
+    watched = _triggers(_load("status-sync.yml"))["workflow_run"]["workflows"]
+    assert {_load(name)["name"] for name in ("ci.yml", "gpu-tests.yml", "pr-gpu.yml")} == set(watched)
 
 
 # (workflow, trigger, the trigger's settings)
@@ -225,7 +274,11 @@ TRIGGERS = [
     ("ci.yml", "push", {"branches": ["main"]}),
     ("pr-gpu.yml", "pull_request", {"types": ["labeled"]}),
     ("rerun-test.yml", "issue_comment", {"types": ["created"]}),
-    ("status-sync.yml", "workflow_run", {"workflows": ["GPU tests"], "types": ["completed"]}),
+    (
+        "status-sync.yml",
+        "workflow_run",
+        {"workflows": ["CI", "GPU tests", "PR GPU tests"], "types": ["requested", "completed"]},
+    ),
 ]
 
 
