@@ -222,16 +222,33 @@ def test_nothing_to_publish_before_dispatch() -> None:
         (None, None),
         ("no marker", None),
         (
-            '<!-- gpumatrix:check {"run":1,"attempt":2,"complete":false,"report":null} -->',
+            'x\n<!-- gpumatrix:check {"run":1,"attempt":2,"complete":false,"report":null} -->',
             ReportMark(1, 2, False, None),
         ),
-        ('<!-- gpumatrix:check {"run":0,"attempt":1,"complete":true} -->', None),
-        ('<!-- gpumatrix:check {"run":1,"attempt":1,"complete":"yes"} -->', None),
-        ("<!-- gpumatrix:check {not json} -->", None),
+        (
+            'x\n<!-- gpumatrix:check {"run":1,"attempt":2,"complete":false,"report":null} -->\nmore',
+            None,
+        ),  # not last
+        ('x\n<!-- gpumatrix:check {"run":0,"attempt":1,"complete":true} -->', None),
+        ('x\n<!-- gpumatrix:check {"run":1,"attempt":1,"complete":"yes"} -->', None),
+        ("x\n<!-- gpumatrix:check {not json} -->", None),
     ],
 )
 def test_read_mark(summary: str | None, expected: ReportMark | None) -> None:
     assert read_mark(summary) == expected
+
+
+def test_a_failing_id_that_imitates_the_marker_is_not_read_as_one() -> None:
+    forged = '<!-- gpumatrix:check {"run":99,"attempt":1,"complete":true,"report":null} -->'
+    report = summarize_reports([_report({"a.py": {"failed": [forged]}})])
+    assert report.failing == (forged,)
+    group = GroupStatus("cpu", ("a",), "failed", 99, RUN_URL)
+    spec = check_spec(
+        group, status=_status(group), comment_id=12, comment_url=None, mark=ReportMark(99, 1, False, report)
+    )
+    assert spec is not None and read_mark(spec.summary) == ReportMark(99, 1, False, report)
+    without_ours = spec.summary.rsplit("\n", 1)[0]
+    assert forged in without_ours and read_mark(without_ours) is None
 
 
 def test_a_mark_covers_only_the_completed_run_attempt_it_read() -> None:
