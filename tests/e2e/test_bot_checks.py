@@ -586,3 +586,14 @@ def test_a_ci_states_failure_is_a_warning_not_a_failed_sync(world: BotWorld) -> 
     assert "::warning::the CI-states comment was not written:" in outcome.output
     assert "HTTP 500" in outcome.output
     assert [(c.status, c.conclusion) for c in gh.check_runs] == [("completed", "success")]
+
+
+def test_when_statuses_are_refused_too_the_failure_is_reported_not_raised(world: BotWorld) -> None:
+    gh = world.gh
+    gh.inject_fault("POST", r"/check-runs$", 403, times=10, message="Resource not accessible by integration")
+    gh.inject_fault("POST", r"/statuses/", 403, times=10, message="Resource not accessible by integration")
+    result, _ = world.handle(world.comment("/rerun-test test_gemm.py"))
+    assert result.action == "dispatch" and len(gh.runs) == 1
+    assert result.publication is not None and result.publication.kind == "commit-statuses"
+    assert [f.split(":")[0] for f in result.publication.failures] == ["rerun / 2-gpu-h100"]
+    assert gh.check_runs == [] and gh.statuses == []

@@ -30,7 +30,7 @@ from gpumatrix.bot.ci_states import (
     render_ci_states,
     with_runs,
 )
-from gpumatrix.bot.github import CommentData, PullHead, RunInfo
+from gpumatrix.bot.github import CommentData, GitHubApiError, PullHead, RunInfo
 from gpumatrix.bot.render import TERMINAL_STATES, parse_status_comment, run_state
 
 __all__ = ["CiStatesClient", "CiStatesResult", "sync_ci_states"]
@@ -107,7 +107,7 @@ def sync_ci_states(
         known.update(moved)
         states = with_runs(states, moved)
     for extra in ours[1:]:  # duplicates another writer left: the oldest is the one
-        client.delete_comment(extra.id)
+        _delete(client, extra.id)
         deleted.append(extra.id)
     return CiStatesResult(comment.id, states, writes, tuple(deleted))
 
@@ -150,7 +150,15 @@ def _create(client: CiStatesClient, pr: int, body: str) -> tuple[CommentData, li
     oldest = _ci_states_comments(client.list_comments(pr))
     if not oldest or oldest[0].id == posted.id:
         return replace(posted, body=body), []
-    client.delete_comment(posted.id)
+    _delete(client, posted.id)
     if oldest[0].body != body:
         client.update_comment(oldest[0].id, body)
     return replace(oldest[0], body=body), [posted.id]
+
+
+def _delete(client: CiStatesClient, comment_id: int) -> None:
+    try:
+        client.delete_comment(comment_id)
+    except GitHubApiError as exc:
+        if exc.status != 404:  # another writer deleted the same duplicate first
+            raise

@@ -91,14 +91,16 @@ class ChecksPublisher:
         runs = runs or {}
         writes = 0
         for group in self._targets(groups):
-            try:
-                writes += self._publish_one(group, runs.get(group.run_id) if group.run_id else None)
-            except GitHubApiError as exc:
-                if self.result.kind == CHECK_RUNS and _not_allowed(exc):
-                    self.result.kind, self.result.note = COMMIT_STATUSES, _short(exc)
-                    writes += self._publish_one(group, runs.get(group.run_id) if group.run_id else None)
-                else:
+            run = runs.get(group.run_id) if group.run_id else None
+            for _ in range(2):  # a second time only after switching to commit statuses
+                try:
+                    writes += self._publish_one(group, run)
+                except GitHubApiError as exc:
+                    if self.result.kind == CHECK_RUNS and _not_allowed(exc):
+                        self.result.kind, self.result.note = COMMIT_STATUSES, _short(exc)
+                        continue
                     self.result.failures.append(f"{check_name(group.label)}: {exc}")
+                break
         self.result.writes += writes
         return writes
 
