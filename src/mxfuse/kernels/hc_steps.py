@@ -12,7 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.hc_boundary import HcConfig, HcScalars, HcWorkspace, default_config, launch_phases
+from mxfuse.kernels.hc_boundary import launch_phases
+from mxfuse.kernels.hc_plan import HcConfig, HcScalars, HcWorkspace, default_config
 from mxfuse.kernels.hc_tile import load_post_coefs, post_tile
 
 __all__ = ["launch_mixes", "launch_norm", "launch_post"]

@@ -147,16 +147,20 @@ def mix_dot(acc, a_bits, fn_ptrs, fn_mask, HW_CVT: tl.constexpr):
     the raw bit patterns) the same three products run as fp32 dots.
     """
     f = tl.load(fn_ptrs, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-    hi = bf16_bits(f, HW_CVT)
-    rest = f - bits_to_f32(hi)
-    mid = bf16_bits(rest, HW_CVT)
-    lo = bf16_bits(rest - bits_to_f32(mid), HW_CVT)
     if HW_CVT:
+        hi = f.to(tl.bfloat16)
+        rest = f - hi.to(tl.float32)
+        mid = rest.to(tl.bfloat16)
+        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
         a = bits_to_bf16(a_bits)
-        acc = tl.dot(a, tl.trans(bits_to_bf16(hi)), acc)
-        acc = tl.dot(a, tl.trans(bits_to_bf16(mid)), acc)
-        acc = tl.dot(a, tl.trans(bits_to_bf16(lo)), acc)
+        acc = tl.dot(a, tl.trans(hi), acc)
+        acc = tl.dot(a, tl.trans(mid), acc)
+        acc = tl.dot(a, tl.trans(lo), acc)
     else:
+        hi = bf16_bits(f, False)
+        rest = f - bits_to_f32(hi)
+        mid = bf16_bits(rest, False)
+        lo = bf16_bits(rest - bits_to_f32(mid), False)
         a = bits_to_f32(a_bits)
         acc = tl.dot(a, tl.trans(bits_to_f32(hi)), acc, input_precision="ieee")
         acc = tl.dot(a, tl.trans(bits_to_f32(mid)), acc, input_precision="ieee")
