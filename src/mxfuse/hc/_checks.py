@@ -189,6 +189,8 @@ def check_call(p: dict[str, object]) -> Call:
     if hidden <= 0 or hidden % 128:
         raise ValueError(f"x.shape[1] (H) must be a positive multiple of 128; got {hidden}")
     device = x.device
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x must be on a CUDA device or the CPU; got {device}")
     _tensor(x, "x", "[T, H]", (tokens, hidden), _BF16, device)
     residual = p["residual"]
     if isinstance(residual, torch.Tensor) and residual.dim() == 3 and residual.shape[1] != N_STREAMS:
@@ -218,8 +220,6 @@ def check_call(p: dict[str, object]) -> Call:
         if not isinstance(p["config"], HcConfig):
             raise TypeError(f"config must be an HcConfig or None; got {type(p['config']).__name__}")
         p["config"].check(hidden)
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"x must be on a CUDA device or the CPU; got {device}")
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < _MIN_CAPABILITY:
         major, minor = torch.cuda.get_device_capability(device)
         raise MxfuseUnavailableError(f"mhc_boundary needs FP8 conversion (sm_89+); {device} is sm_{major}{minor}")
