@@ -100,6 +100,20 @@ def _coef(ptr, rows64, idx, row_ok, CACHE: tl.constexpr = ""):
 
 
 @triton.jit
+def _store_scales(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, layout):
+    """``store_scale_words`` with the layout a runtime value: one compiled kernel serves every layout
+    (the branch is uniform across the program, and the scale stores are a sliver of its work)."""
+    if layout == 0:
+        store_scale_words(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, 0)
+    elif layout == 1:
+        store_scale_words(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, 1)
+    elif layout == 2:
+        store_scale_words(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, 2)
+    else:
+        store_scale_words(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, 3)
+
+
+@triton.jit
 def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_ptr, part_ptr, T, H, S_A,
              A_POST: tl.constexpr, A_V: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
              BH: tl.constexpr, A_STEPS: tl.constexpr):  # fmt: skip
@@ -246,8 +260,8 @@ def _phase_n1(b, s, ro_ptr, p_ptr, v_ptr, partn_ptr, T, H, S_N, HW_CVT: tl.const
 
 @triton.jit
 def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H, NB, S_N, rows_padded,
-              rms_eps, rms_scale, HAS_N1: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr,
-              WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr, HW_CVT: tl.constexpr, LAYOUT: tl.constexpr,
+              rms_eps, rms_scale, floor, layout, HAS_N1: tl.constexpr, W_BF16: tl.constexpr,
+              WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
               BT: tl.constexpr, BR: tl.constexpr, W: tl.constexpr, N_STEPS: tl.constexpr,
               SN_PAD: tl.constexpr, Z_STEPS: tl.constexpr):  # fmt: skip
     """RMSNorm of v on one column chunk of BT rows, then y and/or its MXFP8 pair (whole scale words)."""
@@ -285,9 +299,10 @@ def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H
                     tl.store(y_ptr + r4 * H + cols, bits_to_bf16(yb), mask=ok4)
                 if WRITE_PAIR:
                     ybits = yb << 16  # the fp32 bits of the bf16-rounded y: the pair is quantize(y)
-                    sc = mxfp8_scale_bytes(tl.max(ybits & 0x7FFFFFFF, axis=3), FLOOR)
+                    amax = tl.max(ybits & 0x7FFFFFFF, axis=3)
+                    sc = tl.where(floor != 0, mxfp8_scale_bytes(amax, True), mxfp8_scale_bytes(amax, False))
                     tl.store(q_ptr + r4 * H + cols, mxfp8_codes(ybits, sc, HW_CVT), mask=ok4)
-                    store_scale_words(s_ptr, sc, rows, words, T, rows_padded, n_groups, n_words, LAYOUT)
+                    _store_scales(s_ptr, sc, rows, words, T, rows_padded, n_groups, n_words, layout)
     if WRITE_PAIR:
         if b == NB - 1:
             # Scale rows past the last token up to the layout's row alignment are 0.
@@ -298,13 +313,13 @@ def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H
                     for i in range(N_STEPS):
                         words = (s * N_STEPS + i) * W + wi
                         zero = tl.zeros((BR, W, 4), dtype=tl.int32)
-                        store_scale_words(s_ptr, zero, z0 + rl, words, T, rows_padded, n_groups, n_words, LAYOUT)
+                        _store_scales(s_ptr, zero, z0 + rl, words, T, rows_padded, n_groups, n_words, layout)
 
 
 @triton.jit(
     do_not_specialize=[
         "T", "NB", "S_A", "S_N", "n_R", "rows_padded", "total", "round_size", "off_r", "off_n1", "off_n2",
-        "lag_r", "lag_n1", "lag_n2", "sk_iters",
+        "lag_r", "lag_n1", "lag_n2", "sk_iters", "floor", "layout",
     ]
 )  # fmt: skip
 def _hc_kernel(
@@ -312,10 +327,10 @@ def _hc_kernel(
     ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr,
     cnt_ptr, part_ptr, partn_ptr, stat_ptr,
     T, H, NB, S_A, S_N, n_R, rows_padded, total, round_size, off_r, off_n1, off_n2, lag_r, lag_n1, lag_n2,
-    norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale,
+    norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
     HAS_A: tl.constexpr, A_POST: tl.constexpr, A_V: tl.constexpr, HAS_R: tl.constexpr,
     HAS_N1: tl.constexpr, HAS_N2: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr,
-    WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr, HW_CVT: tl.constexpr, LAYOUT: tl.constexpr,
+    WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
     BT: tl.constexpr, BH: tl.constexpr, A_STEPS: tl.constexpr, RB: tl.constexpr, SB: tl.constexpr,
     R_STEPS: tl.constexpr, BR: tl.constexpr, W: tl.constexpr, N_STEPS: tl.constexpr,
     SN_PAD: tl.constexpr, Z_STEPS: tl.constexpr,
@@ -365,8 +380,8 @@ def _hc_kernel(
                 elif HAS_R:
                     _wait(blocks + b * 4 + 1, n_R)
                 _phase_n2(b, pos - off_n2, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H, NB,
-                          S_N, rows_padded, rms_eps, rms_scale, HAS_N1, W_BF16, WRITE_Y, WRITE_PAIR, FLOOR,
-                          HW_CVT, LAYOUT, BT, BR, W, N_STEPS, SN_PAD, Z_STEPS)  # fmt: skip
+                          S_N, rows_padded, rms_eps, rms_scale, floor, layout, HAS_N1, W_BF16, WRITE_Y,
+                          WRITE_PAIR, HW_CVT, BT, BR, W, N_STEPS, SN_PAD, Z_STEPS)  # fmt: skip
                 old = _arrive(blocks + b * 4 + 3)
                 if old == S_N - 1:
                     _reset(blocks + b * 4)
@@ -437,6 +452,8 @@ def launch_phases(
         scalars.sinkhorn_iters,
         scalars.rms_eps,
         scalars.rms_scale,
+        int(floor),
+        layout_code,
         HAS_A=bool(phases[0]),
         A_POST=a_post,
         A_V=a_v,
@@ -446,9 +463,7 @@ def launch_phases(
         W_BF16=w is not None and w.dtype == torch.bfloat16,
         WRITE_Y=write_y,
         WRITE_PAIR=write_pair,
-        FLOOR=floor,
         HW_CVT=hw_cvt,
-        LAYOUT=layout_code,
         BT=bt,
         BH=config.block_h,
         A_STEPS=config.steps_a,
