@@ -94,13 +94,15 @@ def _divisor_at_least(n: int, quotient_at_most: int) -> int:
 
 
 def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
-    """The config used when none is given: about two items per SM in the post-step phase.
+    """The config used when none is given: about two post-step items per SM, ~2K-element tiles.
 
-    First guess from the shapes; benchmarks/hc_boundary.py --sweep measures the alternatives.
+    A first guess from the shapes (not yet measured on a GPU); benchmarks/hc_boundary.py --sweep times
+    the alternatives. Blocks of 64 tokens use 32-column steps and 8 warps so the five [64, 32] input
+    tiles and the four R' tiles of a step stay in registers.
     """
     block_t = 16 if tokens <= 16 else 32 if tokens <= 64 else 64
     blocks = -(-max(tokens, 1) // block_t)
-    block_h = 64
+    block_h, num_warps = (32, 8) if block_t == 64 else (64, 4)
     want = max(1, round(2 * sms / blocks))
     steps_a = _divisor_at_least(hidden // block_h, want)
     splits = hidden // (block_h * steps_a)
@@ -122,7 +124,7 @@ def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
         words_n=words_n,
         steps_n=steps_n,
         lag=0 if blocks <= 2 else 1,
-        num_warps=4,
+        num_warps=num_warps,
     )
 
 
