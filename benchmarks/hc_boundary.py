@@ -29,7 +29,6 @@ import argparse
 import datetime
 import functools
 import json
-import math
 import os
 import statistics
 import sys
@@ -46,11 +45,10 @@ from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.hc_plan import HcConfig, default_config, sm_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quantize import bench_us  # the house timing loop: one CUDA graph of many calls
+from gpu_timing import bench_us, copy_bandwidth, rotation_count
 
 TOKENS = (1, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
-ROTATE_BYTES = 256 * 2**20  # > 4x the H200's L2
 SCALARS = {
     "hc_norm_eps": 1e-6,
     "hc_pre_eps": 1e-6,
@@ -175,7 +173,7 @@ def check(s: dict, tokens: int, hidden: int, compiled: Compiled | None) -> dict[
 
 def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, copy_gbps: float) -> dict:
     moved = floor_bytes(tokens, hidden)
-    count = max(1, min(32, math.ceil(ROTATE_BYTES / moved)))
+    count = rotation_count(moved, cap=32)
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(count)]
     row: dict[str, object] = {"T": tokens, "H": hidden, "ordering": "shifted" if shifted else "normal"}
     row.update({"floor_bytes": moved, "sets": count, "floor_us": moved / copy_gbps / 1e3})
@@ -207,14 +205,6 @@ def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, 
     return row
 
 
-def copy_bandwidth_gbps() -> float:
-    """Device copy bandwidth (bytes read + written per ns) of a 256 MB -> 256 MB copy."""
-    src = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    us = statistics.median(bench_us([functools.partial(dst.copy_, src)], target_ms=20.0) for _ in range(3))
-    return 2 * src.numel() / us / 1e3
-
-
 def sweep_configs(tokens: int, hidden: int) -> list[HcConfig]:
     """The default config, then one knob at a time around it (valid for hidden, deduplicated)."""
     base = default_config(tokens, hidden, sms=sm_count(torch.device("cuda")))
@@ -243,7 +233,7 @@ def sweep(copy_gbps: float) -> list[dict]:
     for tokens, shifted in ((1, False), (1, True), (16, True), (128, True), (2048, False), (2048, True)):
         if True:
             moved = floor_bytes(tokens, hidden)
-            sets = [make_set(tokens, hidden, shifted, seed) for seed in range(max(1, min(32, math.ceil(ROTATE_BYTES / moved))))]
+            sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
             ref = hc.mhc_boundary_reference(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], **SCALARS)
             for config in sweep_configs(tokens, hidden):
                 out = hc.mhc_boundary(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], **SCALARS, config=config)
@@ -276,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "sms": sm_count(torch.device("cuda")),
     }
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
-    copy_gbps = copy_bandwidth_gbps()
+    copy_gbps = copy_bandwidth() / 1e9  # bytes read + written per second, of a 512 MB copy
     env["copy_GBps"] = copy_gbps
     print(f"copy bandwidth (read + write): {copy_gbps:.0f} GB/s", flush=True)
     sweep_rows = sweep(copy_gbps) if args.sweep else []
