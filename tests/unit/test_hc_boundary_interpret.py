@@ -81,6 +81,7 @@ CASES = [
 ]
 CASES += [
     Case("T0", 0, 256, True),
+    Case("T2 H128 normal e8m0", 2, 128, False, "e8m0", seed=2),  # the smallest hidden size
     # Several blocks: lag 1 with four phases, two R items per block, two-row N steps (swizzled padding
     # rows up to 128 written by the zero loop), rows copied from row 0 in three different blocks.
     Case("T37 normal swizzled, 3 blocks, lag 1", 37, 512, False, "swizzled_128x4",
