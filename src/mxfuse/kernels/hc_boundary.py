@@ -115,8 +115,8 @@ def _store_scales(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, layo
 
 @triton.jit
 def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_ptr, part_ptr, T, H, S_A,
-             A_POST: tl.constexpr, A_V: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
-             BH: tl.constexpr, A_STEPS: tl.constexpr):  # fmt: skip
+             a_steps, A_POST: tl.constexpr, A_V: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
+             BH: tl.constexpr):  # fmt: skip
     """Post step (or a load of R'), partial mixes and sums of squares for BT rows x one column chunk."""
     rows = b * BT + tl.arange(0, BT)
     row_ok = rows < T
@@ -136,8 +136,8 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_p
     acc = tl.zeros((BT, 32), dtype=tl.float32)
     sumsq = tl.zeros((BT,), dtype=tl.float32)
     sumv2 = tl.zeros((BT,), dtype=tl.float32)
-    for i in range(A_STEPS):
-        cols = (s * A_STEPS + i) * BH + tl.arange(0, BH)
+    for i in range(a_steps):
+        cols = (s * a_steps + i) * BH + tl.arange(0, BH)
         rbase = rows64[:, None] * (4 * H) + cols[None, :]
         if A_POST:
             b0, b1, b2, b3 = post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01,
@@ -179,8 +179,8 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_p
 
 @triton.jit
 def _phase_r(b, g, part_ptr, stat_ptr, pre_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, S_A,
-             norm_eps, pre_eps, post_scale, sk_eps, sk_iters, A_V: tl.constexpr, BT: tl.constexpr,
-             RB: tl.constexpr, SB: tl.constexpr, R_STEPS: tl.constexpr):  # fmt: skip
+             r_steps, norm_eps, pre_eps, post_scale, sk_eps, sk_iters, A_V: tl.constexpr, BT: tl.constexpr,
+             RB: tl.constexpr, SB: tl.constexpr):  # fmt: skip
     """Coefficients of RB rows: A records summed in split order, normalised, sigmoids, Sinkhorn.
 
     A row's 32 record values are held as [8 groups, 4]: group 0 pre, 1 post, 2..5 the rows j of comb,
@@ -194,7 +194,7 @@ def _phase_r(b, g, part_ptr, stat_ptr, pre_ptr, posto_ptr, combo_ptr, scale_ptr,
     col = grp * 4 + lane
     si = tl.arange(0, SB)[:, None, None, None]
     t = tl.zeros((RB, 8, 4), dtype=tl.float32)
-    for i in range(R_STEPS):
+    for i in range(r_steps):
         sp = i * SB + si
         ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr[None, :, None, None]) * RECORD + col[None]
         t += tl.sum(tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg"), axis=0)
@@ -228,8 +228,8 @@ def _phase_r(b, g, part_ptr, stat_ptr, pre_ptr, posto_ptr, combo_ptr, scale_ptr,
 
 
 @triton.jit
-def _phase_n1(b, s, ro_ptr, p_ptr, v_ptr, partn_ptr, T, H, S_N, HW_CVT: tl.constexpr, BT: tl.constexpr,
-              BR: tl.constexpr, W: tl.constexpr, N_STEPS: tl.constexpr):  # fmt: skip
+def _phase_n1(b, s, ro_ptr, p_ptr, v_ptr, partn_ptr, T, H, S_N, n_steps, HW_CVT: tl.constexpr,
+              BT: tl.constexpr, BR: tl.constexpr, W: tl.constexpr):  # fmt: skip
     """Collapse v = bf16(sum_i p_i R'_i) on one column chunk of BT rows; partial sums of v^2 per row."""
     rl = tl.arange(0, BR)
     for ri in range(BT // BR):
@@ -244,8 +244,8 @@ def _phase_n1(b, s, ro_ptr, p_ptr, v_ptr, partn_ptr, T, H, S_N, HW_CVT: tl.const
             p2 = _coef(p_ptr, rows64, 2, row_ok, ".cg")
             p3 = _coef(p_ptr, rows64, 3, row_ok, ".cg")
             ss = tl.zeros((BR,), dtype=tl.float32)
-            for i in range(N_STEPS):
-                cols = (s * N_STEPS + i) * (W * 128) + tl.arange(0, W * 128)
+            for i in range(n_steps):
+                cols = (s * n_steps + i) * (W * 128) + tl.arange(0, W * 128)
                 rbase = rows64[:, None] * (4 * H) + cols[None, :]
                 v = p0[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase, mask, ".cg"))
                 v = v + p1[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + H, mask, ".cg"))
@@ -259,11 +259,11 @@ def _phase_n1(b, s, ro_ptr, p_ptr, v_ptr, partn_ptr, T, H, S_N, HW_CVT: tl.const
 
 
 @triton.jit
-def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H, NB, S_N, rows_padded,
-              rms_eps, rms_scale, floor, layout, HAS_N1: tl.constexpr, W_BF16: tl.constexpr,
+def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H, NB, S_N, n_steps,
+              rows_padded, rms_eps, rms_scale, floor, layout, HAS_N1: tl.constexpr, W_BF16: tl.constexpr,
               WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
-              BT: tl.constexpr, BR: tl.constexpr, W: tl.constexpr, N_STEPS: tl.constexpr,
-              SN_PAD: tl.constexpr, Z_STEPS: tl.constexpr):  # fmt: skip
+              BT: tl.constexpr, BR: tl.constexpr, W: tl.constexpr, SN_PAD: tl.constexpr,
+              Z_STEPS: tl.constexpr):  # fmt: skip
     """RMSNorm of v on one column chunk of BT rows, then y and/or its MXFP8 pair (whole scale words)."""
     rl = tl.arange(0, BR)
     wi = tl.arange(0, W)
@@ -286,8 +286,8 @@ def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H
             rf = tl.div_rn(ones, tl.sqrt_rn(tl.div_rn(sumv2, ones * H) + rms_eps))[:, None, None, None]
             r4 = rows.to(tl.int64)[:, None, None, None]
             ok4 = row_ok[:, None, None, None]
-            for i in range(N_STEPS):
-                words = (s * N_STEPS + i) * W + wi
+            for i in range(n_steps):
+                words = (s * n_steps + i) * W + wi
                 cols = words[None, :, None, None] * 128 + slot * 32 + lane
                 v = bits_to_f32(load_bf16_bits(v_ptr + r4 * H + cols, ok4, ".cg"))
                 if W_BF16:
@@ -310,8 +310,8 @@ def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H
             for zi in range(Z_STEPS):
                 z0 = end + zi * BR
                 if z0 < rows_padded:
-                    for i in range(N_STEPS):
-                        words = (s * N_STEPS + i) * W + wi
+                    for i in range(n_steps):
+                        words = (s * n_steps + i) * W + wi
                         zero = tl.zeros((BR, W, 4), dtype=tl.int32)
                         _store_scales(s_ptr, zero, z0 + rl, words, T, rows_padded, n_groups, n_words, layout)
 
@@ -319,7 +319,7 @@ def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H
 @triton.jit(
     do_not_specialize=[
         "T", "NB", "S_A", "S_N", "n_R", "rows_padded", "total", "round_size", "off_r", "off_n1", "off_n2",
-        "lag_r", "lag_n1", "lag_n2", "sk_iters", "floor", "layout",
+        "lag_r", "lag_n1", "lag_n2", "a_steps", "r_steps", "n_steps", "sk_iters", "floor", "layout",
     ]
 )  # fmt: skip
 def _hc_kernel(
@@ -327,13 +327,12 @@ def _hc_kernel(
     ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr,
     cnt_ptr, part_ptr, partn_ptr, stat_ptr,
     T, H, NB, S_A, S_N, n_R, rows_padded, total, round_size, off_r, off_n1, off_n2, lag_r, lag_n1, lag_n2,
-    norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
+    a_steps, r_steps, n_steps, norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
     HAS_A: tl.constexpr, A_POST: tl.constexpr, A_V: tl.constexpr, HAS_R: tl.constexpr,
     HAS_N1: tl.constexpr, HAS_N2: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr,
     WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr, A_STEPS: tl.constexpr, RB: tl.constexpr, SB: tl.constexpr,
-    R_STEPS: tl.constexpr, BR: tl.constexpr, W: tl.constexpr, N_STEPS: tl.constexpr,
-    SN_PAD: tl.constexpr, Z_STEPS: tl.constexpr,
+    BT: tl.constexpr, BH: tl.constexpr, RB: tl.constexpr, SB: tl.constexpr, BR: tl.constexpr,
+    W: tl.constexpr, SN_PAD: tl.constexpr, Z_STEPS: tl.constexpr,
 ):  # fmt: skip
     ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
     if ticket == total - 1:
@@ -347,7 +346,7 @@ def _hc_kernel(
             b = rnd
             if b < NB:
                 _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_ptr, part_ptr,
-                         T, H, S_A, A_POST, A_V, HW_CVT, BT, BH, A_STEPS)  # fmt: skip
+                         T, H, S_A, a_steps, A_POST, A_V, HW_CVT, BT, BH)  # fmt: skip
                 _arrive(blocks + b * 4)
     if phase == 1:
         if HAS_R:
@@ -356,8 +355,8 @@ def _hc_kernel(
                 if HAS_A:
                     _wait(blocks + b * 4, S_A)
                 _phase_r(b, pos - off_r, part_ptr, stat_ptr, pre_ptr, posto_ptr, combo_ptr, scale_ptr,
-                         base_ptr, T, H, S_A, norm_eps, pre_eps, post_scale, sk_eps, sk_iters, A_V, BT, RB,
-                         SB, R_STEPS)  # fmt: skip
+                         base_ptr, T, H, S_A, r_steps, norm_eps, pre_eps, post_scale, sk_eps, sk_iters, A_V,
+                         BT, RB, SB)  # fmt: skip
                 old = _arrive(blocks + b * 4 + 1)
                 if not HAS_N2:
                     if old == n_R - 1:
@@ -368,8 +367,8 @@ def _hc_kernel(
             if (b >= 0) & (b < NB):
                 if HAS_R:
                     _wait(blocks + b * 4 + 1, n_R)
-                _phase_n1(b, pos - off_n1, ro_ptr, pp_ptr, v_ptr, partn_ptr, T, H, S_N, HW_CVT, BT, BR, W,
-                          N_STEPS)  # fmt: skip
+                _phase_n1(b, pos - off_n1, ro_ptr, pp_ptr, v_ptr, partn_ptr, T, H, S_N, n_steps, HW_CVT, BT,
+                          BR, W)  # fmt: skip
                 _arrive(blocks + b * 4 + 2)
     if phase == 3:
         if HAS_N2:
@@ -380,8 +379,8 @@ def _hc_kernel(
                 elif HAS_R:
                     _wait(blocks + b * 4 + 1, n_R)
                 _phase_n2(b, pos - off_n2, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H, NB,
-                          S_N, rows_padded, rms_eps, rms_scale, floor, layout, HAS_N1, W_BF16, WRITE_Y,
-                          WRITE_PAIR, HW_CVT, BT, BR, W, N_STEPS, SN_PAD, Z_STEPS)  # fmt: skip
+                          S_N, n_steps, rows_padded, rms_eps, rms_scale, floor, layout, HAS_N1, W_BF16,
+                          WRITE_Y, WRITE_PAIR, HW_CVT, BT, BR, W, SN_PAD, Z_STEPS)  # fmt: skip
                 old = _arrive(blocks + b * 4 + 3)
                 if old == S_N - 1:
                     _reset(blocks + b * 4)
@@ -445,6 +444,9 @@ def launch_phases(
         plan.round_size,
         *plan.offsets,
         *plan.lags,
+        config.steps_a,
+        -(-plan.splits_a // config.splits_r),
+        config.steps_n,
         scalars.hc_norm_eps,
         scalars.hc_pre_eps,
         scalars.hc_post_scale,
@@ -466,14 +468,11 @@ def launch_phases(
         HW_CVT=hw_cvt,
         BT=bt,
         BH=config.block_h,
-        A_STEPS=config.steps_a,
         RB=config.rows_r,
         SB=config.splits_r,
-        R_STEPS=-(-plan.splits_a // config.splits_r),
         BR=config.rows_n,
         W=config.words_n,
-        N_STEPS=config.steps_n,
-        SN_PAD=triton.next_power_of_2(plan.splits_n),
+        SN_PAD=max(16, triton.next_power_of_2(plan.splits_n)),
         Z_STEPS=math.ceil(127 / config.rows_n),
         num_warps=config.num_warps,
         enable_fp_fusion=False,
