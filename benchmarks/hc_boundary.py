@@ -153,12 +153,17 @@ def check(s: dict, tokens: int, hidden: int, compiled: Compiled | None) -> dict[
     fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS)
     unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS, fused=False)
 
-    def ok(out, y) -> bool:
-        ulp = ulp_distance(out.residual, ref.residual).max()
+    def close(a: torch.Tensor, b: torch.Tensor, rtol: float) -> bool:
+        return bool(((a.float() - b.float()).abs() <= rtol * b.float().abs() + 1e-5).all())
+
+    def ok(out, y, *, ours: bool = True) -> bool:
+        # Ours follow the reference's fp32 order (R' within one bf16 step); torch's einsum sums in
+        # another order, which near cancellations moves R' by more steps: bf16 tolerance for it.
+        residual = ulp_distance(out.residual, ref.residual).max() <= 1 if ours else close(out.residual, ref.residual, 1.6e-2)
         q, sc = quantize_mxfp8(y)
         same_pair = torch.equal(q.view(torch.uint8), out.pair[0].view(torch.uint8)) and torch.equal(sc, out.pair[1])
-        close = bool(((y.float() - ref.y.float()).abs() <= 1.6e-2 * ref.y.float().abs() + 1e-5).all())
-        return bool(ulp <= 1) and same_pair and close and bool(torch.isfinite(out.pre).all())
+        coefficients = close(out.pre, ref.pre, 1e-5) and close(out.comb, ref.comb, 1e-5)
+        return bool(residual) and same_pair and coefficients and close(y, ref.y, 1.6e-2)
 
     result = {
         "fused_ok": ok(fused, fused.y),
@@ -167,7 +172,7 @@ def check(s: dict, tokens: int, hidden: int, compiled: Compiled | None) -> dict[
     }
     if compiled is not None:
         new, pre, post, comb, y, pair = compiled(s, None)
-        result["compiled_ok"] = ok(hc.HcBoundaryOutputs(new, pre, post, comb, y, pair), y)
+        result["compiled_ok"] = ok(hc.HcBoundaryOutputs(new, pre, post, comb, y, pair), y, ours=False)
     return result
 
 
