@@ -31,7 +31,7 @@ __all__ = [
 N_STREAMS = 4  # hc_mult in every DeepSeek-V4/V4.1 config, and the only n the kernels take
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # tensors: identity, not elementwise ==
 class HcBoundaryOutputs:
     """What a boundary writes: R' [T, n, H] bf16, pre / post' [T, n] fp32, comb' [T, n, n] fp32, and
     y [T, H] bf16 and/or the MXFP8 pair ``(float8_e4m3fn [T, H], scales)`` (None when not wanted)."""
