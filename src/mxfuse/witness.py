@@ -40,6 +40,7 @@ PATHS: dict[str, str] = {
     "hc.boundary.kernel.pair": "the fused boundary kernel wrote the next GEMM's MXFP8 pair",
     "hc.boundary.kernel.bf16": "the fused boundary kernel wrote y in bf16 only",
     "hc.boundary.reference": "the torch reference boundary ran (CPU tensors or no kernel here)",
+    "hc.boundary.unfused": "the boundary ran as separate kernels (post, mixes, collapse + norm, quantize)",
     # MXFP8 GEMM backends (mxfuse.gemm): a pair was consumed by this backend
     "gemm.torch": "dequantize + fp32 matmul (the reference backend)",
     "gemm.triton": "the Triton MXFP8 GEMM",

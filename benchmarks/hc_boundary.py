@@ -1,0 +1,327 @@
+"""Time the fused mHC boundary against its baselines on one GPU: CUDA graphs, cold L2, medians.
+
+    python benchmarks/hc_boundary.py [--sweep] [--compile dynamic-tokens|static|off] [--json PATH]
+
+For T in {1, 16, 64, 128, 512, 2048}, H in {5120, 7168}, n = 4, both orderings (normal: V4; shifted:
+V4.1, ``prev_pre`` given), each boundary writing the next GEMM's input as an MXFP8 pair (deepgemm
+scales, RCEIL) and no bf16 y, in one run:
+  * fused: ``mhc_boundary`` (one kernel launch);
+  * unfused: ``mhc_boundary(fused=False)``: our post, mixes + Sinkhorn and collapse + RMSNorm kernels,
+    then ``quantize_mxfp8`` (the chain writes y in bf16 between the last two);
+  * compiled: ``torch.compile`` of an fp32 torch formulation of the boundary (the reference's steps
+    with an fp32 matmul and fp32 sums, as upstream writes them), then ``quantize_mxfp8``. By default
+    the token dimension is marked dynamic (one compile per hidden size and ordering, plus T = 1, which
+    torch specializes); ``--compile static`` compiles every shape (slower to start);
+  * floor: the bytes the boundary must move (residual read and write, x, fn, the coefficients, the
+    pair) at the copy bandwidth measured in the same run (a 512 MB device copy).
+Every variant of a shape is first checked against the reference (R' within one bf16 step, the pair
+equal to quantize_mxfp8 of the reference y where y matches; R' fused == unfused bit for bit). Each
+variant is captured in one CUDA graph of many calls cycling through enough input sets that repeated
+calls do not hit the 60 MB L2, and timed over replays; every variant is timed three times,
+interleaved, and the median kept. ``--sweep`` times alternative kernel configs at H = 7168 first.
+Prints a table at the end; writes every number as JSON to --json, else $OUT/hc_boundary.json, else
+reports/hc_boundary.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+from gpumatrix.compare import ulp_distance
+from mxfuse import hc
+from mxfuse.formats import scale_spec
+from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.hc_plan import HcConfig, default_config, sm_count
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import bench_us, copy_bandwidth, rotation_count
+
+TOKENS = (1, 16, 64, 128, 512, 2048)
+HIDDENS = (5120, 7168)
+SCALARS = {
+    "hc_norm_eps": 1e-6,
+    "hc_pre_eps": 1e-6,
+    "hc_post_scale": 2.0,
+    "sinkhorn_eps": 1e-6,
+    "sinkhorn_iters": 20,
+    "rms_eps": 1e-6,
+    "rms_scale": 1.0,
+}
+
+
+def floor_bytes(tokens: int, hidden: int) -> int:
+    """Bytes a boundary must move: R read + R' written, x, fn, per-token coefficients in and out, pair."""
+    n = 4
+    pair = tokens * hidden + 4 * scale_spec(tokens, hidden, scale_layout="deepgemm").storage_numel
+    coefficients = 4 * tokens * (n + n * n + n + n + n + n * n)  # post, comb, prev_pre in; pre, post', comb' out
+    return 2 * (2 * tokens * n * hidden) + 2 * tokens * hidden + 4 * n * (n + 2) * n * hidden + coefficients + pair
+
+
+def make_set(tokens: int, hidden: int, shifted: bool, seed: int) -> dict[str, torch.Tensor | None]:
+    """One boundary's inputs (the upstream Mega-mHC test's recipe; see tests/support/hc_inputs.py)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    n = 4
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, device="cuda")
+
+    comb = torch.rand(tokens, n, n, generator=g, device="cuda")
+    for _ in range(3):
+        comb = comb / comb.sum(-1, keepdim=True)
+        comb = comb / comb.sum(-2, keepdim=True)
+    return {
+        "x": normal(tokens, hidden).bfloat16(),
+        "residual": normal(tokens, n, hidden).bfloat16(),
+        "post": torch.sigmoid(normal(tokens, n)),
+        "comb": comb,
+        "fn": normal(n * (n + 2), n * hidden) * 1e-2,
+        "scale": normal(3) * 0.1,
+        "base": normal(n * (n + 2)) * 0.1,
+        "norm_weight": (1 + 0.1 * normal(hidden)).bfloat16(),
+        "prev_pre": torch.sigmoid(normal(tokens, n)) if shifted else None,
+    }
+
+
+def _args(s: dict) -> tuple:
+    return (s["x"], s["residual"], s["post"], s["comb"], s["fn"], s["scale"], s["base"], s["norm_weight"])
+
+
+def boundary_fp32(x, residual, post, comb, fn, scale, base, w, prev_pre):
+    """The boundary as upstream's torch code writes it (fp32 matmul and sums), y in bf16."""
+    n, hidden = residual.shape[1], residual.shape[2]
+    new = (post[:, :, None] * x.float()[:, None, :] + torch.einsum("tjk,tjh->tkh", comb, residual.float()))
+    new = new.bfloat16()
+    flat = new.flatten(1).float()
+    m = (flat @ fn.T) * torch.rsqrt(flat.square().sum(-1, keepdim=True) / (n * hidden) + SCALARS["hc_norm_eps"])
+    m = m * torch.cat([scale[0].expand(n), scale[1].expand(n), scale[2].expand(n * n)]) + base
+    pre = torch.sigmoid(m[:, :n]) + SCALARS["hc_pre_eps"]
+    new_post = torch.sigmoid(m[:, n : 2 * n]) * SCALARS["hc_post_scale"]
+    eps = SCALARS["sinkhorn_eps"]
+    c = torch.softmax(m[:, 2 * n :].reshape(-1, n, n), dim=-1) + eps
+    c = c / (c.sum(-2, keepdim=True) + eps)
+    for _ in range(SCALARS["sinkhorn_iters"] - 1):
+        c = c / (c.sum(-1, keepdim=True) + eps)
+        c = c / (c.sum(-2, keepdim=True) + eps)
+    p = pre if prev_pre is None else prev_pre
+    v = (new.float() * p[:, :, None]).sum(1).bfloat16().float()
+    y = (v * torch.rsqrt(v.square().mean(-1, keepdim=True) + SCALARS["rms_eps"]) * w.float()).bfloat16()
+    return new, pre, new_post, c, y
+
+
+class Compiled:
+    """torch.compile of ``boundary_fp32`` then quantize_mxfp8, compiled once per shape class and reused."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        if mode == "dynamic-tokens":
+            # Only the dimensions marked below are dynamic: hidden sizes stay specialized.
+            torch._dynamo.config.automatic_dynamic_shapes = False
+        self.fn = torch.compile(boundary_fp32, dynamic=False if mode == "static" else None)
+        self.compile_s: dict[str, float] = {}
+
+    def prepare(self, s: dict, key: str) -> None:
+        """Mark the token dimension dynamic (T > 1; torch specializes size 1), compile on first use of key."""
+        if self.mode == "dynamic-tokens" and s["x"].shape[0] > 1:
+            for name in ("x", "residual", "post", "comb", "prev_pre"):
+                if s[name] is not None:
+                    torch._dynamo.mark_dynamic(s[name], 0)
+        if key not in self.compile_s:
+            start = time.perf_counter()
+            self(s, None)
+            torch.cuda.synchronize()
+            self.compile_s[key] = time.perf_counter() - start
+
+    def __call__(self, s: dict, pair: tuple | None):
+        new, pre, post, comb, y = self.fn(*_args(s), s["prev_pre"])
+        return new, pre, post, comb, y, quantize_mxfp8(y, out=pair)
+
+
+def check(s: dict, tokens: int, hidden: int, compiled: Compiled | None) -> dict[str, bool]:
+    """Correctness before timing: each variant against the reference (contracts of the test suite)."""
+    ref = hc.mhc_boundary_reference(*_args(s), prev_pre=s["prev_pre"], **SCALARS)
+    fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS)
+    unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS, fused=False)
+
+    def close(a: torch.Tensor, b: torch.Tensor, rtol: float) -> bool:
+        return bool(((a.float() - b.float()).abs() <= rtol * b.float().abs() + 1e-5).all())
+
+    def ok(out, y, *, ours: bool = True) -> bool:
+        # Ours follow the reference's fp32 order (R' within one bf16 step); torch's einsum sums in
+        # another order, which near cancellations moves R' by more steps: bf16 tolerance for it.
+        residual = ulp_distance(out.residual, ref.residual).max() <= 1 if ours else close(out.residual, ref.residual, 1.6e-2)
+        q, sc = quantize_mxfp8(y)
+        same_pair = torch.equal(q.view(torch.uint8), out.pair[0].view(torch.uint8)) and torch.equal(sc, out.pair[1])
+        coefficients = close(out.pre, ref.pre, 1e-5) and close(out.comb, ref.comb, 1e-5)
+        return bool(residual) and same_pair and coefficients and close(y, ref.y, 1.6e-2)
+
+    result = {
+        "fused_ok": ok(fused, fused.y),
+        "unfused_ok": ok(unfused, unfused.y),
+        "fused_unfused_residual_equal": torch.equal(fused.residual, unfused.residual),
+    }
+    if compiled is not None:
+        new, pre, post, comb, y, pair = compiled(s, None)
+        result["compiled_ok"] = ok(hc.HcBoundaryOutputs(new, pre, post, comb, y, pair), y, ours=False)
+    return result
+
+
+def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, copy_gbps: float) -> dict:
+    moved = floor_bytes(tokens, hidden)
+    count = rotation_count(moved, cap=32)
+    sets = [make_set(tokens, hidden, shifted, seed) for seed in range(count)]
+    row: dict[str, object] = {"T": tokens, "H": hidden, "ordering": "shifted" if shifted else "normal"}
+    row.update({"floor_bytes": moved, "sets": count, "floor_us": moved / copy_gbps / 1e3})
+    row["config"] = default_config(tokens, hidden, sms=sm_count(torch.device("cuda"))).__dict__
+    if compiled is not None:
+        shape_class = f"T={tokens}" if tokens == 1 or compiled.mode == "static" else "T dynamic"
+        for s in sets:
+            compiled.prepare(s, f"H={hidden} {row['ordering']} {shape_class}")
+    row.update(check(sets[0], tokens, hidden, compiled))
+    kw = {**SCALARS}
+    fused_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
+    chain_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda") for _ in sets]
+    variants = {
+        "fused": [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], **kw, out=o)
+                  for s, o in zip(sets, fused_outs, strict=True)],
+        "unfused": [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], **kw, out=o, fused=False)
+                    for s, o in zip(sets, chain_outs, strict=True)],
+    }  # fmt: skip
+    if compiled is not None:
+        pairs = [o.pair for o in fused_outs]
+        variants["compiled"] = [functools.partial(compiled, s, p) for s, p in zip(sets, pairs, strict=True)]
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(3):
+        for name, fns in variants.items():
+            times[name].append(bench_us(fns, target_ms=5.0, replays=10))
+    for name, values in times.items():
+        row[f"{name}_us"] = statistics.median(values)
+        row[f"{name}_rounds_us"] = values
+    return row
+
+
+def sweep_configs(tokens: int, hidden: int) -> list[HcConfig]:
+    """The default config, then one knob at a time around it (valid for hidden, deduplicated)."""
+    base = default_config(tokens, hidden, sms=sm_count(torch.device("cuda")))
+    candidates = [base]
+    for changes in (
+        {"num_warps": 4 if base.num_warps == 8 else 8},
+        {"lag": 0 if base.lag else 1},
+        {"block_h": base.block_h * 2, "steps_a": max(1, base.steps_a // 2)},
+        {"steps_a": base.steps_a * 2},
+        {"words_n": base.words_n * 2, "rows_n": max(1, base.rows_n // 2)},
+        {"words_n": max(1, base.words_n // 2), "rows_n": min(base.block_t, base.rows_n * 2)},
+    ):
+        config = HcConfig(**{**base.__dict__, **changes})
+        try:
+            config.check(hidden)
+        except ValueError:
+            continue
+        if config not in candidates:
+            candidates.append(config)
+    return candidates
+
+
+def sweep(copy_gbps: float) -> list[dict]:
+    rows = []
+    hidden = 7168
+    for tokens, shifted in ((1, False), (1, True), (16, True), (128, True), (2048, False), (2048, True)):
+        if True:
+            moved = floor_bytes(tokens, hidden)
+            sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
+            ref = hc.mhc_boundary_reference(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], **SCALARS)
+            for config in sweep_configs(tokens, hidden):
+                out = hc.mhc_boundary(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], **SCALARS, config=config)
+                q, _ = quantize_mxfp8(out.y)
+                ulp = ulp_distance(out.residual, ref.residual).max()
+                ok = bool(ulp <= 1) and torch.equal(q.view(torch.uint8), out.pair[0].view(torch.uint8))
+                outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
+                fns = [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], **SCALARS, out=o, config=config)
+                       for s, o in zip(sets, outs, strict=True)]  # fmt: skip
+                us = statistics.median(bench_us(fns, target_ms=5.0, replays=10) for _ in range(3))
+                rows.append({"T": tokens, "H": hidden, "ordering": "shifted" if shifted else "normal",
+                             "config": config.__dict__, "ok": ok, "us": us, "floor_us": moved / copy_gbps / 1e3})  # fmt: skip
+                print(f"  sweep T={tokens:>5} {rows[-1]['ordering']:>7} {us:9.2f} us ok={ok} {config}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", action="store_true", help="also time alternative kernel configs (H = 7168)")
+    parser.add_argument("--compile", choices=("dynamic-tokens", "static", "off"), default="dynamic-tokens")
+    parser.add_argument("--json", help="write every number here (default $OUT/hc_boundary.json)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    torch._dynamo.config.recompile_limit = 64
+    env = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "sms": sm_count(torch.device("cuda")),
+    }
+    print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
+    copy_gbps = copy_bandwidth() / 1e9  # bytes read + written per second, of a 512 MB copy
+    env["copy_GBps"] = copy_gbps
+    print(f"copy bandwidth (read + write): {copy_gbps:.0f} GB/s", flush=True)
+    sweep_rows = sweep(copy_gbps) if args.sweep else []
+    compiled = None if args.compile == "off" else Compiled(args.compile)
+    rows = []
+    for hidden in HIDDENS:
+        for shifted in (False, True):
+            for tokens in TOKENS:
+                rows.append(measure(tokens, hidden, shifted, compiled, copy_gbps))
+                r = rows[-1]
+                print(f"  T={tokens:>5} H={hidden} {r['ordering']:>7}: fused {r['fused_us']:.2f} us, "
+                      f"unfused {r['unfused_us']:.2f}, compiled {r.get('compiled_us', float('nan')):.2f}", flush=True)  # fmt: skip
+    env["compile_s"] = compiled.compile_s if compiled else {}
+    env["wall_s"] = time.perf_counter() - start
+    path = Path(args.json or Path(os.environ.get("OUT", "reports")) / "hc_boundary.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"env": env, "rows": rows, "sweep": sweep_rows}, indent=1))
+    _print_tables(env, rows, sweep_rows, args.compile)
+    print(f"JSON: {path}; wall {env['wall_s']:.0f} s")
+    failed = [r for r in rows if not (r["fused_ok"] and r["unfused_ok"] and r["fused_unfused_residual_equal"])]
+    return 1 if failed else 0
+
+
+def _print_tables(env: dict, rows: list[dict], sweep_rows: list[dict], compile_mode: str) -> None:
+    if sweep_rows:
+        print("\nsweep, best config per shape (H = 7168; us; default first in each group):")
+        keys = sorted({(r["T"], r["ordering"]) for r in sweep_rows})
+        for key in keys:
+            group = [r for r in sweep_rows if (r["T"], r["ordering"]) == key and r["ok"]]
+            if group:
+                best = min(group, key=lambda r: r["us"])
+                default = next(r for r in sweep_rows if (r["T"], r["ordering"]) == key)
+                print(f"  T={key[0]:>5} {key[1]:>7}: default {default['us']:.2f}, best {best['us']:.2f} {best['config']}")
+    print(
+        f"\n{env['date']}, {env['gpu']} ({env['sms']} SMs), torch {env['torch']}, Triton {env['triton']}; "
+        f"copy {env['copy_GBps']:.0f} GB/s; MXFP8 pair out (deepgemm, RCEIL); us per boundary, median of 3 "
+        f"interleaved rounds of CUDA-graph replays, cold L2; compiled = torch.compile ({compile_mode}) + quantize_mxfp8"
+    )
+    print("| H | ordering | T | floor | fused | fused / floor | unfused | compiled | vs unfused | vs compiled | checks |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        fused = r["fused_us"]
+        comp = r.get("compiled_us")
+        checks = all(v for k, v in r.items() if k.endswith("_ok") or k.endswith("_equal"))
+        print(
+            f"| {r['H']} | {r['ordering']} | {r['T']} | {r['floor_us']:.2f} | {fused:.2f} | {fused / r['floor_us']:.2f}x "
+            f"| {r['unfused_us']:.2f} | {'n/a' if comp is None else f'{comp:.2f}'} | {r['unfused_us'] / fused:.2f}x "
+            f"| {'n/a' if comp is None else f'{comp / fused:.2f}x'} | {'ok' if checks else 'FAILED'} |"
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

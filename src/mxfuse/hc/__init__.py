@@ -1,0 +1,216 @@
+"""Manifold-constrained hyper-connections (mHC): the torch reference and the boundary entry points.
+
+DeepSeek-V4-family decoders keep the residual as n = 4 streams R [T, n, H] bf16. Between two sublayers
+the *boundary* mixes the finished sublayer's output x [T, H] back into the streams (post step), computes
+the next sublayer's coefficients from the new streams (mixes, Sinkhorn), collapses the streams into one
+row per token and RMS-normalises it into the next GEMM's input y, optionally as an MXFP8 pair. Steps and
+rounding points (DESIGN.md "Hyper-connection boundary"; upstream: DeepSeek-V4 ``inference/model.py`` and
+DeepGEMM's Mega-mHC test reference):
+
+1. post: ``R' = bf16(post[t,k] * x[t] + sum_j comb[t,j,k] * R[t,j])``, fp32.
+2. mixes: ``m = (R'.flatten(1) @ fn.T) * rsqrt(sum(R'^2) / (n*H) + hc_norm_eps)``, then
+   ``m * (scale[0] x n, scale[1] x n, scale[2] x n*n) + base``.
+3. ``pre = sigmoid(m[:, :n]) + hc_pre_eps``; ``post' = sigmoid(m[:, n:2n]) * hc_post_scale``;
+   ``comb' = softmax(m[:, 2n:].view(n, n), -1) + sinkhorn_eps``, column-normalised, then
+   ``sinkhorn_iters - 1`` times row- then column-normalised (``c / (sum + sinkhorn_eps)``).
+4. collapse ``v = bf16(sum_i p[t,i] * R'[t,i])``, fp32; p = ``pre`` (normal ordering, V4) or the previous
+   boundary's ``pre`` passed in as ``prev_pre`` (shifted ordering, V4.1; the new ``pre`` is an output).
+5. ``y = bf16(v * rsqrt(mean(v^2) + rms_eps) * (w * rms_scale))``; the pair is ``quantize_mxfp8(y)``.
+
+``mxfuse.hc.reference`` holds the steps in plain torch; ``mhc_boundary`` runs the fused Triton kernel
+(``mxfuse.kernels.hc_boundary``) on CUDA tensors and the reference on CPU tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mxfuse import witness
+from mxfuse.formats import ScaleLayout, ScaleRounding, scale_spec, scale_storage_view
+from mxfuse.hc._checks import Call, check_call
+from mxfuse.hc.reference import (
+    N_STREAMS,
+    HcBoundaryOutputs,
+    empty_hc_boundary_outputs,
+    hc_collapse,
+    hc_mixes,
+    hc_post,
+    hc_pre,
+    hc_sinkhorn,
+    mhc_boundary_reference,
+    rmsnorm,
+)
+from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.hc_boundary import launch_boundary
+from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace, workspace_for
+from mxfuse.kernels.hc_steps import launch_mixes, launch_norm, launch_post
+
+__all__ = [
+    "N_STREAMS",
+    "HcBoundaryOutputs",
+    "HcConfig",
+    "HcWorkspace",
+    "empty_hc_boundary_outputs",
+    "hc_collapse",
+    "hc_mixes",
+    "hc_post",
+    "hc_pre",
+    "hc_sinkhorn",
+    "mhc_boundary",
+    "mhc_boundary_reference",
+    "rmsnorm",
+]
+
+
+def mhc_boundary(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    post: torch.Tensor,
+    comb: torch.Tensor,
+    fn: torch.Tensor,
+    scale: torch.Tensor,
+    base: torch.Tensor,
+    norm_weight: torch.Tensor,
+    *,
+    prev_pre: torch.Tensor | None = None,
+    hc_norm_eps: float = 1e-6,
+    hc_pre_eps: float = 1e-6,
+    hc_post_scale: float = 2.0,
+    sinkhorn_eps: float = 1e-6,
+    sinkhorn_iters: int = 20,
+    rms_eps: float = 1e-6,
+    rms_scale: float = 1.0,
+    want_y: bool | None = None,
+    want_pair: bool | None = None,
+    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
+    scale_layout: ScaleLayout | str = ScaleLayout.DEEPGEMM,
+    out: HcBoundaryOutputs | None = None,
+    workspace: HcWorkspace | None = None,
+    config: HcConfig | None = None,
+    fused: bool = True,
+) -> HcBoundaryOutputs:
+    """The hyper-connection boundary after a sublayer: post step, then the next sublayer's pre and norm.
+
+    Inputs (contiguous, one device): ``x`` [T, H] bf16 (the sublayer's output); ``residual`` [T, n, H]
+    bf16 (n = 4; H a positive multiple of 128); ``post`` [T, n] and ``comb`` [T, n, n] fp32 (this
+    sublayer's coefficients); ``fn`` [n(n+2), n*H], ``scale`` [3], ``base`` [n(n+2)] fp32 (the next
+    sublayer's mixing parameters); ``norm_weight`` [H] bf16 or fp32 (its RMSNorm). ``prev_pre`` [T, n]
+    fp32 selects the shifted ordering (V4.1): the collapse uses it, and the new ``pre`` is returned for
+    the next boundary; None is the normal ordering (V4), which collapses with the new ``pre``. Scalars
+    as in the V4 configs (``hc_eps`` = 1e-6, ``rms_norm_eps`` = 1e-6; V4.1-Flash has rms_eps 1e-20).
+
+    Outputs (``HcBoundaryOutputs``): R', pre, post', comb', and y (bf16) and/or the MXFP8 pair of y
+    (``rounding``, scales in ``scale_layout``), bit for bit ``quantize_mxfp8(y)``. With ``out`` the
+    outputs are written into its tensors (validated; nothing is allocated, so the call can be captured
+    in a CUDA graph) and its None fields say which of y and the pair are skipped; ``out.residual`` may
+    be ``residual`` itself (an in-place update). Without ``out``, ``want_y`` and ``want_pair`` choose
+    (both default True). T = 0 gives empty outputs.
+
+    CUDA tensors run the fused Triton kernel (sm_89+, else ``MxfuseUnavailableError``; ``workspace``
+    defaults to a per-device one, ``config`` to ``default_config``); CPU tensors run
+    ``mhc_boundary_reference``. A ``mxfuse.witness`` record says which: ``hc.boundary.kernel.pair``,
+    ``hc.boundary.kernel.bf16`` or ``hc.boundary.reference``. Bad arguments raise ValueError or TypeError
+    naming the argument, before anything is written.
+
+    ``fused=False`` runs the same boundary as a chain of separate kernels (post step, mixes + Sinkhorn,
+    collapse + RMSNorm, then ``quantize_mxfp8``; witness ``hc.boundary.unfused``): the baseline the fused
+    kernel is measured against, whose R' is bit-identical to the fused kernel's. It allocates a
+    temporary y when ``out.y`` is None.
+    """
+    call = check_call(locals())
+    if call.device.type == "cpu":
+        _run_reference(call)
+        witness.emit(
+            "hc.boundary.reference", "CPU tensors: the torch reference boundary", rows=call.tokens, **call.fields
+        )
+        return call.out
+    if not fused:
+        with torch.cuda.device(call.device):
+            _run_unfused(call, workspace or workspace_for(call.device))
+        reason = "separate kernels: post step, mixes + Sinkhorn, collapse + RMSNorm, quantize"
+        witness.emit("hc.boundary.unfused", reason, backend="triton", rows=call.tokens, **call.fields)
+        return call.out
+    with torch.cuda.device(call.device):
+        launch_boundary(
+            call.x,
+            call.residual,
+            call.post,
+            call.comb,
+            call.prev_pre,
+            call.fn,
+            call.scale,
+            call.base,
+            call.norm_weight,
+            scalars=call.scalars,
+            residual_out=call.out.residual,
+            pre_out=call.out.pre,
+            post_out=call.out.post,
+            comb_out=call.out.comb,
+            y_out=call.out.y,
+            pair_out=call.out.pair,
+            rounding=call.rounding,
+            layout=call.layout,
+            workspace=workspace or workspace_for(call.device),
+            config=config,
+        )
+    if call.out.pair is not None:
+        path, reason = "hc.boundary.kernel.pair", "fused boundary kernel wrote the next GEMM's MXFP8 pair"
+    else:
+        path, reason = "hc.boundary.kernel.bf16", "fused boundary kernel wrote y in bf16 only"
+    witness.emit(path, reason, backend="triton", rows=call.tokens, **call.fields)
+    return call.out
+
+
+def _run_unfused(call: Call, workspace: HcWorkspace) -> None:
+    out = call.out
+    launch_post(call.x, call.residual, call.post, call.comb, residual_out=out.residual)
+    launch_mixes(
+        out.residual,
+        call.fn,
+        call.scale,
+        call.base,
+        scalars=call.scalars,
+        pre_out=out.pre,
+        post_out=out.post,
+        comb_out=out.comb,
+        workspace=workspace,
+    )
+    y = out.y if out.y is not None else torch.empty_like(call.x)
+    weights = out.pre if call.prev_pre is None else call.prev_pre
+    launch_norm(out.residual, weights, call.norm_weight, scalars=call.scalars, y_out=y, workspace=workspace)
+    if out.pair is not None:
+        quantize_mxfp8(y, rounding=call.rounding, scale_layout=call.layout, out=out.pair)
+
+
+def _run_reference(call: Call) -> None:
+    s = call.scalars
+    ref = mhc_boundary_reference(
+        call.x,
+        call.residual,
+        call.post,
+        call.comb,
+        call.fn,
+        call.scale,
+        call.base,
+        call.norm_weight,
+        prev_pre=call.prev_pre,
+        hc_norm_eps=s.hc_norm_eps,
+        hc_pre_eps=s.hc_pre_eps,
+        hc_post_scale=s.hc_post_scale,
+        sinkhorn_eps=s.sinkhorn_eps,
+        sinkhorn_iters=s.sinkhorn_iters,
+        rms_eps=s.rms_eps,
+        rms_scale=s.rms_scale,
+        want_y=call.out.y is not None,
+        want_pair=call.out.pair is not None,
+        rounding=call.rounding,
+        scale_layout=call.layout,
+    )
+    out = call.out
+    for name in ("residual", "pre", "post", "comb", "y"):
+        if getattr(out, name) is not None:
+            getattr(out, name).copy_(getattr(ref, name))
+    if out.pair is not None and ref.pair is not None:
+        spec = scale_spec(call.tokens, call.hidden, scale_layout=call.layout)
+        out.pair[0].copy_(ref.pair[0])
+        scale_storage_view(out.pair[1], spec).copy_(scale_storage_view(ref.pair[1], spec))

@@ -1,0 +1,228 @@
+"""Argument checks of ``mxfuse.hc.mhc_boundary``: everything is validated before anything is written.
+
+Errors are ValueError or TypeError naming the argument and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from mxfuse import MxfuseUnavailableError
+from mxfuse.formats import (
+    ScaleLayout,
+    ScaleRounding,
+    check_mxfp8_pair,
+    parse_scale_layout,
+    parse_scale_rounding,
+    scale_spec,
+    scale_storage_view,
+)
+from mxfuse.hc.reference import N_STREAMS, HcBoundaryOutputs, empty_hc_boundary_outputs
+from mxfuse.kernels.hc_plan import HcConfig, HcScalars, HcWorkspace
+
+__all__ = ["Call", "check_call"]
+
+_MIN_CAPABILITY = (8, 9)  # the pair's E4M3 conversion (cvt.e4m3x2)
+
+
+@dataclass(frozen=True)
+class Call:
+    x: torch.Tensor
+    residual: torch.Tensor
+    post: torch.Tensor
+    comb: torch.Tensor
+    prev_pre: torch.Tensor | None
+    fn: torch.Tensor
+    scale: torch.Tensor
+    base: torch.Tensor
+    norm_weight: torch.Tensor
+    scalars: HcScalars
+    rounding: ScaleRounding
+    layout: ScaleLayout
+    out: HcBoundaryOutputs
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    @property
+    def tokens(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def hidden(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def fields(self) -> dict[str, object]:
+        fields: dict[str, object] = {"hidden": self.hidden}
+        fields["ordering"] = "normal" if self.prev_pre is None else "shifted"
+        if self.out.pair is not None:
+            fields["scale_layout"] = self.layout.value
+            fields["rounding"] = self.rounding.value
+        return fields
+
+
+_BF16 = (torch.bfloat16,)
+_F32 = (torch.float32,)
+
+
+def _tensor(value: object, name: str, what: str, shape: tuple[int, ...], dtypes: tuple, device: torch.device):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(value).__name__}")
+    if value.dtype not in dtypes:
+        raise ValueError(f"{name} must be {' or '.join(str(d) for d in dtypes)}; got {value.dtype}")
+    if tuple(value.shape) != shape:
+        raise ValueError(f"{name} must have shape {what} = {shape}; got {tuple(value.shape)}")
+    if value.device != device:
+        raise ValueError(f"{name} must be on {device} (where x is); got {value.device}")
+    if not value.is_contiguous():
+        raise ValueError(f"{name} must be contiguous; got strides {tuple(value.stride())}")
+    return value
+
+
+def _real(value: object, name: str, *, at_least: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise TypeError(f"{name} must be a finite real number; got {value!r}")
+    if at_least is not None and float(value) < at_least:
+        raise ValueError(f"{name} must be >= {at_least}; got {value!r}")
+    return float(value)
+
+
+def _flag(value: object, name: str) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{name} must be True, False or None; got {value!r}")
+    return value
+
+
+def _check_scalars(p: dict[str, object]) -> HcScalars:
+    iters = p["sinkhorn_iters"]
+    if isinstance(iters, bool) or not isinstance(iters, numbers.Integral):
+        raise TypeError(f"sinkhorn_iters must be an int; got {iters!r}")
+    if iters < 1:
+        raise ValueError(f"sinkhorn_iters must be >= 1; got {iters}")
+    return HcScalars(
+        hc_norm_eps=_real(p["hc_norm_eps"], "hc_norm_eps", at_least=0.0),
+        hc_pre_eps=_real(p["hc_pre_eps"], "hc_pre_eps", at_least=0.0),
+        hc_post_scale=_real(p["hc_post_scale"], "hc_post_scale"),
+        sinkhorn_eps=_real(p["sinkhorn_eps"], "sinkhorn_eps", at_least=0.0),
+        sinkhorn_iters=int(iters),
+        rms_eps=_real(p["rms_eps"], "rms_eps", at_least=0.0),
+        rms_scale=_real(p["rms_scale"], "rms_scale"),
+    )
+
+
+def _check_out(p: dict[str, object], tokens: int, hidden: int, layout: ScaleLayout, device: torch.device):
+    want_y, want_pair, out = _flag(p["want_y"], "want_y"), _flag(p["want_pair"], "want_pair"), p["out"]
+    if out is None:
+        want_y = True if want_y is None else want_y
+        want_pair = True if want_pair is None else want_pair
+        if not (want_y or want_pair):
+            raise ValueError("want_y and want_pair: at least one of y and the MXFP8 pair must be wanted")
+        return empty_hc_boundary_outputs(
+            tokens, hidden, device=device, y=want_y, pair=want_pair, scale_layout=layout
+        )
+    if not isinstance(out, HcBoundaryOutputs):
+        raise TypeError(f"out must be an HcBoundaryOutputs (see empty_hc_boundary_outputs); got {type(out).__name__}")
+    n = N_STREAMS
+    _tensor(out.residual, "out.residual", "[T, n, H]", (tokens, n, hidden), _BF16, device)
+    _tensor(out.pre, "out.pre", "[T, n]", (tokens, n), _F32, device)
+    _tensor(out.post, "out.post", "[T, n]", (tokens, n), _F32, device)
+    _tensor(out.comb, "out.comb", "[T, n, n]", (tokens, n, n), _F32, device)
+    if out.y is not None:
+        _tensor(out.y, "out.y", "[T, H]", (tokens, hidden), _BF16, device)
+    if out.pair is not None:
+        check_mxfp8_pair(out.pair, m=tokens, k=hidden, scale_layout=layout, device=device, argument="out.pair")
+    if out.y is None and out.pair is None:
+        raise ValueError("out: at least one of out.y and out.pair must be a buffer")
+    for flag, name, field in ((want_y, "want_y", "y"), (want_pair, "want_pair", "pair")):
+        if flag is not None and flag != (getattr(out, field) is not None):
+            raise ValueError(f"{name}={flag} disagrees with out.{field}; with out given, leave {name} None")
+    return out
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory ranges two tensors address (first to last element) intersect."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def _check_overlaps(inputs: dict[str, torch.Tensor | None], out: HcBoundaryOutputs, spec) -> None:
+    """No output may share memory with an input or another output, but R' may update residual in place."""
+    outputs = {"out.residual": out.residual, "out.pre": out.pre, "out.post": out.post, "out.comb": out.comb}
+    if out.y is not None:
+        outputs["out.y"] = out.y
+    if out.pair is not None:
+        outputs["out.pair[0]"] = out.pair[0]
+        outputs["out.pair[1]"] = scale_storage_view(out.pair[1], spec)  # padding included
+    seen = {name: t for name, t in inputs.items() if t is not None}
+    residual = inputs["residual"]
+    for name, t in outputs.items():
+        for other, u in seen.items():
+            in_place = name == "out.residual" and u is residual
+            if in_place and (t.data_ptr(), t.stride()) == (u.data_ptr(), u.stride()):
+                continue
+            if _overlap(t, u):
+                hint = " (it may be residual itself, for an in-place update)" if in_place else ""
+                raise ValueError(f"{name} must not overlap {other}{hint}")
+        seen[name] = t
+
+
+def check_call(p: dict[str, object]) -> Call:
+    x = p["x"]
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [T, H]; got shape {tuple(x.shape)}")
+    tokens, hidden = x.shape
+    if hidden <= 0 or hidden % 128:
+        raise ValueError(f"x.shape[1] (H) must be a positive multiple of 128; got {hidden}")
+    device = x.device
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x must be on a CUDA device or the CPU; got {device}")
+    _tensor(x, "x", "[T, H]", (tokens, hidden), _BF16, device)
+    residual = p["residual"]
+    if isinstance(residual, torch.Tensor) and residual.dim() == 3 and residual.shape[1] != N_STREAMS:
+        raise ValueError(f"residual.shape[1] (n, the number of streams) must be {N_STREAMS}; got {residual.shape[1]}")
+    n, mix = N_STREAMS, N_STREAMS * (N_STREAMS + 2)
+    inputs = {
+        "x": x,
+        "residual": _tensor(residual, "residual", "[T, n, H]", (tokens, n, hidden), _BF16, device),
+        "post": _tensor(p["post"], "post", "[T, n]", (tokens, n), _F32, device),
+        "comb": _tensor(p["comb"], "comb", "[T, n, n]", (tokens, n, n), _F32, device),
+        "prev_pre": None
+        if p["prev_pre"] is None
+        else _tensor(p["prev_pre"], "prev_pre", "[T, n]", (tokens, n), _F32, device),
+        "fn": _tensor(p["fn"], "fn", "[n(n+2), n*H]", (mix, n * hidden), _F32, device),
+        "scale": _tensor(p["scale"], "scale", "[3]", (3,), _F32, device),
+        "base": _tensor(p["base"], "base", "[n(n+2)]", (mix,), _F32, device),
+        "norm_weight": _tensor(p["norm_weight"], "norm_weight", "[H]", (hidden,), (*_BF16, *_F32), device),
+    }
+    scalars = _check_scalars(p)
+    rounding = parse_scale_rounding(p["rounding"])
+    layout = parse_scale_layout(p["scale_layout"])
+    if not isinstance(p["fused"], bool):
+        raise TypeError(f"fused must be a bool; got {p['fused']!r}")
+    if p["workspace"] is not None and not isinstance(p["workspace"], HcWorkspace):
+        raise TypeError(f"workspace must be an HcWorkspace or None; got {type(p['workspace']).__name__}")
+    if p["config"] is not None:
+        if not isinstance(p["config"], HcConfig):
+            raise TypeError(f"config must be an HcConfig or None; got {type(p['config']).__name__}")
+        p["config"].check(hidden)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < _MIN_CAPABILITY:
+        major, minor = torch.cuda.get_device_capability(device)
+        raise MxfuseUnavailableError(f"mhc_boundary needs FP8 conversion (sm_89+); {device} is sm_{major}{minor}")
+    out = _check_out(p, tokens, hidden, layout, device)
+    _check_overlaps(inputs, out, scale_spec(tokens, hidden, scale_layout=layout))
+    return Call(**inputs, scalars=scalars, rounding=rounding, layout=layout, out=out)

@@ -1,0 +1,198 @@
+"""The mHC boundary in plain torch (any device), step by step, and the container of its outputs.
+
+Steps and rounding points: ``mxfuse.hc``. The elementwise sums run in a fixed fp32 order (products
+rounded before each add, in stream order), which the kernels follow, so they write R' and the collapse
+bit for bit as this does. The long reductions (the 24 x n*H projection, the sums of squares) are
+accumulated in float64 and rounded once, so the reference depends on neither BLAS summation order nor
+TF32 settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference
+
+__all__ = [
+    "N_STREAMS",
+    "HcBoundaryOutputs",
+    "empty_hc_boundary_outputs",
+    "hc_collapse",
+    "hc_mixes",
+    "hc_post",
+    "hc_pre",
+    "hc_sinkhorn",
+    "mhc_boundary_reference",
+    "rmsnorm",
+]
+
+N_STREAMS = 4  # hc_mult in every DeepSeek-V4/V4.1 config, and the only n the kernels take
+
+
+@dataclass(frozen=True, eq=False)  # tensors: identity, not elementwise ==
+class HcBoundaryOutputs:
+    """What a boundary writes: R' [T, n, H] bf16, pre / post' [T, n] fp32, comb' [T, n, n] fp32, and
+    y [T, H] bf16 and/or the MXFP8 pair ``(float8_e4m3fn [T, H], scales)`` (None when not wanted)."""
+
+    residual: torch.Tensor
+    pre: torch.Tensor
+    post: torch.Tensor
+    comb: torch.Tensor
+    y: torch.Tensor | None = None
+    pair: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+def empty_hc_boundary_outputs(
+    tokens: int,
+    hidden: int,
+    *,
+    device: torch.device | str,
+    y: bool = True,
+    pair: bool = True,
+    scale_layout: ScaleLayout | str = ScaleLayout.DEEPGEMM,
+) -> HcBoundaryOutputs:
+    """Allocate the outputs of a boundary over ``tokens`` x ``hidden`` (contents undefined)."""
+    n = N_STREAMS
+    f32 = {"dtype": torch.float32, "device": device}
+    return HcBoundaryOutputs(
+        residual=torch.empty((tokens, n, hidden), dtype=torch.bfloat16, device=device),
+        pre=torch.empty((tokens, n), **f32),
+        post=torch.empty((tokens, n), **f32),
+        comb=torch.empty((tokens, n, n), **f32),
+        y=torch.empty((tokens, hidden), dtype=torch.bfloat16, device=device) if y else None,
+        pair=empty_mxfp8_pair(tokens, hidden, scale_layout=scale_layout, device=device) if pair else None,
+    )
+
+
+def hc_post(x: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    """Step 1: ``R'[t,k] = bf16(post[t,k] * x[t] + sum_j comb[t,j,k] * R[t,j])``, fp32 in that order."""
+    xf = x.float()[:, None, :]
+    rf = residual.float()
+    acc = post[:, :, None] * xf
+    for j in range(residual.shape[1]):
+        acc = acc + comb[:, j, :, None] * rf[:, j, None, :]
+    return acc.to(torch.bfloat16)
+
+
+def hc_mixes(
+    residual: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, *, hc_norm_eps: float
+) -> torch.Tensor:
+    """Step 2: the n(n+2) scaled and biased logits of each token of ``residual`` [T, n, H], fp32."""
+    tokens, n, hidden = residual.shape
+    flat = residual.reshape(tokens, n * hidden).double()
+    proj = (flat @ fn.double().T).float()
+    sumsq = flat.square().sum(-1).float()
+    m = proj * torch.rsqrt(sumsq / (n * hidden) + hc_norm_eps)[:, None]
+    scales = torch.cat([scale[0].expand(n), scale[1].expand(n), scale[2].expand(n * n)])
+    return m * scales + base
+
+
+def hc_sinkhorn(
+    mixes: torch.Tensor,
+    *,
+    hc_pre_eps: float,
+    hc_post_scale: float,
+    sinkhorn_eps: float,
+    sinkhorn_iters: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step 3: ``(pre, post', comb')`` from the logits [T, n(n+2)]; comb' ends on a column normalisation."""
+    tokens = mixes.shape[0]
+    n = N_STREAMS
+    pre = torch.sigmoid(mixes[:, :n]) + hc_pre_eps
+    post = torch.sigmoid(mixes[:, n : 2 * n]) * hc_post_scale
+    comb = torch.softmax(mixes[:, 2 * n :].reshape(tokens, n, n), dim=-1) + sinkhorn_eps
+    comb = comb / (comb.sum(-2, keepdim=True) + sinkhorn_eps)
+    for _ in range(sinkhorn_iters - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + sinkhorn_eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + sinkhorn_eps)
+    return pre, post, comb
+
+
+def hc_collapse(residual: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Step 4: ``v[t] = bf16(sum_i weights[t,i] * R[t,i])``, fp32, streams in index order."""
+    acc = weights[:, 0, None] * residual[:, 0].float()
+    for i in range(1, residual.shape[1]):
+        acc = acc + weights[:, i, None] * residual[:, i].float()
+    return acc.to(torch.bfloat16)
+
+
+def rmsnorm(v: torch.Tensor, weight: torch.Tensor, *, eps: float, scale: float = 1.0) -> torch.Tensor:
+    """Step 5: ``bf16(v * rsqrt(mean(v^2) + eps) * (weight * scale))``, fp32 (mean accumulated in float64)."""
+    vf = v.float()
+    mean_square = vf.double().square().mean(-1).float()
+    return ((vf * torch.rsqrt(mean_square + eps)[:, None]) * (weight.float() * scale)).to(torch.bfloat16)
+
+
+def hc_pre(
+    residual: torch.Tensor,
+    fn: torch.Tensor,
+    scale: torch.Tensor,
+    base: torch.Tensor,
+    norm_weight: torch.Tensor,
+    *,
+    prev_pre: torch.Tensor | None = None,
+    hc_norm_eps: float = 1e-6,
+    hc_pre_eps: float = 1e-6,
+    hc_post_scale: float = 2.0,
+    sinkhorn_eps: float = 1e-6,
+    sinkhorn_iters: int = 20,
+    rms_eps: float = 1e-6,
+    rms_scale: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Steps 2-5 on the streams ``residual``: ``(y, pre, post', comb')``; collapses with ``prev_pre`` if given."""
+    mixes = hc_mixes(residual, fn, scale, base, hc_norm_eps=hc_norm_eps)
+    pre, post, comb = hc_sinkhorn(
+        mixes,
+        hc_pre_eps=hc_pre_eps,
+        hc_post_scale=hc_post_scale,
+        sinkhorn_eps=sinkhorn_eps,
+        sinkhorn_iters=sinkhorn_iters,
+    )
+    v = hc_collapse(residual, pre if prev_pre is None else prev_pre)
+    return rmsnorm(v, norm_weight, eps=rms_eps, scale=rms_scale), pre, post, comb
+
+
+def mhc_boundary_reference(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    post: torch.Tensor,
+    comb: torch.Tensor,
+    fn: torch.Tensor,
+    scale: torch.Tensor,
+    base: torch.Tensor,
+    norm_weight: torch.Tensor,
+    *,
+    prev_pre: torch.Tensor | None = None,
+    hc_norm_eps: float = 1e-6,
+    hc_pre_eps: float = 1e-6,
+    hc_post_scale: float = 2.0,
+    sinkhorn_eps: float = 1e-6,
+    sinkhorn_iters: int = 20,
+    rms_eps: float = 1e-6,
+    rms_scale: float = 1.0,
+    want_y: bool = True,
+    want_pair: bool = True,
+    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
+    scale_layout: ScaleLayout | str = ScaleLayout.DEEPGEMM,
+) -> HcBoundaryOutputs:
+    """The whole boundary in plain torch (steps 1-5 and the pair), on any device; allocates its outputs."""
+    new_residual = hc_post(x, residual, post, comb)
+    y, pre, new_post, new_comb = hc_pre(
+        new_residual,
+        fn,
+        scale,
+        base,
+        norm_weight,
+        prev_pre=prev_pre,
+        hc_norm_eps=hc_norm_eps,
+        hc_pre_eps=hc_pre_eps,
+        hc_post_scale=hc_post_scale,
+        sinkhorn_eps=sinkhorn_eps,
+        sinkhorn_iters=sinkhorn_iters,
+        rms_eps=rms_eps,
+        rms_scale=rms_scale,
+    )
+    pair = quantize_mxfp8_reference(y, rounding=rounding, scale_layout=scale_layout) if want_pair else None
+    return HcBoundaryOutputs(new_residual, pre, new_post, new_comb, y if want_y else None, pair)

@@ -1,0 +1,115 @@
+"""The mHC boundary as separate kernels: post step, mixes + Sinkhorn, collapse + RMSNorm.
+
+The unfused chain the fused boundary (``hc_boundary``) is measured against and held to: its post step
+writes R' bit for bit as the fused kernel does (both use ``hc_tile.post_tile``), and the other steps
+are the fused kernel's phases launched on their own. With ``quantize_mxfp8`` after the last step, the
+chain produces every output of the boundary. Launchers assume validated arguments (``mxfuse.hc``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mxfuse.kernels.hc_boundary import launch_phases
+from mxfuse.kernels.hc_plan import HcConfig, HcScalars, HcWorkspace, default_config
+from mxfuse.kernels.hc_tile import load_post_coefs, post_tile
+
+__all__ = ["launch_mixes", "launch_norm", "launch_post"]
+
+
+@triton.jit(do_not_specialize=["T"])
+def _hc_post_kernel(x_ptr, r_ptr, post_ptr, comb_ptr, ro_ptr, T, H, HW_CVT: tl.constexpr, BT: tl.constexpr,
+                    BH: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    col_blocks = H // BH
+    rows = (pid // col_blocks) * BT + tl.arange(0, BT)
+    cols = (pid % col_blocks) * BH + tl.arange(0, BH)
+    row_ok = rows < T
+    rows64 = rows.to(tl.int64)
+    (p0, p1, p2, p3, c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32,
+     c33) = load_post_coefs(post_ptr, comb_ptr, rows64, row_ok)  # fmt: skip
+    post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, row_ok[:, None], H, p0, p1, p2, p3, c00, c01, c02, c03, c10,
+              c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33, HW_CVT)  # fmt: skip
+
+
+def launch_post(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    post: torch.Tensor,
+    comb: torch.Tensor,
+    *,
+    residual_out: torch.Tensor,
+    hw_cvt: bool = True,
+) -> None:
+    """R' = post step of ``x`` [T, H], ``residual`` [T, 4, H], ``post`` [T, 4], ``comb`` [T, 4, 4]."""
+    tokens, hidden = x.shape
+    if tokens == 0:
+        return
+    # 16 x 128 tiles: the same tile as one quantize word row-block; a copy-like kernel.
+    block_t, block_h = 16, 128
+    grid = (triton.cdiv(tokens, block_t) * (hidden // block_h),)
+    _hc_post_kernel[grid](
+        x, residual, post, comb, residual_out, tokens, hidden, HW_CVT=hw_cvt, BT=block_t, BH=block_h,
+        num_warps=4, enable_fp_fusion=False,
+    )  # fmt: skip
+
+
+def launch_mixes(
+    residual: torch.Tensor,
+    fn: torch.Tensor,
+    scale: torch.Tensor,
+    base: torch.Tensor,
+    *,
+    scalars: HcScalars,
+    pre_out: torch.Tensor,
+    post_out: torch.Tensor,
+    comb_out: torch.Tensor,
+    workspace: HcWorkspace,
+    config: HcConfig | None = None,
+    hw_cvt: bool = True,
+) -> None:
+    """pre, post', comb' of a residual stream ``residual`` [T, 4, H] (the boundary's phases A and R)."""
+    tokens, _, hidden = residual.shape
+    if tokens == 0:
+        return
+    launch_phases(
+        phases=(1, 1, 0, 0),
+        tokens=tokens,
+        hidden=hidden,
+        tensors={"ro": residual, "fn": fn, "scale": scale, "base": base, "pre": pre_out, "posto": post_out,
+                 "combo": comb_out},  # fmt: skip
+        scalars=scalars,
+        workspace=workspace,
+        config=config or default_config(tokens, hidden),
+        hw_cvt=hw_cvt,
+    )
+
+
+def launch_norm(
+    residual: torch.Tensor,
+    weights: torch.Tensor,
+    norm_weight: torch.Tensor,
+    *,
+    scalars: HcScalars,
+    y_out: torch.Tensor,
+    workspace: HcWorkspace,
+    config: HcConfig | None = None,
+    hw_cvt: bool = True,
+) -> None:
+    """y = RMSNorm(collapse(``residual``, ``weights`` [T, 4])) in bf16 (the boundary's phases N1 and N2)."""
+    tokens, _, hidden = residual.shape
+    if tokens == 0:
+        return
+    launch_phases(
+        phases=(0, 0, 1, 1),
+        tokens=tokens,
+        hidden=hidden,
+        tensors={"ro": residual, "pp": weights, "w": norm_weight, "v": y_out, "y": y_out},
+        scalars=scalars,
+        workspace=workspace,
+        config=config or default_config(tokens, hidden),
+        write_y=True,
+        hw_cvt=hw_cvt,
+    )

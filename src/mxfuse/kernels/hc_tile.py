@@ -1,0 +1,168 @@
+"""Triton building blocks of the hyper-connection kernels: bf16 rounding, the post step, the mixes product.
+
+Shared by the fused boundary (``hc_boundary``) and the unfused steps (``hc_steps``), so that every
+kernel computes each element with the same sequence of operations: the fused and unfused residual
+streams are bit-identical, and both are bit-identical to the torch reference, which fixes the same order
+(``mxfuse.hc.hc_post``). The kernels that use these run with ``enable_fp_fusion=False``: a multiply-add
+contracted into an FMA rounds once instead of twice, and where the sum cancels (a result near zero from
+terms near 1) that alone moves the bf16 result by many units in the last place.
+
+bf16 values travel as int32 tensors holding the 16-bit pattern (0..65535): widening to fp32 is a shift,
+which the Triton interpreter runs exactly (its bf16 casts round half-up and lose subnormals).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = [
+    "bf16_bits",
+    "bits_to_bf16",
+    "bits_to_f32",
+    "load_bf16_bits",
+    "load_post_coefs",
+    "mix_dot",
+    "post_stream",
+    "post_tile",
+]
+
+
+@triton.jit
+def load_bf16_bits(ptrs, mask, CACHE: tl.constexpr = "", EVICT: tl.constexpr = ""):
+    """int32 bit patterns of bf16 values at ``ptrs`` (0 where masked off)."""
+    raw = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=CACHE, eviction_policy=EVICT)
+    return raw.to(tl.uint16, bitcast=True).to(tl.int32)
+
+
+@triton.jit
+def bits_to_f32(bits):
+    """fp32 values of int32-held bf16 patterns (exact)."""
+    return (bits << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def bits_to_bf16(bits):
+    """bf16 tensor of int32-held bf16 patterns, for stores and tensor-core operands."""
+    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def bf16_bits(x, HW_CVT: tl.constexpr):
+    """fp32 ``x`` rounded to bf16, nearest-even, as int32-held patterns.
+
+    ``HW_CVT``: the hardware conversion (``cvt.rn.bf16.f32``; a NaN becomes 0x7FFF). Otherwise integer
+    arithmetic the interpreter runs exactly (a NaN becomes 0x7FC0); both agree on every other value
+    (checked against torch over random fp32 patterns, Inf and the rounding ties included).
+    """
+    if HW_CVT:
+        return x.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.int32)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+        # Add just under half an ulp plus the kept lowest bit, then drop 16 bits: nearest, ties to even.
+        # The carry runs into the exponent as it should (up to +-Inf); two's complement makes the
+        # negative half the same operation on the magnitude bits.
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+        return tl.where((bits & 0x7FFFFFFF) > 0x7F800000, 0x7FC0, rounded)
+
+
+@triton.jit
+def post_stream(x, r0, r1, r2, r3, pk, c0k, c1k, c2k, c3k):
+    """fp32 ``post[k] * x + comb[0,k] * R0 + ... + comb[3,k] * R3`` for one output stream k.
+
+    ``x`` and ``r*`` are fp32 tiles [rows, cols]; ``pk`` and ``c*k`` the per-row coefficients [rows]. The
+    order (the product with x first, then the streams in index order, each product rounded before its
+    add) is the reference's, ``mxfuse.hc.hc_post``.
+    """
+    acc = pk[:, None] * x
+    acc = acc + c0k[:, None] * r0
+    acc = acc + c1k[:, None] * r1
+    acc = acc + c2k[:, None] * r2
+    acc = acc + c3k[:, None] * r3
+    return acc
+
+
+@triton.jit
+def load_post_coefs(post_ptr, comb_ptr, rows64, row_ok):
+    """The post step's per-row coefficients: post[t, k] (4), then comb[t, j, k] row-major (16)."""
+    p0 = tl.load(post_ptr + rows64 * 4, mask=row_ok, other=0.0)
+    p1 = tl.load(post_ptr + rows64 * 4 + 1, mask=row_ok, other=0.0)
+    p2 = tl.load(post_ptr + rows64 * 4 + 2, mask=row_ok, other=0.0)
+    p3 = tl.load(post_ptr + rows64 * 4 + 3, mask=row_ok, other=0.0)
+    c = comb_ptr + rows64 * 16
+    c00 = tl.load(c, mask=row_ok, other=0.0)
+    c01 = tl.load(c + 1, mask=row_ok, other=0.0)
+    c02 = tl.load(c + 2, mask=row_ok, other=0.0)
+    c03 = tl.load(c + 3, mask=row_ok, other=0.0)
+    c10 = tl.load(c + 4, mask=row_ok, other=0.0)
+    c11 = tl.load(c + 5, mask=row_ok, other=0.0)
+    c12 = tl.load(c + 6, mask=row_ok, other=0.0)
+    c13 = tl.load(c + 7, mask=row_ok, other=0.0)
+    c20 = tl.load(c + 8, mask=row_ok, other=0.0)
+    c21 = tl.load(c + 9, mask=row_ok, other=0.0)
+    c22 = tl.load(c + 10, mask=row_ok, other=0.0)
+    c23 = tl.load(c + 11, mask=row_ok, other=0.0)
+    c30 = tl.load(c + 12, mask=row_ok, other=0.0)
+    c31 = tl.load(c + 13, mask=row_ok, other=0.0)
+    c32 = tl.load(c + 14, mask=row_ok, other=0.0)
+    c33 = tl.load(c + 15, mask=row_ok, other=0.0)
+    return p0, p1, p2, p3, c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33
+
+
+@triton.jit
+def post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01, c02, c03, c10, c11,
+              c12, c13, c20, c21, c22, c23, c30, c31, c32, c33, HW_CVT: tl.constexpr):  # fmt: skip
+    """R' on rows x cols of all four streams: loaded, mixed (``post_stream``), rounded and stored.
+
+    Returns the four streams' int32-held bf16 patterns. x and R are read once, so their loads ask to
+    be evicted first.
+    """
+    xf = bits_to_f32(load_bf16_bits(x_ptr + rows64[:, None] * H + cols[None, :], mask, "", "evict_first"))
+    rbase = rows64[:, None] * (4 * H) + cols[None, :]
+    f0 = bits_to_f32(load_bf16_bits(r_ptr + rbase, mask, "", "evict_first"))
+    f1 = bits_to_f32(load_bf16_bits(r_ptr + rbase + H, mask, "", "evict_first"))
+    f2 = bits_to_f32(load_bf16_bits(r_ptr + rbase + 2 * H, mask, "", "evict_first"))
+    f3 = bits_to_f32(load_bf16_bits(r_ptr + rbase + 3 * H, mask, "", "evict_first"))
+    b0 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p0, c00, c10, c20, c30), HW_CVT)
+    b1 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p1, c01, c11, c21, c31), HW_CVT)
+    b2 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p2, c02, c12, c22, c32), HW_CVT)
+    b3 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p3, c03, c13, c23, c33), HW_CVT)
+    tl.store(ro_ptr + rbase, bits_to_bf16(b0), mask=mask)
+    tl.store(ro_ptr + rbase + H, bits_to_bf16(b1), mask=mask)
+    tl.store(ro_ptr + rbase + 2 * H, bits_to_bf16(b2), mask=mask)
+    tl.store(ro_ptr + rbase + 3 * H, bits_to_bf16(b3), mask=mask)
+    return b0, b1, b2, b3
+
+
+@triton.jit
+def mix_dot(acc, a_bits, fn_ptrs, fn_mask, HW_CVT: tl.constexpr):
+    """``acc += R'_k @ fn_k^T`` for one stream's bf16 tile ``a_bits`` [BT, BH] and fn rows [32, BH].
+
+    R' is exactly bf16, and an fp32 fn value is exactly the sum of three bf16 values (8 + 8 + 8
+    significant bits; ``hi`` rounds to nearest, so each remainder is exact), so three bf16 tensor-core
+    products with fp32 accumulation give the fp32 projection with exact products: the only error is the
+    fp32 accumulation's, as with fp32 FMA. Done on the CUDA cores instead, the 24 x 4H multiply-adds per
+    token (1.4 G at T = 2048, H = 7168) would take some 40 us of an H200's fp32 FMA rate, as long as
+    the boundary's whole memory floor. Without ``HW_CVT`` (the interpreter, whose bf16 dot multiplies
+    the raw bit patterns) the same three products run as fp32 dots.
+    """
+    f = tl.load(fn_ptrs, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+    if HW_CVT:
+        hi = f.to(tl.bfloat16)
+        rest = f - hi.to(tl.float32)
+        mid = rest.to(tl.bfloat16)
+        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+        a = bits_to_bf16(a_bits)
+        acc = tl.dot(a, tl.trans(hi), acc)
+        acc = tl.dot(a, tl.trans(mid), acc)
+        acc = tl.dot(a, tl.trans(lo), acc)
+    else:
+        hi = bf16_bits(f, False)
+        rest = f - bits_to_f32(hi)
+        mid = bf16_bits(rest, False)
+        lo = bf16_bits(rest - bits_to_f32(mid), False)
+        a = bits_to_f32(a_bits)
+        acc = tl.dot(a, tl.trans(bits_to_f32(hi)), acc, input_precision="ieee")
+        acc = tl.dot(a, tl.trans(bits_to_f32(mid)), acc, input_precision="ieee")
+        acc = tl.dot(a, tl.trans(bits_to_f32(lo)), acc, input_precision="ieee")
+    return acc

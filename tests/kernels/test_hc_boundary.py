@@ -1,0 +1,318 @@
+"""The fused mHC boundary kernel on the GPU: every contract of the boundary, and the fused path proven.
+
+Outputs are poisoned (0xA5) before each call, so an unwritten byte fails; contracts and tolerances are
+in tests/support/hc_checks.py. Shapes sample T in {1, 3, 16, 64, 129, 2048} x H in {4096, 5120, 7168} x
+both orderings x the three scale layouts: every T with both orderings at H = 5120 (deepgemm), the other
+layouts at T = 3 and 129, and the other hiddens at four T each. The scale layout, the rounding and the
+loop counts are runtime arguments of the kernel, so few compiled variants serve the whole sample (the
+first run compiles about twenty; keeping this file near two minutes on an H200).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hc_checks import assert_boundary_matches, poison_outputs, written_buffers
+from hc_inputs import MODEL_SCALARS, BoundaryInputs, make_inputs
+
+from gpumatrix import register
+from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
+from mxfuse import MxfuseError, MxfuseUnavailableError, hc, witness
+from mxfuse.formats import ScaleLayout, ScaleRounding
+from mxfuse.kernels.hc_boundary import launch_boundary
+from mxfuse.kernels.hc_plan import HcScalars, HcWorkspace
+
+register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
+
+DEVICE = "cuda"
+ORDERINGS = {"normal": False, "shifted": True}
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_inputs(tokens: int, hidden: int, shifted: bool, seed: int, copies: tuple[int, ...]) -> BoundaryInputs:
+    return make_inputs(tokens, hidden, shifted=shifted, seed=seed, device=DEVICE, copies_of_row0=copies)
+
+
+def _inputs(tokens: int, hidden: int, shifted: bool, *, seed: int = 0, copies: tuple[int, ...] = ()):
+    """Fresh copies of cached inputs (tests may write into theirs)."""
+    cached = _cached_inputs(tokens, hidden, shifted, seed, copies)
+    tensors = {k: (None if v is None else v.clone()) for k, v in cached.tensors().items()}
+    return BoundaryInputs(**tensors, scalars=dict(cached.scalars))
+
+
+def _outputs(tokens: int, hidden: int, layout: str = "deepgemm", *, y: bool = True, pair: bool = True):
+    out = hc.empty_hc_boundary_outputs(tokens, hidden, device=DEVICE, y=y, pair=pair, scale_layout=layout)
+    return poison_outputs(out, layout)
+
+
+def _reference(inputs: BoundaryInputs, layout: str = "deepgemm", rounding: str = "rceil"):
+    return hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs(), scale_layout=layout, rounding=rounding)
+
+
+def _boundary(inputs: BoundaryInputs, out: hc.HcBoundaryOutputs, layout: str = "deepgemm", **kwargs):
+    """Run the boundary into ``out``; returns the witness records it emitted."""
+    with witness.capture() as records:
+        got = hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), scale_layout=layout, out=out, **kwargs)
+    torch.cuda.synchronize()
+    assert got is out
+    return records
+
+
+MATRIX = (
+    [(t, 5120, o, "deepgemm") for t in (1, 3, 16, 64, 129, 2048) for o in ORDERINGS]
+    + [(t, 5120, o, lay) for t in (3, 129) for o in ORDERINGS for lay in ("e8m0", "swizzled_128x4")]
+    + [
+        (1, 4096, "normal", "swizzled_128x4"),
+        (64, 4096, "shifted", "swizzled_128x4"),
+        (129, 4096, "shifted", "e8m0"),
+        (2048, 4096, "normal", "deepgemm"),
+        (1, 7168, "shifted", "deepgemm"),
+        (16, 7168, "normal", "e8m0"),
+        (129, 7168, "normal", "swizzled_128x4"),
+        (2048, 7168, "shifted", "e8m0"),
+    ]
+)
+
+
+@pytest.mark.parametrize(("tokens", "hidden", "ordering", "layout"), MATRIX, ids=[" ".join(map(str, c)) for c in MATRIX])
+def test_fused_kernel_matches_reference(tokens, hidden, ordering, layout):
+    inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    out = _outputs(tokens, hidden, layout)
+    records = _boundary(inputs, out, layout)
+    assert [r["path"] for r in records] == ["hc.boundary.kernel.pair"]
+    assert records[0]["ordering"] == ordering and records[0]["scale_layout"] == layout
+    assert_boundary_matches(out, _reference(inputs, layout), layout=layout)
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+@pytest.mark.parametrize(("tokens", "hidden"), [(3, 5120), (2048, 7168)])
+def test_residual_is_bit_identical_to_the_unfused_chain(tokens, hidden, ordering):
+    inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    fused = _outputs(tokens, hidden)
+    _boundary(inputs, fused)
+    unfused = _outputs(tokens, hidden)
+    records = _boundary(inputs, unfused, fused=False)
+    assert [r["path"] for r in records] == ["hc.boundary.unfused"]
+    assert_same_bits(fused.residual, unfused.residual, name="R' fused vs unfused")
+    assert_boundary_matches(unfused, _reference(inputs), layout="deepgemm")
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+def test_twenty_reruns_are_bitwise_identical(ordering):
+    tokens, hidden = 129, 5120  # three token blocks, lagged phases
+    inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    first = _outputs(tokens, hidden)
+    _boundary(inputs, first)
+    for rerun in range(20):
+        again = _outputs(tokens, hidden)
+        poison_outputs(again, "deepgemm", byte=0x5A if rerun % 2 else 0xA5)
+        _boundary(inputs, again)
+        for a, b in zip(written_buffers(again, "deepgemm"), written_buffers(first, "deepgemm"), strict=True):
+            assert_same_bits(a, b, name=f"rerun {rerun}")
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+@pytest.mark.parametrize(
+    ("tokens", "copies"), [(129, (1, 63, 64, 65, 127, 128)), (2048, (63, 64, 511, 512, 1025, 2047))]
+)
+def test_rows_copied_from_row_0_give_row_0s_outputs(tokens, copies, ordering):
+    inputs = _inputs(tokens, 5120, ORDERINGS[ordering], copies=copies)
+    out = _outputs(tokens, 5120)
+    _boundary(inputs, out)
+    for row in copies:
+        for name in ("residual", "pre", "post", "comb", "y"):
+            assert_same_bits(getattr(out, name)[row], getattr(out, name)[0], name=f"{name} row {row}")
+        assert_same_bits(out.pair[0][row].view(torch.uint8), out.pair[0][0].view(torch.uint8), name=f"q row {row}")
+        assert_same_bits(out.pair[1][row], out.pair[1][0], name=f"scales row {row}")
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+def test_non_finite_tokens_stay_in_their_token(ordering):
+    """NaN in a token's residual: all its outputs NaN, pair blocks 0xFF. Inf in a token's x: its
+    coefficients NaN, and y NaN wherever the math makes it (all of it in the normal ordering). Every
+    other token is bitwise what the same call without them writes."""
+    tokens, hidden, nan_token, inf_token = 16, 5120, 5, 9
+    clean_inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    clean = _outputs(tokens, hidden)
+    _boundary(clean_inputs, clean)
+    inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    inputs.residual[nan_token, 3, 1000] = float("nan")
+    inputs.x[inf_token, 77] = float("inf")
+    out = _outputs(tokens, hidden)
+    _boundary(inputs, out)
+    others = [t for t in range(tokens) if t not in (nan_token, inf_token)]
+    for name in ("residual", "pre", "post", "comb", "y"):
+        assert_same_bits(getattr(out, name)[others], getattr(clean, name)[others], name=f"{name}, other tokens")
+    assert_same_bits(out.pair[0][others].view(torch.uint8), clean.pair[0][others].view(torch.uint8), name="q")
+    assert_same_bits(out.pair[1][others], clean.pair[1][others], name="scales, other tokens")
+    for token in (nan_token, inf_token):
+        for name in ("pre", "post", "comb"):
+            assert torch.isnan(getattr(out, name)[token]).all(), (name, token)
+    assert torch.isnan(out.y[nan_token]).all()
+    assert (out.pair[0][nan_token].view(torch.uint8) == 0x7F).all()
+    assert (out.pair[1][nan_token] == -1).all()  # every scale byte 0xFF
+    if ordering == "normal":
+        assert torch.isnan(out.y[inf_token]).all()
+    else:
+        assert torch.isnan(out.y[inf_token, 77]) and not torch.isnan(out.y[inf_token]).all()
+    ref = _reference(inputs)
+    for token in (nan_token, inf_token):
+        assert_same_bits(torch.isnan(out.y[token]), torch.isnan(ref.y[token]), name="where y is NaN")
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+@pytest.mark.parametrize(("tokens", "layout"), [(1, "swizzled_128x4"), (129, "deepgemm")])
+def test_cuda_graph_capture_and_replay_with_fresh_inputs(tokens, layout, ordering):
+    hidden = 5120
+    inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    out = _outputs(tokens, hidden, layout)
+    _boundary(inputs, out, layout)  # compile and size the workspace outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with witness.capture() as records:
+        with torch.cuda.graph(graph):
+            hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), scale_layout=layout, out=out)
+    assert [r["path"] for r in records] == ["hc.boundary.kernel.pair"]
+    for seed in (11, 12):
+        fresh = make_inputs(tokens, hidden, shifted=ORDERINGS[ordering], seed=seed, device=DEVICE)
+        for name, tensor in inputs.tensors().items():
+            if tensor is not None:
+                tensor.copy_(getattr(fresh, name))
+        poison_outputs(out, layout, byte=0x5A)
+        with witness.capture() as replayed:
+            graph.replay()
+        torch.cuda.synchronize()
+        assert replayed == []  # decided once, at capture
+        assert_boundary_matches(out, _reference(fresh, layout), layout=layout)
+
+
+def test_workspace_cannot_grow_during_capture():
+    inputs = _inputs(3, 5120, False)
+    out = _outputs(3, 5120)
+    before = [b.clone() for b in written_buffers(out, "deepgemm")]
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(MxfuseError, match="cannot grow during CUDA-graph capture"):
+        with torch.cuda.graph(graph):
+            hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), out=out, workspace=HcWorkspace(DEVICE))
+    torch.cuda.synchronize()
+    for a, b in zip(written_buffers(out, "deepgemm"), before, strict=True):
+        assert_same_bits(a, b, name="an out buffer after a refused call")
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+def test_hardware_and_integer_rounding_paths_agree(ordering):
+    """hw_cvt=False (the interpreter's arithmetic: integer bf16/E4M3 rounding, fp32 FMA dots) on the GPU."""
+    tokens, hidden = 129, 5120
+    inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    hardware = _outputs(tokens, hidden)
+    _boundary(inputs, hardware)
+    integer = _outputs(tokens, hidden)
+    launch_boundary(
+        inputs.x, inputs.residual, inputs.post, inputs.comb, inputs.prev_pre, inputs.fn, inputs.scale,
+        inputs.base, inputs.norm_weight, scalars=HcScalars(**inputs.scalars), residual_out=integer.residual,
+        pre_out=integer.pre, post_out=integer.post, comb_out=integer.comb, y_out=integer.y,
+        pair_out=integer.pair, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM,
+        workspace=HcWorkspace(DEVICE), hw_cvt=False,
+    )  # fmt: skip
+    torch.cuda.synchronize()
+    assert_same_bits(integer.residual, hardware.residual, name="R' integer vs hardware rounding")
+    assert_boundary_matches(integer, _reference(inputs), layout="deepgemm")
+
+
+def test_y_only_and_pair_only():
+    tokens, hidden = 16, 5120
+    inputs = _inputs(tokens, hidden, True)
+    both = _outputs(tokens, hidden)
+    _boundary(inputs, both)
+    y_only = _outputs(tokens, hidden, pair=False)
+    assert [r["path"] for r in _boundary(inputs, y_only)] == ["hc.boundary.kernel.bf16"]
+    assert_same_bits(y_only.y, both.y, name="y")
+    pair_only = _outputs(tokens, hidden, y=False)
+    assert [r["path"] for r in _boundary(inputs, pair_only)] == ["hc.boundary.kernel.pair"]
+    assert_same_bits(pair_only.pair[0].view(torch.uint8), both.pair[0].view(torch.uint8), name="q")
+    assert_same_bits(pair_only.pair[1], both.pair[1], name="scales")
+    assert_same_bits(pair_only.residual, both.residual, name="R'")
+
+
+def test_floor_rounding_fp32_weight_model_scalars_in_place():
+    """FLOOR scales, an fp32 norm weight, V4.1-Flash's rms_eps = 1e-20, and R' written over residual."""
+    tokens, hidden = 64, 5120
+    inputs = _inputs(tokens, hidden, False)
+    inputs.scalars = {**MODEL_SCALARS, "rms_eps": 1e-20}
+    inputs.norm_weight = inputs.norm_weight.float() * 1.01
+    ref = _reference(inputs, "e8m0", "floor")
+    out = _outputs(tokens, hidden, "e8m0")
+    out = hc.HcBoundaryOutputs(inputs.residual, out.pre, out.post, out.comb, out.y, out.pair)
+    _boundary(inputs, out, "e8m0", rounding="floor")
+    assert_boundary_matches(out, ref, layout="e8m0", rounding="floor")
+
+
+def test_zero_tokens():
+    inputs = _inputs(0, 5120, True)
+    out = _outputs(0, 5120, "swizzled_128x4")
+    records = _boundary(inputs, out, "swizzled_128x4")
+    assert [r["path"] for r in records] == ["hc.boundary.kernel.pair"] and records[0]["rows"] == 0
+    fresh = hc.mhc_boundary(*inputs.args(), **inputs.kwargs())
+    assert fresh.residual.is_cuda and tuple(fresh.residual.shape) == (0, 4, 5120) and fresh.pair[0].numel() == 0
+
+
+def _refused(inputs: BoundaryInputs, out: hc.HcBoundaryOutputs, error: type, match: str, **changes) -> None:
+    args = dict(zip(("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"), inputs.args(), strict=True))
+    kwargs = inputs.kwargs()
+    for key, value in changes.items():
+        (args if key in args else kwargs)[key] = value
+    before = [b.clone() for b in written_buffers(out, "deepgemm")]
+    with pytest.raises(error, match=match):
+        hc.mhc_boundary(**args, **kwargs, out=out)
+    torch.cuda.synchronize()
+    for a, b in zip(written_buffers(out, "deepgemm"), before, strict=True):
+        assert_same_bits(a, b, name="an out buffer after a refused call")
+
+
+def _bf16(*shape: int) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=torch.bfloat16, device=DEVICE)
+
+
+# (name, the changed arguments (built at run time: no CUDA at import), error, match)
+BAD = [
+    ("prev_pre on the CPU", lambda: {"prev_pre": torch.zeros(3, 4)}, ValueError, r"prev_pre must be on cuda:0 \(where x is\)"),
+    ("fn bf16", lambda: {"fn": _bf16(24, 4 * 5120)}, ValueError, "fn must be torch.float32"),
+    ("n = 2", lambda: {"residual": _bf16(3, 2, 5120)}, ValueError, r"residual.shape\[1\] \(n, the number of streams\) must be 4"),
+    ("norm_weight strided", lambda: {"norm_weight": _bf16(2 * 5120)[::2]}, ValueError, "norm_weight must be contiguous"),
+    ("sinkhorn_iters 0", lambda: {"sinkhorn_iters": 0}, ValueError, "sinkhorn_iters must be >= 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "changes", "error", "match"), BAD, ids=[b[0] for b in BAD])
+def test_bad_arguments_are_refused_before_anything_is_written(name, changes, error, match):
+    _refused(_inputs(3, 5120, True), _outputs(3, 5120), error, match, **changes())
+
+
+def test_out_on_another_device_and_h_not_a_multiple_of_128():
+    inputs = _inputs(3, 5120, True)
+    on_cpu = poison_outputs(hc.empty_hc_boundary_outputs(3, 5120, device="cpu"), "deepgemm")
+    with pytest.raises(ValueError, match=r"out.residual must be on cuda:0"):
+        hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), out=on_cpu)
+    assert (on_cpu.residual.view(torch.uint8) == 0xA5).all()
+    x = torch.zeros(3, 5000, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(ValueError, match=r"x.shape\[1\] \(H\) must be a positive multiple of 128; got 5000"):
+        hc.mhc_boundary(x, *inputs.args()[1:], **inputs.kwargs())
+
+
+def test_gpus_without_fp8_conversion_are_refused(monkeypatch):
+    inputs = _inputs(3, 5120, True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
+    _refused(inputs, _outputs(3, 5120), MxfuseUnavailableError, r"needs FP8 conversion \(sm_89\+\); .* is sm_86")
+
+
+def test_gpu_reference_matches_cpu_reference():
+    """The comparisons above use the reference on the GPU; anchor it to the CPU one."""
+    inputs = _inputs(129, 4096, True)
+    gpu = _reference(inputs)
+    cpu_inputs = BoundaryInputs(**{k: (None if v is None else v.cpu()) for k, v in inputs.tensors().items()},
+                                scalars=inputs.scalars)  # fmt: skip
+    cpu = _reference(cpu_inputs)
+    assert_same_bits(gpu.residual.cpu(), cpu.residual, name="R'")
+    assert_ulp_close(gpu.y.cpu(), cpu.y, max_ulp=1, name="y")
+    assert_close(gpu.comb.cpu(), cpu.comb, name="comb'")
