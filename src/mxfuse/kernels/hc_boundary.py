@@ -39,7 +39,7 @@ import triton.language as tl
 
 from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
 from mxfuse.kernels.hc_plan import (
-    RECORD,
+    RECORD as _RECORD_INT,
     HcConfig,
     HcScalars,
     HcWorkspace,
@@ -66,7 +66,8 @@ from mxfuse.kernels.mxfp8_tile import (
 
 __all__ = ["launch_boundary", "launch_phases"]
 
-N_MIX = 24  # logits per token: pre n | post n | comb n*n, n = 4
+_RECORD = tl.constexpr(_RECORD_INT)  # kernels may read only constexpr globals
+N_MIX = tl.constexpr(24)  # logits per token: pre n | post n | comb n*n, n = 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,10 +172,10 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_p
             tl.store(v_ptr + rows64[:, None] * H + cols[None, :], bits_to_bf16(vb), mask=mask)
             vf = bits_to_f32(vb)
             sumv2 += tl.sum(vf * vf, axis=1)
-    col = tl.arange(0, RECORD)[None, :]
+    col = tl.arange(0, _RECORD)[None, :]
     record = tl.where(col == 24, sumsq[:, None], tl.where(col == 25, sumv2[:, None], acc))
     slot = (b * S_A + s).to(tl.int64) * BT + tl.arange(0, BT)[:, None]
-    tl.store(part_ptr + slot * RECORD + col, record)
+    tl.store(part_ptr + slot * _RECORD + col, record)
 
 
 @triton.jit
@@ -196,7 +197,7 @@ def _phase_r(b, g, part_ptr, stat_ptr, pre_ptr, posto_ptr, combo_ptr, scale_ptr,
     t = tl.zeros((RB, 8, 4), dtype=tl.float32)
     for i in range(r_steps):
         sp = i * SB + si
-        ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr[None, :, None, None]) * RECORD + col[None]
+        ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr[None, :, None, None]) * _RECORD + col[None]
         t += tl.sum(tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg"), axis=0)
     sumsq = tl.sum(tl.sum(tl.where(col == 24, t, 0.0), axis=2), axis=1)
     sumv2 = tl.sum(tl.sum(tl.where(col == 25, t, 0.0), axis=2), axis=1)

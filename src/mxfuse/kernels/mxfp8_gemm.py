@@ -332,11 +332,16 @@ def _dq16_tile(ptr_rows, scale_bytes, ok_rows, g_ok, g, lane, BR: tl.constexpr, 
         other=0.0,
     )
     s = scale_bytes.to(tl.int32)
+    # A NaN block (0xFF) makes its whole row NaN through the returned reference byte; it takes no part
+    # in the folding, so it cannot push the other rows of the tile onto the per-group path (their bits
+    # stay what they are without it).
+    nan_row = tl.max((s == 255).to(tl.int32), axis=1) > 0
+    s = tl.where(s == 255, 0, s)
     s_ref = tl.max(s, axis=1)
     f = _fp16_relative(s, s_ref)
     v = q.to(tl.float16) * f[:, :, None]
     spread = tl.min(tl.where(s > 0, s - s_ref[:, None], 0))
-    return tl.reshape(v, [BR, BG * 32]), s_ref, spread
+    return tl.reshape(v, [BR, BG * 32]), tl.where(nan_row, 255, s_ref), spread
 
 
 @triton.jit
