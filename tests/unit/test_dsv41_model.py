@@ -221,9 +221,12 @@ def test_the_lifecycle_refuses_out_of_order_calls(checkpoint):
 )
 def test_bad_checkpoint_tensors_are_refused_by_name(name, tensor, match):
     model = AttentionSublayer(TINY, path="unfused")
+    good = ("attn_norm.weight", torch.ones(TINY.hidden, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match=match):
-        model.load_weights([(name, tensor)])
-    assert model.state == "requested"
+        model.load_weights([good, (name, tensor)])
+    assert model.state == "requested"  # nothing of the refused call was staged
+    with pytest.raises(LayerNotReadyError, match="nothing to process"):
+        model.process_weights_after_loading()
 
 
 def test_a_reload_copies_in_place_and_computes_with_the_new_weights(tmp_path, checkpoint):

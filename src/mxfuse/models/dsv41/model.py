@@ -148,9 +148,10 @@ class AttentionSublayer(nn.Module):
         """Stage checkpoint tensors (names without the ``layers.<i>.`` prefix, a rank's shard: what
         ``read_checkpoint`` yields) for ``process_weights_after_loading``; returns the names staged.
 
-        Each tensor is checked against the checkpoint format (name, dtype, shape) as it arrives.
+        Each tensor is checked against the checkpoint format (name, dtype, shape) as it arrives; a bad one
+        raises and stages nothing of this call.
         """
-        staged: set[str] = set()
+        staged: dict[str, torch.Tensor] = {}
         for item in weights:
             if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
                 raise TypeError(f"weights must yield (name, tensor) pairs; got {item!r:.80}")
@@ -171,11 +172,11 @@ class AttentionSublayer(nn.Module):
                 )
             if dtype == "e8m0":
                 tensor = tensor.view(torch.uint8)
-            self._staged[name] = tensor.to(self.device)
-            staged.add(name)
+            staged[name] = tensor.to(self.device)
         if staged:
+            self._staged.update(staged)
             self._state = "loaded"
-        return staged
+        return set(staged)
 
     def process_weights_after_loading(self) -> LoadResult:
         """Prepare what was loaded for this path and settle both linears' facts."""
