@@ -1,0 +1,435 @@
+"""``AttentionSublayer``: one DeepSeek-V4.1 attention sublayer between two hyper-connection boundaries.
+
+One decode step of T tokens::
+
+    boundary 1  post of the previous sublayer (the FFN before), mixes + Sinkhorn with hc_attn, collapse
+                with the carried pre (V4.1 shifted ordering), attn_norm          -> y, or wqkv_a's pair
+    wqkv_a      MxLinear [q_lora_rank + head_dim, hidden]: q_lora | the shared KV head
+    q           q_norm, wq_b (bf16), per-head RMS; kv: kv_norm               (``attention.py``)
+    attention   multi-query over the KV cache                                 -> o [T, heads * head_dim]
+    wo_a        grouped projection o [T, G, r] x [G, R, r] -> z [T, G * R]     -> bf16 z, or wo_b's pair
+    wo_b        MxLinear [hidden, G * R]                                       -> attn_out
+    boundary 2  post of attention, mixes with hc_ffn, collapse with boundary 1's pre, ffn_norm -> y
+
+Three paths, one model (``path``), all loaded from the same checkpoint:
+
+* ``fused``: the producers write the consumers' MXFP8 pairs (boundary 1 for wqkv_a, wo_a's epilogue
+  for wo_b) and the linears consume them (witness ``linear.pair_consumed``). Whether a producer writes a
+  pair is the consuming layer's gate (``MxLinear.gate(T)``): at T > 2048 or in prefill the producers
+  write bf16 and the layers take their bf16 path, the gate's reason in their witness records.
+* ``unfused``: the producers write bf16; each linear quantizes its own input (``linear.self_quantized``).
+  The producers' contracts (their pair is bit for bit ``quantize_mxfp8`` of their bf16 output) make
+  every GEMM input, hence every output, bit-identical to ``fused``.
+* ``bf16``: no MXFP8 anywhere. The weights are the checkpoint's, dequantized to bf16 (exact: an E4M3
+  code times a power of two fits bf16), wo_a a bf16 batched matmul of the unquantized o.
+
+Lifecycle, as ``MxLinear``'s: construction is the request, ``load_weights(named tensors)`` stages the
+checkpoint (checked name by name), ``process_weights_after_loading()`` stacks wq_a and wkv into wqkv_a,
+prepares every weight for its path and settles the layers' facts. A reload copies into the prepared
+tensors in place wherever shapes allow, so captured CUDA graphs read the new weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mxfuse.einsum import WoAWeight, grouped_wo_a, prepare_wo_a_weight
+from mxfuse.formats import ScaleLayout, dequantize_mxfp8, empty_mxfp8_pair, parse_scale_layout
+from mxfuse.gemm import Availability, expand_block_scales
+from mxfuse.hc import N_STREAMS, mhc_boundary
+from mxfuse.kernels import quantize_mxfp8
+from mxfuse.layers import (
+    ForwardContext,
+    LayerNotReadyError,
+    MxLinear,
+    ProcessResult,
+    can_copy_into,
+    copy_or_rebind_param,
+)
+from mxfuse.models.dsv41.attention import mqa_attention, rms_norm
+from mxfuse.models.dsv41.checkpoint import local_shapes, read_checkpoint
+from mxfuse.models.dsv41.config import Dsv41Config
+from mxfuse.models.dsv41.state import HcState, KvCache, StepOutputs
+
+__all__ = ["AttentionSublayer", "LoadResult", "SublayerPath", "load_sublayer"]
+
+StatusFn = Callable[[torch.device], Mapping[str, Availability]]
+
+# checkpoint name -> parameter name, for the tensors used as they are (bf16 norms and wq_b, fp32 hc)
+_PLAIN = {
+    "attn.q_norm.weight": "q_norm",
+    "attn.kv_norm.weight": "kv_norm",
+    "attn.wq_b.weight": "wq_b",
+    "attn_norm.weight": "attn_norm",
+    "ffn_norm.weight": "ffn_norm",
+    **{f"hc_{sub}_{part}": f"hc_{sub}_{part}" for sub in ("attn", "ffn") for part in ("fn", "base", "scale")},
+}
+_HC_POST_SCALE = 2.0  # 2 * sigmoid: every V4/V4.1 config
+
+
+class SublayerPath(str, Enum):
+    FUSED = "fused"
+    UNFUSED = "unfused"
+    BF16 = "bf16"
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What ``process_weights_after_loading`` did: the two linears' results and the tensors rebound."""
+
+    wqkv_a: ProcessResult
+    wo_b: ProcessResult
+    rebound: tuple[str, ...]
+
+    @property
+    def graph_safe(self) -> bool:
+        """True when CUDA graphs captured before this (re)load read the new weights."""
+        return not self.rebound and self.wqkv_a.graph_safe and self.wo_b.graph_safe
+
+
+class AttentionSublayer(nn.Module):
+    """The attention sublayer of ``config`` on ``device``, computed by ``path`` (see the module docstring).
+
+    ``next_pair_layout``: also return the FFN's input as an MXFP8 pair in this layout (the fused path's
+    boundary writes it, the unfused path quantizes y); only when wqkv_a's gate says yes, the rule the
+    next sublayer's linear would apply at the same T and mode. ``layer``: the checkpoint layer and the
+    witness sites' prefix. ``backend_status``: passed to the linears (tests model other devices).
+    """
+
+    def __init__(
+        self,
+        config: Dsv41Config,
+        *,
+        path: SublayerPath | str = SublayerPath.FUSED,
+        device: torch.device | str = "cpu",
+        next_pair_layout: ScaleLayout | str | None = None,
+        layer: int = 0,
+        backend_status: StatusFn | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(config, Dsv41Config):
+            raise TypeError(f"config must be a Dsv41Config; got {type(config).__name__}")
+        try:
+            self.path = SublayerPath(path)
+        except ValueError:
+            raise ValueError(f"path must be one of 'fused', 'unfused', 'bf16'; got {path!r}") from None
+        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+            raise ValueError(f"layer must be an int >= 0; got {layer!r}")
+        self.config = config
+        self.layer = layer
+        self.device = _canonical(torch.device(device))
+        self.next_pair_layout = None if next_pair_layout is None else parse_scale_layout(next_pair_layout)
+        mx = self.path is not SublayerPath.BF16
+        c, site = config, f"layers.{layer}.attn"
+        common = {"mxfp8_input": mx, "device": self.device, "backend_status": backend_status}
+        self.wqkv_a = MxLinear(c.hidden, c.wqkv_a_out, name=f"{site}.wqkv_a", **common)
+        self.wo_b = MxLinear(c.wo_b_in, c.hidden, name=f"{site}.wo_b", **common)
+        self.wo_a: WoAWeight | None = None  # the MXFP8 paths' grouped weight
+        for slot in (*_PLAIN.values(), "wo_a_bf16"):
+            self.register_parameter(slot, None)
+        self._shapes = local_shapes(config)
+        self._staged: dict[str, torch.Tensor] = {}
+        self._state = "requested"
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    # ---- load ----------------------------------------------------------------------------------------
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Stage checkpoint tensors (names without the ``layers.<i>.`` prefix, a rank's shard: what
+        ``read_checkpoint`` yields) for ``process_weights_after_loading``; returns the names staged.
+
+        Each tensor is checked against the checkpoint format (name, dtype, shape) as it arrives; a bad one
+        raises and stages nothing of this call.
+        """
+        staged: dict[str, torch.Tensor] = {}
+        for item in weights:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+                raise TypeError(f"weights must yield (name, tensor) pairs; got {item!r:.80}")
+            name, tensor = item
+            if name not in self._shapes:
+                raise ValueError(
+                    f"weights: unexpected tensor {name!r}; this sublayer loads {sorted(self._shapes)}"
+                )
+            dtype, shape = self._shapes[name]
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"weights: {name} must be a torch.Tensor; got {type(tensor).__name__}")
+            dtypes = (torch.float8_e8m0fnu, torch.uint8) if dtype == "e8m0" else (dtype,)
+            if tensor.dtype not in dtypes or tuple(tensor.shape) != shape:
+                want = " or ".join(str(d) for d in dtypes)
+                raise ValueError(
+                    f"weights: {name} must be {want} of shape {list(shape)} on this rank; "
+                    f"got {tensor.dtype} {list(tensor.shape)}"
+                )
+            if dtype == "e8m0":
+                tensor = tensor.view(torch.uint8)
+            staged[name] = tensor.to(self.device)
+        if staged:
+            self._staged.update(staged)
+            self._state = "loaded"
+        return set(staged)
+
+    def process_weights_after_loading(self) -> LoadResult:
+        """Prepare what was loaded for this path and settle both linears' facts."""
+        if self._state != "loaded":
+            raise LayerNotReadyError(
+                f"layers.{self.layer}.attn: nothing to process; call load_weights(...) first"
+            )
+        missing = sorted(set(self._shapes) - set(self._staged))
+        if missing:
+            raise ValueError(f"weights: the checkpoint is missing {missing}")
+        s = self._staged
+        bf16 = self.path is SublayerPath.BF16
+        rebound: list[str] = []
+        wq_a = (s["attn.wq_a.weight"], s["attn.wq_a.scale"])
+        wkv = (s["attn.wkv.weight"], s["attn.wkv.scale"])
+        if bf16:
+            self.wqkv_a.load_weights(torch.cat([_dequantized(*wq_a), _dequantized(*wkv)]))
+            self.wo_b.load_weights(_dequantized(s["attn.wo_b.weight"], s["attn.wo_b.scale"]))
+        else:
+            # q_lora_rank is a multiple of 32, so wq_a's 32x32 scale blocks end where wkv's begin.
+            self.wqkv_a.load_weights(torch.cat([wq_a[0], wkv[0]]), torch.cat([wq_a[1], wkv[1]]))
+            self.wo_b.load_weights(s["attn.wo_b.weight"], s["attn.wo_b.scale"])
+        wqkv_a, wo_b = self.wqkv_a.process_weights_after_loading(), self.wo_b.process_weights_after_loading()
+
+        c = self.config
+        w, scale = s["attn.wo_a.weight"], s["attn.wo_a.scale"]
+        if bf16:
+            value = _dequantized(w, scale).view(c.local_groups, c.o_lora_rank, c.group_width)
+            rebound += self._commit("wo_a_bf16", value)
+        else:
+            prepared = prepare_wo_a_weight(w, scale, groups=c.local_groups)
+            old = self.wo_a
+            if (
+                old is not None
+                and old.qweight.shape == prepared.qweight.shape
+                and old.device == prepared.device
+            ):
+                old.qweight.copy_(prepared.qweight)
+                old.scale.copy_(prepared.scale)
+            else:
+                if old is not None:
+                    rebound.append("wo_a")
+                self.wo_a = prepared
+        for name, slot in _PLAIN.items():
+            rebound += self._commit(slot, s[name])
+        self._staged = {}
+        self._state = "ready"
+        return LoadResult(wqkv_a, wo_b, tuple(rebound))
+
+    def _commit(self, slot: str, value: torch.Tensor) -> list[str]:
+        old = getattr(self, slot)
+        if old is None or not can_copy_into(old, value):
+            value = value.clone()  # never own the caller's tensor: a later in-place reload would write it
+        update = copy_or_rebind_param(self, slot, value, site=f"layers.{self.layer}.attn")
+        return [] if update.graph_safe else [slot]
+
+    # ---- forward -------------------------------------------------------------------------------------
+
+    def forward(
+        self, state: HcState, cache: KvCache, *, context: ForwardContext | str | None = None
+    ) -> StepOutputs:
+        """One step of ``state.tokens`` tokens against ``cache`` (written at the new positions).
+
+        ``context``: the forward mode (else the ambient ``forward_context``, else decode), passed to the
+        linears and their gates. Inputs are checked before anything is written.
+        """
+        if self._state != "ready":
+            raise LayerNotReadyError(
+                f"layers.{self.layer}.attn is {self._state}; call load_weights(...) and then "
+                "process_weights_after_loading() before forward"
+            )
+        tokens = self._check_inputs(state, cache)
+        c = self.config
+        fused = self.path is SublayerPath.FUSED
+        hc = {
+            "hc_norm_eps": c.rms_norm_eps,
+            "hc_pre_eps": c.hc_eps,
+            "hc_post_scale": _HC_POST_SCALE,
+            "sinkhorn_eps": c.hc_eps,
+            "sinkhorn_iters": c.hc_sinkhorn_iters,
+            "rms_eps": c.rms_norm_eps,
+        }
+
+        # Boundary 1: the previous sublayer's post, then this sublayer's pre; its y feeds wqkv_a.
+        pair_in = fused and self.wqkv_a.gate(tokens, context=context).fused
+        b1 = mhc_boundary(
+            state.x,
+            state.residual,
+            state.post,
+            state.comb,
+            self.hc_attn_fn,
+            self.hc_attn_scale,
+            self.hc_attn_base,
+            self.attn_norm,
+            prev_pre=state.prev_pre,
+            want_y=not pair_in,
+            want_pair=pair_in,
+            **hc,
+            **self._pair_format(self.wqkv_a, pair_in),
+        )
+        qkv = self.wqkv_a(b1.pair if pair_in else b1.y, context=context)
+
+        q_lora, kv = qkv.split([c.q_lora_rank, c.head_dim], dim=1)
+        q = F.linear(rms_norm(q_lora, self.q_norm, eps=c.rms_norm_eps), self.wq_b)
+        q = rms_norm(q.view(tokens, c.local_heads, c.head_dim), None, eps=c.rms_norm_eps)
+        o = mqa_attention(q, rms_norm(kv, self.kv_norm, eps=c.rms_norm_eps), cache, scale=c.softmax_scale)
+
+        z = self._wo_a(o, tokens, context)
+        attn_out = self.wo_b(z, context=context)
+
+        # Boundary 2: attention's post, then the FFN's pre; y (and the pair if asked) feed the FFN.
+        pair_next = (
+            self.next_pair_layout is not None
+            and self.path is not SublayerPath.BF16
+            and self.wqkv_a.gate(tokens, context=context).fused
+        )
+        b2 = mhc_boundary(
+            attn_out,
+            b1.residual,
+            b1.post,
+            b1.comb,
+            self.hc_ffn_fn,
+            self.hc_ffn_scale,
+            self.hc_ffn_base,
+            self.ffn_norm,
+            prev_pre=b1.pre,
+            want_y=True,
+            want_pair=fused and pair_next,
+            **hc,
+            scale_layout=self.next_pair_layout or ScaleLayout.DEEPGEMM,
+            rounding=self.wqkv_a.rounding,
+        )
+        pair = b2.pair
+        if pair_next and not fused:
+            pair = quantize_mxfp8(b2.y, rounding=self.wqkv_a.rounding, scale_layout=self.next_pair_layout)
+        return StepOutputs(attn_out, b2.residual, b2.pre, b2.post, b2.comb, b2.y, pair)
+
+    @staticmethod
+    def _pair_format(layer: MxLinear, pair: bool) -> dict[str, object]:
+        if not pair:
+            return {}
+        return {"scale_layout": layer.input_scale_layout, "rounding": layer.rounding}
+
+    def _wo_a(
+        self, o: torch.Tensor, tokens: int, context: ForwardContext | str | None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """wo_b's input: the MXFP8 pair of z (fused, gate yes), else bf16 z [T, G * R]."""
+        c = self.config
+        width = c.local_groups * c.o_lora_rank
+        if self.path is SublayerPath.BF16:
+            a = o.view(tokens, c.local_groups, c.group_width).transpose(0, 1)  # [G, T, r]
+            z = torch.bmm(a, self.wo_a_bf16.transpose(1, 2))  # [G, T, R]
+            return z.transpose(0, 1).reshape(tokens, width)
+        if self.wo_a is None:  # processing sets it on the MXFP8 paths; forward checked the state
+            raise LayerNotReadyError(f"layers.{self.layer}.attn: wo_a was not prepared")
+        rounding = self.wo_b.rounding
+        if self.path is SublayerPath.FUSED and self.wo_b.gate(tokens, context=context).fused:
+            layout = self.wo_b.input_scale_layout
+            pair = empty_mxfp8_pair(tokens, width, scale_layout=layout, device=o.device)
+            return grouped_wo_a(o, self.wo_a, out_pair=pair, out_scale_layout=layout, rounding=rounding)
+        return grouped_wo_a(o, self.wo_a, rounding=rounding).view(tokens, width)
+
+    def _check_inputs(self, state: HcState, cache: KvCache) -> int:
+        if not isinstance(state, HcState):
+            raise TypeError(f"state must be an HcState; got {type(state).__name__}")
+        if not isinstance(cache, KvCache):
+            raise TypeError(f"cache must be a KvCache; got {type(cache).__name__}")
+        c, n = self.config, N_STREAMS
+        x = state.x
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] < 1:
+            raise ValueError(f"state.x must be a tensor [T >= 1, hidden = {c.hidden}]; got {_describe(x)}")
+        t, h = x.shape[0], c.hidden
+        f32, bf16 = torch.float32, torch.bfloat16
+        for name, value, dtype, shape in (
+            ("state.x", x, bf16, (t, h)),
+            ("state.residual", state.residual, bf16, (t, n, h)),
+            ("state.post", state.post, f32, (t, n)),
+            ("state.comb", state.comb, f32, (t, n, n)),
+            ("state.prev_pre", state.prev_pre, f32, (t, n)),
+        ):
+            _check_tensor(name, value, dtype, shape, self.device)
+        kv, lens = cache.kv, cache.lens
+        if not isinstance(kv, torch.Tensor) or kv.dim() != 3 or kv.shape[0] < 1:
+            raise ValueError(f"cache.kv must be a tensor [B >= 1, capacity, head_dim]; got {_describe(kv)}")
+        b, capacity = kv.shape[0], kv.shape[1]
+        _check_tensor("cache.kv", kv, bf16, (b, capacity, c.head_dim), self.device)
+        if not isinstance(lens, torch.Tensor) or lens.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"cache.lens must be an int32 or int64 tensor [B = {b}]; got {_describe(lens)}")
+        _check_tensor("cache.lens", lens, lens.dtype, (b,), self.device)
+        if t % b:
+            raise ValueError(
+                f"state.x.shape[0] (T = {t}) must be a multiple of the cache's sequences B = {b}"
+            )
+        new = t // b
+        if new > capacity:
+            raise ValueError(f"T / B = {new} new tokens per sequence exceed the cache capacity {capacity}")
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if not capturing:  # values need a host read: checked in eager steps, trusted in a captured graph
+            low, high = (int(v) for v in torch.aminmax(lens))
+            if low < 0 or high + new > capacity:
+                raise ValueError(
+                    f"cache.lens must be in [0, capacity - {new}] = [0, {capacity - new}] (room for {new} new "
+                    f"tokens per sequence); got values in [{low}, {high}]"
+                )
+        return t
+
+    def extra_repr(self) -> str:
+        return f"config={self.config.name}, path={self.path.value}, layer={self.layer}, state={self._state}"
+
+
+def _canonical(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:<current>``, so that input devices compare equal to the sublayer's."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _dequantized(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """A native weight (E4M3, uint8 E8M0 per 32x32 block) as bf16, exactly."""
+    n, k = weight.shape
+    per_row = expand_block_scales(scale, n=n, k=k)
+    return dequantize_mxfp8(weight, per_row, scale_layout=ScaleLayout.E8M0).to(torch.bfloat16)
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {list(value.shape)}"
+    return type(value).__name__
+
+
+def _check_tensor(
+    name: str, value: object, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device
+) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(value).__name__}")
+    if value.dtype != dtype or tuple(value.shape) != shape:
+        raise ValueError(f"{name} must be {dtype} of shape {list(shape)}; got {_describe(value)}")
+    if value.device != device:
+        raise ValueError(f"{name} must be on the sublayer's device {device}; got {value.device}")
+    if not value.is_contiguous():
+        raise ValueError(f"{name} must be contiguous; got strides {tuple(value.stride())}")
+
+
+def load_sublayer(
+    directory: str | Path,
+    config: Dsv41Config,
+    *,
+    path: SublayerPath | str = SublayerPath.FUSED,
+    device: torch.device | str = "cpu",
+    **kwargs: object,
+) -> AttentionSublayer:
+    """Request, load (``read_checkpoint``) and process a sublayer, as a serving engine starts one."""
+    sublayer = AttentionSublayer(config, path=path, device=device, **kwargs)  # type: ignore[arg-type]
+    sublayer.load_weights(read_checkpoint(directory, config, layer=sublayer.layer, device=device))
+    sublayer.process_weights_after_loading()
+    return sublayer

@@ -1,0 +1,173 @@
+"""Inputs, comparisons and budgets shared by the DeepSeek-V4.1 sublayer tests (CPU and GPU).
+
+Expected values are computed here by plain arithmetic, never by the code under test.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpumatrix.compare import assert_diff, assert_same_bits
+from mxfuse.formats import scale_spec, scale_storage_view
+from mxfuse.models.dsv41 import Dsv41Config, HcState, KvCache, StepOutputs, random_kv_cache, random_state
+
+# calc_diff of the MXFP8 paths against the all-bf16 baseline (same weight values: only the activations
+# are quantized, at wqkv_a's input, wo_a's input o and wo_b's input z). Measured at the tiny config on
+# CPU, 8 checkpoints x (T in {1, 4, 16, 64} decode, 4 x 1 and 2 x 4 target-verify): attn_out
+# 8.5e-4 .. 1.73e-3 (median 1.02e-3); y and the residual 5.4e-5 .. 4.1e-4 (median 1.2e-4; the widest at
+# T = 1, where y has only 256 elements). One E4M3 rounding costs ~3.4e-4 (0.5 * (2**-3 / sqrt(12) /
+# 1.4)**2), three in a row ~1e-3, independent of the dims: at the Flash dims (CPU, torch backend, T in
+# {1, 4, 16}, full and TP4 shard) attn_out measured 1.00e-3 .. 1.04e-3 and y / the residual 1.3e-5 ..
+# 1.0e-4. Budgets: ~2.5x the worst tiny-config measurement. To be re-checked on a GPU, whose kernels
+# sum in other orders (the e2e test asserts the same budgets there).
+BUDGET = {"attn_out": 4e-3, "y": 1e-3, "residual": 1e-3}
+# The bf16 path against the float64 oracle (oracle_step): bf16 roundings only, measured 2.1e-6 .. 1.2e-5
+# at the tiny config (any wiring error, e.g. a swapped norm or group, is > 1e-2).
+ORACLE_BF16_BUDGET = 5e-5
+
+FIELDS = ("attn_out", "residual", "pre", "post", "comb", "y")
+
+
+def decode_inputs(
+    config: Dsv41Config,
+    tokens: int,
+    *,
+    seed: int,
+    capacity: int = 40,
+    new: int = 1,
+    device: torch.device | str = "cpu",
+) -> tuple[HcState, KvCache]:
+    """T tokens as T / new sequences of ``new`` tokens each (1: decode, more: target-verify), each
+    sequence with its own cache of ``capacity`` and a random length leaving room for the new tokens."""
+    state = random_state(config, tokens, seed=seed, device=device)
+    sequences = tokens // new
+    g = torch.Generator().manual_seed(seed + 1)
+    lens = torch.randint(0, capacity - new + 1, (sequences,), generator=g)
+    return state, random_kv_cache(
+        config, sequences=sequences, capacity=capacity, lens=lens, seed=seed + 2, device=device
+    )
+
+
+def assert_same_outputs(actual: StepOutputs, expected: StepOutputs, *, name: str) -> None:
+    """Every output bit for bit, the MXFP8 pair over its whole storage (padding included)."""
+    for field in FIELDS:
+        assert_same_bits(getattr(actual, field), getattr(expected, field), name=f"{name}: {field}")
+    assert (actual.pair is None) == (expected.pair is None), f"{name}: one side has no pair"
+    if actual.pair is not None and expected.pair is not None:
+        (aq, a_s), (eq, e_s) = actual.pair, expected.pair
+        assert_same_bits(aq, eq, name=f"{name}: pair[0]")
+        spec = scale_spec(aq.shape[0], aq.shape[1], scale_layout=_layout_of(a_s))
+        assert_same_bits(
+            scale_storage_view(a_s, spec), scale_storage_view(e_s, spec), name=f"{name}: pair[1]"
+        )
+
+
+def assert_within_budget(
+    actual: StepOutputs, baseline: StepOutputs | dict, *, name: str, budget: dict[str, float] | float = BUDGET
+) -> None:
+    """calc_diff of attn_out, y and the residual against ``baseline`` (outputs or ``oracle_step``'s dict)."""
+    for field in BUDGET:
+        expected = baseline[field] if isinstance(baseline, dict) else getattr(baseline, field)
+        bound = budget[field] if isinstance(budget, dict) else budget
+        assert_diff(getattr(actual, field), expected, max_diff=bound, name=f"{name}: {field}")
+
+
+def _layout_of(scale: torch.Tensor) -> str:
+    if scale.dtype == torch.int32:
+        return "deepgemm"
+    return "e8m0" if scale.dim() == 2 else "swizzled_128x4"
+
+
+def paths(records: list[dict], prefix: str) -> list[tuple[str, str | None]]:
+    """(path, site) of the records whose path starts with ``prefix``, in order."""
+    return [(r["path"], r.get("site")) for r in records if r["path"].startswith(prefix)]
+
+
+def native_value(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """float64 value of a native checkpoint weight: code * 2**(its 32x32 block's scale byte - 127)."""
+    n, k = q.shape
+    s = scale.view(torch.uint8).to(torch.float64)
+    per_element = s.repeat_interleave(32, dim=0)[:n].repeat_interleave(32, dim=1)
+    return q.to(torch.float64) * torch.exp2(per_element - 127)
+
+
+def oracle_step(
+    tensors: dict[str, torch.Tensor], config: Dsv41Config, state: HcState, cache: KvCache
+) -> dict[str, torch.Tensor]:
+    """The sublayer in float64, written independently of the model from the checkpoint's tensors
+    (``layers.0.`` names, as ``safetensors.torch.load_file`` returns them; TP 1): per-sequence loops and
+    an explicit softmax for the attention, per-group matmuls for wo_a. The boundaries are the hc
+    reference (``mhc_boundary_reference``, tested on its own). Returns attn_out (float64) and the second
+    boundary's residual and y (bf16, from the bf16-rounded attn_out)."""
+    from mxfuse.hc import mhc_boundary_reference
+
+    c = config
+    dev = state.x.device
+    w = {k.removeprefix("layers.0."): v.to(dev) for k, v in tensors.items()}
+    hc = {
+        "hc_norm_eps": c.rms_norm_eps,
+        "hc_pre_eps": c.hc_eps,
+        "hc_post_scale": 2.0,
+        "sinkhorn_eps": c.hc_eps,
+        "sinkhorn_iters": c.hc_sinkhorn_iters,
+        "rms_eps": c.rms_norm_eps,
+        "want_pair": False,
+    }
+
+    def norm(v: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        out = v * torch.rsqrt(v.square().mean(-1, keepdim=True) + c.rms_norm_eps)
+        return out if weight is None else out * weight.to(torch.float64)
+
+    b1 = mhc_boundary_reference(
+        state.x,
+        state.residual,
+        state.post,
+        state.comb,
+        w["hc_attn_fn"],
+        w["hc_attn_scale"],
+        w["hc_attn_base"],
+        w["attn_norm.weight"],
+        prev_pre=state.prev_pre,
+        **hc,
+    )
+    wqkv = torch.cat(
+        [
+            native_value(w["attn.wq_a.weight"], w["attn.wq_a.scale"]),
+            native_value(w["attn.wkv.weight"], w["attn.wkv.scale"]),
+        ]
+    )
+    qkv = b1.y.to(torch.float64) @ wqkv.T
+    q = norm(qkv[:, : c.q_lora_rank], w["attn.q_norm.weight"]) @ w["attn.wq_b.weight"].to(torch.float64).T
+    q = norm(q.view(-1, c.heads, c.head_dim), None)
+    kv = norm(qkv[:, c.q_lora_rank :], w["attn.kv_norm.weight"])
+
+    tokens, b = q.shape[0], cache.kv.shape[0]
+    new = tokens // b
+    o = torch.empty(tokens, c.heads, c.head_dim, dtype=torch.float64, device=dev)
+    for seq in range(b):
+        start = int(cache.lens[seq])
+        keys = torch.cat([cache.kv[seq, :start].to(torch.float64), kv[seq * new : (seq + 1) * new]])
+        for s in range(new):
+            t = seq * new + s
+            logits = (q[t] @ keys[: start + s + 1].T) * c.softmax_scale  # [heads, keys]
+            p = torch.exp(logits - logits.max(-1, keepdim=True).values)
+            o[t] = (p / p.sum(-1, keepdim=True)) @ keys[: start + s + 1]
+
+    woa = native_value(w["attn.wo_a.weight"], w["attn.wo_a.scale"]).view(c.o_groups, c.o_lora_rank, -1)
+    groups = o.reshape(tokens, c.o_groups, c.group_width)
+    z = torch.stack([groups[:, g] @ woa[g].T for g in range(c.o_groups)], dim=1).reshape(tokens, -1)
+    attn_out = z @ native_value(w["attn.wo_b.weight"], w["attn.wo_b.scale"]).T
+
+    b2 = mhc_boundary_reference(
+        attn_out.to(torch.bfloat16),
+        b1.residual,
+        b1.post,
+        b1.comb,
+        w["hc_ffn_fn"],
+        w["hc_ffn_scale"],
+        w["hc_ffn_base"],
+        w["ffn_norm.weight"],
+        prev_pre=b1.pre,
+        **hc,
+    )
+    return {"attn_out": attn_out, "residual": b2.residual, "y": b2.y}
