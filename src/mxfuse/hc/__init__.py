@@ -121,7 +121,10 @@ def mhc_boundary(
     if call.device.type == "cpu":
         _run_reference(call)
         witness.emit(
-            "hc.boundary.reference", "CPU tensors: the torch reference boundary", rows=call.tokens, **call.fields
+            "hc.boundary.reference",
+            "CPU tensors: the torch reference boundary",
+            rows=call.tokens,
+            **call.fields,
         )
         return call.out
     if not fused:

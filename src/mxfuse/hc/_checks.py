@@ -127,7 +127,9 @@ def _check_out(p: dict[str, object], tokens: int, hidden: int, layout: ScaleLayo
             tokens, hidden, device=device, y=want_y, pair=want_pair, scale_layout=layout
         )
     if not isinstance(out, HcBoundaryOutputs):
-        raise TypeError(f"out must be an HcBoundaryOutputs (see empty_hc_boundary_outputs); got {type(out).__name__}")
+        raise TypeError(
+            f"out must be an HcBoundaryOutputs (see empty_hc_boundary_outputs); got {type(out).__name__}"
+        )
     n = N_STREAMS
     _tensor(out.residual, "out.residual", "[T, n, H]", (tokens, n, hidden), _BF16, device)
     _tensor(out.pre, "out.pre", "[T, n]", (tokens, n), _F32, device)
@@ -136,7 +138,9 @@ def _check_out(p: dict[str, object], tokens: int, hidden: int, layout: ScaleLayo
     if out.y is not None:
         _tensor(out.y, "out.y", "[T, H]", (tokens, hidden), _BF16, device)
     if out.pair is not None:
-        check_mxfp8_pair(out.pair, m=tokens, k=hidden, scale_layout=layout, device=device, argument="out.pair")
+        check_mxfp8_pair(
+            out.pair, m=tokens, k=hidden, scale_layout=layout, device=device, argument="out.pair"
+        )
     if out.y is None and out.pair is None:
         raise ValueError("out: at least one of out.y and out.pair must be a buffer")
     for flag, name, field in ((want_y, "want_y", "y"), (want_pair, "want_pair", "pair")):
@@ -194,7 +198,9 @@ def check_call(p: dict[str, object]) -> Call:
     _tensor(x, "x", "[T, H]", (tokens, hidden), _BF16, device)
     residual = p["residual"]
     if isinstance(residual, torch.Tensor) and residual.dim() == 3 and residual.shape[1] != N_STREAMS:
-        raise ValueError(f"residual.shape[1] (n, the number of streams) must be {N_STREAMS}; got {residual.shape[1]}")
+        raise ValueError(
+            f"residual.shape[1] (n, the number of streams) must be {N_STREAMS}; got {residual.shape[1]}"
+        )
     n, mix = N_STREAMS, N_STREAMS * (N_STREAMS + 2)
     inputs = {
         "x": x,
@@ -222,7 +228,9 @@ def check_call(p: dict[str, object]) -> Call:
         p["config"].check(hidden)
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < _MIN_CAPABILITY:
         major, minor = torch.cuda.get_device_capability(device)
-        raise MxfuseUnavailableError(f"mhc_boundary needs FP8 conversion (sm_89+); {device} is sm_{major}{minor}")
+        raise MxfuseUnavailableError(
+            f"mhc_boundary needs FP8 conversion (sm_89+); {device} is sm_{major}{minor}"
+        )
     out = _check_out(p, tokens, hidden, layout, device)
     _check_overlaps(inputs, out, scale_spec(tokens, hidden, scale_layout=layout))
     return Call(**inputs, scalars=scalars, rounding=rounding, layout=layout, out=out)

@@ -40,6 +40,8 @@ import triton.language as tl
 from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
 from mxfuse.kernels.hc_plan import (
     RECORD as _RECORD_INT,
+)
+from mxfuse.kernels.hc_plan import (
     HcConfig,
     HcScalars,
     HcWorkspace,
@@ -337,7 +339,9 @@ def _hc_kernel(
 ):  # fmt: skip
     ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
     if ticket == total - 1:
-        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")  # every ticket is taken: ready for the next launch
+        tl.atomic_xchg(
+            cnt_ptr, 0, sem="relaxed", scope="gpu"
+        )  # every ticket is taken: ready for the next launch
     rnd = ticket // round_size
     pos = ticket % round_size
     phase = tl.where(pos < off_r, 0, tl.where(pos < off_n1, 1, tl.where(pos < off_n2, 2, 3)))
@@ -421,7 +425,9 @@ def launch_phases(
     if plan.total == 0:
         return
     need_v = (phases[2] or a_v) and tensors.get("v") is None
-    counters, scratch, v_ws = workspace.buffers(plan.n_counters, plan.n_scratch, tokens * hidden if need_v else 0)
+    counters, scratch, v_ws = workspace.buffers(
+        plan.n_counters, plan.n_scratch, tokens * hidden if need_v else 0
+    )
     dummy = counters
     ptrs = {name: (dummy if tensors.get(name) is None else tensors[name]) for name in _POINTERS}
     if need_v:
@@ -548,5 +554,3 @@ def launch_boundary(
         rows_padded=rows_padded,
         hw_cvt=hw_cvt,
     )
-
-

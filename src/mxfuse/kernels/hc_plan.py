@@ -75,15 +75,23 @@ class HcConfig:
         if not (pow2(self.block_h) and 16 <= self.block_h <= 128):
             problems.append(f"block_h must be a power of two in [16, 128]; got {self.block_h}")
         elif self.steps_a < 1 or hidden % (self.block_h * self.steps_a):
-            problems.append(f"block_h * steps_a must divide H = {hidden}; got {self.block_h} * {self.steps_a}")
+            problems.append(
+                f"block_h * steps_a must divide H = {hidden}; got {self.block_h} * {self.steps_a}"
+            )
         if not (pow2(self.rows_r) and self.rows_r <= self.block_t and pow2(self.splits_r)):
-            problems.append(f"rows_r (<= block_t) and splits_r must be powers of two; got {self.rows_r}, {self.splits_r}")
+            problems.append(
+                f"rows_r (<= block_t) and splits_r must be powers of two; got {self.rows_r}, {self.splits_r}"
+            )
         if not (pow2(self.rows_n) and self.rows_n <= self.block_t):
             problems.append(f"rows_n must be a power of two <= block_t; got {self.rows_n}")
         if not pow2(self.words_n) or self.steps_n < 1 or (hidden // 128) % (self.words_n * self.steps_n):
-            problems.append(f"words_n * steps_n must divide H / 128 = {hidden // 128}; got {self.words_n} * {self.steps_n}")
+            problems.append(
+                f"words_n * steps_n must divide H / 128 = {hidden // 128}; got {self.words_n} * {self.steps_n}"
+            )
         if self.lag < 0 or self.num_warps not in (1, 2, 4, 8, 16):
-            problems.append(f"lag must be >= 0 and num_warps a power of two <= 16; got {self.lag}, {self.num_warps}")
+            problems.append(
+                f"lag must be >= 0 and num_warps a power of two <= 16; got {self.lag}, {self.num_warps}"
+            )
         if problems:
             raise ValueError("config: " + "; ".join(problems))
 
@@ -174,7 +182,6 @@ class Plan:
             part_n_offset=part_a,
             stat_offset=part_a + part_n,
         )
-
 
 
 # ---------------------------------------------------------------------------------------------

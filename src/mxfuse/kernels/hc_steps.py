@@ -78,8 +78,15 @@ def launch_mixes(
         phases=(1, 1, 0, 0),
         tokens=tokens,
         hidden=hidden,
-        tensors={"ro": residual, "fn": fn, "scale": scale, "base": base, "pre": pre_out, "posto": post_out,
-                 "combo": comb_out},  # fmt: skip
+        tensors={
+            "ro": residual,
+            "fn": fn,
+            "scale": scale,
+            "base": base,
+            "pre": pre_out,
+            "posto": post_out,
+            "combo": comb_out,
+        },  # fmt: skip
         scalars=scalars,
         workspace=workspace,
         config=config or default_config(tokens, hidden),
