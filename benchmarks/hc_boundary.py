@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", action="store_true", help="also time alternative kernel configs (H = 7168)")
     parser.add_argument("--compile", choices=("dynamic-tokens", "static", "off"), default="dynamic-tokens")
+    parser.add_argument("--hiddens", default=",".join(map(str, HIDDENS)), help="comma-separated hidden sizes")
     parser.add_argument("--json", help="write every number here (default $OUT/hc_boundary.json)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep_rows = sweep(copy_gbps) if args.sweep else []
     compiled = None if args.compile == "off" else Compiled(args.compile)
     rows = []
-    for hidden in HIDDENS:
+    for hidden in map(int, args.hiddens.split(",")):
         for shifted in (False, True):
             for tokens in TOKENS:
                 rows.append(measure(tokens, hidden, shifted, compiled, copy_gbps))

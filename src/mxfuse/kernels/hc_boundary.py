@@ -98,8 +98,10 @@ def _reset(counters):
 
 
 @triton.jit
-def _coef(ptr, rows64, idx, row_ok, CACHE: tl.constexpr = ""):
-    return tl.load(ptr + rows64 * 4 + idx, mask=row_ok, other=0.0, cache_modifier=CACHE)
+def _coef(ptr, rows64, idx, row_ok, CG: tl.constexpr = False):
+    if CG:
+        return tl.load(ptr + rows64 * 4 + idx, mask=row_ok, other=0.0, cache_modifier=".cg")
+    return tl.load(ptr + rows64 * 4 + idx, mask=row_ok, other=0.0)
 
 
 @triton.jit
@@ -242,18 +244,18 @@ def _phase_n1(b, s, ro_ptr, p_ptr, v_ptr, partn_ptr, T, H, S_N, n_steps, HW_CVT:
             row_ok = rows < T
             rows64 = rows.to(tl.int64)
             mask = row_ok[:, None]
-            p0 = _coef(p_ptr, rows64, 0, row_ok, ".cg")
-            p1 = _coef(p_ptr, rows64, 1, row_ok, ".cg")
-            p2 = _coef(p_ptr, rows64, 2, row_ok, ".cg")
-            p3 = _coef(p_ptr, rows64, 3, row_ok, ".cg")
+            p0 = _coef(p_ptr, rows64, 0, row_ok, True)
+            p1 = _coef(p_ptr, rows64, 1, row_ok, True)
+            p2 = _coef(p_ptr, rows64, 2, row_ok, True)
+            p3 = _coef(p_ptr, rows64, 3, row_ok, True)
             ss = tl.zeros((BR,), dtype=tl.float32)
             for i in range(n_steps):
                 cols = (s * n_steps + i) * (W * 128) + tl.arange(0, W * 128)
                 rbase = rows64[:, None] * (4 * H) + cols[None, :]
-                v = p0[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase, mask, ".cg"))
-                v = v + p1[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + H, mask, ".cg"))
-                v = v + p2[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + 2 * H, mask, ".cg"))
-                v = v + p3[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + 3 * H, mask, ".cg"))
+                v = p0[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase, mask, True))
+                v = v + p1[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + H, mask, True))
+                v = v + p2[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + 2 * H, mask, True))
+                v = v + p3[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + 3 * H, mask, True))
                 vb = bf16_bits(v, HW_CVT)
                 tl.store(v_ptr + rows64[:, None] * H + cols[None, :], bits_to_bf16(vb), mask=mask)
                 vf = bits_to_f32(vb)
@@ -292,7 +294,7 @@ def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H
             for i in range(n_steps):
                 words = (s * n_steps + i) * W + wi
                 cols = words[None, :, None, None] * 128 + slot * 32 + lane
-                v = bits_to_f32(load_bf16_bits(v_ptr + r4 * H + cols, ok4, ".cg"))
+                v = bits_to_f32(load_bf16_bits(v_ptr + r4 * H + cols, ok4, True))
                 if W_BF16:
                     wf = bits_to_f32(load_bf16_bits(w_ptr + cols, cols < H)) * rms_scale
                 else:

@@ -29,9 +29,16 @@ __all__ = [
 
 
 @triton.jit
-def load_bf16_bits(ptrs, mask, CACHE: tl.constexpr = "", EVICT: tl.constexpr = ""):
-    """int32 bit patterns of bf16 values at ``ptrs`` (0 where masked off)."""
-    raw = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=CACHE, eviction_policy=EVICT)
+def load_bf16_bits(ptrs, mask, CG: tl.constexpr = False, EVICT_FIRST: tl.constexpr = False):
+    """int32 bit patterns of bf16 values at ``ptrs`` (0 where masked off). ``CG``: read through L2 only
+    (data another program wrote in this launch); ``EVICT_FIRST``: a stream read once. (Flags, not the
+    modifier strings: Triton 3.6 does not compile a string passed to a nested jit function.)"""
+    if CG:
+        raw = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+    elif EVICT_FIRST:
+        raw = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        raw = tl.load(ptrs, mask=mask, other=0.0)
     return raw.to(tl.uint16, bitcast=True).to(tl.int32)
 
 
@@ -117,12 +124,12 @@ def post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, 
     Returns the four streams' int32-held bf16 patterns. x and R are read once, so their loads ask to
     be evicted first.
     """
-    xf = bits_to_f32(load_bf16_bits(x_ptr + rows64[:, None] * H + cols[None, :], mask, "", "evict_first"))
+    xf = bits_to_f32(load_bf16_bits(x_ptr + rows64[:, None] * H + cols[None, :], mask, False, True))
     rbase = rows64[:, None] * (4 * H) + cols[None, :]
-    f0 = bits_to_f32(load_bf16_bits(r_ptr + rbase, mask, "", "evict_first"))
-    f1 = bits_to_f32(load_bf16_bits(r_ptr + rbase + H, mask, "", "evict_first"))
-    f2 = bits_to_f32(load_bf16_bits(r_ptr + rbase + 2 * H, mask, "", "evict_first"))
-    f3 = bits_to_f32(load_bf16_bits(r_ptr + rbase + 3 * H, mask, "", "evict_first"))
+    f0 = bits_to_f32(load_bf16_bits(r_ptr + rbase, mask, False, True))
+    f1 = bits_to_f32(load_bf16_bits(r_ptr + rbase + H, mask, False, True))
+    f2 = bits_to_f32(load_bf16_bits(r_ptr + rbase + 2 * H, mask, False, True))
+    f3 = bits_to_f32(load_bf16_bits(r_ptr + rbase + 3 * H, mask, False, True))
     b0 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p0, c00, c10, c20, c30), HW_CVT)
     b1 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p1, c01, c11, c21, c31), HW_CVT)
     b2 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p2, c02, c12, c22, c32), HW_CVT)
