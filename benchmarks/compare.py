@@ -4,7 +4,7 @@ Claim (issue 3): on a CI machine (2 CPU cores) the passing case takes well under
 the failing case (one NaN in the last element, so every chunk is read and the report is built),
 the same pair as numpy arrays, CPU tensors computed by torch's own kernels (the path GPU tensors
 take; by default CPU tensors are read through numpy), and, with ``--sweep-chunks``, the chunk
-sizes that chose ``gpumatrix._compare_arrays.CHUNK_ELEMENTS``.
+sizes that chose ``gpumatrix.compare._arrays.CHUNK_ELEMENTS``.
 
     .venv/bin/python benchmarks/compare.py                      # CPU, 7 repeats, median
     .venv/bin/python benchmarks/compare.py --sweep-chunks
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-import gpumatrix._compare_arrays as compare_arrays
+import gpumatrix.compare._arrays as compare_arrays
 from gpumatrix.compare import assert_close
 
 __all__ = ["main"]

@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import gpumatrix._compare_arrays as compare_arrays
+import gpumatrix.compare._arrays as compare_arrays
 from gpumatrix import register
 from gpumatrix.compare import (
     assert_close,

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import gpumatrix._compare_arrays as compare_arrays
+import gpumatrix.compare._arrays as compare_arrays
 from gpumatrix import register
 from gpumatrix.compare import (
     assert_close,

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from gpumatrix._compare_arrays import Operand, chunk_bounds, quiet
+from gpumatrix.compare._arrays import Operand, chunk_bounds, quiet
 
 __all__ = [
     "BitsScan",

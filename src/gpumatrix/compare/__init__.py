@@ -11,6 +11,9 @@ Inputs are torch tensors on any device (float, fp8, integer or bool dtypes), num
 (ml_dtypes' bfloat16 and float8 types included) or Python scalars. numpy inputs never import
 torch, and importing this module imports neither. Arithmetic is float64, done in chunks on the
 tensor's own device so memory stays bounded on large GPU tensors.
+
+The package: this module is the public API and its failure messages; ``_arrays`` reads inputs into
+chunked operands; ``_scan`` walks a pair of operands once and returns a frozen summary.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gpumatrix._compare_arrays import Operand, as_caller_array, format_index, read_pair
-from gpumatrix._compare_scan import (
+from gpumatrix.compare._arrays import Operand, as_caller_array, format_index, read_pair
+from gpumatrix.compare._scan import (
     Located,
     PairScan,
     Worst,
