@@ -8,13 +8,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["GpumatrixError", "register"]
+__all__ = ["GpumatrixError", "UsageError", "register"]
 
 __version__ = "0.1.0"
 
 
 class GpumatrixError(Exception):
-    """Base class of every error gpumatrix raises on bad input or configuration."""
+    """Base class of the errors gpumatrix raises about what a person configured, ran or asked for.
+
+    That is ci/matrix.yaml, test registrations, GPUMATRIX_* variables, command-line usage, leases,
+    test runs and the bot's GitHub and git calls. Each error carries `exit_code`, the status the
+    `gpumatrix` command exits with (the table is in `gpumatrix.cli`): 1, a failure found, unless a
+    subclass says otherwise. Bad arguments to the Python API (`gpumatrix.compare`,
+    `gpumatrix.leases.lease_gpus`, ...) are `ValueError` or `TypeError` naming the argument, as
+    Python's own functions raise them.
+    """
+
+    exit_code: int = 1
+
+
+class UsageError(GpumatrixError):
+    """Invalid usage or configuration (exit 2): an option, ci/matrix.yaml, a GPUMATRIX_* variable,
+    an input file, or a machine that is not the runner it was asked to be."""
+
+    exit_code = 2
 
 
 def register(*, on: Sequence[str], gpus: int = 1, est_time: float) -> None:

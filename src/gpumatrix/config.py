@@ -2,7 +2,11 @@
 
 The file is validated as a whole: every problem (unknown key, duplicate label, a runner naming an
 unknown class, a non-positive count or timeout, ...) is collected with its line and reported at once
-through `MatrixError`, so a maintainer fixes the file in one pass.
+through `MatrixError`, so a maintainer fixes the file in one pass. Whatever the bytes, loading ends
+in a `Matrix` or a `MatrixError`: text that is not UTF-8, tags the safe loader refuses or cannot
+convert (`!!int two`, `!!python/object:...`), nesting deep enough to exhaust the parser's recursion,
+and null or empty text fields (which would otherwise become the string "None") are problems too.
+The semantics are docs/registry.md's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from gpumatrix import GpumatrixError
+from gpumatrix import GpumatrixError, UsageError
 
 __all__ = [
     "CPU_CLASS",
@@ -25,6 +29,7 @@ __all__ = [
     "Matrix",
     "MatrixError",
     "Problem",
+    "ProblemsError",
     "Runner",
     "load_matrix",
     "parse_matrix",
@@ -36,6 +41,19 @@ PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 # Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CAPABILITY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
+# Deeper than any matrix needs (it nests 4 levels) and far below what exhausts PyYAML's recursive
+# composer and constructor (about 300 levels under pytest's own stack).
+_MAX_DEPTH = 32
+_OPENERS = (
+    yaml.BlockMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.FlowSequenceStartToken,
+)
+_CLOSERS = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+# Plain scalars that are text as written: a class named 5090 or a ref named 1.0.
+_TEXT_TAGS = frozenset({"tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
+_INVALID = object()  # a value that could not be read (its problem is already reported)
 
 
 @dataclass(frozen=True)
@@ -50,13 +68,21 @@ class Problem:
         return f"{self.source}:{self.line}: {self.message}" if self.line else f"{self.source}: {self.message}"
 
 
-class MatrixError(GpumatrixError):
-    """`ci/matrix.yaml` is invalid; `problems` holds every problem found, in file order."""
+class ProblemsError(GpumatrixError):
+    """Problems in files a person edits, every one found, each at its place; its text lists them all."""
+
+    summary = "problems"
 
     def __init__(self, problems: list[Problem] | tuple[Problem, ...]) -> None:
         self.problems = tuple(problems)
         lines = "\n".join(f"  {p}" for p in self.problems)
-        super().__init__(f"invalid runner matrix ({len(self.problems)} problem(s)):\n{lines}")
+        super().__init__(f"{self.summary} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class MatrixError(ProblemsError, UsageError):
+    """`ci/matrix.yaml` is invalid (exit 2); `problems` holds every problem found, in file order."""
+
+    summary = "invalid runner matrix"
 
 
 @dataclass(frozen=True)
@@ -108,6 +134,19 @@ class Matrix:
                 return runner
         return None
 
+    def require_runner(self, label: str) -> Runner:
+        """The runner labelled `label`; a `UsageError` naming the labels there are when none is.
+
+        The one check of a `--runner LABEL` option, for the CLI and the pytest plugin alike.
+        """
+        runner = self.runner(label)
+        if runner is None:
+            raise UsageError(
+                f"--runner {label!r} is not a runner of {self.source} "
+                f"(labels: {', '.join(r.label for r in self.runners)})"
+            )
+        return runner
+
     def runners_of(self, class_name: str) -> tuple[Runner, ...]:
         return tuple(r for r in self.runners if r.gpu_class == class_name)
 
@@ -133,21 +172,71 @@ def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raises `MatrixError` listing every problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise MatrixError([Problem(str(path), 0, f"cannot read the runner matrix: {exc.strerror}")]) from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise MatrixError(
+            [
+                Problem(
+                    str(path),
+                    line,
+                    f"not UTF-8 text (byte 0x{data[exc.start]:02x}): save the runner matrix as UTF-8",
+                )
+            ]
+        ) from None
     return parse_matrix(text, source=str(path))
 
 
 def parse_matrix(text: str, *, source: str = "ci/matrix.yaml") -> Matrix:
     """Validate matrix YAML `text`; every problem is reported together, with its line."""
     try:
+        _check_depth(text, source)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 0
-        raise MatrixError([Problem(source, line, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from exc
+        raise MatrixError(
+            [Problem(source, _error_line(exc, text), f"not valid YAML: {_yaml_problem(exc)}")]
+        ) from None
     return _MatrixParser(source).parse(root)
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuse nesting past _MAX_DEPTH from the token stream, which PyYAML scans without recursion."""
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPENERS):
+            depth += 1
+            if depth > _MAX_DEPTH:
+                raise MatrixError(
+                    [
+                        Problem(
+                            source,
+                            token.start_mark.line + 1,
+                            f"nested more than {_MAX_DEPTH} levels deep; a runner matrix needs four",
+                        )
+                    ]
+                )
+        elif isinstance(token, _CLOSERS):
+            depth -= 1
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        character = exc.character
+        shown = f"U+{character:04X}" if isinstance(character, int) else repr(character)
+        return f"the character {shown} is not allowed in YAML"
+    return str(getattr(exc, "problem", None) or exc)
+
+
+def _error_line(exc: yaml.YAMLError, text: str) -> int:
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return mark.line + 1
+    position = getattr(exc, "position", None)  # a ReaderError: a character YAML does not allow
+    return text.count("\n", 0, position) + 1 if isinstance(position, int) else 0
 
 
 class _MatrixParser:
@@ -163,8 +252,28 @@ class _MatrixParser:
         line = node.start_mark.line + 1 if node is not None else 0
         self.problems.append(Problem(self.source, line, message))
 
-    def value(self, node: yaml.Node) -> Any:
-        return self._constructor.construct_object(node, deep=True)
+    def value(self, node: yaml.Node, what: str) -> Any:
+        """The Python value of `node`, or _INVALID (reported) when the safe loader cannot build it."""
+        try:
+            return self._constructor.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+            self.error(node, f"{what}: cannot read the value {_shown(node)} ({problem})")
+            return _INVALID
+
+    def text(self, node: yaml.Node, what: str, *, default: str = "") -> str:
+        """A non-empty string as written (a number stays its digits); `default` after a problem."""
+        if not isinstance(node, yaml.ScalarNode):
+            self.error(node, f"{what} must be a string, got a {_kind(node)}")
+        elif node.tag in _TEXT_TAGS and node.value:
+            return node.value
+        elif node.tag == "tag:yaml.org,2002:null" or (node.tag in _TEXT_TAGS and not node.value):
+            self.error(node, f"{what} must not be empty (got {node.value or 'nothing'!s})")
+        elif node.tag == "tag:yaml.org,2002:bool":
+            self.error(node, f"{what} must be a string, got the boolean {node.value}; quote it")
+        else:
+            self.error(node, f"{what} must be a plain string, got {_shown(node)} (tag {node.tag})")
+        return default
 
     def mapping(self, node: yaml.Node | None, what: str) -> Iterator[tuple[str, yaml.ScalarNode, yaml.Node]]:
         """Yield (key, key node, value node); reports non-mappings and duplicate keys."""
@@ -173,7 +282,9 @@ class _MatrixParser:
             return
         seen: set[str] = set()
         for key_node, value_node in node.value:
-            key = str(self.value(key_node))
+            key = self.text(key_node, f"a key in {what}")
+            if not key:
+                continue
             if key in seen:
                 self.error(key_node, f"duplicate key {key!r} in {what}")
                 continue
@@ -195,10 +306,16 @@ class _MatrixParser:
         ):
             self.error(node, f"{what} must be a list of strings")
             return ()
-        return tuple(str(self.value(item)) for item in node.value)
+        texts = (self.text(item, f"{what} item") for item in node.value)
+        return tuple(text for text in texts if text)
 
     def positive_int(self, node: yaml.Node, what: str, *, allow_zero: bool = False) -> int:
-        value = self.value(node) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(node, yaml.ScalarNode):
+            self.error(node, f"{what} must be an integer, got a {_kind(node)}")
+            return 0
+        value = self.value(node, what)
+        if value is _INVALID:
+            return 0
         if not isinstance(value, int) or isinstance(value, bool):
             self.error(node, f"{what} must be an integer, got {value!r}")
             return 0
@@ -260,7 +377,9 @@ class _MatrixParser:
             names_node = fields.get("device_names")
             classes[name] = GpuClass(
                 name=name,
-                description=str(self.value(description)) if description is not None else name,
+                description=self.text(description, f"{where} description", default=name)
+                if description is not None
+                else name,
                 compute_capabilities=tuple(capabilities),
                 device_names=self.string_list(names_node, f"{where} device_names") if names_node else (),
             )
@@ -275,14 +394,15 @@ class _MatrixParser:
         allowed = ("label", "class", "gpus", "runs_on", "timeout_minutes", "max_shards")
         runners: list[Runner] = []
         labels: dict[str, int] = {}
+        served: dict[tuple[str, int], tuple[str, int]] = {}  # (class, gpus): (label, line) of its runner
         for index, item in enumerate(node.value):
             fields = self.check_keys(item, allowed, f"runner #{index + 1}")
-            label = str(self.value(fields["label"])) if "label" in fields else ""
+            label = self.text(fields["label"], f"runner #{index + 1} label") if "label" in fields else ""
             where = f"runner {label!r}" if label else f"runner #{index + 1}"
             for required in ("label", "class", "runs_on", "timeout_minutes"):
                 if required not in fields and isinstance(item, yaml.MappingNode):
                     self.error(item, f"{where} is missing required key {required!r}")
-            if "label" in fields:
+            if label:
                 if not _LABEL_RE.match(label):
                     self.error(fields["label"], f"{where}: labels use letters, digits, '.', '_' and '-' only")
                 if label in labels:
@@ -292,8 +412,8 @@ class _MatrixParser:
                     )
                 else:
                     labels[label] = fields["label"].start_mark.line + 1
-            class_name = str(self.value(fields["class"])) if "class" in fields else ""
-            if "class" in fields and class_name not in classes:
+            class_name = self.text(fields["class"], f"{where} class") if "class" in fields else ""
+            if class_name and class_name not in classes:
                 self.error(
                     fields["class"],
                     f"{where} names unknown class {class_name!r} (known: {', '.join(classes) or 'none'})",
@@ -319,22 +439,54 @@ class _MatrixParser:
                 if "max_shards" in fields
                 else 1
             )
+            if class_name in classes and ("gpus" in fields or is_cpu):
+                # A file goes to the first runner of its class with the fewest GPUs that fit: a second
+                # runner with the same class and count would never be given one.
+                first = served.setdefault((class_name, gpus), (label, item.start_mark.line + 1))
+                if first[1] != item.start_mark.line + 1:
+                    self.error(
+                        fields.get("gpus", fields["class"]),
+                        f"{where} has the class {class_name!r} and GPU count {gpus} of runner "
+                        f"{first[0]!r} (line {first[1]}): every file would go to that one and this "
+                        f"runner would never run any; remove it or give it another GPU count",
+                    )
             runners.append(Runner(label, class_name, gpus, runs_on, timeout, shards))
         return tuple(runners)
 
     def parse_bot(self, node: yaml.Node) -> BotConfig:
         fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref"), "bot")
         defaults = BotConfig()
-        permission = str(self.value(fields["permission"])) if "permission" in fields else defaults.permission
+        permission = (
+            self.text(fields["permission"], "bot permission", default=defaults.permission)
+            if "permission" in fields
+            else defaults.permission
+        )
         if permission not in PERMISSION_LEVELS:
             self.error(
                 fields["permission"],
                 f"bot permission {permission!r} is not one of {', '.join(PERMISSION_LEVELS)}",
             )
-        allow_edits = self.value(fields["allow_edits"]) if "allow_edits" in fields else defaults.allow_edits
-        if not isinstance(allow_edits, bool):
+        allow_edits = (
+            self.value(fields["allow_edits"], "bot allow_edits")
+            if "allow_edits" in fields
+            else defaults.allow_edits
+        )
+        if allow_edits is _INVALID:
+            allow_edits = False
+        elif not isinstance(allow_edits, bool):
             self.error(fields["allow_edits"], f"bot allow_edits must be true or false, got {allow_edits!r}")
             allow_edits = False
-        workflow = str(self.value(fields["workflow"])) if "workflow" in fields else defaults.workflow
-        ref = str(self.value(fields["ref"])) if "ref" in fields else defaults.ref
+        workflow = (
+            self.text(fields["workflow"], "bot workflow") if "workflow" in fields else defaults.workflow
+        )
+        ref = self.text(fields["ref"], "bot ref") if "ref" in fields else defaults.ref
         return BotConfig(permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref)
+
+
+def _kind(node: yaml.Node) -> str:
+    return {yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}.get(type(node), "value")
+
+
+def _shown(node: yaml.Node) -> str:
+    text = node.value if isinstance(node, yaml.ScalarNode) else f"<{_kind(node)}>"
+    return repr(text if len(text) <= 40 else text[:37] + "...")

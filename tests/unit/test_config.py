@@ -139,6 +139,72 @@ INVALID = [
     ),
     ("not-yaml", "classes: [\n", [(2, "not valid YAML")]),
     ("empty", "", [(0, "empty")]),
+    # Inputs the safe loader refuses or cannot convert: a problem at their line, never a traceback.
+    (
+        "tagged-int-not-a-number",
+        VALID.replace("gpus: 1", "gpus: !!int two"),
+        [(14, "runner '1-gpu-h100' gpus: cannot read the value 'two'")],
+    ),
+    (
+        "python-object-tag",
+        VALID.replace("gpus: 1", "gpus: !!python/object:os.system ls"),
+        [(14, "could not determine a constructor")],
+    ),
+    (
+        "python-name-tag-as-label",
+        VALID.replace("label: cpu", "label: !!python/name:os.system"),
+        [(7, "runner #1 label must be a plain string")],
+    ),
+    (
+        "binary-tag-as-text",
+        VALID.replace("runs_on: [gpu]", "runs_on: [!!binary aGVsbG8=]"),
+        [(15, "runs_on item must be a plain string")],
+    ),
+    (
+        "huge-integer",
+        VALID.replace("max_shards: 3", "max_shards: 1" + "0" * 5000),
+        [(17, "max_shards: cannot read the value")],
+    ),
+    (
+        "deep-flow-nesting",
+        VALID + "bot:\n  ref: " + "[" * 5000 + "]" * 5000 + "\n",
+        [(19, "nested more than 32 levels deep")],
+    ),
+    (
+        "deep-block-nesting",
+        VALID + "".join("  " * i + f"k{i}:\n" for i in range(40)) + "  " * 40 + "x: 1\n",
+        [(18 + 32, "nested more than 32 levels deep")],
+    ),
+    ("nul-character", VALID + "\x00", [(18, "the character U+0000 is not allowed")]),
+    # Null or empty text would become the string "None" or "".
+    ("null-label", VALID.replace("label: cpu", "label: ~"), [(7, "runner #1 label must not be empty")]),
+    ("empty-label", VALID.replace("label: cpu", "label: ''"), [(7, "runner #1 label must not be empty")]),
+    ("empty-workflow", VALID + "bot:\n  workflow:\n", [(19, "bot workflow must not be empty")]),
+    ("null-ref", VALID + "bot:\n  ref: null\n", [(19, "bot ref must not be empty")]),
+    ("empty-ref", VALID + "bot:\n  ref: ''\n", [(19, "bot ref must not be empty")]),
+    ("boolean-ref", VALID + "bot:\n  ref: yes\n", [(19, "bot ref must be a string, got the boolean yes")]),
+    (
+        "null-class",
+        VALID.replace("class: h100", "class: ~"),
+        [(13, "runner '1-gpu-h100' class must not be empty")],
+    ),
+    ("null-class-name", VALID.replace("  h100:\n", "  ~:\n"), [(4, "a key in classes must not be empty")]),
+    (
+        "list-as-description",
+        VALID.replace("  h100:\n", "  h100:\n    description: [a, b]\n"),
+        [(5, "class 'h100' description must be a string, got a list")],
+    ),
+    # Files go to the first runner of a class with the fewest GPUs that fit: a twin never gets one.
+    (
+        "same-class-and-gpus",
+        VALID + "  - {label: also-h100, class: h100, gpus: 1, runs_on: [g], timeout_minutes: 9}\n",
+        [(18, "runner 'also-h100' has the class 'h100' and GPU count 1 of runner '1-gpu-h100' (line 12)")],
+    ),
+    (
+        "two-cpu-runners",
+        VALID + "  - {label: cpu2, class: cpu, runs_on: [u], timeout_minutes: 9}\n",
+        [(18, "runner 'cpu2' has the class 'cpu' and GPU count 0 of runner 'cpu' (line 7)")],
+    ),
 ]
 
 
@@ -165,3 +231,50 @@ def test_all_problems_are_reported_together():
 def test_missing_file_is_a_matrix_error(tmp_path):
     with pytest.raises(MatrixError, match="cannot read the runner matrix"):
         load_matrix(tmp_path / "nope.yaml")
+
+
+def test_a_file_that_is_not_utf8_is_a_problem_at_the_line_of_the_bad_byte(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_bytes(VALID.replace("runs_on: [gpu]", "runs_on: [g\xe9pu]").encode("latin-1"))
+    with pytest.raises(MatrixError) as info:
+        load_matrix(path)
+    assert [str(p) for p in info.value.problems] == [
+        f"{path}:15: not UTF-8 text (byte 0xe9): save the runner matrix as UTF-8"
+    ]
+
+
+def test_a_utf8_bom_is_read_as_utf8(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + VALID.encode())
+    assert load_matrix(path).runner("1-gpu-h100") is not None
+
+
+def test_numbers_as_text_stay_as_written():
+    matrix = parse_matrix(VALID.replace("label: 1-gpu-h100", "label: 007") + "bot:\n  ref: 1.10\n")
+    assert matrix.runner("007") is not None and matrix.bot.ref == "1.10"
+
+
+def test_a_matrix_error_is_a_usage_error_listing_every_problem():
+    from gpumatrix import UsageError
+
+    with pytest.raises(MatrixError) as info:
+        parse_matrix(VALID.replace("label: cpu", "label: ~").replace("gpus: 1", "gpus: x"))
+    assert isinstance(info.value, UsageError) and info.value.exit_code == 2
+    assert str(info.value).splitlines() == [
+        "invalid runner matrix (2 problem(s)):",
+        "  ci/matrix.yaml:7: runner #1 label must not be empty (got ~)",
+        "  ci/matrix.yaml:14: runner '1-gpu-h100' gpus must be an integer, got 'x'",
+    ]
+
+
+def test_require_runner_is_the_one_check_of_a_runner_label():
+    from gpumatrix import UsageError
+
+    matrix = parse_matrix(VALID)
+    assert matrix.require_runner("cpu").label == "cpu"
+    with pytest.raises(
+        UsageError,
+        match=r"^--runner '8-gpu' is not a runner of ci/matrix.yaml "
+        r"\(labels: cpu, 1-gpu-h100\)$",
+    ):
+        matrix.require_runner("8-gpu")
