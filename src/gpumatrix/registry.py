@@ -1,24 +1,31 @@
 """The static test registry: which test file runs on which runner, read by parsing, never importing.
 
 Every `tests/**/test_*.py` calls `gpumatrix.register(on=..., gpus=..., est_time=...)` once at module
-top level with literal arguments. This module reads that call with `ast`, so the registry can be built
-on a runner without torch, over a PR's tree read as data, and in well under a second for thousands of
-files (benchmarks/registry_discovery.py).
+top level with literal arguments. This module reads that call with `ast` (`gpumatrix.source` reads
+the file as Python would, only as far as the call), so the registry can be built on a runner
+without torch, over a PR's tree read as data, and in well under a second for thousands of files; a
+tree on disk keeps what it read in a cache (`gpumatrix.registry_cache`), so a second run parses only
+the files that changed (benchmarks/registry_discovery.py). The rules are docs/registry.md's.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from gpumatrix.config import CPU_CLASS, Matrix, Problem, load_matrix
+from gpumatrix.config import CPU_CLASS, Matrix, Problem, ProblemsError, load_matrix
+from gpumatrix.source import READ_LIMIT, SourceError, decode_source, parse_head, read_source_bytes
 
 __all__ = [
+    "FileReading",
     "Registration",
     "Registry",
+    "RegistryError",
     "build_registry",
     "discover",
     "find_test_files",
@@ -39,10 +46,32 @@ class Registration:
     gpus: int
     est_time: float
     runners: tuple[str, ...] = ()  # runner labels, one per class of `on`, in the same order
+    # (argument, line) of each argument given: problems found later name the argument's own line.
+    arg_lines: tuple[tuple[str, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     @property
     def needs_gpu(self) -> bool:
         return any(name != CPU_CLASS for name in self.on)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able fields (the cache and xdist workers carry registrations so)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Registration:
+        fields = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items()}
+        fields["arg_lines"] = tuple(tuple(pair) for pair in fields.get("arg_lines", ()))
+        return cls(**fields)
+
+
+# What reading one file gave: its registration (runners not yet resolved) or the problems found.
+FileReading = tuple[Registration | None, list[Problem]]
+
+
+class RegistryError(ProblemsError):
+    """Test files with registration problems (exit 1): `problems` lists each with file and line."""
+
+    summary = "test files with registration problems"
 
 
 @dataclass(frozen=True)
@@ -63,6 +92,12 @@ class Registry:
     def for_runner(self, label: str) -> tuple[Registration, ...]:
         return tuple(r for r in self.files if label in r.runners)
 
+    def require_ok(self) -> Registry:
+        """This registry; `RegistryError` listing its problems when it has any."""
+        if self.problems:
+            raise RegistryError(self.problems)
+        return self
+
 
 def find_test_files(root: str | Path, *, tests_dir: str = "tests") -> list[str]:
     """Repository-relative paths of every `test_*.py` under `root/tests_dir`, sorted."""
@@ -78,18 +113,33 @@ def find_test_files(root: str | Path, *, tests_dir: str = "tests") -> list[str]:
     return sorted(found)
 
 
-def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests") -> Registry:
-    """Build the registry of a tree on disk."""
+def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cache: bool = True) -> Registry:
+    """Build the registry of a tree on disk.
+
+    With `cache`, what each file gave is kept in `root/.gpumatrix/` keyed by path, size and
+    modification time, and only new or changed files are read again.
+    """
+    from gpumatrix.registry_cache import RegistrationCache
+
     root = Path(root)
-    sources: dict[str, str] = {}
-    problems: list[Problem] = []
+    store = RegistrationCache.open(root) if cache else None
+    readings: dict[str, FileReading] = {}
     for path in find_test_files(root, tests_dir=tests_dir):
+        full = os.path.join(root, path)
         try:
-            sources[path] = (root / path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(Problem(path, 0, f"cannot read test file: {exc}"))
-    registry = build_registry(sources, matrix)
-    return Registry(registry.files, tuple(problems) + registry.problems)
+            stat = os.stat(full)
+            reading = store.get(path, stat) if store is not None else None
+            if reading is None:
+                data, size = read_source_bytes(full)
+                reading = read_registration(data, path, size=size)
+                if store is not None:
+                    store.put(path, stat, reading)
+        except OSError as exc:
+            reading = (None, [Problem(path, 0, f"cannot read test file: {exc.strerror or exc}")])
+        readings[path] = reading
+    if store is not None:
+        store.save()
+    return resolve_registry(readings, matrix)
 
 
 def load_tree(root: str | Path) -> tuple[Matrix, Registry]:
@@ -98,12 +148,20 @@ def load_tree(root: str | Path) -> tuple[Matrix, Registry]:
     return matrix, discover(root, matrix)
 
 
-def build_registry(sources: Mapping[str, str], matrix: Matrix) -> Registry:
-    """Build a registry from `{repository-relative path: source text}` — files read as data."""
+def build_registry(sources: Mapping[str, str | bytes], matrix: Matrix) -> Registry:
+    """Build a registry from `{repository-relative path: source}` — files read as data.
+
+    Bytes are decoded as Python decodes a module; text is taken as already decoded.
+    """
+    return resolve_registry({path: read_registration(sources[path], path) for path in sources}, matrix)
+
+
+def resolve_registry(readings: Mapping[str, FileReading], matrix: Matrix) -> Registry:
+    """The registry of files already read: each registration with the runner of every class it names."""
     files: list[Registration] = []
     problems: list[Problem] = []
-    for path in sorted(sources):
-        registration, found = read_registration(sources[path], path)
+    for path in sorted(readings):
+        registration, found = readings[path]
         problems.extend(found)
         if registration is None:
             continue
@@ -114,21 +172,33 @@ def build_registry(sources: Mapping[str, str], matrix: Matrix) -> Registry:
     return Registry(tuple(files), tuple(problems))
 
 
-def read_registration(source: str, path: str) -> tuple[Registration | None, list[Problem]]:
-    """Parse one file's `register(...)` call; returns the registration or the problems found."""
-    if "register" not in source:  # fast path: most of a large tree's cost is ast.parse
-        return None, [Problem(path, 1, _MISSING)]
+def read_registration(source: str | bytes, path: str, *, size: int | None = None) -> FileReading:
+    """Parse one file's `register(...)` call; returns the registration or the problems found.
+
+    `source` is the file's bytes (decoded as Python decodes a module) or its text; `size` is the
+    file's size when `source` holds only its first `READ_LIMIT` bytes.
+    """
+    if isinstance(source, bytes):
+        if b"register" not in source:  # the pre-filter: no parse, no decode
+            return None, [Problem(path, 1, _missing(size))]
+        try:
+            source = decode_source(source)
+        except SourceError as exc:
+            return None, [Problem(path, exc.line, exc.message)]
     try:
-        tree = ast.parse(source, filename=path)
-    except SyntaxError as exc:
-        return None, [Problem(path, exc.lineno or 0, f"cannot parse test file: {exc.msg}")]
-    names, modules = _register_aliases(tree.body)
+        body = parse_head(source, path)
+    except SourceError as exc:
+        return None, [Problem(path, exc.line, exc.message)]
+    if body is None:
+        return None, [Problem(path, 1, _missing(size))]
+    names, modules = _register_aliases(body)
     calls = [
         node
-        for node in ast.walk(tree)
+        for stmt in body
+        for node in ast.walk(stmt)
         if isinstance(node, ast.Call) and _is_register(node.func, names, modules)
     ]
-    top_level = {id(stmt.value) for stmt in tree.body if isinstance(stmt, ast.Expr)}
+    top_level = {id(stmt.value) for stmt in body if isinstance(stmt, ast.Expr)}
     nested = [call for call in calls if id(call) not in top_level]
     problems = [
         Problem(
@@ -140,7 +210,7 @@ def read_registration(source: str, path: str) -> tuple[Registration | None, list
     ]
     calls = [call for call in calls if id(call) in top_level]
     if not calls:
-        return None, problems or [Problem(path, 1, _MISSING)]
+        return None, problems or [Problem(path, 1, _missing(size))]
     if len(calls) > 1:
         lines = ", ".join(str(call.lineno) for call in calls)
         return None, [
@@ -161,15 +231,30 @@ _MISSING = (
 )
 
 
+def _missing(size: int | None) -> str:
+    if size is None or size <= READ_LIMIT:
+        return _MISSING
+    return (
+        f"{_MISSING} (only the first {READ_LIMIT // 2**20} MiB of this {size / 2**20:.1f} MiB file are read: "
+        f"put the call near the top)"
+    )
+
+
 def _register_aliases(body: Iterable[ast.stmt]) -> tuple[set[str], set[str]]:
     """Names bound to `gpumatrix.register` and to the `gpumatrix` module by top-level imports."""
     names: set[str] = set()
     modules: set[str] = set()
     for stmt in body:
         if isinstance(stmt, ast.ImportFrom) and stmt.module == "gpumatrix" and stmt.level == 0:
-            names.update(alias.asname or alias.name for alias in stmt.names if alias.name == "register")
+            names.update(
+                alias.asname or "register" for alias in stmt.names if alias.name in ("register", "*")
+            )
         elif isinstance(stmt, ast.Import):
-            modules.update(alias.asname or alias.name for alias in stmt.names if alias.name == "gpumatrix")
+            for alias in stmt.names:
+                if alias.name == "gpumatrix":
+                    modules.add(alias.asname or alias.name)
+                elif alias.name.startswith("gpumatrix.") and alias.asname is None:
+                    modules.add("gpumatrix")  # `import gpumatrix.compare` binds `gpumatrix` too
     return names, modules
 
 
@@ -184,7 +269,7 @@ def _is_register(func: ast.expr, names: set[str], modules: set[str]) -> bool:
     )
 
 
-def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Problem]]:
+def _read_call(call: ast.Call, path: str) -> FileReading:
     problems: list[Problem] = []
 
     def bad(node: ast.AST, message: str) -> None:
@@ -193,7 +278,7 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
     if call.args:
         bad(call.args[0], "register(...) takes keyword arguments only: on=..., gpus=..., est_time=...")
     values: dict[str, object] = {}
-    seen: set[str] = set()
+    nodes: dict[str, ast.expr] = {}  # the argument each value came from: problems name its line
     for keyword in call.keywords:
         if keyword.arg is None:
             bad(keyword.value, "register(...) cannot take **kwargs: write on=, gpus= and est_time= literally")
@@ -202,10 +287,10 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
                 keyword.value,
                 f"register(...) got unknown argument {keyword.arg!r} (expected {', '.join(_KEYWORDS)})",
             )
-        elif keyword.arg in seen:  # ast parses it; Python refuses to compile it
+        elif keyword.arg in nodes:  # ast parses it; Python refuses to compile it
             bad(keyword.value, f"register(...) repeats the argument {keyword.arg}=")
         else:
-            seen.add(keyword.arg)
+            nodes[keyword.arg] = keyword.value
             try:
                 values[keyword.arg] = ast.literal_eval(keyword.value)
             # TypeError: a literal that cannot be built, such as a set of lists ({[]}).
@@ -213,27 +298,27 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
                 bad(
                     keyword.value,
                     f"register({keyword.arg}=...) must be a literal, got "
-                    f"`{ast.unparse(keyword.value)}`; the registry is read without importing the file",
+                    f"`{_snippet(keyword.value)}`; the registry is read without importing the file",
                 )
 
     on = values.get("on")
     if isinstance(on, str):
         on = (on,)
-    if "on" not in values and not any(k.arg == "on" for k in call.keywords):
+    if "on" not in nodes:
         bad(call, "register(...) is missing on=(...): the GPU classes this file runs on")
     elif "on" in values and (
         not isinstance(on, (tuple, list)) or not on or not all(isinstance(c, str) for c in on)
     ):
-        bad(call, f"register(on=...) must be a non-empty tuple of class names, got {values['on']!r}")
+        bad(nodes["on"], f"register(on=...) must be a non-empty tuple of class names, got {values['on']!r}")
     elif "on" in values and len(set(on)) != len(on):
-        bad(call, f"register(on=...) names a class twice: {values['on']!r}")
+        bad(nodes["on"], f"register(on=...) names a class twice: {values['on']!r}")
 
     gpus = values.get("gpus", 1)
     if "gpus" in values and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
-        bad(call, f"register(gpus=...) must be a positive integer, got {gpus!r}")
+        bad(nodes["gpus"], f"register(gpus=...) must be a positive integer, got {gpus!r}")
 
     est_time = values.get("est_time")
-    if "est_time" not in values and not any(k.arg == "est_time" for k in call.keywords):
+    if "est_time" not in nodes:
         bad(
             call,
             "register(...) is missing est_time=SECONDS (the file's run time on one runner, used for sharding)",
@@ -244,54 +329,71 @@ def _read_call(call: ast.Call, path: str) -> tuple[Registration | None, list[Pro
         or not est_time > 0
         or est_time == float("inf")
     ):
-        bad(call, f"register(est_time=...) must be a positive number of seconds, got {est_time!r}")
+        bad(
+            nodes["est_time"],
+            f"register(est_time=...) must be a positive number of seconds, got {est_time!r}",
+        )
 
     if problems:
         return None, problems
     return Registration(
-        path=path, line=call.lineno, on=tuple(on), gpus=int(gpus), est_time=float(est_time)
+        path=path,
+        line=call.lineno,
+        on=tuple(on),
+        gpus=int(gpus),
+        est_time=float(est_time),
+        arg_lines=tuple((name, node.lineno) for name, node in nodes.items()),
     ), []
 
 
-def _resolve_runners(registration: Registration, matrix: Matrix) -> tuple[Registration | None, list[Problem]]:
+def _snippet(node: ast.expr, limit: int = 80) -> str:
+    try:
+        text = ast.unparse(node)
+    except (RecursionError, MemoryError):
+        return "(an expression too deep to show)"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _resolve_runners(registration: Registration, matrix: Matrix) -> FileReading:
     problems: list[Problem] = []
     labels: list[str] = []
+    lines = dict(registration.arg_lines)
+    on_line = lines.get("on", registration.line)
     for class_name in registration.on:
         if class_name not in matrix.classes:
             problems.append(
                 Problem(
                     registration.path,
-                    registration.line,
+                    on_line,
                     f"register(on=...) names unknown class {class_name!r} "
                     f"(known: {', '.join(matrix.classes)})",
                 )
             )
             continue
         runner = matrix.runner_for(class_name, registration.gpus)
-        if runner is None:
-            offered = sorted({r.gpus for r in matrix.runners_of(class_name)})
-            detail = (
-                f"its runners have {', '.join(map(str, offered))} GPU(s)"
-                if offered
-                else "no runner serves that class"
-            )
+        if runner is not None:
+            labels.append(runner.label)
+            continue
+        offered = sorted({r.gpus for r in matrix.runners_of(class_name)})
+        if not offered:
             problems.append(
                 Problem(
                     registration.path,
-                    registration.line,
-                    f"needs {registration.gpus} x {class_name}, but no runner of class "
-                    f"{class_name!r} has that many GPUs ({detail})",
+                    on_line,
+                    f"register(on=...) names class {class_name!r}, which no runner of "
+                    f"{matrix.source} serves: add a runner of that class or drop it from on=",
                 )
             )
-            continue
-        labels.append(runner.label)
+        else:
+            problems.append(
+                Problem(
+                    registration.path,
+                    lines.get("gpus", on_line),
+                    f"needs {registration.gpus} x {class_name}, but no runner of class "
+                    f"{class_name!r} has that many GPUs (its runners have "
+                    f"{', '.join(map(str, offered))} GPU(s))",
+                )
+            )
     if problems:
         return None, problems
-    return Registration(
-        registration.path,
-        registration.line,
-        registration.on,
-        registration.gpus,
-        registration.est_time,
-        tuple(labels),
-    ), []
+    return dataclasses.replace(registration, runners=tuple(labels)), []

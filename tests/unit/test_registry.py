@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpumatrix import register
-from gpumatrix.config import load_matrix
+from gpumatrix.config import load_matrix, parse_matrix
 from gpumatrix.registry import build_registry, discover, find_test_files, load_tree, read_registration
+from gpumatrix.source import READ_LIMIT, read_source_bytes
 
 register(on=("cpu",), est_time=3)
 
@@ -116,6 +117,74 @@ ERRORS = [
         HEADER + 'register(on=("cpu",), est_time=1, est_time=2)\n',
         [(2, "repeats the argument est_time=")],
     ),
+    # A value problem names the line of its argument, not of the call.
+    (
+        "bad-gpus-on-its-line",
+        HEADER + 'register(\n    on=("h100",),\n    gpus=0,\n    est_time=1,\n)\n',
+        [(4, "register(gpus=...) must be a positive integer, got 0")],
+    ),
+    (
+        "bad-est-time-on-its-line",
+        HEADER + 'register(on=("cpu",),\n         est_time=-1)\n',
+        [(3, "register(est_time=...) must be a positive number")],
+    ),
+    ("empty-on-on-its-line", HEADER + "register(est_time=1,\n         on=())\n", [(3, "non-empty tuple")]),
+    (
+        "unknown-class-on-its-line",
+        HEADER + 'register(\n    on=("h100", "a100"),\n    est_time=1)\n',
+        [(3, "unknown class 'a100'")],
+    ),
+    (
+        "no-runner-names-gpus-line",
+        HEADER + 'register(on=("h100",),\n         gpus=8,\n         est_time=1)\n',
+        [(3, "needs 8 x h100, but no runner of class 'h100' has that many GPUs")],
+    ),
+    (
+        "nested-call-after-a-valid-one",
+        HEADER + 'register(on=("cpu",), est_time=1)\n\ndef test_a():\n'
+        '    register(on=("cpu",), est_time=1)\n',
+        [(5, "module top level")],
+    ),
+    (
+        "second-call-after-a-docstring",
+        HEADER + 'register(on=("cpu",), est_time=1)\n"""\nregister\n"""\nregister(on=("cpu",), est_time=2)\n',
+        [(6, "called 2 times (lines 2, 6)")],
+    ),
+    (
+        "alias-called-in-a-function",
+        'from gpumatrix import register as reg\nreg(on=("cpu",), est_time=1)\n'
+        'def f():\n    reg(on=("cpu",), est_time=1)\n',
+        [(4, "module top level")],
+    ),
+    # Inputs Python's parser cannot take: a problem with a line, not a traceback.
+    # (Python 3.12 reports some of these as syntax errors; the line is the same.)
+    (
+        "expression-too-deep",
+        HEADER + "X = " + "-" * 100_000 + '1\nregister(on=("cpu",), est_time=1)\n',
+        [(2, "cannot parse test file")],
+    ),
+    (
+        "call-chain-too-deep",
+        HEADER + "X = f" + "()" * 100_000 + '\nregister(on=("cpu",), est_time=1)\n',
+        [(2, "cannot parse test file")],
+    ),
+    (
+        "deep-argument",
+        HEADER + 'register(on=("cpu",), est_time=' + "(" * 300 + "1" + ")" * 300 + ")\n",
+        [(2, "cannot parse test file")],
+    ),
+    (
+        "literal-too-deep-to-show",
+        HEADER + 'register(on=("cpu",), est_time=' + "[" * 90 + "]" * 90 + ")\n",
+        [(2, "register(est_time=...) must be a positive number")],
+    ),
+    # Bytes are read as Python reads a module.
+    (
+        "undecodable-bytes",
+        HEADER.encode() + b'register(on=("cpu",), est_time=1)\nX = "\xe9"\n',
+        [(3, "not valid utf-8 text (byte 0xe9)")],
+    ),
+    ("unknown-coding", b"# -*- coding: klingon -*-\n" + HEADER.encode(), [(1, "unknown encoding: klingon")]),
 ]
 
 
@@ -173,6 +242,61 @@ VALID = [
         HEADER + 'register(on=("cpu", "h100"), gpus=2, est_time=5)\n',
         (("cpu", "h100"), 2, 5.0, ("cpu", "2-gpu-h100")),
     ),
+    (
+        "import-gpumatrix-submodule",
+        'import gpumatrix.compare\n\ngpumatrix.register(on=("cpu",), est_time=2)\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "import-gpumatrix-then-attribute",
+        'import pytest, gpumatrix\ngpumatrix.register(on=("cpu",), est_time=2)\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "star-import",
+        'from gpumatrix import *\nregister(on=("cpu",), est_time=2)\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "call-over-several-lines",
+        HEADER + 'register(\n    on=("h100",),\n    gpus=2,\n    est_time=7,\n)\ndef test_a():\n    pass\n',
+        (("h100",), 2, 7.0, ("2-gpu-h100",)),
+    ),
+    (
+        "mention-in-a-later-docstring",
+        HEADER + 'register(on=("cpu",), est_time=2)\n\ndef test_a():\n'
+        '    """register is\n    not called here."""\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "syntax-error-after-the-call-is-pytest's",
+        HEADER + 'register(on=("cpu",), est_time=2)\ndef (:\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "utf8-bom",
+        b"\xef\xbb\xbf" + HEADER.encode() + b'register(on=("cpu",), est_time=2)\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "utf8-bom-in-text",
+        "\ufeff" + HEADER + 'register(on=("cpu",), est_time=2)\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "pep-263-latin-1",
+        b"# -*- coding: latin-1 -*-\n"
+        + HEADER.encode()
+        + b'register(on=("cpu",), est_time=2)\nNAME = "caf\xe9"\n',
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
+    (
+        "bom-and-utf8-coding-line",
+        b"\xef\xbb\xbf# coding: utf-8\n"
+        + HEADER.encode()
+        + 'register(on=("cpu",), est_time=2)\nNAME = "café"\n'.encode(),
+        (("cpu",), 1, 2.0, ("cpu",)),
+    ),
 ]
 
 
@@ -182,6 +306,43 @@ def test_valid_registrations_resolve_runners(source, expected):
     assert registry.problems == ()
     (registration,) = registry.files
     assert (registration.on, registration.gpus, registration.est_time, registration.runners) == expected
+
+
+def test_files_without_register_are_not_parsed():
+    """The pre-filter: no mention of register, no parse (this source would be a syntax error)."""
+    registration, problems = read_registration(b"def (:\n" * 1000, "tests/test_x.py")
+    assert registration is None and [p.message.split(":")[0] for p in problems] == [
+        "test file is not registered"
+    ]
+
+
+def test_a_40_mb_file_is_read_only_as_far_as_the_limit(tmp_path):
+    big = tmp_path / "tests" / "test_big.py"
+    big.parent.mkdir()
+    filler = b"DATA = [" + b"1.0, " * (40 * 2**20 // 5) + b"]\n"
+    big.write_bytes(HEADER.encode() + b'register(on=("cpu",), est_time=2)\n' + filler)
+    data, size = read_source_bytes(str(big))
+    assert len(data) <= READ_LIMIT and size == big.stat().st_size > 40 * 2**20
+    registry = discover(tmp_path, MATRIX, cache=False)
+    assert registry.problems == () and [f.path for f in registry.files] == ["tests/test_big.py"]
+    # A registration past the limit is not seen, and the problem says why.
+    big.write_bytes(
+        b"X = 1\n" * (READ_LIMIT // 6 + 10) + HEADER.encode() + b'register(on=("cpu",), est_time=2)\n'
+    )
+    (problem,) = discover(tmp_path, MATRIX, cache=False).problems
+    assert "only the first 1 MiB of this 1.0 MiB file are read: put the call near the top" in str(problem)
+
+
+def test_a_class_no_runner_serves_says_so():
+    matrix = parse_matrix(
+        "classes:\n  cpu: {compute_capability: []}\n  h100: {compute_capability: ['9.0']}\n"
+        "runners:\n  - {label: h, class: h100, gpus: 1, runs_on: [x], timeout_minutes: 5}\n"
+    )
+    registry = build_registry({"tests/test_a.py": HEADER + 'register(on=("cpu",), est_time=1)\n'}, matrix)
+    assert [str(p) for p in registry.problems] == [
+        "tests/test_a.py:2: register(on=...) names class 'cpu', which no runner of ci/matrix.yaml serves: "
+        "add a runner of that class or drop it from on="
+    ]
 
 
 def test_registry_is_built_without_importing(tmp_path):
