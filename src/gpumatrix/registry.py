@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpumatrix.config import CPU_CLASS, Matrix, Problem, ProblemsError, load_matrix
+from gpumatrix.config import CPU_CLASS, Matrix, Problem, ProblemsError, Runner, load_matrix
 from gpumatrix.source import READ_LIMIT, SourceError, decode_source, parse_head, read_source_bytes
 
 __all__ = [
@@ -55,7 +55,7 @@ class Registration:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able fields (the cache and xdist workers carry registrations so)."""
-        return dataclasses.asdict(self)
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Registration:
@@ -160,12 +160,13 @@ def resolve_registry(readings: Mapping[str, FileReading], matrix: Matrix) -> Reg
     """The registry of files already read: each registration with the runner of every class it names."""
     files: list[Registration] = []
     problems: list[Problem] = []
+    runners: dict[tuple[str, int], Runner | None] = {}  # (class, gpus): its runner, looked up once
     for path in sorted(readings):
         registration, found = readings[path]
         problems.extend(found)
         if registration is None:
             continue
-        resolved, found = _resolve_runners(registration, matrix)
+        resolved, found = _resolve_runners(registration, matrix, runners)
         problems.extend(found)
         if resolved is not None:
             files.append(resolved)
@@ -192,14 +193,23 @@ def read_registration(source: str | bytes, path: str, *, size: int | None = None
     if body is None:
         return None, [Problem(path, 1, _missing(size))]
     names, modules = _register_aliases(body)
-    calls = [
-        node
-        for stmt in body
-        for node in ast.walk(stmt)
-        if isinstance(node, ast.Call) and _is_register(node.func, names, modules)
-    ]
-    top_level = {id(stmt.value) for stmt in body if isinstance(stmt, ast.Expr)}
-    nested = [call for call in calls if id(call) not in top_level]
+    calls: list[ast.Call] = []  # at module top level
+    nested: list[ast.Call] = []
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            continue
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and _is_register(stmt.value.func, names, modules)
+        ):
+            calls.append(stmt.value)  # a call in its arguments is not a literal: _read_call says so
+            continue
+        nested.extend(
+            node
+            for node in ast.walk(stmt)
+            if isinstance(node, ast.Call) and _is_register(node.func, names, modules)
+        )
     problems = [
         Problem(
             path,
@@ -208,7 +218,6 @@ def read_registration(source: str | bytes, path: str, *, size: int | None = None
         )
         for call in nested
     ]
-    calls = [call for call in calls if id(call) in top_level]
     if not calls:
         return None, problems or [Problem(path, 1, _missing(size))]
     if len(calls) > 1:
@@ -354,7 +363,9 @@ def _snippet(node: ast.expr, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _resolve_runners(registration: Registration, matrix: Matrix) -> FileReading:
+def _resolve_runners(
+    registration: Registration, matrix: Matrix, runners: dict[tuple[str, int], Runner | None]
+) -> FileReading:
     problems: list[Problem] = []
     labels: list[str] = []
     lines = dict(registration.arg_lines)
@@ -370,7 +381,10 @@ def _resolve_runners(registration: Registration, matrix: Matrix) -> FileReading:
                 )
             )
             continue
-        runner = matrix.runner_for(class_name, registration.gpus)
+        key = (class_name, registration.gpus)
+        if key not in runners:
+            runners[key] = matrix.runner_for(class_name, registration.gpus)
+        runner = runners[key]
         if runner is not None:
             labels.append(runner.label)
             continue

@@ -109,7 +109,10 @@ class RegistrationCache:
             fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".registry-cache-", suffix=".tmp")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as stream:
-                    json.dump({"key": self._key, "files": self._entries}, stream, separators=(",", ":"))
+                    # dumps, not dump: dump feeds the stream from the pure-Python encoder (5x slower here).
+                    stream.write(
+                        json.dumps({"key": self._key, "files": self._entries}, separators=(",", ":"))
+                    )
                 os.replace(temporary, self.path)
             except BaseException:
                 Path(temporary).unlink(missing_ok=True)

@@ -40,7 +40,8 @@ __all__ = [
 # 1 MiB of Python takes about 0.15 s on the CI box.
 READ_LIMIT = 1 << 20
 _MENTION = "register"
-_ALIAS_RE = re.compile(r"\bregister\s+as\s+([A-Za-z_]\w*)")
+# Every mention of register, capturing the name of an `import ... register as NAME` alias.
+_MENTION_RE = re.compile(r"\bregister\b(?:\s+as\s+([A-Za-z_]\w*))?")
 _TOP_LEVEL_START_RE = re.compile(r"^[A-Za-z_@]", re.MULTILINE)
 
 
@@ -106,11 +107,17 @@ def parse_head(text: str, path: str) -> list[ast.stmt] | None:
     None when it mentions neither; `SourceError` when Python cannot parse it.
     """
     text = text.removeprefix("\ufeff")  # a decoded BOM (the bot hands over text, not bytes)
-    names = ["register", *_ALIAS_RE.findall(text)]
-    mentions = deque(re.finditer(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b", text), maxlen=1)
+    mentions = deque(_MENTION_RE.finditer(text), maxlen=1)
     if not mentions:
         return None
-    end = _line_end(text, mentions[0].end())
+    last = mentions[0].end()
+    aliases = set(_MENTION_RE.findall(text)) - {""}
+    if aliases:
+        later = deque(
+            re.finditer(r"\b(?:" + "|".join(map(re.escape, sorted(aliases))) + r")\b", text), maxlen=1
+        )
+        last = max(last, later[0].end()) if later else last
+    end = _line_end(text, last)
     if end < len(text):
         body = _try_parse(text[:end], path)
         if body is not None:
