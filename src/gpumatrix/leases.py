@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import re
 import sys
@@ -29,18 +30,20 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from gpumatrix import GpumatrixError
+from gpumatrix import GpumatrixError, UsageError
 
 __all__ = [
     "LEASE_DIR_ENV",
     "LEASE_LOG_ENV",
     "LEASE_TIMEOUT_ENV",
     "LeasePlan",
+    "LeaseSettings",
     "LeaseTimeout",
     "ProcessLeases",
     "cuda_initialized",
     "default_lock_dir",
     "lease_gpus",
+    "lease_settings",
     "plan_lease",
 ]
 
@@ -67,6 +70,66 @@ def default_lock_dir(environ: Mapping[str, str] | None = None) -> Path:
         return Path(env[LEASE_DIR_ENV])
     user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
     return Path(tempfile.gettempdir()) / f"gpumatrix-leases-{user}"
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """Where leases are kept, how long a test waits for its GPUs, and where leases are logged."""
+
+    lock_dir: Path
+    timeout: float | None  # seconds; None waits as long as it takes
+    log: Path | None = None
+    lock_dir_named: bool = False  # set through GPUMATRIX_LEASE_DIR rather than the default
+
+    def prepare(self) -> None:
+        """Create the lease directory (and open the log) now, so a run that cannot lease stops
+        once, with a `UsageError`, instead of failing every GPU test."""
+        where = (
+            f"{LEASE_DIR_ENV}={str(self.lock_dir)!r}"
+            if self.lock_dir_named
+            else f"the lease directory {self.lock_dir} (set {LEASE_DIR_ENV} to use another)"
+        )
+        try:
+            self.lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with tempfile.NamedTemporaryFile(dir=self.lock_dir, prefix=".probe-"):
+                pass  # lock files are created here: it must be writable, not only present
+        except OSError as exc:
+            raise UsageError(f"cannot use {where} for GPU leases: {exc.strerror or exc}") from None
+        if self.log is not None:
+            try:
+                with open(self.log, "a", encoding="utf-8"):
+                    pass
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot write the lease log {LEASE_LOG_ENV}={str(self.log)!r}: {exc.strerror or exc}"
+                ) from None
+
+
+def lease_settings(environ: Mapping[str, str] | None = None) -> LeaseSettings:
+    """The GPUMATRIX_LEASE_* variables, checked: a `UsageError` naming the one that is wrong.
+
+    GPUMATRIX_LEASE_TIMEOUT is seconds >= 0 (unset or empty: wait as long as it takes).
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(LEASE_TIMEOUT_ENV, "").strip()
+    timeout: float | None = None
+    if text:
+        try:
+            timeout = float(text)
+        except ValueError:
+            timeout = math.nan
+        if not timeout >= 0:  # also refuses nan
+            raise UsageError(
+                f"{LEASE_TIMEOUT_ENV}={text!r} must be a number of seconds >= 0 "
+                f"(unset: wait as long as it takes)"
+            )
+    log = env.get(LEASE_LOG_ENV)
+    return LeaseSettings(
+        lock_dir=default_lock_dir(env),
+        timeout=timeout,
+        log=Path(log) if log else None,
+        lock_dir_named=bool(env.get(LEASE_DIR_ENV)),
+    )
 
 
 @contextmanager

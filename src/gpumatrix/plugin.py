@@ -1,20 +1,23 @@
 """pytest plugin: run what this machine can, skip the rest with a reason, lease GPUs to each test.
 
 Active only where the root (the rootdir, or `--gpumatrix-root`) has `ci/matrix.yaml`, so installing
-the package disturbs no other project's pytest. Once active:
+the package disturbs no other project's pytest. Once active, every `tests/**/test_*.py` is decided on
+before it is imported (`gpumatrix.gating.decide_file`):
 
-- a collected `tests/**/test_*.py` that is not validly registered is a collection error naming the
-  file and the problem (it is not imported);
-- a test whose file needs GPUs this machine lacks is skipped: `evaluate_hardware` gives the reason;
-- `--runner LABEL` keeps the runner's slice (the rest is deselected) and first checks that this
-  machine is that runner's class and GPU count (whether the GPUs are idle is `gpumatrix run`'s
+- one that is not validly registered is a collection error naming the file and the problem;
+- one that needs GPUs this machine lacks is skipped as a whole, one entry per file, with the reason
+  `evaluate_hardware` gives ("needs 4 x b200|gb300; this machine: 1 x h100 (NVIDIA H200, sm_90)");
+- with `--runner LABEL`, one outside the runner's slice is deselected; the run first checks that
+  this machine is that runner's class and GPU count (whether the GPUs are idle is `gpumatrix run`'s
   pre-flight, which a person can waive);
 - each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
   only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
   bound to runs in a fresh pytest child, whose reports are replayed here;
 - `--gpumatrix-report PATH` writes a JSON summary by file and test (`RunReport`), for `gpumatrix run`.
 
-Hooks stay thin; decisions are plain functions. Nothing here imports torch.
+The registry is discovered once, by the controller (through the cache of `gpumatrix.registry_cache`),
+and handed to xdist workers with the hardware. Hooks stay thin; decisions are plain functions in
+`gpumatrix.gating`. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -32,39 +35,34 @@ from typing import Any
 import pytest
 
 from gpumatrix import GpumatrixError
-from gpumatrix.config import CPU_CLASS, Matrix, MatrixError, Problem, Runner, load_matrix
-from gpumatrix.hardware import Hardware, detect, preflight
-from gpumatrix.leases import (
-    LEASE_LOG_ENV,
-    LEASE_TIMEOUT_ENV,
-    LeasePlan,
-    ProcessLeases,
-    default_lock_dir,
+from gpumatrix.config import Matrix, Problem, Runner, load_matrix
+from gpumatrix.gating import (
+    HardwareSkip,
+    decide_file,
+    evaluate_hardware,
+    forwarded_options,
+    unplugged_skip_reason,
 )
-from gpumatrix.registry import Registration, discover
+from gpumatrix.hardware import Hardware, detect, preflight
+from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
+from gpumatrix.registry import Registration, Registry, discover, read_registration
+from gpumatrix.source import read_source_bytes
 
-__all__ = ["HELD_LEASE_ENV", "REPLAY_TO_ENV", "HardwareSkip", "RunReport", "evaluate_hardware"]
+__all__ = [
+    "HELD_LEASE_ENV",
+    "REPLAY_TO_ENV",
+    "HardwareSkip",
+    "RunReport",
+    "evaluate_hardware",
+    "unplugged_collect_report",
+]
 
 # Set for a child pytest that runs one test under a lease its parent holds.
 HELD_LEASE_ENV = "GPUMATRIX_HELD_LEASE"
 REPLAY_TO_ENV = "GPUMATRIX_REPLAY_TO"
 _WORKER_HARDWARE = "gpumatrix_hardware"
+_WORKER_REGISTRY = "gpumatrix_registry"
 _WORKER_DESELECTED = "gpumatrix_deselected"
-
-
-@dataclass(frozen=True)
-class HardwareSkip:
-    reason: str
-
-
-def evaluate_hardware(registration: Registration, hardware: Hardware) -> HardwareSkip | None:
-    """None when this machine can run the file; else why not, naming what it needs and what is here."""
-    if CPU_CLASS in registration.on:
-        return None
-    if hardware.gpu_class in registration.on and hardware.count >= registration.gpus:
-        return None
-    needs = "|".join(name for name in registration.on if name != CPU_CLASS)
-    return HardwareSkip(f"needs {registration.gpus} x {needs}; this machine: {hardware.describe()}")
 
 
 _RANK = {"passed": 0, "skipped": 1, "errors": 2, "failed": 3}
@@ -85,6 +83,13 @@ class RunReport:
         previous = self.outcomes.get(nodeid)
         if previous is None or _RANK[kind] > _RANK[previous[1]]:
             self.outcomes[nodeid] = (file, kind, reason)
+
+    def add_collect_report(self, report: pytest.CollectReport, file: str) -> None:
+        """A whole file that failed to collect, or was skipped before it was imported."""
+        if report.failed:
+            self.add(report.nodeid, file, "errors")
+        elif report.skipped:
+            self.add(report.nodeid, file, "skipped", _skip_reason(report))
 
     def add_test_report(self, report: pytest.TestReport, file: str) -> None:
         if report.when == "call":
@@ -129,7 +134,7 @@ class RunReport:
         }
 
 
-def _skip_reason(report: pytest.TestReport) -> str:
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     if isinstance(report.longrepr, tuple):
         text = str(report.longrepr[2])
         return text.removeprefix("Skipped: ")
@@ -221,13 +226,15 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"exist; pass --gpumatrix-root DIR"
             )
         return
-    try:
+    try:  # every problem of configuration is one usage error before any test, never one per test
         matrix = load_matrix(matrix_path)
-    except MatrixError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    runner = _runner_option(config, matrix)
-    hardware = _hardware(config, matrix)
-    registry = discover(root, matrix)
+        label = config.getoption("runner")
+        runner = matrix.require_runner(label) if label is not None else None
+        hardware = _hardware(config, matrix)
+        leases = _process_leases(config, hardware, lease_settings())
+    except GpumatrixError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    registry = _registry(config, root, matrix)
     problems: dict[str, list[Problem]] = {}
     for problem in registry.problems:
         problems.setdefault(problem.source, []).append(problem)
@@ -240,60 +247,56 @@ def pytest_configure(config: pytest.Config) -> None:
         problems=problems,
         runner=runner,
         report_path=Path(config.invocation_params.dir, report_option) if report_option else None,
-        leases=_process_leases(config, hardware),
+        leases=leases,
         replay_to=Path(replay_to) if replay_to else None,
     )
     if state.report_path is not None or state.replay_to is not None:
         config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
 
 
-def _runner_option(config: pytest.Config, matrix: Matrix) -> Runner | None:
-    label = config.getoption("runner")
-    if label is None:
-        return None
-    runner = matrix.runner(label)
-    if runner is None:
-        raise pytest.UsageError(
-            f"--runner {label!r} is not a runner of {matrix.source} "
-            f"(labels: {', '.join(r.label for r in matrix.runners)})"
+def _registry(config: pytest.Config, root: Path, matrix: Matrix) -> Registry:
+    """The controller discovers; an xdist worker takes what the controller found."""
+    if _is_worker(config) and _WORKER_REGISTRY in config.workerinput:  # type: ignore[attr-defined]
+        data = config.workerinput[_WORKER_REGISTRY]  # type: ignore[attr-defined]
+        return Registry(
+            tuple(Registration.from_dict(r) for r in data["files"]),
+            tuple(Problem(*p) for p in data["problems"]),
         )
-    return runner
+    return discover(root, matrix)
 
 
 def _hardware(config: pytest.Config, matrix: Matrix) -> Hardware:
     if _is_worker(config) and _WORKER_HARDWARE in config.workerinput:  # type: ignore[attr-defined]
         return Hardware.from_dict(config.workerinput[_WORKER_HARDWARE])  # type: ignore[attr-defined]
-    try:
-        return detect(matrix)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from exc
+    return detect(matrix)
 
 
-def _process_leases(config: pytest.Config, hardware: Hardware) -> ProcessLeases | None:
+def _process_leases(
+    config: pytest.Config, hardware: Hardware, settings: LeaseSettings
+) -> ProcessLeases | None:
     if not hardware.count or os.environ.get(HELD_LEASE_ENV):  # a child runs under its parent's lease
         return None
-    timeout_text = os.environ.get(LEASE_TIMEOUT_ENV, "")
-    try:
-        timeout = float(timeout_text) if timeout_text else None
-    except ValueError:
-        raise pytest.UsageError(f"{LEASE_TIMEOUT_ENV}={timeout_text!r} is not a number of seconds") from None
-    log = os.environ.get(LEASE_LOG_ENV)
+    settings.prepare()
     worker = config.workerinput["workerid"] if _is_worker(config) else "main"  # type: ignore[attr-defined]
     return ProcessLeases(
         devices=hardware.device_ids,
-        lock_dir=default_lock_dir(),
-        timeout=timeout,
-        log=Path(log) if log else None,
+        lock_dir=settings.lock_dir,
+        timeout=settings.timeout,
+        log=settings.log,
         worker=worker,
     )
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist: workers take the controller's view of the hardware instead of probing again."""
+    """xdist: workers take the controller's hardware and registry instead of probing and parsing again."""
     state = _state(node.config)
     if state is not None:
         node.workerinput[_WORKER_HARDWARE] = state.hardware.to_dict()
+        node.workerinput[_WORKER_REGISTRY] = {
+            "files": [r.to_dict() for r in state.registrations.values()],
+            "problems": [[p.source, p.line, p.message] for found in state.problems.values() for p in found],
+        }
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -322,17 +325,53 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
-    """An unregistered or invalidly registered test file fails collection without being imported."""
+    """A registered-kind test file is failed, skipped or deselected here, without being imported."""
     state = _state(collector.config)
     if state is None or not isinstance(collector, pytest.Module):
         return None
     path = state.relpath(collector.path)
-    if path is None or path in state.registrations or not _is_registered_kind(path):
+    if path is None or not _is_registered_kind(path):
         return None
-    problems = state.problems.get(path) or [
-        Problem(path, 0, "not registered (it was added after the run started?)")
-    ]
-    return pytest.CollectReport(collector.nodeid, "failed", "\n".join(map(str, problems)), [])
+    decision = decide_file(
+        path,
+        state.registrations.get(path),
+        state.problems.get(path, ()),
+        hardware=state.hardware,
+        runner=state.runner,
+    )
+    if decision.action == "error":
+        return pytest.CollectReport(collector.nodeid, "failed", "\n".join(map(str, decision.problems)), [])
+    if decision.action == "skip":
+        return _skipped_file(collector, decision.reason)
+    if decision.action == "deselect":
+        # One entry for the whole file, which is never imported; terminal and report count files.
+        collector.config.hook.pytest_deselected(items=[collector])
+        return pytest.CollectReport(collector.nodeid, "passed", None, [])
+    return None
+
+
+def _skipped_file(collector: pytest.Collector, reason: str) -> pytest.CollectReport:
+    # The longrepr a module-level pytest.skip() gives, without a line: -rs shows "path: reason".
+    return pytest.CollectReport(
+        collector.nodeid, "skipped", (str(collector.path), None, f"Skipped: {reason}"), []
+    )
+
+
+def unplugged_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """For a conftest.py, when the gpumatrix plugin is disabled (`-p no:gpumatrix`): GPU files skip.
+
+    Returns None whenever this plugin is registered (it then decides), for anything but a test
+    module, and for files that name `cpu` or are not registered.
+    """
+    config = collector.config
+    if config.pluginmanager.is_registered(sys.modules[__name__]) or not isinstance(collector, pytest.Module):
+        return None
+    try:
+        data, size = read_source_bytes(str(collector.path))
+    except OSError:
+        return None
+    reason = unplugged_skip_reason(read_registration(data, collector.nodeid, size=size)[0])
+    return _skipped_file(collector, reason) if reason is not None else None
 
 
 def _is_registered_kind(path: str) -> bool:
@@ -341,6 +380,8 @@ def _is_registered_kind(path: str) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --runner, tests that belong to no registered file of the slice are deselected too (a
+    conftest's own items); the GPUs each collected test leases are noted."""
     state = _state(config)
     if state is None:
         return
@@ -352,12 +393,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             deselected.append(item)
             continue
         kept.append(item)
-        if registration is None:
-            continue
-        skip = evaluate_hardware(registration, state.hardware)
-        if skip is not None:
-            item.add_marker(pytest.mark.skip(reason=skip.reason))
-        elif state.hardware.count and state.hardware.gpu_class in registration.on:
+        if (
+            registration is not None
+            and state.hardware.count
+            and state.hardware.gpu_class in registration.on
+            and evaluate_hardware(registration, state.hardware) is None
+        ):
             item.stash[_NEED] = registration.gpus
     if deselected:
         config.hook.pytest_deselected(items=deselected)
@@ -502,11 +543,7 @@ def _child_args(item: pytest.Item, scratch: Path) -> list[str]:
         args += ["--gpumatrix-root", str(_state(config).root)]  # type: ignore[union-attr]
     if config.pluginmanager.has_plugin("xdist"):
         args += ["-n", "0"]  # overrides a -n from addopts
-    invocation = list(config.invocation_params.args)
-    for flag, value in zip(invocation, invocation[1:], strict=False):
-        if flag == "-p":  # plugins the run enabled or disabled
-            args += ["-p", value]
-    return args
+    return args + forwarded_options(list(config.invocation_params.args))
 
 
 # -- reporting --------------------------------------------------------------------------------------
@@ -529,8 +566,8 @@ class _Recorder:
             self.state.report.add_test_report(report, self.state.file_of(self.config, report.nodeid))
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        if report.failed and self.state.report_path is not None and self.controller:
-            self.state.report.add(report.nodeid, self.state.file_of(self.config, report.nodeid), "errors")
+        if self.state.report_path is not None and self.controller:
+            self.state.report.add_collect_report(report, self.state.file_of(self.config, report.nodeid))
 
 
 @pytest.hookimpl(optionalhook=True)

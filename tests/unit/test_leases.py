@@ -319,3 +319,64 @@ def test_cuda_initialized(libcuda: Any, expected: bool) -> None:
 )
 def test_default_lock_dir(environ: dict[str, str], expected: Path) -> None:
     assert default_lock_dir(environ) == expected
+
+
+# (id, environment, (timeout, log) or the UsageError's message)
+LEASE_SETTINGS = [
+    ("defaults", {}, (None, None)),
+    ("empty-timeout", {"GPUMATRIX_LEASE_TIMEOUT": " "}, (None, None)),
+    ("zero", {"GPUMATRIX_LEASE_TIMEOUT": "0"}, (0.0, None)),
+    (
+        "seconds-and-log",
+        {"GPUMATRIX_LEASE_TIMEOUT": "2.5", "GPUMATRIX_LEASE_LOG": "/tmp/l.jsonl"},
+        (2.5, Path("/tmp/l.jsonl")),
+    ),
+    ("infinite", {"GPUMATRIX_LEASE_TIMEOUT": "inf"}, (math.inf, None)),
+    (
+        "negative",
+        {"GPUMATRIX_LEASE_TIMEOUT": "-1"},
+        "GPUMATRIX_LEASE_TIMEOUT='-1' must be a number of seconds >= 0",
+    ),
+    (
+        "nan",
+        {"GPUMATRIX_LEASE_TIMEOUT": "nan"},
+        "GPUMATRIX_LEASE_TIMEOUT='nan' must be a number of seconds >= 0",
+    ),
+    (
+        "word",
+        {"GPUMATRIX_LEASE_TIMEOUT": "ten"},
+        "GPUMATRIX_LEASE_TIMEOUT='ten' must be a number of seconds >= 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"), [r[1:] for r in LEASE_SETTINGS], ids=[r[0] for r in LEASE_SETTINGS]
+)
+def test_lease_settings(environ: dict[str, str], expected: tuple[float | None, Path | None] | str) -> None:
+    from gpumatrix import UsageError
+
+    if isinstance(expected, str):
+        with pytest.raises(UsageError) as info:
+            leases.lease_settings(environ)
+        assert str(info.value).startswith(expected) and info.value.exit_code == 2
+    else:
+        settings = leases.lease_settings(environ)
+        assert (settings.timeout, settings.log) == expected
+
+
+def test_lease_settings_prepare_creates_the_directory_or_says_which_cannot_be_used(tmp_path: Path) -> None:
+    from gpumatrix import UsageError
+
+    leases.lease_settings({"GPUMATRIX_LEASE_DIR": str(tmp_path / "a" / "b")}).prepare()
+    assert (tmp_path / "a" / "b").is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=r"cannot use GPUMATRIX_LEASE_DIR='.*/file/leases' for GPU leases"):
+        leases.lease_settings({"GPUMATRIX_LEASE_DIR": str(tmp_path / "file" / "leases")}).prepare()
+    with pytest.raises(UsageError, match=r"cannot write the lease log GPUMATRIX_LEASE_LOG='.*/file/log'"):
+        leases.lease_settings(
+            {
+                "GPUMATRIX_LEASE_DIR": str(tmp_path / "ok"),
+                "GPUMATRIX_LEASE_LOG": str(tmp_path / "file" / "log"),
+            }
+        ).prepare()

@@ -132,33 +132,34 @@ ALWAYS = [
     (CPU_ONLY + "test_xfail", "skipped", "xfail: known"),
     ("tests/kernels/test_cpu_or_5090.py::test_a", "passed", None),
 ]
+# A file this machine cannot run is skipped whole, before it is imported: one entry, its path.
 BY_MACHINE = {
     "cpu": [
-        ("tests/kernels/test_h100_one.py::test_a", "hardware", "needs 1 x h100; this machine: cpu"),
+        ("tests/kernels/test_h100_one.py", "hardware", "needs 1 x h100; this machine: cpu"),
         (
-            "tests/kernels/test_hopper_blackwell.py::test_a",
+            "tests/kernels/test_hopper_blackwell.py",
             "hardware",
             "needs 1 x h100|b200|gb300; this machine: cpu",
         ),
-        ("tests/e2e/test_h100_two.py::test_a", "hardware", "needs 2 x h100; this machine: cpu"),
-        ("tests/e2e/test_blackwell_four.py::test_b", "hardware", "needs 4 x b200|gb300; this machine: cpu"),
-        ("tests/kernels/test_5090.py::test_a", "hardware", "needs 1 x 5090; this machine: cpu"),
+        ("tests/e2e/test_h100_two.py", "hardware", "needs 2 x h100; this machine: cpu"),
+        ("tests/e2e/test_blackwell_four.py", "hardware", "needs 4 x b200|gb300; this machine: cpu"),
+        ("tests/kernels/test_5090.py", "hardware", "needs 1 x 5090; this machine: cpu"),
     ],
     "1xh100": [
         ("tests/kernels/test_h100_one.py::test_a", "passed", None),
         ("tests/kernels/test_hopper_blackwell.py::test_a", "passed", None),
         (
-            "tests/e2e/test_h100_two.py::test_a",
+            "tests/e2e/test_h100_two.py",
             "hardware",
             "needs 2 x h100; this machine: 1 x h100 (fake h100, sm_90)",
         ),
         (
-            "tests/e2e/test_blackwell_four.py::test_a",
+            "tests/e2e/test_blackwell_four.py",
             "hardware",
             "needs 4 x b200|gb300; this machine: 1 x h100 (fake h100, sm_90)",
         ),
         (
-            "tests/kernels/test_5090.py::test_a",
+            "tests/kernels/test_5090.py",
             "hardware",
             "needs 1 x 5090; this machine: 1 x h100 (fake h100, sm_90)",
         ),
@@ -167,40 +168,40 @@ BY_MACHINE = {
         ("tests/kernels/test_h100_one.py::test_a", "passed", None),
         ("tests/e2e/test_h100_two.py::test_a", "passed", None),
         (
-            "tests/e2e/test_blackwell_four.py::test_b",
+            "tests/e2e/test_blackwell_four.py",
             "hardware",
             "needs 4 x b200|gb300; this machine: 2 x h100 (fake h100, sm_90)",
         ),
     ],
     "4xb200": [
         (
-            "tests/kernels/test_h100_one.py::test_a",
+            "tests/kernels/test_h100_one.py",
             "hardware",
             "needs 1 x h100; this machine: 4 x b200 (fake b200, sm_100)",
         ),
         ("tests/kernels/test_hopper_blackwell.py::test_a", "passed", None),
         (
-            "tests/e2e/test_h100_two.py::test_a",
+            "tests/e2e/test_h100_two.py",
             "hardware",
             "needs 2 x h100; this machine: 4 x b200 (fake b200, sm_100)",
         ),
         ("tests/e2e/test_blackwell_four.py::test_a", "passed", None),
         ("tests/e2e/test_blackwell_four.py::test_b", "passed", None),
         (
-            "tests/kernels/test_5090.py::test_a",
+            "tests/kernels/test_5090.py",
             "hardware",
             "needs 1 x 5090; this machine: 4 x b200 (fake b200, sm_100)",
         ),
     ],
 }
-TOTALS = {  # 12 tests: 5 CPU-only ones, one CPU-or-5090 one, 6 on GPUs
+TOTALS = {  # 12 tests in 7 files: 5 CPU-only tests, one CPU-or-5090 test, 6 GPU tests in 5 files
     "cpu": {
         "ran": 4,
         "passed": 2,
         "failed": 1,
         "errors": 1,
-        "skipped": 8,
-        "hardware_skipped": 6,
+        "skipped": 7,
+        "hardware_skipped": 5,
         "deselected": 0,
     },
     "1xh100": {
@@ -208,8 +209,8 @@ TOTALS = {  # 12 tests: 5 CPU-only ones, one CPU-or-5090 one, 6 on GPUs
         "passed": 4,
         "failed": 1,
         "errors": 1,
-        "skipped": 6,
-        "hardware_skipped": 4,
+        "skipped": 5,
+        "hardware_skipped": 3,
         "deselected": 0,
     },
     "2xh100": {
@@ -217,8 +218,8 @@ TOTALS = {  # 12 tests: 5 CPU-only ones, one CPU-or-5090 one, 6 on GPUs
         "passed": 5,
         "failed": 1,
         "errors": 1,
-        "skipped": 5,
-        "hardware_skipped": 3,
+        "skipped": 4,
+        "hardware_skipped": 2,
         "deselected": 0,
     },
     "4xb200": {
@@ -259,6 +260,7 @@ def run_on(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., PytestRun]
 
 
 def _outcome(report: dict[str, Any], nodeid: str) -> tuple[str, str | None]:
+    """(outcome, skip reason) of a test, or of a whole file skipped before it was imported."""
     entry = report["files"][nodeid.split("::")[0]]
     for kind in ("passed", "failed", "errors"):
         if nodeid in entry[kind]:
@@ -312,21 +314,22 @@ def test_the_report_is_the_same_under_xdist(run_on: Callable[..., PytestRun]) ->
 @pytest.mark.parametrize(
     ("machine", "label", "args", "passed", "deselected"),
     [
+        # Files outside the slice are deselected whole, never imported: "deselected" counts files.
         (
             "1xh100",
             "1-gpu-h100",
             (),
             ["tests/kernels/test_h100_one.py::test_a", "tests/kernels/test_hopper_blackwell.py::test_a"],
-            10,
+            5,
         ),
         (
             "1xh100",
             "1-gpu-h100",
             ("-n", "2"),
             ["tests/kernels/test_h100_one.py::test_a", "tests/kernels/test_hopper_blackwell.py::test_a"],
-            10,
+            5,
         ),
-        ("2xh100", "2-gpu-h100", (), ["tests/e2e/test_h100_two.py::test_a"], 11),
+        ("2xh100", "2-gpu-h100", (), ["tests/e2e/test_h100_two.py::test_a"], 6),
         (
             "4xb200",
             "4-gpu-b200",
@@ -336,7 +339,7 @@ def test_the_report_is_the_same_under_xdist(run_on: Callable[..., PytestRun]) ->
                 "tests/e2e/test_blackwell_four.py::test_b",
                 "tests/kernels/test_hopper_blackwell.py::test_a",
             ],
-            9,
+            5,
         ),
     ],
     ids=["1-gpu-h100", "1-gpu-h100-xdist", "2-gpu-h100", "4-gpu-b200"],
@@ -368,7 +371,7 @@ def test_cpu_runner_runs_the_cpu_slice(run_on: Callable[..., PytestRun]) -> None
         "errors": 1,
         "skipped": 2,
         "hardware_skipped": 0,
-        "deselected": 6,
+        "deselected": 5,
     }
 
 
@@ -582,6 +585,113 @@ def test_a_test_needing_more_gpus_than_cuda_is_bound_to_runs_in_a_child(tmp_path
     assert (
         "assert ['0', '1'] == ['replayed']" in run.stdout or "assert ['1', '0'] == ['replayed']" in run.stdout
     )
+
+
+_CHILD_COLLECTS_NOTHING = (
+    _FAKE_CUDA_CONFTEST
+    + """
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("GPUMATRIX_HELD_LEASE"):  # the child: it loses the test it was started for
+        items.clear()
+"""
+)
+
+
+def test_a_child_that_reports_no_test_fails_the_test(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "tests/conftest.py": _CHILD_COLLECTS_NOTHING,
+            "tests/kernels/test_first.py": registered(("h100",), body="def test_first(cuda):\n    pass\n"),
+            "tests/e2e/test_pair.py": registered(("h100",), gpus=2, body="def test_pair(cuda):\n    pass\n"),
+        },
+    )
+    run = run_pytest(
+        tmp_path,
+        "tests/kernels/test_first.py",
+        "tests/e2e/test_pair.py",
+        hardware="2xh100",
+        env={"RECORDS": str(tmp_path / "records.jsonl")},
+    )
+    assert run.returncode == 1, run.output
+    assert run.report is not None
+    assert run.report["files"]["tests/e2e/test_pair.py"]["errors"] == ["tests/e2e/test_pair.py::test_pair"]
+    assert "the child pytest running tests/e2e/test_pair.py::test_pair on GPUs " in run.stdout
+    assert "reported no test (exit 5)" in run.stdout
+
+
+# (id, options of the run, body of a 2-GPU test that runs in a child, its outcome): the child gets
+# the run's -p, -o, -W and -x in whatever spelling they were given.
+_PLUGIN_MODULE = "import pytest\n\n@pytest.fixture\ndef from_plugin():\n    return 7\n"
+CHILD_OPTIONS = [
+    (
+        "plugin",
+        ("-p", "extra_plugin"),
+        "def test_pair(cuda, from_plugin):\n    assert from_plugin == 7\n",
+        "passed",
+    ),
+    ("plugin-attached", ("-pextra_plugin",), "def test_pair(cuda, from_plugin):\n    pass\n", "passed"),
+    (
+        "warning-filter",
+        ("-W", "error::UserWarning"),
+        "import warnings\n\ndef test_pair(cuda):\n    warnings.warn(UserWarning('to error'))\n",
+        "failed",
+    ),
+    (
+        "warning-filter-attached",
+        ("-Werror::UserWarning",),
+        "import warnings\n\ndef test_pair(cuda):\n    warnings.warn(UserWarning('to error'))\n",
+        "failed",
+    ),
+    (
+        "override-ini",
+        ("-o", "xfail_strict=true"),
+        "import pytest\n\n@pytest.mark.xfail(reason='x')\ndef test_pair(cuda):\n    pass\n",
+        "failed",
+    ),
+    (
+        "override-ini-long",
+        ("--override-ini=xfail_strict=true",),
+        "import pytest\n\n@pytest.mark.xfail(reason='x')\ndef test_pair(cuda):\n    pass\n",
+        "failed",
+    ),
+    (
+        "no-options",
+        (),
+        "import pytest\n\n@pytest.mark.xfail(reason='x')\ndef test_pair(cuda):\n    pass\n",
+        "passed",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "body", "outcome"), [c[1:] for c in CHILD_OPTIONS], ids=[c[0] for c in CHILD_OPTIONS]
+)
+def test_the_child_gets_the_runs_options(
+    tmp_path: Path, args: tuple[str, ...], body: str, outcome: str
+) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "extra_plugin.py": _PLUGIN_MODULE,
+            "tests/conftest.py": _FAKE_CUDA_CONFTEST,
+            "tests/kernels/test_first.py": registered(("h100",), body="def test_first(cuda):\n    pass\n"),
+            "tests/e2e/test_pair.py": registered(("h100",), gpus=2, body=body),
+        },
+    )
+    run = run_pytest(
+        tmp_path,
+        *args,
+        "tests/kernels/test_first.py",
+        "tests/e2e/test_pair.py",
+        hardware="2xh100",
+        env={"RECORDS": str(tmp_path / "records.jsonl"), "PYTHONPATH": str(tmp_path)},
+    )
+    assert run.report is not None, run.output
+    pair = run.report["files"]["tests/e2e/test_pair.py"]
+    assert pair[outcome] == ["tests/e2e/test_pair.py::test_pair"], run.output
+    records = {r["nodeid"].rpartition("::")[2]: r["pid"] for r in read_jsonl(tmp_path / "records.jsonl")}
+    assert records["test_pair"] != records["test_first"]  # it did run in a child
 
 
 _FOREIGN_PROTOCOL_CONFTEST = (
