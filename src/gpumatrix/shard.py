@@ -22,6 +22,7 @@ __all__ = [
     "budget_seconds",
     "lpt_pack",
     "parse_shard_spec",
+    "split_shards",
     "plan_runner",
     "plan_matrix",
 ]
@@ -70,20 +71,28 @@ def lpt_pack(items: Iterable[tuple[str, float]], shards: int) -> list[list[tuple
     return bins
 
 
+def split_shards(files: Sequence[Registration], count: int) -> tuple[Shard, ...]:
+    """`files` packed into `count` shards (LPT); shard I is what `gpumatrix run --shard I/count` runs.
+
+    The one split behind both `gpumatrix matrix` and `gpumatrix run --shard`, so a matrix job and
+    the run it starts agree on its files. A shard may be empty when there are fewer files than shards.
+    """
+    bins = lpt_pack([(f.path, f.est_time) for f in files], count)
+    return tuple(
+        Shard(index=i + 1, files=tuple(sorted(name for name, _ in b)), est_time=sum(t for _, t in b))
+        for i, b in enumerate(bins)
+    )
+
+
 def plan_runner(runner: Runner, files: Sequence[Registration]) -> ShardPlan:
     """The fewest shards (<= max_shards) whose longest shard fits the runner's budget."""
-    items = [(f.path, f.est_time) for f in files]
     budget = budget_seconds(runner)
-    # More shards than files cannot shorten the longest shard.
-    most = max(1, min(runner.max_shards, len(items)))
+    # More shards than files cannot shorten the longest shard (and would leave some empty).
+    most = max(1, min(runner.max_shards, len(files)))
     for count in range(1, most + 1):
-        bins = [b for b in lpt_pack(items, count) if b] or [[]]
-        longest = max(sum(t for _, t in b) for b in bins)
+        shards = split_shards(files, count)
+        longest = max(shard.est_time for shard in shards)
         if longest <= budget or count == most:
-            shards = tuple(
-                Shard(index=i + 1, files=tuple(sorted(name for name, _ in b)), est_time=sum(t for _, t in b))
-                for i, b in enumerate(bins)
-            )
             return ShardPlan(runner=runner, shards=shards, over_budget=longest > budget)
     raise AssertionError("unreachable: the loop returns when count == most")  # pragma: no cover
 

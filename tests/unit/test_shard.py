@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpumatrix import register
 from gpumatrix.config import Runner
 from gpumatrix.registry import Registration
-from gpumatrix.shard import budget_seconds, lpt_pack, parse_shard_spec, plan_runner
+from gpumatrix.shard import budget_seconds, lpt_pack, parse_shard_spec, plan_runner, split_shards
 
 register(on=("cpu",), est_time=8)
 
@@ -48,6 +48,33 @@ def test_lpt_worked_example():
     assert [[n for n, _ in b] for b in bins] == [["a", "d", "f"], ["b", "c", "e"]]
 
 
+# (id, items in the order given, shards, expected bins): longest first whatever the input order,
+# ties in time broken by name.
+LPT_UNSORTED = [
+    ("short-first", [("a", 1), ("b", 1), ("c", 2)], 2, [["c"], ["a", "b"]]),
+    (
+        "shuffled",
+        [("d", 3), ("a", 7), ("f", 2), ("c", 4), ("e", 3), ("b", 5)],
+        2,
+        [["a", "d", "f"], ["b", "c", "e"]],
+    ),
+    ("ties-by-name", [("z", 5), ("y", 5), ("x", 5)], 2, [["x", "z"], ["y"]]),
+    (
+        "ascending-three-bins",
+        [("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)],
+        3,
+        [["e"], ["d", "a"], ["c", "b"]],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("items", "shards", "expected"), [r[1:] for r in LPT_UNSORTED], ids=[r[0] for r in LPT_UNSORTED]
+)
+def test_lpt_packs_longest_first_whatever_the_input_order(items, shards, expected):
+    assert [[name for name, _ in b] for b in lpt_pack(items, shards)] == expected
+
+
 def test_lpt_rejects_zero_shards():
     with pytest.raises(ValueError, match="shards must be >= 1"):
         lpt_pack([("a", 1)], 0)
@@ -69,6 +96,9 @@ PLANS = [
     ("capped-by-max-shards", 10, 2, (400, 400, 400), 2, True),
     ("single-file-over-budget", 1, 4, (1000,), 1, True),  # more shards cannot help one file
     ("never-more-shards-than-files", 1, 4, (1000, 1000), 2, True),
+    ("exactly-the-budget-fits", 10, 4, (240, 240), 1, False),  # 480 <= 480
+    ("a-second-over-the-budget", 10, 4, (240, 241), 2, False),  # 481 > 480
+    ("unsorted-times", 10, 4, (50, 400, 10, 300), 2, False),  # 760 > 480; 410/350
 ]
 
 
@@ -84,6 +114,21 @@ def test_plan_runner_uses_fewest_shards_that_fit(timeout, max_shards, times, cou
     assert [s.index for s in plan.shards] == list(range(1, count + 1))
     if not over:
         assert max(s.est_time for s in plan.shards) <= budget_seconds(runner)
+
+
+def test_split_shards_is_the_plans_split():
+    files = _files(50, 400, 10, 300, 120)
+    plan = plan_runner(_runner(10, 4), files)
+    assert split_shards(files, plan.count) == plan.shards
+    # 400 -> A, 300 -> B, 120 -> B (420), 50 -> A (450), 10 -> B (430): both within 480 s.
+    assert [(s.files, s.est_time) for s in plan.shards] == [
+        (("tests/t/test_0.py", "tests/t/test_1.py"), 450.0),
+        (("tests/t/test_2.py", "tests/t/test_3.py", "tests/t/test_4.py"), 430.0),
+    ]
+
+
+def test_split_shards_may_leave_a_shard_empty():
+    assert [s.files for s in split_shards(_files(5), 2)] == [("tests/t/test_0.py",), ()]
 
 
 @pytest.mark.parametrize(("spec", "expected"), [("1/1", (1, 1)), ("2/4", (2, 4)), ("4/4", (4, 4))])
