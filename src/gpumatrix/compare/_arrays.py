@@ -194,6 +194,17 @@ def _source(value: Any) -> str:
     return f"Python {type(value).__name__}"
 
 
+def _check_tensor_has_data(tensor: Any, arg: str) -> None:
+    """Meta tensors have a shape and no values; nested tensors no single shape: torch raises
+    RuntimeError or NotImplementedError deep inside a read of either, so they are refused here."""
+    if tensor.is_meta:
+        raise TypeError(
+            f"{arg} is a meta tensor, which holds no data to compare; compare tensors with values"
+        )
+    if tensor.is_nested:
+        raise TypeError(f"{arg} is a nested tensor; compare its components (tensor.unbind()) one by one")
+
+
 def _from_torch(tensor: Any, *, arg: str, device: str, source: str) -> Operand:
     name = str(tensor.dtype).removeprefix("torch.")
     _check_kind(name, arg)
@@ -284,6 +295,8 @@ def read_pair(actual: object, expected: object) -> tuple[Operand, Operand]:
                 f"{arg} must be a torch.Tensor, a numpy array or a Python bool/int/float, "
                 f"got {type(value).__name__}"
             )
+        if _is_tensor(value):
+            _check_tensor_has_data(value, arg)
     values = {"actual": actual, "expected": expected}
     sources = {arg: _source(value) for arg, value in values.items()}
     tensors = [value for value in values.values() if _is_tensor(value)]
