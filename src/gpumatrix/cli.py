@@ -1,12 +1,14 @@
 """The `gpumatrix` command line: detect, list, check, matrix, run (and the bot's commands).
 
-Each command gathers a result and a separate step renders it; `GpumatrixError` is caught in one place
-and mapped to an exit code: 2 for invalid configuration or usage, 1 for a failed run.
+Each command computes a result (`gpumatrix.results`, `gpumatrix.run`) and one renderer prints it.
+`GpumatrixError` is caught in one place and its `exit_code` is the exit status, as EXIT_CODES says
+(the bot's commands follow the same table).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,13 +16,26 @@ import click
 
 from gpumatrix import GpumatrixError
 from gpumatrix.bot.commands import bot, plan
-from gpumatrix.config import MatrixError
-from gpumatrix.registry import load_tree
 
-__all__ = ["find_root", "main"]
+__all__ = ["EXIT_CODES", "find_root", "main"]
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: The exit status of every gpumatrix command (README.md shows the same table).
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "done: the check found no problem, the run passed"),
+    (
+        EXIT_FAILED,
+        "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware "
+        "skip on the runner's own machine), nothing to run in the selection, test files with "
+        "registration problems, a GitHub or git call failed (bot)",
+    ),
+    (
+        EXIT_USAGE,
+        "usage or configuration: a bad option or argument, an unknown runner, an invalid "
+        "ci/matrix.yaml, a malformed GPUMATRIX_* variable, an unreadable input file, a machine that "
+        "is not the runner asked for or whose GPUs are busy",
+    ),
+)
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -47,12 +62,22 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except MatrixError as exc:
-            _console(stderr=True).print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
-            sys.exit(EXIT_USAGE)
         except GpumatrixError as exc:
-            _console(stderr=True).print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
-            sys.exit(getattr(exc, "exit_code", EXIT_FAILED))
+            from gpumatrix.results import render_error
+
+            render_error(_console(stderr=True), exc)
+            sys.exit(exc.exit_code)
+
+
+def _exit_codes_epilog() -> str:
+    import textwrap
+
+    # \b keeps click from re-wrapping the table.
+    rows = "\n".join(
+        textwrap.fill(meaning, width=100, initial_indent=f"  {code}  ", subsequent_indent="     ")
+        for code, meaning in EXIT_CODES
+    )
+    return f"\b\nExit codes (every command):\n{rows}"
 
 
 root_option = click.option(
@@ -63,7 +88,11 @@ root_option = click.option(
 )
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
+    epilog=_exit_codes_epilog(),
+)
 @click.version_option(package_name="mxfuse", prog_name="gpumatrix")
 def main() -> None:
     """Hardware-gated GPU test matrix: which test file runs on which runner, and running it."""
@@ -84,7 +113,7 @@ def detect(as_json: bool, root: Path | None) -> None:
     if as_json:
         click.echo(json.dumps(_hardware_dict(hardware), indent=2))
         return
-    from gpumatrix.commands import render_hardware
+    from gpumatrix.results import render_hardware
 
     render_hardware(_console(), hardware, matrix)
 
@@ -101,45 +130,28 @@ def _hardware_dict(hardware) -> dict:
 @root_option
 def list_files(label: str | None, as_json: bool, root: Path | None) -> None:
     """List registered test files with their classes, GPU count, estimate and runners."""
-    from gpumatrix.commands import check_runner_label, render_file_table
+    from gpumatrix.registry import RegistryError, load_tree
+    from gpumatrix.results import files_json, render_file_table, render_problems
 
     matrix, registry = load_tree(root or find_root())
-    files = registry.files
-    if label is not None:
-        check_runner_label(matrix, label)
-        files = registry.for_runner(label)
+    files = registry.for_runner(matrix.require_runner(label).label) if label is not None else registry.files
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "path": f.path,
-                        "line": f.line,
-                        "on": list(f.on),
-                        "gpus": f.gpus,
-                        "est_time": f.est_time,
-                        "runners": list(f.runners),
-                    }
-                    for f in files
-                ],
-                indent=2,
-            )
-        )
+        click.echo(json.dumps(files_json(files), indent=2))
     else:
         render_file_table(_console(), files, title=f"runner {label}" if label else "registered test files")
-    if registry.problems:
-        for problem in registry.problems:
-            click.echo(f"error: {problem}", err=True)
-        sys.exit(EXIT_FAILED)
+    render_problems(_console(stderr=True), registry.problems, summary=RegistryError.summary)
+    sys.exit(EXIT_OK if registry.ok else EXIT_FAILED)
 
 
 @main.command()
 @root_option
 def check(root: Path | None) -> None:
     """Validate ci/matrix.yaml and every test file's registration; exit non-zero on any problem."""
-    from gpumatrix.commands import run_check
+    from gpumatrix.results import check_tree, render_check
 
-    sys.exit(run_check(_console(), root or find_root()))
+    result = check_tree(root or find_root())
+    render_check(_console(), _console(stderr=True), result)
+    sys.exit(result.exit_code)
 
 
 @main.command()
@@ -148,16 +160,13 @@ def check(root: Path | None) -> None:
 @root_option
 def matrix(as_json: bool, label: str | None, root: Path | None) -> None:
     """The runner x shard matrix: files packed longest-first into as few shards as each timeout allows."""
-    from gpumatrix.commands import build_matrix_include, check_runner_label, render_matrix
+    from gpumatrix.registry import load_tree
+    from gpumatrix.results import build_matrix_include, render_matrix
 
     matrix_, registry = load_tree(root or find_root())
-    if registry.problems:
-        for problem in registry.problems:
-            click.echo(f"error: {problem}", err=True)
-        sys.exit(EXIT_FAILED)
     if label is not None:
-        check_runner_label(matrix_, label)
-    include, plans = build_matrix_include(matrix_, registry, label=label)
+        matrix_.require_runner(label)
+    include, plans = build_matrix_include(matrix_, registry.require_ok(), label=label)
     if as_json:
         click.echo(json.dumps({"include": include}))
     else:
@@ -218,7 +227,8 @@ def run(
     pytest_args: tuple[str, ...],
 ) -> None:
     """Run this machine's slice through pytest (extra pytest arguments after `--`)."""
-    from gpumatrix.commands import RunOptions, execute_run
+    from gpumatrix.results import render_run_result, render_run_start, summary_markdown
+    from gpumatrix.run import RunOptions, finish_run, plan_run, prepare_outputs
 
     options = RunOptions(
         label=label,
@@ -231,8 +241,42 @@ def run(
         preflight=not no_preflight,
         pytest_args=tuple(pytest_args),
     )
-    sys.exit(execute_run(_console(), root or find_root(), options))
+    run_plan = plan_run(root or find_root(), options)
+    console = _console()
+    if run_plan.targets:
+        render_run_start(console, run_plan)
+        prepare_outputs(run_plan)
+        result = finish_run(
+            run_plan, subprocess.call(run_plan.command, cwd=run_plan.root, env=dict(run_plan.env))
+        )
+    else:
+        result = finish_run(run_plan, None)
+    render_run_result(console, _console(stderr=True), result)
+    if summary_md is not None:
+        _append(summary_md, summary_markdown(result))
+    sys.exit(result.exit_code)
+
+
+def _append(path: Path, text: str) -> None:
+    from gpumatrix.run import RunError
+
+    try:
+        with path.open("a", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise RunError(f"--summary-md: cannot write {path}: {exc.strerror or exc}") from None
 
 
 main.add_command(bot)
 main.add_command(plan)
+
+
+def _add_epilog(group: click.Group) -> None:
+    """Every command's --help shows the exit-code table too."""
+    for command in group.commands.values():
+        command.epilog = command.epilog or _exit_codes_epilog()
+        if isinstance(command, click.Group):
+            _add_epilog(command)
+
+
+_add_epilog(main)

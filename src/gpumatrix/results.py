@@ -1,47 +1,75 @@
-"""Results and renderings behind `gpumatrix detect | list | check | matrix`.
+"""The results of the `gpumatrix` commands, and the one renderer of each.
 
-Functions here compute plain results; the `render_*` functions draw them with rich. `gpumatrix run`
-lives in `gpumatrix.run`.
+Commands compute plain results here (`check_tree`, `build_matrix_include`) or in `gpumatrix.run`;
+the `render_*` functions draw them with rich and decide nothing. Problems (a bad matrix, bad
+registrations, an error) are drawn by `render_problems` and `render_error` alone, so every command
+shows them the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpumatrix import GpumatrixError
-from gpumatrix.config import Matrix, MatrixError
-from gpumatrix.registry import Registration, Registry
-from gpumatrix.run import RunOptions, execute_run
+from gpumatrix.config import CPU_CLASS, Matrix, Problem, ProblemsError
+from gpumatrix.registry import Registration, Registry, RegistryError
 from gpumatrix.shard import ShardPlan, budget_seconds, plan_matrix
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from gpumatrix.hardware import Hardware
+    from gpumatrix.run import RunPlan, RunResult, RunSummary
 
 __all__ = [
-    "RunOptions",
-    "UsageError",
+    "CheckResult",
     "build_matrix_include",
-    "check_runner_label",
-    "execute_run",
+    "check_tree",
+    "files_json",
+    "render_check",
+    "render_error",
     "render_file_table",
+    "render_gated",
     "render_hardware",
     "render_matrix",
-    "run_check",
+    "render_problems",
+    "render_run_result",
+    "render_run_start",
+    "summary_markdown",
 ]
 
 
-class UsageError(GpumatrixError):
-    exit_code = 2
+# -- problems and errors ----------------------------------------------------------------------------
 
 
-def check_runner_label(matrix: Matrix, label: str) -> None:
-    if matrix.runner(label) is None:
-        known = ", ".join(r.label for r in matrix.runners)
-        raise UsageError(f"--runner: unknown runner {label!r} (known: {known})")
+def render_problems(console: Console, problems: Sequence[Problem | str], *, summary: str) -> None:
+    """`error: SUMMARY (N problem(s)):` and one indented line per problem; nothing when there are none."""
+    from rich.markup import escape
+
+    if not problems:
+        return
+    console.print(
+        f"[red]error:[/red] {escape(summary)} ({len(problems)} problem(s)):", soft_wrap=True, highlight=False
+    )
+    for problem in problems:
+        console.print(f"  {escape(str(problem))}", soft_wrap=True, highlight=False)
+
+
+def render_error(console: Console, error: GpumatrixError) -> None:
+    """The error a command stopped on; one that lists problems (a bad matrix, bad registrations)
+    is drawn by `render_problems`, as `check` draws them."""
+    from rich.markup import escape
+
+    if isinstance(error, ProblemsError):
+        render_problems(console, error.problems, summary=error.summary)
+    else:
+        console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True, highlight=False)
+
+
+# -- detect, list -----------------------------------------------------------------------------------
 
 
 def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None) -> None:
@@ -66,6 +94,20 @@ def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None)
     console.print(table)
 
 
+def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
+    return [
+        {
+            "path": f.path,
+            "line": f.line,
+            "on": list(f.on),
+            "gpus": f.gpus,
+            "est_time": f.est_time,
+            "runners": list(f.runners),
+        }
+        for f in files
+    ]
+
+
 def render_file_table(console: Console, files: Sequence[Registration], *, title: str) -> None:
     from rich.table import Table
 
@@ -83,43 +125,57 @@ def render_file_table(console: Console, files: Sequence[Registration], *, title:
     console.print(table)
 
 
-def run_check(console: Console, root: Path) -> int:
-    """Validate the matrix and every registration; 0 clean, 1 registry problems, 2 invalid matrix."""
-    from gpumatrix.config import load_matrix
-    from gpumatrix.registry import discover
+# -- check ------------------------------------------------------------------------------------------
 
-    try:
-        matrix = load_matrix(root / "ci" / "matrix.yaml")
-    except MatrixError as exc:
-        for problem in exc.problems:
-            console.print(f"[red]error[/red] {problem}", soft_wrap=True)
-        return 2
-    with console.status("reading test registrations"):
-        registry = discover(root, matrix)
-    for problem in registry.problems:
-        console.print(f"[red]error[/red] {problem}", soft_wrap=True)
+
+@dataclass(frozen=True)
+class CheckResult:
+    """`gpumatrix check`: the registry of a valid matrix, and what deserves a warning."""
+
+    matrix: Matrix
+    registry: Registry
+    over_budget: tuple[ShardPlan, ...]
+    idle_runners: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.registry.ok else 1
+
+
+def check_tree(root: Path) -> CheckResult:
+    """Validate the matrix (a `MatrixError` when invalid) and every registration."""
+    from gpumatrix.registry import load_tree
+
+    matrix, registry = load_tree(root)
     plans = plan_matrix(matrix, registry)
-    for plan in plans:
-        if plan.over_budget:
-            longest = max(s.est_time for s in plan.shards)
-            console.print(
-                f"[yellow]warning[/yellow] runner {plan.runner.label}: the longest of its "
-                f"{plan.count} shard(s) is estimated at {longest:.0f} s, over its budget of "
-                f"{budget_seconds(plan.runner):.0f} s; raise max_shards or the timeout",
-                soft_wrap=True,
-            )
-    idle = [r.label for r in matrix.runners if not registry.for_runner(r.label)]
+    idle = tuple(r.label for r in matrix.runners if not registry.for_runner(r.label))
+    return CheckResult(matrix, registry, tuple(p for p in plans if p.over_budget), idle)
+
+
+def render_check(console: Console, errors: Console, result: CheckResult) -> None:
+    render_problems(errors, result.registry.problems, summary=RegistryError.summary)
+    for plan in result.over_budget:
+        longest = max(shard.est_time for shard in plan.shards)
+        console.print(
+            f"[yellow]warning:[/yellow] runner {plan.runner.label}: the longest of its {plan.count} "
+            f"shard(s) is estimated at {longest:.0f} s, over its budget of "
+            f"{budget_seconds(plan.runner):.0f} s; raise max_shards or the timeout",
+            soft_wrap=True,
+        )
+    registry = result.registry
     status = "[green]ok[/green]" if registry.ok else f"[red]{len(registry.problems)} problem(s)[/red]"
     console.print(
-        f"{status}: {len(matrix.runners)} runners, {len(registry.files)} registered test files"
-        + (f"; runners with no files: {', '.join(idle)}" if idle else "")
+        f"{status}: {len(result.matrix.runners)} runners, {len(registry.files)} registered test files"
+        + (f"; runners with no files: {', '.join(result.idle_runners)}" if result.idle_runners else "")
     )
-    return 0 if registry.ok else 1
+
+
+# -- matrix -----------------------------------------------------------------------------------------
 
 
 def build_matrix_include(
     matrix: Matrix, registry: Registry, *, label: str | None = None
-) -> tuple[list[dict], list[ShardPlan]]:
+) -> tuple[list[dict[str, Any]], list[ShardPlan]]:
     """GitHub Actions `strategy.matrix.include` entries, one per runner shard."""
     plans = [p for p in plan_matrix(matrix, registry) if label is None or p.runner.label == label]
     include = [
@@ -152,3 +208,77 @@ def render_matrix(console: Console, plans: Sequence[ShardPlan]) -> None:
                 f"{budget_seconds(plan.runner):.0f}" + (" (over)" if plan.over_budget else ""),
             )
     console.print(table)
+
+
+# -- run --------------------------------------------------------------------------------------------
+
+
+def render_run_start(console: Console, plan: RunPlan) -> None:
+    console.print(
+        f"[bold]runner {plan.runner.label}[/bold] on {plan.hardware.describe()}: "
+        f"{len(plan.targets)} target(s)" + (f", shard {plan.shard}" if plan.shard else "")
+    )
+
+
+def render_run_result(console: Console, errors: Console, result: RunResult) -> None:
+    if result.summary is not None:
+        _render_summary(console, result.summary)
+    render_gated(console, result.plan.gated)
+    render_problems(errors, result.problems, summary=f"runner {result.plan.runner.label} failed")
+
+
+def _render_summary(console: Console, summary: RunSummary) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"runner {summary.runner}: {summary.executed} executed")
+    for column in ("file", "passed", "failed", "errors", "skipped"):
+        table.add_column(column, justify="left" if column == "file" else "right")
+    for path, counts in summary.per_file.items():
+        table.add_row(path, *(str(counts[k]) for k in ("passed", "failed", "errors", "skipped")))
+    table.add_row(
+        "[bold]total[/bold]",
+        str(summary.passed),
+        str(summary.failed),
+        str(summary.errors),
+        str(summary.skipped),
+    )
+    console.print(table)
+
+
+def render_gated(console: Console, gated: Sequence[Registration]) -> None:
+    if not gated:
+        return
+    from rich.table import Table
+
+    table = Table(title=f"gated to other runners ({len(gated)} files, not run here)")
+    table.add_column("file")
+    table.add_column("needs")
+    table.add_column("runners")
+    for f in gated:
+        needs = f"{f.gpus} x {'|'.join(c for c in f.on if c != CPU_CLASS)}" if f.needs_gpu else "cpu"
+        table.add_row(f.path, needs, ", ".join(f.runners))
+    console.print(table)
+
+
+def summary_markdown(result: RunResult) -> str:
+    """The run as GitHub step-summary Markdown."""
+    summary = result.summary
+    if summary is None:
+        lines = [f"### ❌ gpumatrix run on `{result.plan.runner.label}`", ""]
+    else:
+        icon = "✅" if result.exit_code == 0 else "❌"
+        lines = [
+            f"### {icon} gpumatrix run on `{summary.runner}`",
+            "",
+            f"{summary.executed} executed: {summary.passed} passed, {summary.failed} failed, "
+            f"{summary.errors} errors, {summary.skipped} skipped",
+            "",
+            "| file | passed | failed | errors | skipped |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| `{path}` | {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |"
+            for path, c in summary.per_file.items()
+        ]
+    lines += [f"- ❗ {problem}" for problem in result.problems]
+    return "\n".join(lines) + "\n\n"

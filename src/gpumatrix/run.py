@@ -2,34 +2,48 @@
 
 A run fails, whatever pytest says, when it executed zero tests, or when a test was skipped for
 hardware reasons on a machine that matches its runner: a mislabelled runner must not go green having
-run nothing.
+run nothing. `plan_run` decides everything before pytest starts (and raises a `UsageError` for
+anything a person must fix first); `finish_run` reads pytest's report into a `RunResult`. The CLI
+starts pytest between the two and `gpumatrix.results` renders both.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpumatrix import GpumatrixError
+from gpumatrix import UsageError
 from gpumatrix.config import CPU_CLASS, Matrix, Runner
 from gpumatrix.registry import Registration
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from gpumatrix.hardware import Hardware
 
-__all__ = ["RunOptions", "RunSummary", "evaluate_report", "execute_run", "select_runner", "select_files"]
+__all__ = [
+    "RunError",
+    "RunOptions",
+    "RunPlan",
+    "RunResult",
+    "RunSummary",
+    "evaluate_report",
+    "finish_run",
+    "plan_run",
+    "prepare_outputs",
+    "select_files",
+    "select_runner",
+]
+
+# pytest's exit code for a usage error (bad options, a GPUMATRIX_* variable the plugin refused).
+_PYTEST_USAGE_ERROR = 4
 
 
-class RunError(GpumatrixError):
-    exit_code = 2
+class RunError(UsageError):
+    """What was asked of `gpumatrix run` cannot be done on this machine or tree (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,34 @@ class RunSummary:
         return not self.problems
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything decided before pytest starts: who runs what, where, and with which command."""
+
+    root: Path
+    runner: Runner
+    hardware: Hardware
+    hardware_matches: bool
+    targets: tuple[str, ...]  # empty: this selection has nothing to run (a failure, not a usage error)
+    gated: tuple[Registration, ...]  # registered files this runner does not run
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    report_path: Path
+    junit_path: Path
+    shard: str | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: its summary (None when pytest wrote no report), problems, and the exit code."""
+
+    plan: RunPlan
+    pytest_exit: int | None  # None: pytest was not started
+    summary: RunSummary | None
+    problems: tuple[str, ...]
+    exit_code: int
+
+
 def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runner, dict[str, str]]:
     """The runner to run as, and environment changes that make this machine match it.
 
@@ -70,11 +112,7 @@ def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runne
     largest runner of the class that fits, with CUDA_VISIBLE_DEVICES narrowed to that many GPUs.
     """
     if label != "auto":
-        runner = matrix.runner(label)
-        if runner is None:
-            known = ", ".join(r.label for r in matrix.runners)
-            raise RunError(f"--runner: unknown runner {label!r} (known: {known})")
-        return runner, {}
+        return matrix.require_runner(label), {}
     same_class = [r for r in matrix.runners if r.gpu_class == hardware.gpu_class]
     exact = [r for r in same_class if r.gpus == hardware.count]
     if exact:
@@ -93,14 +131,22 @@ def select_files(
     files: Sequence[Registration], *, shard: str | None, tests_file: Path | None, runner: Runner
 ) -> list[str]:
     """The pytest targets of this run: the runner's slice, one shard of it, or an explicit list."""
-    from gpumatrix.shard import lpt_pack, parse_shard_spec
+    from gpumatrix.shard import parse_shard_spec, split_shards
 
     slice_paths = {f.path for f in files}
     if tests_file is not None:
         try:
-            lines = tests_file.read_text(encoding="utf-8").splitlines()
+            data = tests_file.read_bytes()
         except OSError as exc:
             raise RunError(f"--tests-file: cannot read {tests_file}: {exc.strerror}") from exc
+        try:
+            lines = data.decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise RunError(
+                f"--tests-file: {tests_file}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
+                f"list one registry path or node id per line, as UTF-8"
+            ) from None
         targets = [line.strip() for line in lines if line.strip()]
         foreign = [t for t in targets if t.split("::", 1)[0] not in slice_paths]
         if foreign:
@@ -114,8 +160,7 @@ def select_files(
         index, count = parse_shard_spec(shard)
     except ValueError as exc:
         raise RunError(str(exc)) from exc
-    bins = lpt_pack([(f.path, f.est_time) for f in files], count)
-    return sorted(name for name, _ in bins[index - 1])
+    return list(split_shards(files, count)[index - 1].files)
 
 
 def evaluate_report(report: Mapping, *, runner: Runner, hardware_matches: bool) -> RunSummary:
@@ -146,20 +191,23 @@ def evaluate_report(report: Mapping, *, runner: Runner, hardware_matches: bool) 
     )
 
 
-def execute_run(console: Console, root: Path, options: RunOptions) -> int:
+def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | None = None) -> RunPlan:
+    """Decide the run: the tree is valid, this machine is the runner, its GPUs can be leased.
+
+    Raises `RegistryError` (registration problems, exit 1) or a `UsageError` (exit 2).
+    """
     from gpumatrix.hardware import detect, preflight
+    from gpumatrix.leases import lease_settings
     from gpumatrix.registry import load_tree
 
+    base_env = dict(os.environ if environ is None else environ)
     # pytest runs in `root`: relative paths given here must not be read again from there.
     root = Path(root).resolve()
     matrix, registry = load_tree(root)
-    if registry.problems:
-        for problem in registry.problems:
-            console.print(f"[red]error[/red] {problem}", soft_wrap=True)
-        return 2
-    hardware = detect(matrix)
+    registry.require_ok()
+    hardware = detect(matrix, environ=base_env)
     runner, env_changes = select_runner(matrix, hardware, options.label)
-    env = {**os.environ, **env_changes}
+    env = {**base_env, **env_changes}
     if env_changes:
         hardware = detect(matrix, environ=env)
     matches = hardware.gpu_class == runner.gpu_class and hardware.count == runner.gpus
@@ -168,28 +216,23 @@ def execute_run(console: Console, root: Path, options: RunOptions) -> int:
             f"this machine ({hardware.describe()}) is not runner {runner.label} "
             f"({runner.gpus} x {runner.gpu_class}): refusing to run rather than skip everything"
         )
+    settings = lease_settings(env)
+    if runner.gpus:
+        settings.prepare()
     if options.preflight and runner.gpu_class != CPU_CLASS and hardware.source != "override":
         problems = preflight(hardware, runner)
         if problems:
-            for problem in problems:
-                console.print(f"[red]error[/red] {problem}", soft_wrap=True)
-            raise RunError(f"the GPUs runner {runner.label} claims are not all present and idle")
+            raise RunError(
+                f"the GPUs runner {runner.label} claims are not all present and idle:\n"
+                + "\n".join(f"  - {p}" for p in problems)
+            )
 
-    files = registry.for_runner(runner.label)
-    targets = select_files(files, shard=options.shard, tests_file=options.tests_file, runner=runner)
-    gated = [f for f in registry.files if runner.label not in f.runners]
-    if not targets:
-        console.print(f"[red]error[/red] runner {runner.label} has no test files in this selection")
-        _render_gated(console, gated)
-        return 1
-
+    targets = select_files(
+        registry.for_runner(runner.label), shard=options.shard, tests_file=options.tests_file, runner=runner
+    )
     reports_dir = root / "reports"
-    junit = options.junit_xml or reports_dir / f"junit-{runner.label}.xml"
+    junit = (options.junit_xml or reports_dir / f"junit-{runner.label}.xml").resolve()
     report_path = (options.report or reports_dir / f"gpumatrix-{runner.label}.json").resolve()
-    junit = junit.resolve()
-    for path in (junit, report_path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.unlink(missing_ok=True)
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
     # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own
     # matrix, registry and root-relative node ids.
@@ -215,76 +258,49 @@ def execute_run(console: Console, root: Path, options: RunOptions) -> int:
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         command += ["-p", "gpumatrix.plugin"]
     command += list(options.pytest_args)
-    console.print(
-        f"[bold]runner {runner.label}[/bold] on {hardware.describe()}: {len(targets)} target(s)"
-        + (f", shard {options.shard}" if options.shard else "")
+    return RunPlan(
+        root=root,
+        runner=runner,
+        hardware=hardware,
+        hardware_matches=matches,
+        targets=tuple(targets),
+        gated=tuple(f for f in registry.files if runner.label not in f.runners),
+        command=tuple(command),
+        env=env,
+        report_path=report_path,
+        junit_path=junit,
+        shard=options.shard,
     )
-    returncode = subprocess.call(command, cwd=root, env=env)
+
+
+def prepare_outputs(plan: RunPlan) -> None:
+    """Make room for the run's reports; a stale report must not pass for this run's."""
+    for path in (plan.junit_path, plan.report_path):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
+    plan.report_path.unlink(missing_ok=True)
+
+
+def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:
+    """The result of a run from pytest's exit code and the report it wrote (None: pytest never ran).
+
+    Exit codes (the table in `gpumatrix.cli`): pytest's usage error (4) becomes 2; any other failure
+    of pytest, a guard, or nothing to run, 1.
+    """
+    if pytest_exit is None:
+        return RunResult(
+            plan, None, None, (f"runner {plan.runner.label} has no test files in this selection",), 1
+        )
     try:
-        report = json.loads(report_path.read_text(encoding="utf-8"))
+        report = json.loads(plan.report_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        console.print(f"[red]error[/red] pytest (exit {returncode}) wrote no report to {report_path}")
-        return returncode or 1
-    summary = evaluate_report(report, runner=runner, hardware_matches=matches)
-    _render_summary(console, summary)
-    _render_gated(console, gated)
-    if options.summary_md is not None:
-        with options.summary_md.open("a", encoding="utf-8") as out:
-            out.write(summary_markdown(summary))
-    for problem in summary.problems:
-        console.print(f"[red]error[/red] {problem}", soft_wrap=True)
-    if returncode:
-        return returncode
-    return 0 if summary.ok else 1
-
-
-def summary_markdown(summary: RunSummary) -> str:
-    icon = "✅" if summary.ok and not summary.failed and not summary.errors else "❌"
-    lines = [
-        f"### {icon} gpumatrix run on `{summary.runner}`",
-        "",
-        f"{summary.executed} executed: {summary.passed} passed, {summary.failed} failed, "
-        f"{summary.errors} errors, {summary.skipped} skipped",
-        "",
-        "| file | passed | failed | errors | skipped |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    lines += [
-        f"| `{path}` | {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |"
-        for path, c in summary.per_file.items()
-    ]
-    lines += [f"- ❗ {problem}" for problem in summary.problems]
-    return "\n".join(lines) + "\n\n"
-
-
-def _render_summary(console: Console, summary: RunSummary) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"runner {summary.runner}: {summary.executed} executed")
-    for column in ("file", "passed", "failed", "errors", "skipped"):
-        table.add_column(column, justify="left" if column == "file" else "right")
-    for path, counts in summary.per_file.items():
-        table.add_row(path, *(str(counts[k]) for k in ("passed", "failed", "errors", "skipped")))
-    table.add_row(
-        "[bold]total[/bold]",
-        str(summary.passed),
-        str(summary.failed),
-        str(summary.errors),
-        str(summary.skipped),
-    )
-    console.print(table)
-
-
-def _render_gated(console: Console, gated: Sequence[Registration]) -> None:
-    if not gated:
-        return
-    from rich.table import Table
-
-    table = Table(title=f"gated to other runners ({len(gated)} files, not run here)")
-    table.add_column("file")
-    table.add_column("needs")
-    table.add_column("runners")
-    for f in gated:
-        needs = f"{f.gpus} x {'|'.join(c for c in f.on if c != CPU_CLASS)}" if f.needs_gpu else "cpu"
-        table.add_row(f.path, needs, ", ".join(f.runners))
-    console.print(table)
+        problem = f"pytest (exit {pytest_exit}) wrote no report to {plan.report_path}"
+        return RunResult(plan, pytest_exit, None, (problem,), 2 if pytest_exit == _PYTEST_USAGE_ERROR else 1)
+    summary = evaluate_report(report, runner=plan.runner, hardware_matches=plan.hardware_matches)
+    problems = list(summary.problems)
+    if pytest_exit == _PYTEST_USAGE_ERROR:
+        problems.append("pytest refused its options (exit 4): see its message above")
+    exit_code = 2 if pytest_exit == _PYTEST_USAGE_ERROR else 1 if pytest_exit or problems else 0
+    return RunResult(plan, pytest_exit, summary, tuple(problems), exit_code)

@@ -71,6 +71,41 @@ def test_check_exits_1_on_unregistered_file(tmp_path):
     assert "tests/test_a.py:1: test file is not registered" in result.output
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["check"], ["list"], ["list", "--json"], ["matrix", "--json"], ["run", "--runner", "cpu", "-n", "0"]],
+)
+def test_every_command_exits_1_on_registration_problems_and_shows_them_alike(tmp_path, command):
+    make_tree(
+        tmp_path, {"tests/test_a.py": "def test_x():\n    pass\n", "tests/test_b.py": registered('("cpu",)')}
+    )
+    result = CliRunner().invoke(main, [*command, "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": "cpu"})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 1, result.output
+    assert (
+        "error: test files with registration problems (1 problem(s)):\n"
+        "  tests/test_a.py:1: test file is not registered"
+    ) in result.output
+    assert not (tmp_path / "reports").exists()  # run refused before pytest started
+
+
+def test_a_bad_matrix_is_drawn_alike_by_every_command(tmp_path):
+    make_tree(tmp_path, {"tests/test_a.py": registered('("cpu",)')})
+    (tmp_path / "ci" / "matrix.yaml").write_text("classes: {}\nrunners: []\nfoo: 1\n")
+    outputs = {
+        tuple(command): CliRunner()
+        .invoke(main, [*command, "--root", str(tmp_path)], env={"GPUMATRIX_HARDWARE": "cpu"})
+        .output
+        for command in (["check"], ["list"], ["matrix"], ["run"], ["detect"])
+    }
+    matrix_path = tmp_path / "ci" / "matrix.yaml"
+    expected = (
+        f"error: invalid runner matrix (2 problem(s)):\n  {matrix_path}:1: the class 'cpu' (no GPU) must "
+        f"be defined\n  {matrix_path}:3: unknown key 'foo' in the runner matrix"
+    )
+    assert all(output.startswith(expected) for output in outputs.values()), outputs
+
+
 def test_matrix_json_packs_runner_shards(tmp_path):
     files = {f"tests/k/test_{i}.py": registered('("h100", "b200")', est_time=1500) for i in range(3)}
     files["tests/u/test_cpu.py"] = registered('("cpu",)', est_time=5)
@@ -106,7 +141,7 @@ def test_list_json_and_unknown_runner(tmp_path):
         }
     ]
     result = CliRunner().invoke(main, ["list", "--runner", "8-gpu-h100", "--root", str(tmp_path)])
-    assert result.exit_code == 2 and "unknown runner '8-gpu-h100'" in result.output
+    assert result.exit_code == 2 and "--runner '8-gpu-h100' is not a runner of " in result.output
 
 
 def _hardware(gpu_class: str, count: int) -> Hardware:
@@ -343,3 +378,54 @@ def test_run_honours_root_wherever_it_is(tmp_path, monkeypatch, given, outer_con
     report = json.loads((inner / "reports" / "gpumatrix-cpu.json").read_text())
     assert report["files"]["tests/test_cpu.py"]["passed"] == ["tests/test_cpu.py::test_ok"]
     assert (inner / "reports" / "junit-cpu.xml").is_file()
+
+
+def test_run_shard_runs_exactly_the_files_of_the_matrix_shard(tmp_path):
+    from gpumatrix.registry import load_tree
+    from gpumatrix.shard import plan_matrix
+
+    # Names and times in different orders; 4,800 s against the cpu runner's 2,880 s budget: 2 shards.
+    times = {"a": 400, "b": 1500, "c": 100, "d": 900, "e": 1200, "f": 700}
+    make_tree(
+        tmp_path, {f"tests/test_{name}.py": registered('("cpu",)', est_time=t) for name, t in times.items()}
+    )
+    include = json.loads(invoke("matrix", "--json", "--runner", "cpu", "--root", str(tmp_path)).output)[
+        "include"
+    ]
+    (plan,) = plan_matrix(*load_tree(tmp_path))
+    assert [(e["shard"], e["shards"]) for e in include] == [(1, 2), (2, 2)] and plan.count == 2
+    ran = []
+    for entry in include:
+        spec = f"{entry['shard']}/{entry['shards']}"
+        result = CliRunner().invoke(
+            main,
+            ["run", "--runner", "cpu", "--shard", spec, "-n", "0", "--root", str(tmp_path)],
+            env={"GPUMATRIX_HARDWARE": "cpu"},
+        )
+        assert result.exit_code == 0, result.output
+        report = json.loads((tmp_path / "reports" / "gpumatrix-cpu.json").read_text())
+        ran.append(tuple(sorted(path for path, entry in report["files"].items() if entry["passed"])))
+    assert ran == [shard.files for shard in plan.shards]
+    # 1500 -> 1, 1200 -> 2, 900 -> 2 (2100), 700 -> 1 (2200), 400 -> 2 (2500), 100 -> 1 (2300)
+    assert ran == [
+        ("tests/test_b.py", "tests/test_c.py", "tests/test_f.py"),
+        ("tests/test_a.py", "tests/test_d.py", "tests/test_e.py"),
+    ]
+
+
+def test_the_exit_code_table_is_in_every_help_and_in_the_readme():
+    from gpumatrix.cli import EXIT_CODES
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    for code, meaning in EXIT_CODES:
+        assert f"| {code} | {meaning} |" in readme
+    for command in (
+        ["--help"],
+        ["run", "--help"],
+        ["check", "--help"],
+        ["bot", "handle", "--help"],
+        ["plan", "--help"],
+    ):
+        text = " ".join(invoke(*command).output.split())
+        for code, meaning in EXIT_CODES:
+            assert f"{code} {meaning}" in text, (command, code)
