@@ -3,7 +3,7 @@
 `detect` asks, in order: the `GPUMATRIX_HARDWARE` override (`cpu`, `1xh100`, `4xb200`, `2x5090`: a
 fake machine, for dry runs on CPU), NVML, torch, `nvidia-smi`; a machine none of them answers for is
 `cpu`. The class comes from the compute capability of the first visible device, through the runner
-matrix (or a built-in copy of DESIGN.md's table); a device whose capability no class claims is of
+matrix (or a built-in copy of docs/registry.md's table); a device whose capability no class claims is of
 class `unknown`, which no test file names, so its GPU tests skip with a reason.
 
 Devices are named by UUID where the source gives one: CUDA accepts `GPU-<uuid>` in
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpumatrix import GpumatrixError
+from gpumatrix import UsageError
 from gpumatrix.config import CPU_CLASS, GpuClass, Matrix, Runner
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
 
 HARDWARE_ENV = "GPUMATRIX_HARDWARE"
 UNKNOWN_CLASS = "unknown"
-# DESIGN.md's classes, for callers without a matrix (`gpumatrix detect` outside a checkout).
+# docs/registry.md's classes, for callers without a matrix (`gpumatrix detect` outside a checkout).
 BUILTIN_CLASSES: Mapping[str, GpuClass] = {
     CPU_CLASS: GpuClass(CPU_CLASS, "no GPU", ()),
     "5090": GpuClass("5090", "GeForce RTX 5090 (Blackwell consumer)", ((12, 0),), ("RTX 5090",)),
@@ -57,10 +57,8 @@ _OVERRIDE_RE = re.compile(r"^([1-9][0-9]{0,2})x([A-Za-z0-9_.-]+)$")
 _IDLE_MEMORY_MIB = 2048
 
 
-class HardwareOverrideError(GpumatrixError, ValueError):
+class HardwareOverrideError(UsageError, ValueError):
     """`GPUMATRIX_HARDWARE` is malformed or names an unknown class: a usage error (exit 2)."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ __all__ = [
     "write_tree",
 ]
 
-# The classes of DESIGN.md and a runner set like ci/matrix.yaml's; kept literal here so these
+# The classes of docs/registry.md and a runner set like ci/matrix.yaml's; kept literal here so these
 # tests do not change meaning when the project's own matrix grows.
 MATRIX_YAML = """\
 classes:

@@ -40,7 +40,7 @@ _BITS_DTYPES = {"bf16": np.uint16, "fp16": np.uint16, "fp32": np.uint32}
 
 
 def numpy_mxfp8(x: np.ndarray, rounding: str) -> tuple[np.ndarray, np.ndarray]:
-    """(E4M3 bytes [M, K], E8M0 bytes [M, K/32]) of ``x`` per DESIGN.md, in numpy."""
+    """(E4M3 bytes [M, K], E8M0 bytes [M, K/32]) of ``x`` per docs/mxfp8.md, in numpy."""
     m, k = x.shape
     with np.errstate(invalid="ignore"):
         blocks = x.astype(np.float64).reshape(m, k // 32, 32)

@@ -1,6 +1,6 @@
 """Scale layouts of MXFP8 tensors: what each consumer reads, and conversions from row-major E8M0.
 
-Every layout here is defined by ``ScaleLayout``'s docstring (and ../DESIGN.md "MXFP8 semantics"). The
+Every layout here is defined by ``ScaleLayout``'s docstring (and docs/mxfp8.md). The
 conversions are plain torch on any device; padding is always written as 0.
 """
 

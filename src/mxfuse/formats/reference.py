@@ -1,7 +1,7 @@
 """The MXFP8 reference: E8M0 codecs, quantize and dequantize in plain torch on any device.
 
 Every kernel in mxfuse is tested bit-exact against ``quantize_mxfp8_reference``. It is written for
-clarity, in float32, one step per line of ../DESIGN.md "MXFP8 semantics"; it is not fast.
+clarity, in float32, one step per line of docs/mxfp8.md; it is not fast.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def check_quantize_input(x: object, *, argument: str = "x") -> torch.Tensor:
 
 
 def _block_scales(amax: torch.Tensor, rounding: ScaleRounding) -> torch.Tensor:
-    """int32 scale bytes of finite blocks from their float32 maxima (DESIGN.md, word for word)."""
+    """int32 scale bytes of finite blocks from their float32 maxima (docs/mxfp8.md, word for word)."""
     if rounding is ScaleRounding.RCEIL:
         # Divide by a tensor, not a Python number: CUDA torch turns a scalar divisor into a multiply by
         # fp32(1/448), which misrounds ties such as amax = 224 * 2**-149 (true quotient 2**-150 -> 0).
