@@ -6,7 +6,7 @@ the same pair as numpy arrays, CPU tensors computed by torch's own kernels (the 
 take; by default CPU tensors are read through numpy), and, with ``--sweep-chunks``, the chunk
 sizes that chose ``gpumatrix.compare._arrays.CHUNK_ELEMENTS``.
 
-    .venv/bin/python benchmarks/compare.py                      # CPU, 7 repeats, median
+    .venv/bin/python benchmarks/compare.py                      # CPU, 9 repeats, median
     .venv/bin/python benchmarks/compare.py --sweep-chunks
     .venv/bin/python benchmarks/compare.py --busy 2            # with 2 busy processes beside it
     python3 benchmarks/compare.py --device cuda                  # on a GPU machine
@@ -120,7 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--numel", type=int, default=1 << 24)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--sweep-chunks", action="store_true")
     parser.add_argument("--busy", type=int, default=0, help="busy processes to run beside the timing")
     args = parser.parse_args()

@@ -1,0 +1,70 @@
+"""benchmarks/gpu_session.sh exits non-zero when a step did not end as it must (fake GPU tools on PATH)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpumatrix import register
+
+register(on=("cpu",), est_time=3)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Stands in for python3 and nvidia-smi: exits with $FAKE_EXIT_<n> for the nth call whose arguments
+# contain $FAKE_MATCH_<n>, else 2 for the refused runner (as gpumatrix does), else 0.
+_FAKE = """#!/usr/bin/env bash
+args="$*"
+for n in 1 2; do
+  match="FAKE_MATCH_$n"; code="FAKE_EXIT_$n"
+  if [ -n "${!match:-}" ] && [[ "$args" == *"${!match}"* ]]; then exit "${!code}"; fi
+done
+[[ "$args" == *"4-gpu-b200"* ]] && exit 2
+exit 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "exit_code", "verdict"),
+    [
+        ({}, 0, None),
+        ({"FAKE_MATCH_1": "-n 2", "FAKE_EXIT_1": "1"}, 1, "leases-n2      rc=1   FAILED (expected exit 0)"),
+        (
+            {"FAKE_MATCH_1": "run --runner auto", "FAKE_EXIT_1": "5"},
+            1,
+            "run-auto       rc=5   FAILED (expected exit 0)",
+        ),
+        (
+            {"FAKE_MATCH_1": "4-gpu-b200", "FAKE_EXIT_1": "0"},
+            1,
+            "mismatch       rc=0   FAILED (expected exit 2)",
+        ),
+    ],
+    ids=["all-as-expected", "a-test-step-fails", "a-run-fails", "the-refusal-did-not-happen"],
+)
+def test_gpu_session_exit_status(
+    tmp_path: Path, env: dict[str, str], exit_code: int, verdict: str | None
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("python3", "nvidia-smi"):
+        (bin_dir / name).write_text(_FAKE)
+        (bin_dir / name).chmod(0o755)
+    path = f"{bin_dir}:{os.path.dirname(shutil.which('bash') or '/bin/bash')}:/usr/bin:/bin"
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "benchmarks" / "gpu_session.sh"), "--no-bench"],
+        cwd=tmp_path,
+        env={"PATH": path, "OUT": str(tmp_path / "out"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == exit_code, done.stdout + done.stderr
+    assert "mismatch       rc=" in done.stdout
+    if verdict is not None:
+        assert verdict in done.stdout
+    else:
+        assert "FAILED" not in done.stdout
