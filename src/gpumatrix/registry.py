@@ -13,13 +13,20 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpumatrix.config import CPU_CLASS, Matrix, Problem, ProblemsError, Runner, load_matrix
-from gpumatrix.source import READ_LIMIT, SourceError, decode_source, parse_head, read_source_bytes
+from gpumatrix.source import (
+    READ_LIMIT,
+    SourceError,
+    canonical_call,
+    decode_source,
+    parse_head,
+    read_source_bytes,
+)
 
 __all__ = [
     "FileReading",
@@ -54,14 +61,28 @@ class Registration:
         return any(name != CPU_CLASS for name in self.on)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able fields (the cache and xdist workers carry registrations so)."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        """Plain JSON-able fields (xdist workers get registrations so)."""
+        return dict(zip(_FIELDS, self.to_values(), strict=True))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Registration:
-        fields = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items()}
-        fields["arg_lines"] = tuple(tuple(pair) for pair in fields.get("arg_lines", ()))
-        return cls(**fields)
+        return cls(**{key: _frozen(value) for key, value in data.items()})
+
+    def to_values(self) -> list[Any]:
+        """The fields in declaration order (`_FIELDS`), as the registry cache stores them."""
+        return [getattr(self, name) for name in _FIELDS]
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> Registration:
+        """From `to_values()` read back from JSON: its lists become the tuples they were."""
+        return cls(*map(_frozen, values))
+
+
+_FIELDS = tuple(field.name for field in dataclasses.fields(Registration))
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(map(_frozen, value)) if isinstance(value, list) else value
 
 
 # What reading one file gave: its registration (runners not yet resolved) or the problems found.
@@ -186,6 +207,17 @@ def read_registration(source: str | bytes, path: str, *, size: int | None = None
             source = decode_source(source)
         except SourceError as exc:
             return None, [Problem(path, exc.line, exc.message)]
+    plain = canonical_call(source)
+    if plain is not None:  # the usual one-line form, read without a parser (gpumatrix.source)
+        gpus = plain.gpus if plain.gpus is not None else 1
+        arg_lines = (
+            ("on", plain.line),
+            *((("gpus", plain.line),) if plain.gpus is not None else ()),
+            ("est_time", plain.line),
+        )
+        return Registration(
+            path=path, line=plain.line, on=plain.on, gpus=gpus, est_time=plain.est_time, arg_lines=arg_lines
+        ), []
     try:
         body = parse_head(source, path)
     except SourceError as exc:
@@ -410,4 +442,5 @@ def _resolve_runners(
             )
     if problems:
         return None, problems
-    return dataclasses.replace(registration, runners=tuple(labels)), []
+    # vars() and the constructor, not dataclasses.replace: 1.4 us against 2.3 us, 5,000 times a run.
+    return Registration(**{**vars(registration), "runners": tuple(labels)}), []

@@ -2,7 +2,7 @@
 
 One JSON file per tree, `ROOT/.gpumatrix/registry-cache.json`, maps a repository-relative path to
 the file's size and modification time (ns) when it was read, and what reading it gave (the
-registration before runners are resolved, or its problems). Runners are resolved from the matrix
+registration before runners are resolved, as the list of its fields, or its problems). Runners are resolved from the matrix
 on every run, so editing ci/matrix.yaml never needs the cache cleared. The cache is dropped whole
 when the code that reads registrations changes (a hash of its modules) or it cannot be read.
 
@@ -29,6 +29,7 @@ __all__ = ["CACHE_PATH", "RegistrationCache"]
 
 CACHE_PATH = ".gpumatrix/registry-cache.json"
 _FORMAT = 1
+_FIELD_COUNT = len(Registration.__dataclass_fields__)
 
 
 def _code_key() -> str:
@@ -47,7 +48,7 @@ class RegistrationCache:
 
     def __init__(self, path: Path, entries: dict[str, list[Any]], written_ns: int, key: str) -> None:
         self.path = path
-        self._entries = entries  # path: [size, mtime_ns, registration dict | None, [[line, message], ...]]
+        self._entries = entries  # path: [size, mtime_ns, registration fields | None, [[line, message], ...]]
         self._written_ns = written_ns
         self._key = key
         self._seen: set[str] = set()
@@ -78,10 +79,11 @@ class RegistrationCache:
             or entry[0] != stat.st_size
             or entry[1] != stat.st_mtime_ns
             or stat.st_mtime_ns >= self._written_ns
+            or not (entry[2] is None or (isinstance(entry[2], list) and len(entry[2]) == _FIELD_COUNT))
         ):
             return None
         try:
-            registration = Registration.from_dict(entry[2]) if entry[2] is not None else None
+            registration = Registration.from_values(entry[2]) if entry[2] is not None else None
             return registration, [Problem(relpath, int(line), str(message)) for line, message in entry[3]]
         except (TypeError, ValueError):  # an entry this code cannot read back: read the file again
             return None
@@ -92,7 +94,7 @@ class RegistrationCache:
         self._entries[relpath] = [
             stat.st_size,
             stat.st_mtime_ns,
-            registration.to_dict() if registration is not None else None,
+            registration.to_values() if registration is not None else None,
             [[p.line, p.message] for p in problems],
         ]
         self._changed = True

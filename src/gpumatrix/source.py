@@ -13,6 +13,12 @@ The registry needs one statement of each test file, `register(...)`, and every n
   against 68 us per file for the whole of a 17-line file. A head that does not parse on its own (a
   call spread over lines) is extended to the next top-level statement, then to the whole text.
 
+Most files register in one plain form (`from gpumatrix import register` and a one-line call with
+string classes and number literals, under a docstring, comments and imports). `canonical_call` reads
+that form with regular expressions and declines anything else, which is then parsed; a property test
+checks the two readings agree. Reading 5,000 such files took 0.44 s this way against 1.1 s through
+`ast.parse` of their heads on the CI box under load (load average 5.6 on 2 cores).
+
 A syntax error after the registration is left to pytest, which reports it when it imports the file.
 Parser limits (deep nesting: `MemoryError` or `RecursionError` from `ast.parse`) become a
 `SourceError` with a line, like any syntax error.
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import ast
 import io
+import keyword
+import math
 import re
 import tokenize
 from collections import deque
@@ -29,9 +37,10 @@ from dataclasses import dataclass
 
 __all__ = [
     "READ_LIMIT",
+    "CanonicalCall",
     "SourceError",
+    "canonical_call",
     "decode_source",
-    "mentions_register",
     "parse_head",
     "read_source_bytes",
 ]
@@ -97,10 +106,6 @@ def _line_of_bad_bytes(data: bytes) -> int | None:
     return None
 
 
-def mentions_register(text: str) -> bool:
-    return _MENTION in text
-
-
 def parse_head(text: str, path: str) -> list[ast.stmt] | None:
     """The statements of `text` through its last mention of `register` or an alias of it.
 
@@ -149,6 +154,11 @@ def _parse(text: str, path: str) -> list[ast.stmt]:
         return ast.parse(text, filename=path).body
     except SyntaxError as exc:
         raise SourceError(exc.lineno or 0, f"cannot parse test file: {exc.msg}") from None
+    except ValueError:  # Python 3.10 refuses NUL bytes with ValueError, later ones with SyntaxError
+        raise SourceError(
+            text.count("\n", 0, max(text.find("\0"), 0)) + 1,
+            "cannot parse test file: source code cannot contain null bytes",
+        ) from None
     except (RecursionError, MemoryError):
         # CPython gives no line for these; the deepest expression is almost always the longest line.
         lines = text.splitlines() or [""]
@@ -156,3 +166,102 @@ def _parse(text: str, path: str) -> list[ast.stmt]:
         raise SourceError(
             longest + 1, "cannot parse test file: an expression here nests too deeply for Python's parser"
         ) from None
+
+
+# -- the plain form, read without a parser ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CanonicalCall:
+    """`register(on=(...), [gpus=N, ]est_time=X)` as written on line `line`, its values already valid."""
+
+    line: int
+    on: tuple[str, ...]
+    gpus: int | None  # None: not given
+    est_time: float
+
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
+_COMMENT = r"[ \t]*(?:#[^\n]*)?"
+_BLANK_OR_COMMENT_RE = re.compile(_COMMENT)
+_IMPORT_RE = re.compile(rf"import ({_DOTTED}(?: as {_IDENT})?(?:, ?{_DOTTED}(?: as {_IDENT})?)*){_COMMENT}")
+_FROM_RE = re.compile(
+    rf"from ({_DOTTED}) import ({_IDENT}(?: as {_IDENT})?(?:, ?{_IDENT}(?: as {_IDENT})?)*){_COMMENT}"
+)
+_IMPORT_REGISTER_RE = re.compile(rf"^from gpumatrix import register{_COMMENT}$", re.MULTILINE)
+_CLASS = r"\"[A-Za-z0-9_.-]+\"|'[A-Za-z0-9_.-]+'"
+_CALL_RE = re.compile(
+    rf"^register\(on=\(((?:{_CLASS})(?:, ?(?:{_CLASS}))*),?\)(?:, ?gpus=([1-9][0-9]{{0,5}}))?"
+    rf", ?est_time=((?:0|[1-9][0-9]{{0,8}})(?:\.[0-9]{{1,9}})?)\){_COMMENT}$",
+    re.MULTILINE,
+)
+_DOCSTRING_OPENERS = ('"""', "'''")
+
+
+def canonical_call(text: str) -> CanonicalCall | None:
+    """The registration of a file written in the plain form, or None: parse the file instead.
+
+    The plain form: `register` appears exactly twice, in the line `from gpumatrix import register` and
+    in a one-line call `register(on=("a", "b"), gpus=N, est_time=X)` (gpus optional) at column 0, and
+    every line before the call is blank, a comment, a simple `import`/`from ... import` statement or
+    part of a leading docstring with no backslash. Anything else (and any value that
+    `gpumatrix.registry` would report a problem for) returns None, so the result is always what parsing
+    would give.
+    """
+    if text.count(_MENTION) != 2:
+        return None
+    call = _CALL_RE.search(text)
+    imported = _IMPORT_REGISTER_RE.search(text)
+    if call is None or imported is None or imported.start() > call.start():
+        return None
+    head = text[: call.start()]
+    if "\\" in head or "\r" in head or "\0" in head or "\f" in head:
+        return None
+    lines = head.split("\n")[:-1]  # the last piece is the empty start of the call line
+    code_start = _code_start(lines)
+    # The import must be code, not a line of the docstring.
+    if code_start is None or head.count("\n", 0, imported.start()) < code_start:
+        return None
+    on = tuple(name[1:-1] for name in re.findall(_CLASS, call[1]))
+    est_time = float(call[3])
+    if len(set(on)) != len(on) or not 0 < est_time < math.inf:
+        return None
+    return CanonicalCall(
+        line=text.count("\n", 0, call.start()) + 1,
+        on=on,
+        gpus=int(call[2]) if call[2] is not None else None,
+        est_time=est_time,
+    )
+
+
+def _code_start(lines: list[str]) -> int | None:
+    """Index of the first line after the leading docstring, if every line from there is plain; else None."""
+    index = 0
+    while index < len(lines) and _BLANK_OR_COMMENT_RE.fullmatch(lines[index]):
+        index += 1
+    if index < len(lines) and lines[index].startswith(_DOCSTRING_OPENERS):  # the module docstring
+        quote = lines[index][:3]
+        body = "\n".join(lines[index:])
+        close = body.find(quote, 3)
+        if close < 0:
+            return None
+        rest_of_line = body[close + 3 :].split("\n", 1)[0]
+        if not _BLANK_OR_COMMENT_RE.fullmatch(rest_of_line):
+            return None
+        index += body.count("\n", 0, close) + 1
+    return index if all(_plain_line(line) for line in lines[index:]) else None
+
+
+def _plain_line(line: str) -> bool:
+    if _BLANK_OR_COMMENT_RE.fullmatch(line):
+        return True
+    found = _IMPORT_RE.fullmatch(line)
+    if found is not None:
+        names = re.findall(_IDENT, found[1].replace(" as ", " "))
+    else:
+        found = _FROM_RE.fullmatch(line)
+        if found is None:
+            return False
+        names = re.findall(_IDENT, found[1]) + re.findall(_IDENT, found[2].replace(" as ", " "))
+    return not any(keyword.iskeyword(name) for name in names)

@@ -128,12 +128,19 @@ def test_runners_are_resolved_from_the_matrix_of_each_run(tree: Path, reads: lis
         "{not json",
         '{"key": "other-code", "files": {}}',
         '["a list"]',
-        '{"key": null, "files": {"tests/test_a.py": [1, 2]}}',
+        '{"key": "KEY", "files": {"tests/test_a.py": [1, 2]}}',
+        '{"key": "KEY", "files": {"tests/test_a.py": [SIZE, MTIME, {"path": 1}, []]}}',
+        '{"key": "KEY", "files": {"tests/test_a.py": [SIZE, MTIME, ["x"], []]}}',
     ],
-    ids=["corrupt", "other-code", "not-a-mapping", "bad-entry"],
+    ids=["corrupt", "other-code", "not-a-mapping", "short-entry", "fields-as-a-dict", "too-few-fields"],
 )
 def test_a_cache_that_cannot_be_used_is_rebuilt(tree: Path, reads: list[str], content: str) -> None:
+    from gpumatrix.registry_cache import _code_key
+
     expected = discover(tree, MATRIX, cache=False)
+    stat = (tree / "tests" / "test_a.py").stat()
+    content = content.replace("KEY", _code_key()).replace("SIZE", str(stat.st_size))
+    content = content.replace("MTIME", str(stat.st_mtime_ns))
     (tree / CACHE_PATH).parent.mkdir(parents=True)
     (tree / CACHE_PATH).write_text(content)
     os.utime(tree / CACHE_PATH, (PAST + 3600, PAST + 3600))
