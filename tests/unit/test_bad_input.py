@@ -157,6 +157,11 @@ CASES = {
         says=("only the first 1 MiB of this 40.0 MiB file are read",),
     ),
     "file-import-gpumatrix-then-attribute": Case(
+        files={"tests/test_mod.py": "import gpumatrix\n\ngpumatrix.register(on=('cpu',), est_time=1)\n"},
+        cli=("check",),
+        says=("ok: 6 runners, 1 registered test files",),
+    ),
+    "file-import-gpumatrix-submodule-then-attribute": Case(
         files={
             "tests/test_mod.py": "import gpumatrix.compare\n\ngpumatrix.register(on=('cpu',), est_time=1)\n"
         },
