@@ -82,7 +82,11 @@ _FIELDS = tuple(field.name for field in dataclasses.fields(Registration))
 
 
 def _frozen(value: Any) -> Any:
-    return tuple(map(_frozen, value)) if isinstance(value, list) else value
+    """A field read back from JSON: lists become tuples (of tuples, for lists of lists like arg_lines)."""
+    if value.__class__ is not list:
+        return value
+    # Fields hold lists of one kind, so the first item tells; 5,000 registrations a warm run read this.
+    return tuple(map(_frozen, value)) if value and value[0].__class__ is list else tuple(value)
 
 
 # What reading one file gave: its registration (runners not yet resolved) or the problems found.
@@ -151,7 +155,7 @@ def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cach
             stat = os.stat(full)
             reading = store.get(path, stat) if store is not None else None
             if reading is None:
-                data, size = read_source_bytes(full)
+                data, size = read_source_bytes(full, size=stat.st_size)
                 reading = read_registration(data, path, size=size)
                 if store is not None:
                     store.put(path, stat, reading)

@@ -30,6 +30,7 @@ import ast
 import io
 import keyword
 import math
+import os
 import re
 import tokenize
 from collections import deque
@@ -65,25 +66,29 @@ class SourceError(Exception):
         return self.message
 
 
-def read_source_bytes(path: str, *, limit: int = READ_LIMIT) -> tuple[bytes, int]:
-    """The first `limit` bytes of the file at `path` (cut after its last whole line) and its size."""
+def read_source_bytes(path: str, *, size: int | None = None, limit: int = READ_LIMIT) -> tuple[bytes, int]:
+    """The first `limit` bytes of the file at `path` (cut after its last whole line) and its size.
+
+    `size` is the size a caller's stat saw; the read asks for no more than it needs, because
+    `read(limit + 1)` allocates that much first (40 us a file, 5,000 times over, for 1 MiB buffers).
+    """
     with open(path, "rb") as stream:
-        data = stream.read(limit + 1)
-        size = max(len(data), _size(stream))
+        if size is None:
+            size = os.fstat(stream.fileno()).st_size
+        data = stream.read(min(size, limit) + 1)
     if len(data) > limit:
         data = data[: data.rfind(b"\n", 0, limit) + 1]
-    return data, size
-
-
-def _size(stream: io.BufferedReader) -> int:
-    stream.seek(0, io.SEEK_END)
-    return stream.tell()
+        size = max(size, limit + 1)
+    return data, max(size, len(data))
 
 
 def decode_source(data: bytes) -> str:
     """Text of module source bytes as the interpreter decodes it; `SourceError` where it cannot."""
+    second_line_end = data.find(b"\n", data.find(b"\n") + 1)
+    plain = not data.startswith(b"\xef\xbb\xbf") and b"coding" not in data[: max(second_line_end, 0) or None]
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        # No BOM and no PEP 263 line in the first two: UTF-8, as detect_encoding would say, 3x faster.
+        encoding = "utf-8" if plain else tokenize.detect_encoding(io.BytesIO(data).readline)[0]
     except SyntaxError as exc:  # an unknown coding, or undecodable bytes in the first two lines
         raise SourceError(_line_of_bad_bytes(data) or 1, f"cannot read test file: {exc.msg}") from None
     try:
@@ -185,10 +190,6 @@ _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
 _COMMENT = r"[ \t]*(?:#[^\n]*)?"
 _BLANK_OR_COMMENT_RE = re.compile(_COMMENT)
-_IMPORT_RE = re.compile(rf"import ({_DOTTED}(?: as {_IDENT})?(?:, ?{_DOTTED}(?: as {_IDENT})?)*){_COMMENT}")
-_FROM_RE = re.compile(
-    rf"from ({_DOTTED}) import ({_IDENT}(?: as {_IDENT})?(?:, ?{_IDENT}(?: as {_IDENT})?)*){_COMMENT}"
-)
 _IMPORT_REGISTER_RE = re.compile(rf"^from gpumatrix import register{_COMMENT}$", re.MULTILINE)
 _CLASS = r"\"[A-Za-z0-9_.-]+\"|'[A-Za-z0-9_.-]+'"
 _CALL_RE = re.compile(
@@ -197,6 +198,14 @@ _CALL_RE = re.compile(
     re.MULTILINE,
 )
 _DOCSTRING_OPENERS = ('"""', "'''")
+_PLAIN_LINE = (
+    rf"(?:{_COMMENT}|import {_DOTTED}(?: as {_IDENT})?(?:, ?{_DOTTED}(?: as {_IDENT})?)*{_COMMENT}"
+    rf"|from {_DOTTED} import {_IDENT}(?: as {_IDENT})?(?:, ?{_IDENT}(?: as {_IDENT})?)*{_COMMENT})"
+)
+_PLAIN_CODE_RE = re.compile(rf"{_PLAIN_LINE}(?:\n{_PLAIN_LINE})*")
+_IDENT_RE = re.compile(_IDENT)
+_COMMENT_TEXT_RE = re.compile(r"#[^\n]*")
+_KEYWORDS = frozenset(keyword.kwlist)
 
 
 def canonical_call(text: str) -> CanonicalCall | None:
@@ -250,18 +259,9 @@ def _code_start(lines: list[str]) -> int | None:
         if not _BLANK_OR_COMMENT_RE.fullmatch(rest_of_line):
             return None
         index += body.count("\n", 0, close) + 1
-    return index if all(_plain_line(line) for line in lines[index:]) else None
-
-
-def _plain_line(line: str) -> bool:
-    if _BLANK_OR_COMMENT_RE.fullmatch(line):
-        return True
-    found = _IMPORT_RE.fullmatch(line)
-    if found is not None:
-        names = re.findall(_IDENT, found[1].replace(" as ", " "))
-    else:
-        found = _FROM_RE.fullmatch(line)
-        if found is None:
-            return False
-        names = re.findall(_IDENT, found[1]) + re.findall(_IDENT, found[2].replace(" as ", " "))
-    return not any(keyword.iskeyword(name) for name in names)
+    code = "\n".join(lines[index:])
+    if not _PLAIN_CODE_RE.fullmatch(code):
+        return None
+    # No name may be a keyword (`import if` does not parse); comments hold no names.
+    names = set(_IDENT_RE.findall(_COMMENT_TEXT_RE.sub("", code))) - {"import", "from", "as"}
+    return None if names & _KEYWORDS else index
