@@ -1,8 +1,9 @@
 """Exhaustive checks of the MXFP8 quantize kernel's integer rules, over every input they can see.
 
-`mxfuse.kernels.quantize_mxfp8` computes scales and (off the GPU) E4M3 codes with integer arithmetic
-on float32 bit patterns. Two claims in its comments and in benchmarks/NOTES-quantize.md rest on
-checking those rules against their definitions (docs/mxfp8.md) for *every* input:
+`mxfuse.kernels.mxfp8_tile` (the building blocks of `quantize_mxfp8` and every fused producer) computes
+scales and (off the GPU) E4M3 codes with integer arithmetic on float32 bit patterns. Two claims in its
+comments and in benchmarks/NOTES-quantize.md rest on checking those rules against their definitions
+(docs/mxfp8.md) for *every* input:
 
   rceil  the scale rule  s = (f > 224) if e == 0 else max(e - 8 + (f > 0x600000), 1), capped at 254
          (e, f: biased exponent and mantissa of the block maximum's bits) equals the definition
@@ -53,7 +54,7 @@ def rceil_reference(amax_bits: np.ndarray) -> np.ndarray:
 
 
 def rceil_kernel(amax_bits: np.ndarray) -> np.ndarray:
-    """The kernel's rule (`_quantize_mxfp8_kernel`, RCEIL branch), from the bits of amax."""
+    """The kernel's rule (`mxfp8_tile.mxfp8_scale_bytes`, RCEIL branch), from the bits of amax."""
     e = (amax_bits >> 23).astype(np.int32)
     f = (amax_bits & 0x7FFFFF).astype(np.int32)
     s = np.where(e == 0, (f > 224).astype(np.int32), np.maximum(e - 8 + (f > 0x600000), 1))
@@ -61,7 +62,7 @@ def rceil_kernel(amax_bits: np.ndarray) -> np.ndarray:
 
 
 def e4m3_kernel(mag: np.ndarray) -> np.ndarray:
-    """The kernel's integer E4M3 rounding (`HW_CVT=False`) of float32 magnitudes in [0, 448]."""
+    """The kernel's integer E4M3 rounding (`mxfp8_tile.mxfp8_codes`, `HW_CVT=False`) of magnitudes in [0, 448]."""
     mag_bits = mag.view(np.int32)
     odd = (mag_bits >> 20) & 1
     normal = (mag_bits - (120 << 23) + 0x7FFFF + odd) >> 20
