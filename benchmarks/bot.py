@@ -14,7 +14,7 @@ Measures
   (f) `sync_status_comment` wall time, warm, for those syncs (median of --repeats).
 Targets: (a) and (b) <= 0.5 s, (c) <= runners + 4, (d) <= 150 ms with no torch.
 
-    python benchmarks/bot.py [--repeats 7] [--show-comment] [--show-checks]
+    python benchmarks/bot.py [--repeats 9] [--show-comment] [--show-checks]
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def interpreter_start(repeats: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument(
         "--show-comment", action="store_true", help="print the status comment of the last run"
     )
