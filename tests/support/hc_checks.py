@@ -1,6 +1,6 @@
 """The boundary's output contracts as assertions, shared by the interpreter (CPU) and GPU kernel tests.
 
-Metrics and tolerances (DESIGN.md "Hyper-connection boundary"; the issue's contracts):
+Metrics and tolerances (docs/hc.md; the issue's contracts):
   * R': within one bf16 step of the reference everywhere (``assert_ulp_close``), or equal bit for bit
     where the arithmetic is known to be the same (``residual_exact``);
   * pre, post', comb': ``assert_close`` with the float32 defaults (rtol 1.3e-6, atol 1e-5), and every

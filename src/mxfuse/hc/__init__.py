@@ -4,7 +4,7 @@ DeepSeek-V4-family decoders keep the residual as n = 4 streams R [T, n, H] bf16.
 the *boundary* mixes the finished sublayer's output x [T, H] back into the streams (post step), computes
 the next sublayer's coefficients from the new streams (mixes, Sinkhorn), collapses the streams into one
 row per token and RMS-normalises it into the next GEMM's input y, optionally as an MXFP8 pair. Steps and
-rounding points (DESIGN.md "Hyper-connection boundary"; upstream: DeepSeek-V4 ``inference/model.py`` and
+rounding points (docs/hc.md; upstream: DeepSeek-V4 ``inference/model.py`` and
 DeepGEMM's Mega-mHC test reference):
 
 1. post: ``R' = bf16(post[t,k] * x[t] + sum_j comb[t,j,k] * R[t,j])``, fp32.

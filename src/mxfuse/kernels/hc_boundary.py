@@ -1,6 +1,6 @@
 """The mHC boundary as one Triton kernel: post step, mixes, Sinkhorn, collapse, RMSNorm and MXFP8 output.
 
-Math and rounding points: ``mxfuse.hc`` (the torch reference) and DESIGN.md "Hyper-connection boundary".
+Math and rounding points: ``mxfuse.hc`` (the torch reference) and docs/hc.md.
 The launcher here assumes validated arguments; ``mxfuse.hc.mhc_boundary`` validates and dispatches.
 
 The work has two reductions over the whole hidden dimension that later steps depend on: the mixes
