@@ -1,0 +1,87 @@
+"""Compile the project's Triton kernels for sm_90 on a machine without a GPU.
+
+Triton lowers a kernel for a target it is told about (``GPUTarget("cuda", 90, 32)``) with no device
+present: parsing, type checking, the MLIR passes, LLVM and ptxas all run on the CPU. Failures that the
+interpreter cannot see (a non-constexpr global read inside a kernel, a string passed to a nested jit
+function, a layout the sm_90 lowering refuses) then show in CPU CI instead of on the first GPU run.
+
+``compile_launches(run)`` replaces ``JITFunction.__getitem__`` while ``run()`` executes the launchers with
+CPU tensors: each ``kernel[grid](...)`` call is compiled for sm_90 from its actual argument types and
+constexpr values instead of being launched. Run it in a child process: the replacement is global.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+__all__ = ["SM90", "compile_launches"]
+
+SM90 = GPUTarget("cuda", 90, 32)
+_POINTER_TYPES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float8_e4m3fn: "fp8e4nv",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+}
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _argument_type(name: str, value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return "*" + _POINTER_TYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"argument {name}: cannot type a {type(value).__name__} for compilation")
+
+
+def _compile(fn: JITFunction, args: tuple, kwargs: dict, done: list[str]) -> None:
+    options = {key: kwargs.pop(key) for key in list(kwargs) if key in _LAUNCH_OPTIONS}
+    bound = dict(zip(fn.arg_names, args, strict=False)) | kwargs
+    signature: dict[str, str] = {}
+    constexprs: dict[tuple[int, ...], object] = {}
+    for index, param in enumerate(fn.params):
+        if param.name in bound:
+            value = bound[param.name]
+        elif param.default is not inspect.Parameter.empty:
+            value = param.default
+        else:
+            raise TypeError(f"{fn.__name__}: no value for argument {param.name}")
+        if param.is_constexpr:
+            signature[param.name] = "constexpr"
+            constexprs[(index,)] = value
+        else:
+            signature[param.name] = _argument_type(param.name, value)
+    triton.compile(ASTSource(fn, signature, constexprs), target=SM90, options=options)
+    done.append(fn.__name__)
+
+
+def compile_launches(run: Callable[[], None]) -> list[str]:
+    """Run ``run()`` with every Triton launch compiled for sm_90 instead; the kernel names compiled."""
+    done: list[str] = []
+    original = JITFunction.__getitem__
+
+    def intercept(self: JITFunction, grid: object) -> Callable[..., None]:
+        return lambda *args, **kwargs: _compile(self, args, dict(kwargs), done)
+
+    JITFunction.__getitem__ = intercept
+    try:
+        run()
+    finally:
+        JITFunction.__getitem__ = original
+    return done
