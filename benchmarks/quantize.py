@@ -23,10 +23,15 @@ import importlib
 import json
 import math
 import statistics
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import bench_us
 
 from mxfuse.formats import empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec
 from mxfuse.kernels import quantize_mxfp8
@@ -53,35 +58,6 @@ SWEEP_SMALL = [
     (16, 2, 4),
 ]
 SWEEP_LARGE = [(16, 2, 4), (8, 2, 4), (32, 1, 4), (16, 1, 2), (8, 4, 4), (32, 2, 8), (16, 4, 8), (16, 2, 4)]
-
-
-def bench_us(fns: list[Callable[[], object]], *, target_ms: float = 25.0, replays: int = 15) -> float:
-    """Median microseconds per call of ``fns`` (called round-robin) replayed from one CUDA graph."""
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for fn in fns:
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    per_call_ms = max(start.elapsed_time(end) / len(fns), 1e-3)
-    calls = len(fns) * max(1, math.ceil(target_ms / per_call_ms / len(fns)))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fns[i % len(fns)]()
-    graph.replay()  # warm
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
 
 
 def moved_bytes(m: int, k: int) -> int:
@@ -143,7 +119,7 @@ def measure(m: int, k: int, compiled_ref, compiled_tao, *, rounds: int = 3) -> d
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, fns in variants.items():
-            times[name].append(bench_us(fns))
+            times[name].append(bench_us(fns, target_ms=25.0))
     for name, values in times.items():
         row[f"{name}_us"] = statistics.median(values)
         row[f"{name}_rounds_us"] = values
@@ -169,7 +145,7 @@ def sweep(m: int, k: int, configs: list[tuple[int, int, int]]) -> list[dict[str,
             )
             for x, o in zip(xs, outs, strict=True)
         ]
-        rows.append({"M": m, "config": config, "us": bench_us(fns)})
+        rows.append({"M": m, "config": config, "us": bench_us(fns, target_ms=25.0)})
     return rows
 
 
