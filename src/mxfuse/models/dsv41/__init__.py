@@ -1,13 +1,14 @@
 """One DeepSeek-V4.1-style attention sublayer between two hyper-connection boundaries, loaded from a
 safetensors checkpoint in the native format, computed fused, unfused or in bf16.
 
-* ``config``: ``Dsv41Config`` and ``CONFIGS`` (``flash``: the real V4.1-Flash dims; ``flash-tp4``: one
-  rank of attention TP4; ``tiny``: for CPU tests).
+* ``config``: ``Dsv41Config`` and ``CONFIGS`` (``flash``: the real V4.1-Flash dims; ``flash-tp2`` /
+  ``flash-tp4``: one rank of attention TP2 / TP4; ``tiny``: for CPU tests).
 * ``checkpoint``: the format, ``make_checkpoint`` (random, realistic magnitudes) and ``read_checkpoint``.
 * ``model``: ``AttentionSublayer`` (``path``: fused | unfused | bf16) and ``load_sublayer``.
 * ``state``: ``HcState``, ``KvCache``, ``StepOutputs`` and random inputs.
+* ``parallel``: tensor parallelism over a torch.distributed group (``process_group=``), ``rank_config``.
 
-``python -m mxfuse.models.dsv41 make-checkpoint DIR --seed N [--config flash|flash-tp4|tiny]`` writes a
+``python -m mxfuse.models.dsv41 make-checkpoint DIR --seed N [--config flash|flash-tp2|flash-tp4|tiny]`` writes a
 checkpoint.
 """
 
@@ -24,6 +25,7 @@ from mxfuse.models.dsv41.checkpoint import (
 )
 from mxfuse.models.dsv41.config import CONFIGS, Dsv41Config, config_by_name
 from mxfuse.models.dsv41.model import AttentionSublayer, LoadResult, SublayerPath, load_sublayer
+from mxfuse.models.dsv41.parallel import all_reduce_partial_sums, check_process_group, rank_config
 from mxfuse.models.dsv41.state import HcState, KvCache, StepOutputs, random_kv_cache, random_state
 
 __all__ = [
@@ -37,6 +39,8 @@ __all__ = [
     "LoadResult",
     "StepOutputs",
     "SublayerPath",
+    "all_reduce_partial_sums",
+    "check_process_group",
     "config_by_name",
     "expected_tensors",
     "load_sublayer",
@@ -45,5 +49,6 @@ __all__ = [
     "quantize_blocks_32x32",
     "random_kv_cache",
     "random_state",
+    "rank_config",
     "read_checkpoint",
 ]

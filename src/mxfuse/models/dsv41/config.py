@@ -2,8 +2,9 @@
 
 V4.1-Flash (``config.json`` of the release): hidden 5120, 64 heads of 512, q_lora_rank 1280, one shared
 KV head of 512 (multi-query), o_groups 8 with o_lora_rank 1024, hc_mult 4, 20 Sinkhorn iterations,
-hc_eps 1e-6, rms_norm_eps 1e-20. Under attention tensor parallelism (TP4) each rank holds 16 heads and
-2 output groups; wqkv_a stays replicated and wo_b's K shrinks to 2 * 1024 = 2048.
+hc_eps 1e-6, rms_norm_eps 1e-20. Under attention tensor parallelism each rank holds heads / tp and
+o_groups / tp output groups (TP2: 32 and 4, TP4: 16 and 2); wqkv_a stays replicated and wo_b's K
+shrinks to 4 * 1024 = 4096 (TP2) or 2 * 1024 = 2048 (TP4).
 
 The checkpoint always holds the whole model (global dims); ``tp_size`` and ``tp_rank`` only say which
 shard a rank loads (see ``mxfuse.models.dsv41.checkpoint``).
@@ -124,6 +125,7 @@ class Dsv41Config:
 
 CONFIGS: dict[str, Dsv41Config] = {
     "flash": Dsv41Config(),
+    "flash-tp2": Dsv41Config(name="flash-tp2", tp_size=2),
     "flash-tp4": Dsv41Config(name="flash-tp4", tp_size=4),
     # Smallest shape every piece accepts (hidden and o_lora_rank whole 128-column words), for CPU tests.
     "tiny": Dsv41Config(

@@ -9,6 +9,7 @@ One decode step of T tokens::
     attention   multi-query over the KV cache                                 -> o [T, heads * head_dim]
     wo_a        grouped projection o [T, G, r] x [G, R, r] -> z [T, G * R]     -> bf16 z, or wo_b's pair
     wo_b        MxLinear [hidden, G * R]                                       -> attn_out
+    (TP)        all-reduce of wo_b's partial sums over the ranks               (``parallel.py``)
     boundary 2  post of attention, mixes with hc_ffn, collapse with boundary 1's pre, ffn_norm -> y
 
 Three paths, one model (``path``), all loaded from the same checkpoint:
@@ -22,6 +23,12 @@ Three paths, one model (``path``), all loaded from the same checkpoint:
   every GEMM input, hence every output, bit-identical to ``fused``.
 * ``bf16``: no MXFP8 anywhere. The weights are the checkpoint's, dequantized to bf16 (exact: an E4M3
   code times a power of two fits bf16), wo_a a bf16 batched matmul of the unquantized o.
+
+Tensor parallelism (``process_group``, see ``parallel.py``): a rank loads its shard of the checkpoint
+(``config.tp_size`` / ``tp_rank``: its heads of wq_b, its groups of wo_a, its K slice of wo_b; the rest
+replicated), runs the same path as one GPU on it, and all-reduces wo_b's output before boundary 2.
+``process_group=None`` is no collective: a config with ``tp_size > 1`` then computes one rank's partial
+attn_out (and the boundary after it), as a single-rank test or benchmark wants.
 
 Lifecycle, as ``MxLinear``'s: construction is the request, ``load_weights(named tensors)`` stages the
 checkpoint (checked name by name), ``process_weights_after_loading()`` stacks wq_a and wkv into wqkv_a,
@@ -56,6 +63,7 @@ from mxfuse.layers import (
 from mxfuse.models.dsv41.attention import mqa_attention, rms_norm
 from mxfuse.models.dsv41.checkpoint import local_shapes, read_checkpoint
 from mxfuse.models.dsv41.config import Dsv41Config
+from mxfuse.models.dsv41.parallel import all_reduce_partial_sums, check_process_group
 from mxfuse.models.dsv41.state import HcState, KvCache, StepOutputs
 
 __all__ = ["AttentionSublayer", "LoadResult", "SublayerPath", "load_sublayer"]
@@ -101,6 +109,8 @@ class AttentionSublayer(nn.Module):
     boundary writes it, the unfused path quantizes y); only when wqkv_a's gate says yes, the rule the
     next sublayer's linear would apply at the same T and mode. ``layer``: the checkpoint layer and the
     witness sites' prefix. ``backend_status``: passed to the linears (tests model other devices).
+    ``process_group``: the tensor-parallel group (its size and this rank must be ``config``'s
+    ``tp_size`` and ``tp_rank``), over which wo_b's output is all-reduced; None: no tensor parallelism.
     """
 
     def __init__(
@@ -112,6 +122,7 @@ class AttentionSublayer(nn.Module):
         next_pair_layout: ScaleLayout | str | None = None,
         layer: int = 0,
         backend_status: StatusFn | None = None,
+        process_group: object | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(config, Dsv41Config):
@@ -126,6 +137,7 @@ class AttentionSublayer(nn.Module):
         self.layer = layer
         self.device = _canonical(torch.device(device))
         self.next_pair_layout = None if next_pair_layout is None else parse_scale_layout(next_pair_layout)
+        self.process_group = check_process_group(process_group, config, self.device)
         mx = self.path is not SublayerPath.BF16
         c, site = config, f"layers.{layer}.attn"
         common = {"mxfp8_input": mx, "device": self.device, "backend_status": backend_status}
@@ -286,6 +298,10 @@ class AttentionSublayer(nn.Module):
 
         z = self._wo_a(o, tokens, context)
         attn_out = self.wo_b(z, context=context)
+        if self.process_group is not None:
+            attn_out = all_reduce_partial_sums(
+                attn_out, self.process_group, site=self.wo_b.site, rank=c.tp_rank
+            )
 
         # Boundary 2: attention's post, then the FFN's pre; y (and the pair if asked) feed the FFN.
         pair_next = (
@@ -384,7 +400,12 @@ class AttentionSublayer(nn.Module):
         return t
 
     def extra_repr(self) -> str:
-        return f"config={self.config.name}, path={self.path.value}, layer={self.layer}, state={self._state}"
+        tp = f", tp={self.config.tp_rank}/{self.config.tp_size}" if self.config.tp_size > 1 else ""
+        reduce = ", all-reduce" if self.process_group is not None else ""
+        return (
+            f"config={self.config.name}, path={self.path.value}, layer={self.layer}{tp}{reduce}, "
+            f"state={self._state}"
+        )
 
 
 def _canonical(device: torch.device) -> torch.device:
