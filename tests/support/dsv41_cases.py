@@ -25,7 +25,19 @@ BUDGET = {"attn_out": 4e-3, "y": 1e-3, "residual": 1e-3}
 # at the tiny config (any wiring error, e.g. a swapped norm or group, is > 1e-2).
 ORACLE_BF16_BUDGET = 5e-5
 
+# TP=2 against TP=1, same path and checkpoint. Each rank's wo_b rounds its partial sum over half of K to
+# bf16 and the all-reduce rounds their sum again, where TP=1 rounds once; everything before wo_b is the
+# same per head and group. Measured on CPU with gloo at the tiny config, 8 checkpoints x 6 cases (T in
+# {1, 4, 16, 64} decode, 2 x 4 and 4 x 2 target-verify) x 3 paths: attn_out 2.9e-6 .. 6.3e-6 (median
+# 4.2e-6), y 4.7e-7 .. 5.8e-6, residual 4.0e-7 .. 4.1e-6; at the Flash dims (T in {1, 4, 16}, fused
+# and bf16) attn_out 3.7e-6 .. 4.1e-6, y and the residual 8.8e-7 .. 1.7e-6. Budgets ~3x the worst. On a
+# GPU the wo_a and wo_b kernels also split K differently at half the groups; that moves fp32 sums by a
+# few ulps, which flips a bf16 (and then an E4M3) rounding in a tiny share of elements only.
+TP_BUDGET = {"attn_out": 2e-5, "y": 1.5e-5, "residual": 1.5e-5}
+
 FIELDS = ("attn_out", "residual", "pre", "post", "comb", "y")
+# The witness path each sublayer path's linears take at decode sizes.
+LINEAR_PATHS = {"fused": "linear.pair_consumed", "unfused": "linear.self_quantized", "bf16": "linear.bf16"}
 
 
 def decode_inputs(
@@ -171,3 +183,29 @@ def oracle_step(
         **hc,
     )
     return {"attn_out": attn_out, "residual": b2.residual, "y": b2.y}
+
+
+def assert_tp_records(records: list[dict], *, path: str, rank: int, world: int, backend: str) -> None:
+    """One rank's step: its linears took ``path``, and wo_b's output was all-reduced once, over ``world``
+    ranks, after wo_b and before the second boundary."""
+    linear = LINEAR_PATHS[path]
+    sites = ("layers.0.attn.wqkv_a", "layers.0.attn.wo_b")
+    assert paths(records, "linear.") == [(linear, site) for site in sites], f"rank {rank} {path}"
+    order = [r["path"] for r in records]
+    reduces = [r for r in records if r["path"] == "tp.all_reduce"]
+    assert len(reduces) == 1, f"rank {rank} {path}: {len(reduces)} all-reduce records"
+    (reduce,) = reduces
+    fields = {k: reduce[k] for k in ("site", "tp_size", "tp_rank", "backend")}
+    assert fields == {"site": sites[1], "tp_size": world, "tp_rank": rank, "backend": backend}, fields
+    at = order.index("tp.all_reduce")
+    boundaries = [i for i, p in enumerate(order) if p.startswith("hc.boundary")]
+    wo_b = [i for i, r in enumerate(records) if r["path"] == linear and r.get("site") == sites[1]]
+    assert len(boundaries) == 2 and boundaries[0] < wo_b[0] < at < boundaries[1], order
+
+
+def assert_reduced(attn_out: torch.Tensor, partials: list[torch.Tensor], *, name: str) -> None:
+    """``attn_out`` is bit for bit the bf16 sum of the ranks' partials: one fp32 addition per element
+    (two ranks), rounded to nearest even, the same whichever rank adds."""
+    first, second = partials  # two ranks: one addition, so the order the backend adds in cannot matter
+    a, b = first.float(), second.float()
+    assert_same_bits(attn_out, (a + b).to(torch.bfloat16), name=name)

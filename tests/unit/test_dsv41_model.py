@@ -78,9 +78,10 @@ def _run(model: AttentionSublayer, state: HcState, cache: KvCache, **kwargs):
 
 
 def test_the_named_configs_have_the_v41_flash_shapes():
-    flash, tp4 = CONFIGS["flash"], CONFIGS["flash-tp4"]
+    flash, tp2, tp4 = CONFIGS["flash"], CONFIGS["flash-tp2"], CONFIGS["flash-tp4"]
     assert (flash.hidden, flash.wqkv_a_out, flash.group_width, flash.wo_b_in) == (5120, 1792, 4096, 8192)
     assert (flash.local_heads, flash.local_groups, flash.rms_norm_eps) == (64, 8, 1e-20)
+    assert (tp2.local_heads, tp2.local_groups, tp2.wqkv_a_out, tp2.wo_b_in) == (32, 4, 1792, 4096)
     assert (tp4.local_heads, tp4.local_groups, tp4.wqkv_a_out, tp4.wo_b_in) == (16, 2, 1792, 2048)
 
 
