@@ -259,6 +259,7 @@ def run_rank(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         **extra,
     )
     group = dist.group.WORLD
+    host = dist.new_group(backend="gloo")  # waits on the host, with no NCCL kernel spinning on a GPU
     full = Dsv41Config(**job["config"])
     config = rank_config(full, group)
 
@@ -311,8 +312,7 @@ def run_rank(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
         result["graphs"][tokens] = _graph_runs(models, full, tokens, device)
     if job.get("refusals"):
         result["refusals"] = _refusals(config, group, device)
-    dist.barrier()  # every collective above is done on every rank before any rank leaves
-    if job.get("tp1") and rank == 0:
+    if job.get("tp1") and rank == 0:  # no collective: the other ranks wait on the host meanwhile
         del models
         for path in job["paths"]:
             model = load(path, full, None, layout)
@@ -320,6 +320,8 @@ def run_rank(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
                 state, cache = step_inputs(full, spec, device)
                 out, _ = _step(model, state, cache, context=spec["context"])
                 result["tp1"].setdefault(spec["name"], {})[path] = _saved(out)
+    # Every rank leaves together, so no rank tears its NCCL communicator down under a peer still using it.
+    dist.barrier(group=host)
     dist.destroy_process_group()
     return result
 
