@@ -6,7 +6,7 @@ Importing this package never imports torch or probes a GPU: the registry, the CL
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["GpumatrixError", "UsageError", "register"]
 
@@ -34,14 +34,26 @@ class UsageError(GpumatrixError):
     exit_code = 2
 
 
-def register(*, on: Sequence[str], gpus: int = 1, est_time: float) -> None:
-    """Declare where this test file runs; a no-op at run time.
+def register(
+    *,
+    on: Sequence[str],
+    gpus: int = 1,
+    est_time: float | Mapping[str, float],
+    suite: str = "pr",
+    disabled: str | None = None,
+    disabled_on: Mapping[str, str] | None = None,
+) -> None:
+    """Declare where, when and whether this test file runs; a no-op at run time.
 
     Call once at module top level with literal arguments::
 
         register(on=("h100", "b200"), gpus=1, est_time=40)   # seconds on one runner
+        register(on=("h100", "b200"), est_time={"h100": 40, "b200": 15})   # seconds per class
+        register(on=("b200", "gb300"), gpus=4, est_time=1200, suite="nightly")
+        register(on=("cpu",), est_time=3, disabled="hangs on the new runner image; ask @alice")
+        register(on=("h100", "gb300"), est_time=40, disabled_on={"gb300": "NaN in split-K, #123"})
 
     The registry is built by parsing files with ``ast``, never by importing them (see
-    ``gpumatrix.registry``), so the call itself does nothing.
+    ``gpumatrix.registry``; docs/registry.md has the rules), so the call itself does nothing.
     """
-    del on, gpus, est_time
+    del on, gpus, est_time, suite, disabled, disabled_on

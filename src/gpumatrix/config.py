@@ -6,6 +6,8 @@ through `MatrixError`, so a maintainer fixes the file in one pass. Whatever the 
 in a `Matrix` or a `MatrixError`: text that is not UTF-8, tags the safe loader refuses or cannot
 convert (`!!int two`, `!!python/object:...`), nesting deep enough to exhaust the parser's recursion,
 and null or empty text fields (which would otherwise become the string "None") are problems too.
+The optional `suites` section declares the suites a test file may name in `register(suite=...)`
+besides the built-in `pr` (the default: every pull request) and `nightly` (the scheduled run).
 The semantics are docs/registry.md's.
 """
 
@@ -15,6 +17,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -22,7 +25,11 @@ import yaml
 from gpumatrix import GpumatrixError, UsageError
 
 __all__ = [
+    "ALL_SUITES",
+    "BUILTIN_SUITES",
     "CPU_CLASS",
+    "DEFAULT_SUITE",
+    "NIGHTLY_SUITE",
     "PERMISSION_LEVELS",
     "BotConfig",
     "GpuClass",
@@ -36,6 +43,17 @@ __all__ = [
 ]
 
 CPU_CLASS = "cpu"
+# A file's suite says when CI runs it: `pr` on every pull request (the default), `nightly` on the
+# schedule; ci/matrix.yaml may declare more. `--suite all` selects every suite, so no suite is named so.
+DEFAULT_SUITE = "pr"
+NIGHTLY_SUITE = "nightly"
+ALL_SUITES = "all"
+BUILTIN_SUITES: Mapping[str, str] = MappingProxyType(
+    {
+        DEFAULT_SUITE: "every pull request and push (the default of register(suite=...))",
+        NIGHTLY_SUITE: "once a day, on every runner that has nightly files",
+    }
+)
 # Ordered as GitHub's collaborator roles: a level grants everything to its left.
 PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 # Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
@@ -127,6 +145,8 @@ class Matrix:
     runners: tuple[Runner, ...]
     bot: BotConfig = field(default_factory=BotConfig)
     source: str = "ci/matrix.yaml"
+    # name: description; the built-in ones always among them
+    suites: Mapping[str, str] = field(default_factory=lambda: BUILTIN_SUITES)
 
     def runner(self, label: str) -> Runner | None:
         for runner in self.runners:
@@ -146,6 +166,18 @@ class Matrix:
                 f"(labels: {', '.join(r.label for r in self.runners)})"
             )
         return runner
+
+    def require_suite(self, name: str) -> str | None:
+        """The suite a `--suite NAME` option selects: NAME, or None for `all`; a `UsageError` naming the
+        suites there are when NAME is none of them."""
+        if name == ALL_SUITES:
+            return None
+        if name not in self.suites:
+            raise UsageError(
+                f"--suite {name!r} is not a suite of {self.source} "
+                f"(suites: {', '.join(self.suites)}, or {ALL_SUITES})"
+            )
+        return name
 
     def runners_of(self, class_name: str) -> tuple[Runner, ...]:
         return tuple(r for r in self.runners if r.gpu_class == class_name)
@@ -328,16 +360,33 @@ class _MatrixParser:
         if root is None:
             self.error(None, "the runner matrix is empty (expected 'classes' and 'runners')")
             raise MatrixError(self.problems)
-        top = self.check_keys(root, ("classes", "runners", "bot"), "the runner matrix")
+        top = self.check_keys(root, ("classes", "runners", "suites", "bot"), "the runner matrix")
         for required in ("classes", "runners"):
             if required not in top and isinstance(root, yaml.MappingNode):
                 self.error(root, f"missing required key {required!r}")
         classes = self.parse_classes(top["classes"]) if "classes" in top else {}
         runners = self.parse_runners(top["runners"], classes) if "runners" in top else ()
+        suites = self.parse_suites(top["suites"]) if "suites" in top else BUILTIN_SUITES
         bot = self.parse_bot(top["bot"]) if "bot" in top else BotConfig()
         if self.problems:
             raise MatrixError(sorted(self.problems, key=lambda p: p.line))
-        return Matrix(classes=classes, runners=runners, bot=bot, source=self.source)
+        return Matrix(classes=classes, runners=runners, bot=bot, source=self.source, suites=suites)
+
+    def parse_suites(self, node: yaml.Node) -> Mapping[str, str]:
+        """`suites: {name: description}`: the built-in ones (which may be described again) and more."""
+        suites = dict(BUILTIN_SUITES)
+        for name, key_node, value_node in self.mapping(node, "suites"):
+            if not _LABEL_RE.match(name):
+                self.error(
+                    key_node, f"suite {name!r}: suite names use letters, digits, '.', '_' and '-' only"
+                )
+            elif name == ALL_SUITES:
+                self.error(
+                    key_node,
+                    f"{ALL_SUITES!r} cannot name a suite: `--suite {ALL_SUITES}` selects every suite",
+                )
+            suites[name] = self.text(value_node, f"suite {name!r} description", default=name)
+        return MappingProxyType(suites)
 
     def parse_classes(self, node: yaml.Node) -> dict[str, GpuClass]:
         classes: dict[str, GpuClass] = {}

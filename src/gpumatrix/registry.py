@@ -1,7 +1,8 @@
 """The static test registry: which test file runs on which runner, read by parsing, never importing.
 
 Every `tests/**/test_*.py` calls `gpumatrix.register(on=..., gpus=..., est_time=...)` once at module
-top level with literal arguments. This module reads that call with `ast` (`gpumatrix.source` reads
+top level with literal arguments (and, where it needs them, `suite=`, `disabled=` and `disabled_on=`;
+`est_time` may give seconds per class). This module reads that call with `ast` (`gpumatrix.source` reads
 the file as Python would, only as far as the call), so the registry can be built on a runner
 without torch, over a PR's tree read as data, and in well under a second for thousands of files; a
 tree on disk keeps what it read in a cache (`gpumatrix.registry_cache`), so a second run parses only
@@ -12,13 +13,23 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpumatrix.config import CPU_CLASS, Matrix, Problem, ProblemsError, Runner, load_matrix
+from gpumatrix.config import (
+    CPU_CLASS,
+    DEFAULT_SUITE,
+    Matrix,
+    Problem,
+    ProblemsError,
+    Runner,
+    load_matrix,
+)
 from gpumatrix.source import (
     READ_LIMIT,
     SourceError,
@@ -40,12 +51,20 @@ __all__ = [
     "read_registration",
 ]
 
-_KEYWORDS = ("on", "gpus", "est_time")
+_KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on")
+# A reason is shown in a pytest skip line, `gpumatrix list` and the bot's comments: one short line.
+_REASON_LIMIT = 200
+# Suite names travel into workflow inputs, like runner labels (ci/matrix.yaml checks declared ones so).
+_SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
 class Registration:
-    """One test file's registration, with the runner that serves each class it names."""
+    """One test file's registration, with the runner that serves each class it names.
+
+    `est_time` is the file's estimate in seconds; when the file gives one per class (`est_times`),
+    it is the largest of them, which is also the estimate of a class of `on` the mapping leaves out.
+    """
 
     path: str  # repository-relative, '/'-separated: tests/kernels/test_quantize_mxfp8.py
     line: int
@@ -55,10 +74,31 @@ class Registration:
     runners: tuple[str, ...] = ()  # runner labels, one per class of `on`, in the same order
     # (argument, line) of each argument given: problems found later name the argument's own line.
     arg_lines: tuple[tuple[str, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    suite: str = DEFAULT_SUITE
+    disabled: str | None = None  # why the whole file is switched off, everywhere
+    disabled_on: tuple[tuple[str, str], ...] = ()  # (class, why the file is switched off there)
+    est_times: tuple[tuple[str, float], ...] = ()  # (class, seconds) as written; empty: est_time everywhere
 
     @property
     def needs_gpu(self) -> bool:
         return any(name != CPU_CLASS for name in self.on)
+
+    def estimate_for(self, class_name: str | None) -> float:
+        """Seconds this file takes on a runner of `class_name`: its own estimate, else `est_time`."""
+        for name, seconds in self.est_times:
+            if name == class_name:
+                return seconds
+        return self.est_time
+
+    def why_disabled(self, class_name: str | None = None) -> str | None:
+        """`disabled: REASON` or `disabled on CLASS: REASON` when the file is off on `class_name`
+        (None: wherever it runs), else None."""
+        if self.disabled is not None:
+            return f"disabled: {self.disabled}"
+        for name, reason in self.disabled_on:
+            if name == class_name:
+                return f"disabled on {name}: {reason}"
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able fields (xdist workers get registrations so)."""
@@ -114,8 +154,9 @@ class Registry:
                 return registration
         return None
 
-    def for_runner(self, label: str) -> tuple[Registration, ...]:
-        return tuple(r for r in self.files if label in r.runners)
+    def for_runner(self, label: str, *, suite: str | None = None) -> tuple[Registration, ...]:
+        """The files `label` runs: of every suite, or of `suite` only."""
+        return tuple(r for r in self.files if label in r.runners and (suite is None or r.suite == suite))
 
     def require_ok(self) -> Registry:
         """This registry; `RegistryError` listing its problems when it has any."""
@@ -317,8 +358,9 @@ def _is_register(func: ast.expr, names: set[str], modules: set[str]) -> bool:
 def _read_call(call: ast.Call, path: str) -> FileReading:
     problems: list[Problem] = []
 
-    def bad(node: ast.AST, message: str) -> None:
-        problems.append(Problem(path, getattr(node, "lineno", call.lineno), message))
+    def bad(where: ast.AST | int, message: str) -> None:
+        line = where if isinstance(where, int) else getattr(where, "lineno", call.lineno)
+        problems.append(Problem(path, line, message))
 
     if call.args:
         bad(call.args[0], "register(...) takes keyword arguments only: on=..., gpus=..., est_time=...")
@@ -349,6 +391,7 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
     on = values.get("on")
     if isinstance(on, str):
         on = (on,)
+    classes: tuple[str, ...] | None = None  # the classes of a valid on=, which the mappings must name
     if "on" not in nodes:
         bad(call, "register(...) is missing on=(...): the GPU classes this file runs on")
     elif "on" in values and (
@@ -357,27 +400,53 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
         bad(nodes["on"], f"register(on=...) must be a non-empty tuple of class names, got {values['on']!r}")
     elif "on" in values and len(set(on)) != len(on):
         bad(nodes["on"], f"register(on=...) names a class twice: {values['on']!r}")
+    elif "on" in values:
+        classes = tuple(on)
 
     gpus = values.get("gpus", 1)
     if "gpus" in values and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
         bad(nodes["gpus"], f"register(gpus=...) must be a positive integer, got {gpus!r}")
 
     est_time = values.get("est_time")
+    est_times: list[tuple[str, object]] = []
     if "est_time" not in nodes:
         bad(
             call,
             "register(...) is missing est_time=SECONDS (the file's run time on one runner, used for sharding)",
         )
-    elif "est_time" in values and (
-        not isinstance(est_time, (int, float))
-        or isinstance(est_time, bool)
-        or not est_time > 0
-        or est_time == float("inf")
-    ):
+    elif isinstance(est_time, dict):
+        est_times = _class_mapping("est_time", est_time, nodes["est_time"], classes, _seconds_problem, bad)
+        if est_times:
+            est_time = max(seconds for _, seconds in est_times)  # type: ignore[type-var]
+    elif "est_time" in values and _seconds_problem(est_time):
         bad(
             nodes["est_time"],
-            f"register(est_time=...) must be a positive number of seconds, got {est_time!r}",
+            f"register(est_time=...) must be a positive number of seconds, or seconds per class "
+            f'({{"h100": 40, "b200": 15}}), got {est_time!r}',
         )
+
+    suite = values.get("suite", DEFAULT_SUITE)
+    if "suite" in values and not (isinstance(suite, str) and _SUITE_RE.match(suite)):
+        bad(nodes["suite"], f'register(suite=...) must be a suite name such as "nightly", got {suite!r}')
+
+    disabled = values.get("disabled")
+    if "disabled" in values:
+        problem = _reason_problem(disabled)
+        if problem:
+            bad(nodes["disabled"], f"register(disabled=...) {problem}")
+
+    disabled_on: list[tuple[str, object]] = []
+    if "disabled_on" in values:
+        if isinstance(values["disabled_on"], dict):
+            disabled_on = _class_mapping(
+                "disabled_on", values["disabled_on"], nodes["disabled_on"], classes, _reason_problem, bad
+            )
+        else:
+            bad(
+                nodes["disabled_on"],
+                f'register(disabled_on=...) must map classes to reasons, such as {{"gb300": "why"}}, '
+                f"got {values['disabled_on']!r}",
+            )
 
     if problems:
         return None, problems
@@ -388,7 +457,62 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
         gpus=int(gpus),
         est_time=float(est_time),
         arg_lines=tuple((name, node.lineno) for name, node in nodes.items()),
+        suite=suite,
+        disabled=disabled,
+        disabled_on=tuple((name, str(reason)) for name, reason in disabled_on),
+        est_times=tuple((name, float(seconds)) for name, seconds in est_times),  # type: ignore[arg-type]
     ), []
+
+
+def _seconds_problem(value: object) -> str | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+        return None
+    return f"must be a positive number of seconds, got {value!r}"
+
+
+def _reason_problem(value: object) -> str | None:
+    """Why `value` is not a reason a person can act on, or None."""
+    if not isinstance(value, str):
+        return f"must be the reason, a string, got {value!r}"
+    if not value.strip():
+        return "gives an empty reason: say why the file is disabled (and who is on it)"
+    if len(value) > _REASON_LIMIT or not value.isprintable():
+        return f"must be one line of printable text of at most {_REASON_LIMIT} characters"
+    return None
+
+
+def _class_mapping(
+    name: str,
+    value: dict[object, object],
+    node: ast.expr,
+    classes: tuple[str, ...] | None,
+    item_problem: Callable[[object], str | None],
+    bad: Callable[[ast.AST | int, str], None],
+) -> list[tuple[str, object]]:
+    """The (class, value) entries of a `{class: value}` argument, as written; a problem, at the line of
+    its entry, for each key that is not a class of `on` (when `on` is valid) and each bad value."""
+    lines: dict[object, int] = {}
+    if isinstance(node, ast.Dict):  # a literal mapping is a dict display: its keys have lines
+        for key in node.keys:
+            if isinstance(key, ast.Constant):
+                if key.value in lines:  # literal_eval keeps the last silently
+                    bad(key, f"register({name}=...) names class {key.value!r} twice")
+                lines.setdefault(key.value, key.lineno)
+    if not value:
+        bad(node, f"register({name}=...) names no class; give at least one, or leave the argument out")
+    entries: list[tuple[str, object]] = []
+    for key, item in value.items():
+        line = lines.get(key, node.lineno)
+        if not isinstance(key, str):
+            bad(line, f"register({name}=...) keys must be class names, got {key!r}")
+            continue
+        if classes is not None and key not in classes:
+            bad(line, f"register({name}=...) names class {key!r}, which is not in on={classes!r}")
+        problem = item_problem(item)
+        if problem:
+            bad(line, f"register({name}=...) for {key!r} {problem}")
+        entries.append((key, item))
+    return entries
 
 
 def _snippet(node: ast.expr, limit: int = 80) -> str:
@@ -406,6 +530,15 @@ def _resolve_runners(
     labels: list[str] = []
     lines = dict(registration.arg_lines)
     on_line = lines.get("on", registration.line)
+    if registration.suite not in matrix.suites:
+        problems.append(
+            Problem(
+                registration.path,
+                lines.get("suite", registration.line),
+                f"register(suite=...) names unknown suite {registration.suite!r} "
+                f"(known: {', '.join(matrix.suites)}); declare it under suites: in {matrix.source}",
+            )
+        )
     for class_name in registration.on:
         if class_name not in matrix.classes:
             problems.append(

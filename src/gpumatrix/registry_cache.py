@@ -28,7 +28,7 @@ from gpumatrix.registry import FileReading, Registration
 __all__ = ["CACHE_PATH", "RegistrationCache"]
 
 CACHE_PATH = ".gpumatrix/registry-cache.json"
-_FORMAT = 1
+_FORMAT = 2  # 2: suite, disabled, disabled_on and est_times joined the registration
 _FIELD_COUNT = len(Registration.__dataclass_fields__)
 
 

@@ -205,6 +205,20 @@ INVALID = [
         VALID + "  - {label: cpu2, class: cpu, runs_on: [u], timeout_minutes: 9}\n",
         [(18, "runner 'cpu2' has the class 'cpu' and GPU count 0 of runner 'cpu' (line 7)")],
     ),
+    # suites: {name: description}; names travel into workflow inputs, and `all` means every suite.
+    ("suites-not-a-mapping", VALID + "suites: [pr, nightly]\n", [(18, "suites must be a mapping")]),
+    ("suite-named-all", VALID + "suites:\n  all: everything\n", [(19, "'all' cannot name a suite")]),
+    ("suite-bad-name", VALID + "suites:\n  'every night': x\n", [(19, "suite names use letters, digits")]),
+    (
+        "suite-no-description",
+        VALID + "suites:\n  weekly:\n",
+        [(19, "suite 'weekly' description must not be empty")],
+    ),
+    (
+        "suite-twice",
+        VALID + "suites:\n  weekly: a\n  weekly: b\n",
+        [(20, "duplicate key 'weekly' in suites")],
+    ),
 ]
 
 
@@ -278,3 +292,31 @@ def test_require_runner_is_the_one_check_of_a_runner_label():
         r"\(labels: cpu, 1-gpu-h100\)$",
     ):
         matrix.require_runner("8-gpu")
+
+
+def test_the_built_in_suites_are_there_declared_or_not() -> None:
+    assert list(parse_matrix(VALID).suites) == ["pr", "nightly"]
+    declared = parse_matrix(VALID + "suites:\n  nightly: at 02:23\n  weekly: on Sundays\n").suites
+    assert dict(declared) == {
+        "pr": parse_matrix(VALID).suites["pr"],
+        "nightly": "at 02:23",
+        "weekly": "on Sundays",
+    }
+    assert list(load_matrix(REPO_ROOT / "ci" / "matrix.yaml").suites) == ["pr", "nightly"]
+
+
+def test_require_suite_is_the_one_check_of_a_suite_option() -> None:
+    from gpumatrix import UsageError
+
+    matrix = parse_matrix(VALID + "suites:\n  weekly: on Sundays\n")
+    assert [matrix.require_suite(name) for name in ("pr", "nightly", "weekly", "all")] == [
+        "pr",
+        "nightly",
+        "weekly",
+        None,
+    ]
+    with pytest.raises(
+        UsageError,
+        match=r"^--suite 'daily' is not a suite of ci/matrix.yaml \(suites: pr, nightly, weekly, or all\)$",
+    ):
+        matrix.require_suite("daily")
