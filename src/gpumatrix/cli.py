@@ -124,21 +124,35 @@ def _hardware_dict(hardware) -> dict:
     return {**asdict(hardware), "describe": hardware.describe()}
 
 
+def _suite_option(default: str):
+    return click.option(
+        "--suite",
+        "suite_name",
+        default=default,
+        show_default=True,
+        help="Only the files of this suite (ci/matrix.yaml suites), or 'all'.",
+    )
+
+
 @main.command("list")
 @click.option("--runner", "label", default=None, help="Only the files of this runner.")
+@_suite_option("all")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @root_option
-def list_files(label: str | None, as_json: bool, root: Path | None) -> None:
-    """List registered test files with their classes, GPU count, estimate and runners."""
+def list_files(label: str | None, suite_name: str, as_json: bool, root: Path | None) -> None:
+    """List registered test files with their classes, GPU count, estimates, suite, disabled state and runners."""
     from gpumatrix.registry import RegistryError, load_tree
     from gpumatrix.results import files_json, render_file_table, render_problems
 
     matrix, registry = load_tree(root or find_root())
+    suite = matrix.require_suite(suite_name)
     files = registry.for_runner(matrix.require_runner(label).label) if label is not None else registry.files
+    files = tuple(f for f in files if suite is None or f.suite == suite)
     if as_json:
         click.echo(json.dumps(files_json(files), indent=2))
     else:
-        render_file_table(_console(), files, title=f"runner {label}" if label else "registered test files")
+        title = f"runner {label}" if label else "registered test files"
+        render_file_table(_console(), files, title=title + (f", suite {suite}" if suite else ""))
     render_problems(_console(stderr=True), registry.problems, summary=RegistryError.summary)
     sys.exit(EXIT_OK if registry.ok else EXIT_FAILED)
 
@@ -157,20 +171,23 @@ def check(root: Path | None) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="GitHub Actions `strategy.matrix` JSON.")
 @click.option("--runner", "label", default=None, help="Only this runner's shards.")
+@_suite_option("pr")
 @root_option
-def matrix(as_json: bool, label: str | None, root: Path | None) -> None:
-    """The runner x shard matrix: files packed longest-first into as few shards as each timeout allows."""
+def matrix(as_json: bool, label: str | None, suite_name: str, root: Path | None) -> None:
+    """The runner x shard matrix of a suite: files packed longest-first, by their estimate on each
+    runner's class, into as few shards as each timeout allows."""
     from gpumatrix.registry import load_tree
     from gpumatrix.results import build_matrix_include, render_matrix
 
     matrix_, registry = load_tree(root or find_root())
     if label is not None:
         matrix_.require_runner(label)
-    include, plans = build_matrix_include(matrix_, registry.require_ok(), label=label)
+    suite = matrix_.require_suite(suite_name)
+    include, plans = build_matrix_include(matrix_, registry.require_ok(), label=label, suite=suite)
     if as_json:
         click.echo(json.dumps({"include": include}))
     else:
-        render_matrix(_console(), plans)
+        render_matrix(_console(), plans, suite=suite)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -212,6 +229,12 @@ def matrix(as_json: bool, label: str | None, root: Path | None) -> None:
 @click.option(
     "--no-preflight", is_flag=True, help="Skip the check that the runner's GPUs are present and idle."
 )
+@_suite_option("pr")
+@click.option(
+    "--include-disabled",
+    is_flag=True,
+    help="Run files registered disabled= (or disabled_on= this runner's class) instead of skipping them.",
+)
 @root_option
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def run(
@@ -223,10 +246,13 @@ def run(
     report: Path | None,
     summary_md: Path | None,
     no_preflight: bool,
+    suite_name: str,
+    include_disabled: bool,
     root: Path | None,
     pytest_args: tuple[str, ...],
 ) -> None:
-    """Run this machine's slice through pytest (extra pytest arguments after `--`)."""
+    """Run this machine's slice of a suite through pytest (extra pytest arguments after `--`); a
+    --tests-file runs the tests it names, whatever their suite."""
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
     from gpumatrix.run import RunOptions, finish_run, plan_run, prepare_outputs
 
@@ -240,6 +266,8 @@ def run(
         summary_md=summary_md,
         preflight=not no_preflight,
         pytest_args=tuple(pytest_args),
+        suite=suite_name,
+        include_disabled=include_disabled,
     )
     run_plan = plan_run(root or find_root(), options)
     console = _console()

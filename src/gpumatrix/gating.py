@@ -1,8 +1,10 @@
 """What the pytest plugin decides about a test file, as plain functions of plain data.
 
 A registered test file is decided on before it is imported: collected, skipped for this machine's
-hardware (one entry per file, with a reason naming both sides), deselected as outside a `--runner`
-slice, or failed for its registration problems. A Blackwell test that imports `deep_gemm` at module
+hardware (one entry per file, with a reason naming both sides), skipped as disabled where it runs
+(`register(disabled=...)`, `disabled_on=`: one entry with the registered reason, never silently
+absent), deselected as outside a `--runner` slice or a `--suite`, or failed for its registration
+problems. A Blackwell test that imports `deep_gemm` at module
 top is therefore skipped on a CPU or Hopper machine, never imported there.
 """
 
@@ -21,6 +23,7 @@ __all__ = [
     "decide_file",
     "evaluate_hardware",
     "forwarded_options",
+    "running_class",
     "unplugged_skip_reason",
 ]
 
@@ -48,13 +51,26 @@ def evaluate_hardware(registration: Registration, hardware: Hardware) -> Hardwar
     )
 
 
+def running_class(registration: Registration, hardware: Hardware, runner: Runner | None) -> str | None:
+    """The class the file runs as here, which its `disabled_on` is looked up by: the runner's; else
+    this machine's GPU class when the file names it, else `cpu` when it names that (the rules of
+    `evaluate_hardware`); None when it names neither."""
+    if runner is not None:
+        return runner.gpu_class
+    if hardware.count and hardware.gpu_class in registration.on:
+        return hardware.gpu_class
+    return CPU_CLASS if CPU_CLASS in registration.on else None
+
+
 @dataclass(frozen=True)
 class FileDecision:
-    """`collect` the file, or not: `error` (problems), `deselect` (another runner's) or `skip` (reason)."""
+    """`collect` the file, or not: `error` (problems), `deselect` (another runner's or suite's) or
+    `skip` (reason; `disabled` when the registration switched it off here, not the hardware)."""
 
     action: str
     reason: str = ""
     problems: tuple[Problem, ...] = ()
+    disabled: bool = False
 
 
 _COLLECT = FileDecision("collect")
@@ -67,13 +83,25 @@ def decide_file(
     *,
     hardware: Hardware,
     runner: Runner | None,
+    suite: str | None = None,
+    include_disabled: bool = False,
 ) -> FileDecision:
-    """The decision on a registered-kind test file (`tests/**/test_*.py`), before it is imported."""
+    """The decision on a registered-kind test file (`tests/**/test_*.py`), before it is imported.
+
+    `suite` None runs every suite. A file disabled where it runs is skipped with its reason before
+    the hardware is looked at: that reason is the one a person acts on, wherever the run is.
+    """
     if registration is None:
         found = tuple(problems) or (Problem(path, 0, "not registered (it was added after the run started?)"),)
         return FileDecision("error", problems=found)
     if runner is not None and runner.label not in registration.runners:
         return FileDecision("deselect", reason=f"not in runner {runner.label}'s slice")
+    if suite is not None and registration.suite != suite:
+        return FileDecision("deselect", reason=f"in suite {registration.suite}, not {suite}")
+    if not include_disabled:
+        why = registration.why_disabled(running_class(registration, hardware, runner))
+        if why is not None:
+            return FileDecision("skip", reason=why, disabled=True)
     skip = evaluate_hardware(registration, hardware)
     return FileDecision("skip", reason=skip.reason) if skip is not None else _COLLECT
 
@@ -82,10 +110,13 @@ def unplugged_skip_reason(registration: Registration | None) -> str | None:
     """Why a file is skipped when the gpumatrix plugin is disabled (`-p no:gpumatrix`), or None.
 
     Without the plugin nothing compares the machine with `register(on=...)` or leases GPUs, so a
-    file that needs a GPU would run blind (and fail in unrelated ways); CPU files run as usual.
+    file that needs a GPU would run blind (and fail in unrelated ways); CPU files run as usual,
+    unless disabled (everywhere, or on `cpu`).
     """
-    if registration is None or CPU_CLASS in registration.on:
+    if registration is None:
         return None
+    if CPU_CLASS in registration.on:
+        return registration.why_disabled(CPU_CLASS)
     return (
         f"registered for {'|'.join(registration.on)} and the gpumatrix plugin is disabled "
         f"(-p no:gpumatrix): nothing checks this machine or leases GPUs, so it is not run"

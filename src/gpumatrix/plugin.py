@@ -9,7 +9,9 @@ before it is imported (`gpumatrix.gating.decide_file`):
   `evaluate_hardware` gives ("needs 4 x b200|gb300; this machine: 1 x h100 (NVIDIA H200, sm_90)");
 - with `--runner LABEL`, one outside the runner's slice is deselected; the run first checks that
   this machine is that runner's class and GPU count (whether the GPUs are idle is `gpumatrix run`'s
-  pre-flight, which a person can waive);
+  pre-flight, which a person can waive); with `--suite NAME`, one of another suite is deselected;
+- one disabled where it runs (`register(disabled=...)`, `disabled_on=`) is skipped as a whole with
+  its reason, marked `disabled` in the report (never a hardware skip), unless `--include-disabled`;
 - each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
   only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
   bound to runs in a fresh pytest child, whose reports are replayed here;
@@ -41,6 +43,7 @@ from gpumatrix.gating import (
     decide_file,
     evaluate_hardware,
     forwarded_options,
+    running_class,
     unplugged_skip_reason,
 )
 from gpumatrix.hardware import Hardware, detect, preflight
@@ -107,7 +110,13 @@ class RunReport:
         self.add(report.nodeid, file, kind, reason)
 
     def to_json(
-        self, *, hardware: Hardware, runner: str | None, hardware_skips: dict[str, str], problems: list[str]
+        self,
+        *,
+        hardware: Hardware,
+        runner: str | None,
+        hardware_skips: dict[str, str],
+        problems: list[str],
+        disabled_skips: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         files: dict[str, dict[str, list[Any]]] = {}
         totals = dict.fromkeys(("ran", "passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
@@ -123,7 +132,10 @@ class RunReport:
                 continue
             by_hardware = hardware_skips.get(file) == reason
             totals["hardware_skipped"] += by_hardware
-            entry["skipped"].append({"nodeid": nodeid, "reason": reason, "hardware": by_hardware})
+            skip: dict[str, Any] = {"nodeid": nodeid, "reason": reason, "hardware": by_hardware}
+            if disabled_skips and disabled_skips.get(file) == reason:
+                skip["disabled"] = True  # present only when true: other skips read as they always did
+            entry["skipped"].append(skip)
         totals["deselected"] = len(self.deselected)
         return {
             "hardware": hardware.to_dict(),
@@ -151,6 +163,8 @@ class _State:
     report_path: Path | None
     leases: ProcessLeases | None
     replay_to: Path | None
+    suite: str | None = None  # None: every suite
+    include_disabled: bool = False
     report: RunReport = field(default_factory=RunReport)
     _relpaths: dict[Path, str | None] = field(default_factory=dict)
 
@@ -193,6 +207,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only this runner's slice, after checking this machine is that runner",
     )
     group.addoption(
+        "--suite",
+        metavar="NAME",
+        default=None,
+        help="run only the files of this suite (ci/matrix.yaml suites; default: every suite)",
+    )
+    group.addoption(
+        "--include-disabled",
+        action="store_true",
+        default=False,
+        help="run files registered disabled= or disabled_on= this machine's class instead of skipping them",
+    )
+    group.addoption(
         "--gpumatrix-report",
         metavar="PATH",
         default=None,
@@ -217,7 +243,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not matrix_path.is_file():
         asked = [
             f"--{name}"
-            for name in ("runner", "gpumatrix-report", "gpumatrix-root")
+            for name in ("runner", "suite", "include-disabled", "gpumatrix-report", "gpumatrix-root")
             if config.getoption(name.replace("-", "_"))
         ]
         if asked:
@@ -230,6 +256,8 @@ def pytest_configure(config: pytest.Config) -> None:
         matrix = load_matrix(matrix_path)
         label = config.getoption("runner")
         runner = matrix.require_runner(label) if label is not None else None
+        suite_option = config.getoption("suite")
+        suite = matrix.require_suite(suite_option) if suite_option is not None else None
         hardware = _hardware(config, matrix)
         leases = _process_leases(config, hardware, lease_settings())
     except GpumatrixError as exc:
@@ -249,6 +277,8 @@ def pytest_configure(config: pytest.Config) -> None:
         report_path=Path(config.invocation_params.dir, report_option) if report_option else None,
         leases=leases,
         replay_to=Path(replay_to) if replay_to else None,
+        suite=suite,
+        include_disabled=config.getoption("include_disabled"),
     )
     if state.report_path is not None or state.replay_to is not None:
         config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
@@ -304,6 +334,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if state is None:
         return None
     runner = f"; runner: {state.runner.label}" if state.runner else ""
+    runner += f"; suite: {state.suite}" if state.suite else ""
+    runner += "; disabled files included" if state.include_disabled else ""
     return [f"gpumatrix: this machine: {state.hardware.describe()} (from {state.hardware.source}){runner}"]
 
 
@@ -338,6 +370,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
         state.problems.get(path, ()),
         hardware=state.hardware,
         runner=state.runner,
+        suite=state.suite,
+        include_disabled=state.include_disabled,
     )
     if decision.action == "error":
         return pytest.CollectReport(collector.nodeid, "failed", "\n".join(map(str, decision.problems)), [])
@@ -541,6 +575,8 @@ def _child_args(item: pytest.Item, scratch: Path) -> list[str]:
         args += ["-c", str(config.inipath)]
     if config.getoption("gpumatrix_root"):
         args += ["--gpumatrix-root", str(_state(config).root)]  # type: ignore[union-attr]
+    if config.getoption("include_disabled"):  # the child decides on the file again
+        args.append("--include-disabled")
     if config.pluginmanager.has_plugin("xdist"):
         args += ["-n", "0"]  # overrides a -n from addopts
     return args + forwarded_options(list(config.invocation_params.args))
@@ -585,16 +621,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _write_report(state: _State, problems: list[str]) -> None:
-    hardware_skips = {}
+    hardware_skips, disabled_skips = {}, {}
     for path, registration in state.registrations.items():
         skip = evaluate_hardware(registration, state.hardware)
         if skip is not None:
             hardware_skips[path] = skip.reason
+        why = registration.why_disabled(running_class(registration, state.hardware, state.runner))
+        if why is not None and not state.include_disabled:
+            disabled_skips[path] = why
     data = state.report.to_json(
         hardware=state.hardware,
         runner=state.runner.label if state.runner else None,
         hardware_skips=hardware_skips,
         problems=problems,
+        disabled_skips=disabled_skips,
     )
     path = state.report_path
     if path is not None:

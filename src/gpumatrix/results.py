@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumatrix import GpumatrixError
-from gpumatrix.config import CPU_CLASS, Matrix, Problem, ProblemsError
+from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Problem, ProblemsError
 from gpumatrix.registry import Registration, Registry, RegistryError
 from gpumatrix.shard import ShardPlan, budget_seconds, plan_matrix
 
@@ -95,8 +95,12 @@ def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None)
 
 
 def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
-    return [
-        {
+    """One object per file. The fields a registration may leave out appear only when it gives them, so
+    plain registrations read as they always did: `suite` (absent: pr), `est_time_by_class` (seconds on
+    each class of `on`, the fallback filled in), `disabled` and `disabled_on`."""
+    rows = []
+    for f in files:
+        row: dict[str, Any] = {
             "path": f.path,
             "line": f.line,
             "on": list(f.on),
@@ -104,22 +108,42 @@ def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
             "est_time": f.est_time,
             "runners": list(f.runners),
         }
-        for f in files
-    ]
+        if f.suite != DEFAULT_SUITE:
+            row["suite"] = f.suite
+        if f.est_times:
+            row["est_time_by_class"] = {name: f.estimate_for(name) for name in f.on}
+        if f.disabled is not None:
+            row["disabled"] = f.disabled
+        if f.disabled_on:
+            row["disabled_on"] = dict(f.disabled_on)
+        rows.append(row)
+    return rows
 
 
 def render_file_table(console: Console, files: Sequence[Registration], *, title: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"{title} ({len(files)} files)")
-    for column in ("file", "classes", "GPUs", "est. s", "runners"):
+    for column in ("file", "classes", "GPUs", "est. s", "suite", "disabled", "runners"):
         table.add_column(column, justify="right" if column in ("GPUs", "est. s") else "left")
     for f in files:
+        estimate = (
+            ", ".join(f"{name} {f.estimate_for(name):g}" for name in f.on)
+            if f.est_times
+            else f"{f.est_time:g}"
+        )
+        if f.disabled is not None:
+            disabled = f.disabled
+        else:
+            disabled = "; ".join(f"{name}: {reason}" for name, reason in f.disabled_on) or "-"
         table.add_row(
             f.path,
             ", ".join(f.on),
             str(f.gpus) if f.needs_gpu else "-",
-            f"{f.est_time:g}",
+            estimate,
+            f.suite,
+            escape(disabled),  # a reason is text a person wrote, not markup
             ", ".join(f.runners),
         )
     console.print(table)
@@ -143,11 +167,11 @@ class CheckResult:
 
 
 def check_tree(root: Path) -> CheckResult:
-    """Validate the matrix (a `MatrixError` when invalid) and every registration."""
+    """Validate the matrix (a `MatrixError` when invalid) and every registration; plan every suite."""
     from gpumatrix.registry import load_tree
 
     matrix, registry = load_tree(root)
-    plans = plan_matrix(matrix, registry)
+    plans = [plan for suite in matrix.suites for plan in plan_matrix(matrix, registry, suite=suite)]
     idle = tuple(r.label for r in matrix.runners if not registry.for_runner(r.label))
     return CheckResult(matrix, registry, tuple(p for p in plans if p.over_budget), idle)
 
@@ -157,15 +181,20 @@ def render_check(console: Console, errors: Console, result: CheckResult) -> None
     for plan in result.over_budget:
         longest = max(shard.est_time for shard in plan.shards)
         console.print(
-            f"[yellow]warning:[/yellow] runner {plan.runner.label}: the longest of its {plan.count} "
-            f"shard(s) is estimated at {longest:.0f} s, over its budget of "
+            f"[yellow]warning:[/yellow] runner {plan.runner.label}, suite {plan.suite}: the longest of its "
+            f"{plan.count} shard(s) is estimated at {longest:.0f} s, over its budget of "
             f"{budget_seconds(plan.runner):.0f} s; raise max_shards or the timeout",
             soft_wrap=True,
         )
     registry = result.registry
     status = "[green]ok[/green]" if registry.ok else f"[red]{len(registry.problems)} problem(s)[/red]"
+    suites = {name: sum(f.suite == name for f in registry.files) for name in result.matrix.suites}
+    disabled = sum(f.disabled is not None or bool(f.disabled_on) for f in registry.files)
     console.print(
-        f"{status}: {len(result.matrix.runners)} runners, {len(registry.files)} registered test files"
+        f"{status}: {len(result.matrix.runners)} runners, {len(registry.files)} registered test files ("
+        + ", ".join(f"{count} {name}" for name, count in suites.items())
+        + (f"; {disabled} disabled somewhere" if disabled else "")
+        + ")"
         + (f"; runners with no files: {', '.join(result.idle_runners)}" if result.idle_runners else "")
     )
 
@@ -174,10 +203,12 @@ def render_check(console: Console, errors: Console, result: CheckResult) -> None
 
 
 def build_matrix_include(
-    matrix: Matrix, registry: Registry, *, label: str | None = None
+    matrix: Matrix, registry: Registry, *, label: str | None = None, suite: str | None = DEFAULT_SUITE
 ) -> tuple[list[dict[str, Any]], list[ShardPlan]]:
-    """GitHub Actions `strategy.matrix.include` entries, one per runner shard."""
-    plans = [p for p in plan_matrix(matrix, registry) if label is None or p.runner.label == label]
+    """GitHub Actions `strategy.matrix.include` entries, one per runner shard of `suite` (None: all)."""
+    plans = [
+        p for p in plan_matrix(matrix, registry, suite=suite) if label is None or p.runner.label == label
+    ]
     include = [
         {
             "runner": plan.runner.label,
@@ -192,10 +223,10 @@ def build_matrix_include(
     return include, plans
 
 
-def render_matrix(console: Console, plans: Sequence[ShardPlan]) -> None:
+def render_matrix(console: Console, plans: Sequence[ShardPlan], *, suite: str | None = DEFAULT_SUITE) -> None:
     from rich.table import Table
 
-    table = Table(title="runner x shard matrix")
+    table = Table(title=f"runner x shard matrix, suite {suite or 'all'}")
     for column in ("runner", "shard", "files", "est. s", "budget s"):
         table.add_column(column, justify="left" if column == "runner" else "right")
     for plan in plans:
@@ -223,6 +254,7 @@ def render_run_start(console: Console, plan: RunPlan) -> None:
 def render_run_result(console: Console, errors: Console, result: RunResult) -> None:
     if result.summary is not None:
         _render_summary(console, result.summary)
+        _render_disabled(console, result.summary)
     render_gated(console, result.plan.gated)
     render_problems(errors, result.problems, summary=f"runner {result.plan.runner.label} failed")
 
@@ -243,6 +275,15 @@ def _render_summary(console: Console, summary: RunSummary) -> None:
         str(summary.skipped),
     )
     console.print(table)
+
+
+def _render_disabled(console: Console, summary: RunSummary) -> None:
+    from rich.markup import escape
+
+    if summary.disabled:
+        console.print(f"disabled here ({len(summary.disabled)} file(s), skipped with their reason):")
+    for nodeid, reason in summary.disabled:
+        console.print(f"  {escape(nodeid)}: {escape(reason)}", soft_wrap=True, highlight=False)
 
 
 def render_gated(console: Console, gated: Sequence[Registration]) -> None:
@@ -280,5 +321,15 @@ def summary_markdown(result: RunResult) -> str:
             f"| `{path}` | {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |"
             for path, c in summary.per_file.items()
         ]
+        if summary.disabled:
+            lines += ["", f"Disabled here ({len(summary.disabled)} file(s), skipped):", ""]
+            lines += [f"- `{nodeid}`: {_markdown_text(reason)}" for nodeid, reason in summary.disabled]
     lines += [f"- ❗ {problem}" for problem in result.problems]
     return "\n".join(lines) + "\n\n"
+
+
+def _markdown_text(text: str) -> str:
+    """A registered reason as plain Markdown text: no HTML, and no `@` that would mention someone."""
+    import html
+
+    return html.escape(" ".join(text.split()), quote=False).replace("@", "\uff20")

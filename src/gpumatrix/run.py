@@ -2,7 +2,9 @@
 
 A run fails, whatever pytest says, when it executed zero tests, or when a test was skipped for
 hardware reasons on a machine that matches its runner: a mislabelled runner must not go green having
-run nothing. `plan_run` decides everything before pytest starts (and raises a `UsageError` for
+run nothing. Files disabled where they run (`register(disabled=...)`) are skipped with their reason
+and listed in the summary; they count for neither guard, so a selection of disabled files only runs
+nothing and passes, saying so. `plan_run` decides everything before pytest starts (and raises a `UsageError` for
 anything a person must fix first); `finish_run` reads pytest's report into a `RunResult`. The CLI
 starts pytest between the two and `gpumatrix.results` renders both.
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumatrix import UsageError
-from gpumatrix.config import CPU_CLASS, Matrix, Runner
+from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Runner
 from gpumatrix.registry import Registration
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ __all__ = [
 
 # pytest's exit code for a usage error (bad options, a GPUMATRIX_* variable the plugin refused).
 _PYTEST_USAGE_ERROR = 4
+# pytest's exit code when no test ran: all a selection of disabled files can do.
+_PYTEST_NO_TESTS = 5
 
 
 class RunError(UsageError):
@@ -57,6 +61,8 @@ class RunOptions:
     summary_md: Path | None = None
     preflight: bool = True
     pytest_args: tuple[str, ...] = ()
+    suite: str = DEFAULT_SUITE  # a suite of ci/matrix.yaml, or "all"; a --tests-file runs what it names
+    include_disabled: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class RunSummary:
     skipped: int
     per_file: Mapping[str, Mapping[str, int]]
     problems: tuple[str, ...] = field(default=())
+    disabled: tuple[tuple[str, str], ...] = field(default=())  # (file, reason) of each disabled file skipped
 
     @property
     def ok(self) -> bool:
@@ -160,25 +167,36 @@ def select_files(
         index, count = parse_shard_spec(shard)
     except ValueError as exc:
         raise RunError(str(exc)) from exc
-    return list(split_shards(files, count)[index - 1].files)
+    return list(split_shards(files, count, gpu_class=runner.gpu_class)[index - 1].files)
 
 
-def evaluate_report(report: Mapping, *, runner: Runner, hardware_matches: bool) -> RunSummary:
-    """Turn the plugin's JSON report into a summary and the guard failures."""
+def evaluate_report(
+    report: Mapping, *, runner: Runner, hardware_matches: bool, targets: Sequence[str] | None = None
+) -> RunSummary:
+    """Turn the plugin's JSON report into a summary and the guard failures.
+
+    A run that executed nothing passes only when every file it had (`targets`, the run's pytest
+    targets: a file collected with no test is not in the report at all) was skipped as disabled.
+    """
     per_file: dict[str, dict[str, int]] = {}
     hardware_skips: list[str] = []
+    disabled: list[tuple[str, str]] = []
+    only_disabled = True  # every file of the report is a disabled file, skipped whole
     for path, outcome in sorted(report.get("files", {}).items()):
         counts = {key: len(outcome.get(key, [])) for key in ("passed", "failed", "errors", "skipped")}
         per_file[path] = counts
-        hardware_skips.extend(
-            f"{s['nodeid']}: {s['reason']}" for s in outcome.get("skipped", []) if s.get("hardware")
-        )
+        skips = outcome.get("skipped", [])
+        hardware_skips.extend(f"{s['nodeid']}: {s['reason']}" for s in skips if s.get("hardware"))
+        disabled.extend((s["nodeid"], s["reason"]) for s in skips if s.get("disabled"))
+        only_disabled &= counts["skipped"] == sum(counts.values()) and all(s.get("disabled") for s in skips)
     totals = {
         key: sum(c[key] for c in per_file.values()) for key in ("passed", "failed", "errors", "skipped")
     }
     executed = totals["passed"] + totals["failed"] + totals["errors"]
     problems: list[str] = []
-    if executed == 0:
+    if targets is not None:
+        only_disabled &= {target.split("::", 1)[0] for target in targets} <= {path for path, _ in disabled}
+    if executed == 0 and not (disabled and only_disabled):
         problems.append(f"runner {runner.label} ran zero tests: a job that runs nothing must not pass")
     if hardware_matches and hardware_skips:
         shown = "; ".join(hardware_skips[:5]) + (" ..." if len(hardware_skips) > 5 else "")
@@ -187,7 +205,12 @@ def evaluate_report(report: Mapping, *, runner: Runner, hardware_matches: bool) 
             f"runner {runner.label}: {shown}"
         )
     return RunSummary(
-        runner=runner.label, executed=executed, per_file=per_file, problems=tuple(problems), **totals
+        runner=runner.label,
+        executed=executed,
+        per_file=per_file,
+        problems=tuple(problems),
+        disabled=tuple(disabled),
+        **totals,
     )
 
 
@@ -205,6 +228,8 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     root = Path(root).resolve()
     matrix, registry = load_tree(root)
     registry.require_ok()
+    # Explicit tests run whatever their suite (a /rerun-test of a nightly file): the suite picks a slice.
+    suite = matrix.require_suite(options.suite) if options.tests_file is None else None
     hardware = detect(matrix, environ=base_env)
     runner, env_changes = select_runner(matrix, hardware, options.label)
     env = {**base_env, **env_changes}
@@ -228,7 +253,10 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
             )
 
     targets = select_files(
-        registry.for_runner(runner.label), shard=options.shard, tests_file=options.tests_file, runner=runner
+        registry.for_runner(runner.label, suite=suite),
+        shard=options.shard,
+        tests_file=options.tests_file,
+        runner=runner,
     )
     reports_dir = root / "reports"
     junit = (options.junit_xml or reports_dir / f"junit-{runner.label}.xml").resolve()
@@ -253,6 +281,10 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         "-p",
         "no:cacheprovider",
     ]
+    if suite is not None:
+        command += ["--suite", suite]
+    if options.include_disabled:
+        command.append("--include-disabled")
     if workers not in ("0", "1"):
         command += ["-n", workers]
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
@@ -298,9 +330,13 @@ def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:
     except (OSError, ValueError):
         problem = f"pytest (exit {pytest_exit}) wrote no report to {plan.report_path}"
         return RunResult(plan, pytest_exit, None, (problem,), 2 if pytest_exit == _PYTEST_USAGE_ERROR else 1)
-    summary = evaluate_report(report, runner=plan.runner, hardware_matches=plan.hardware_matches)
+    summary = evaluate_report(
+        report, runner=plan.runner, hardware_matches=plan.hardware_matches, targets=plan.targets
+    )
     problems = list(summary.problems)
     if pytest_exit == _PYTEST_USAGE_ERROR:
         problems.append("pytest refused its options (exit 4): see its message above")
-    exit_code = 2 if pytest_exit == _PYTEST_USAGE_ERROR else 1 if pytest_exit or problems else 0
+    # pytest says "no tests ran" (5) when only disabled files were selected, each skipped with its reason.
+    failed = pytest_exit and not (pytest_exit == _PYTEST_NO_TESTS and not problems and summary.disabled)
+    exit_code = 2 if pytest_exit == _PYTEST_USAGE_ERROR else 1 if failed or problems else 0
     return RunResult(plan, pytest_exit, summary, tuple(problems), exit_code)

@@ -1,7 +1,10 @@
 """Split a runner's files into shards for a GitHub Actions `strategy.matrix`.
 
-Files are packed longest-first by `est_time` (LPT: each file goes to the least-loaded shard), into the
-fewest shards whose longest shard fits the runner's time budget, up to the runner's `max_shards`.
+Files are packed longest-first by their estimate on the runner's class (`Registration.estimate_for`:
+the file's seconds for that class, else its `est_time`) (LPT: each file goes to the least-loaded
+shard), into the fewest shards whose longest shard fits the runner's time budget, up to the runner's
+`max_shards`. A file disabled on the runner's class costs nothing: it is skipped before it is imported,
+but it stays in a shard so its run reports it. A plan is for one suite (`pr` unless asked).
 For a fixed shard count LPT's longest shard is within 4/3 of the optimum (Graham, 1969); the unit
 tests check that bound against brute force.
 """
@@ -12,7 +15,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpumatrix.config import Matrix, Runner
+from gpumatrix.config import DEFAULT_SUITE, Matrix, Runner
 from gpumatrix.registry import Registration, Registry
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "Shard",
     "ShardPlan",
     "budget_seconds",
+    "file_seconds",
     "lpt_pack",
     "parse_shard_spec",
     "split_shards",
@@ -44,6 +48,7 @@ class ShardPlan:
     runner: Runner
     shards: tuple[Shard, ...]
     over_budget: bool  # even max_shards shards cannot fit the runner's budget
+    suite: str | None = DEFAULT_SUITE  # the suite planned (None: every suite)
 
     @property
     def count(self) -> int:
@@ -71,39 +76,52 @@ def lpt_pack(items: Iterable[tuple[str, float]], shards: int) -> list[list[tuple
     return bins
 
 
-def split_shards(files: Sequence[Registration], count: int) -> tuple[Shard, ...]:
+def file_seconds(registration: Registration, gpu_class: str | None) -> float:
+    """What a file costs a runner of `gpu_class` (None: its `est_time`): 0 when it is disabled there."""
+    if registration.why_disabled(gpu_class) is not None:
+        return 0.0
+    return registration.estimate_for(gpu_class)
+
+
+def split_shards(
+    files: Sequence[Registration], count: int, *, gpu_class: str | None = None
+) -> tuple[Shard, ...]:
     """`files` packed into `count` shards (LPT); shard I is what `gpumatrix run --shard I/count` runs.
 
     The one split behind both `gpumatrix matrix` and `gpumatrix run --shard`, so a matrix job and
-    the run it starts agree on its files. A shard may be empty when there are fewer files than shards.
+    the run it starts agree on its files; `gpu_class` is the runner's, whose estimates it packs by.
+    A shard may be empty when there are fewer files than shards.
     """
-    bins = lpt_pack([(f.path, f.est_time) for f in files], count)
+    bins = lpt_pack([(f.path, file_seconds(f, gpu_class)) for f in files], count)
     return tuple(
         Shard(index=i + 1, files=tuple(sorted(name for name, _ in b)), est_time=sum(t for _, t in b))
         for i, b in enumerate(bins)
     )
 
 
-def plan_runner(runner: Runner, files: Sequence[Registration]) -> ShardPlan:
-    """The fewest shards (<= max_shards) whose longest shard fits the runner's budget."""
+def plan_runner(
+    runner: Runner, files: Sequence[Registration], *, suite: str | None = DEFAULT_SUITE
+) -> ShardPlan:
+    """The fewest shards (<= max_shards) whose longest shard fits the runner's budget, by the
+    estimates of the runner's class; `suite` only labels the plan."""
     budget = budget_seconds(runner)
     # More shards than files cannot shorten the longest shard (and would leave some empty).
     most = max(1, min(runner.max_shards, len(files)))
     for count in range(1, most + 1):
-        shards = split_shards(files, count)
+        shards = split_shards(files, count, gpu_class=runner.gpu_class)
         longest = max(shard.est_time for shard in shards)
         if longest <= budget or count == most:
-            return ShardPlan(runner=runner, shards=shards, over_budget=longest > budget)
+            return ShardPlan(runner=runner, shards=shards, over_budget=longest > budget, suite=suite)
     raise AssertionError("unreachable: the loop returns when count == most")  # pragma: no cover
 
 
-def plan_matrix(matrix: Matrix, registry: Registry) -> list[ShardPlan]:
-    """One plan per runner that has files; runners with nothing registered get no job."""
+def plan_matrix(matrix: Matrix, registry: Registry, *, suite: str | None = DEFAULT_SUITE) -> list[ShardPlan]:
+    """One plan per runner that has files in `suite` (None: every suite); the others get no job."""
     plans = []
     for runner in matrix.runners:
-        files = registry.for_runner(runner.label)
+        files = registry.for_runner(runner.label, suite=suite)
         if files:
-            plans.append(plan_runner(runner, files))
+            plans.append(plan_runner(runner, files, suite=suite))
     return plans
 
 
