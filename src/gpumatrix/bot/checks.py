@@ -171,6 +171,8 @@ def check_spec(
     terminal = group.state in TERMINAL_STATES
     report = mark.report if mark is not None and terminal else None
     lines = [_header(status, comment_url), "", _tests_line(group.tests), ""]
+    if group.include_disabled:
+        lines += ["Tests registered as disabled on this runner run too (`--include-disabled`).", ""]
     if group.state == "error":
         lines += [f"❗ The dispatch failed: {plain_text(group.error or 'unknown error')}", ""]
     else:

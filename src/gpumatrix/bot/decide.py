@@ -18,7 +18,15 @@ from gpumatrix import GpumatrixError
 from gpumatrix.bot.authorize import Ignored, authorize, screen_event
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.parse import LIST, RERUN_FAILED, Command, parse_comment
-from gpumatrix.bot.plan import RunnerGroup, check_runners, check_sha, plan_groups, plan_listing, replan_group
+from gpumatrix.bot.plan import (
+    RunnerGroup,
+    check_runners,
+    check_sha,
+    listing_notes,
+    plan_groups,
+    plan_listing,
+    replan_group,
+)
 from gpumatrix.bot.render import GroupStatus, StatusComment, render_listing, render_status_comment
 from gpumatrix.bot.resolve import Refusal, resolve_specs
 from gpumatrix.config import Matrix
@@ -76,7 +84,14 @@ class Decision:
             errors.append({"spec": self.command.line if self.command else "", "message": self.reason})
         return {
             "action": self.action,
-            "runners": [{"label": g.label, "tests": list(g.tests)} for g in self.groups],
+            "runners": [
+                {
+                    "label": g.label,
+                    "tests": list(g.tests),
+                    **({"include_disabled": True} if g.include_disabled else {}),
+                }
+                for g in self.groups
+            ],
             "errors": errors,
             "comment": self.comment,
         }
@@ -127,7 +142,12 @@ def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Fact
 
     if command.kind == LIST:
         listing, refusals = plan_listing(head.registry, matrix, runners=command.runners)
-        comment = render_listing(listing, source_comment_id=event.comment_id, sha=head.sha)
+        comment = render_listing(
+            listing,
+            source_comment_id=event.comment_id,
+            sha=head.sha,
+            notes=listing_notes(listing, head.registry, matrix),
+        )
         return Decision(
             "list",
             f"{sum(map(len, listing.values()))} registered file(s) on {len(listing)} runner(s)",
@@ -142,7 +162,13 @@ def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Fact
         return _rerun_failed(command, status, head, matrix, facts)
 
     resolution = resolve_specs(command.specs, head.registry)
-    plan = plan_groups(resolution.targets, head.registry, matrix, runners=command.runners)
+    plan = plan_groups(
+        resolution.targets,
+        head.registry,
+        matrix,
+        runners=command.runners,
+        include_disabled=command.include_disabled,
+    )
     refusals = resolution.refusals + plan.refusals
     return _dispatch("dispatch", command, status, plan.groups, refusals)
 
@@ -161,7 +187,13 @@ def _rerun_failed(
     for old in previous.groups:
         if old.state not in _RERUN_STATES or (command.runners and old.label not in command.runners):
             continue
-        group, dropped = replan_group(old.label, old.tests, head.registry)
+        group, dropped = replan_group(
+            old.label,
+            old.tests,
+            head.registry,
+            matrix=matrix,
+            include_disabled=old.include_disabled or command.include_disabled,
+        )
         refusals += dropped
         if group is not None:
             groups.append(group)
@@ -177,7 +209,11 @@ def _dispatch(
     groups: tuple[RunnerGroup, ...],
     refusals: tuple[Refusal, ...],
 ) -> Decision:
-    status = replace(status, groups=tuple(GroupStatus(g.label, g.tests) for g in groups), refusals=refusals)
+    status = replace(
+        status,
+        groups=tuple(GroupStatus(g.label, g.tests, include_disabled=g.include_disabled) for g in groups),
+        refusals=refusals,
+    )
     comment = render_status_comment(status)
     if not groups:
         return Decision(

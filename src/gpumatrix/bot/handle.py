@@ -76,14 +76,18 @@ class HandleResult:
 
 
 def dispatch_inputs(group: GroupStatus, status: StatusComment, comment_id: int) -> dict[str, str]:
-    """The workflow inputs of one runner group: only registry paths and validated node ids."""
-    return {
+    """The workflow inputs of one runner group: only registry paths and validated node ids (and
+    `include_disabled`, only for a group that runs disabled tests, as gpu-tests.yml's boolean)."""
+    inputs = {
         "runner": group.label,
         "tests": "\n".join(group.tests),
         "pr_number": str(status.pr),
         "sha": status.sha or "",
         "status_comment_id": str(comment_id),
     }
+    if group.include_disabled:
+        inputs["include_disabled"] = "true"
+    return inputs
 
 
 def handle_event(

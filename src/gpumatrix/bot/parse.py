@@ -21,6 +21,7 @@ __all__ = [
     "LIST",
     "MAX_SPECS",
     "RERUN_FAILED",
+    "INCLUDE_DISABLED",
     "RERUN_TEST",
     "Command",
     "command_lines",
@@ -36,8 +37,11 @@ RERUN_FAILED = "rerun-failed"
 MAX_SPECS = 50
 
 USAGE = (
-    "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA]  |  /rerun-test ?  |  /rerun-failed"
+    "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA] [--include-disabled]  |  "
+    "/rerun-test ?  |  /rerun-failed [--include-disabled]"
 )
+# Runs files registered disabled= (or disabled_on= a runner's class) instead of refusing them.
+INCLUDE_DISABLED = "--include-disabled"
 
 _COMMAND_RE = re.compile(r"/(rerun-test|rerun-failed)(?=\s|$)")
 _FENCE_RE = re.compile(r"(`{3,}|~{3,})(.*)$")
@@ -56,6 +60,7 @@ class Command:
     runners: tuple[str, ...] = ()
     sha: str | None = None
     problem: str | None = None
+    include_disabled: bool = False  # --include-disabled: disabled files run instead of being refused
 
 
 def strip_format_characters(text: str) -> str:
@@ -175,6 +180,7 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
     specs: list[str] = []
     runners: list[str] = []
     sha: str | None = None
+    include_disabled = False
     index = 0
     while index < len(tokens):
         token = tokens[index]
@@ -183,6 +189,11 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
             specs.append(token)
             continue
         option, has_value, value = token.partition("=")
+        if option == INCLUDE_DISABLED:
+            if has_value:
+                return _refused(name, line, f"{INCLUDE_DISABLED} takes no value; usage: {USAGE}")
+            include_disabled = True
+            continue
         if option not in ("--runner", "--sha"):
             return _refused(name, line, f"unknown option {token[:40]!r}; usage: {USAGE}")
         if not has_value:
@@ -205,13 +216,14 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
             return _refused(
                 RERUN_FAILED,
                 line,
-                "/rerun-failed takes no tests and no --sha (only --runner); "
+                "/rerun-failed takes no tests and no --sha (only --runner and --include-disabled); "
                 "it re-runs the failed groups of the latest status comment",
             )
-        return Command(RERUN_FAILED, line, runners=tuple(runners))
+        return Command(RERUN_FAILED, line, runners=tuple(runners), include_disabled=include_disabled)
     if specs == ["?"]:
-        if sha is not None:
-            return _refused(LIST, line, "/rerun-test ? takes no --sha (only --runner)")
+        if sha is not None or include_disabled:
+            option = "--sha" if sha is not None else INCLUDE_DISABLED
+            return _refused(LIST, line, f"/rerun-test ? takes no {option} (only --runner)")
         return Command(LIST, line, runners=tuple(runners))
     if "?" in specs:
         return _refused(
@@ -221,7 +233,14 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
         return _refused(RERUN_TEST, line, f"no test given; usage: {USAGE}")
     if len(specs) > MAX_SPECS:
         return _refused(RERUN_TEST, line, f"too many specs: {len(specs)} (at most {MAX_SPECS} per comment)")
-    return Command(RERUN_TEST, line, specs=tuple(specs), runners=tuple(runners), sha=sha)
+    return Command(
+        RERUN_TEST,
+        line,
+        specs=tuple(specs),
+        runners=tuple(runners),
+        sha=sha,
+        include_disabled=include_disabled,
+    )
 
 
 def _refused(kind: str, line: str, problem: str) -> Command:

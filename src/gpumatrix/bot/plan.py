@@ -1,8 +1,11 @@
 """Group resolved targets by runner label: the runner groups a command dispatches.
 
 A file registered on several GPU classes goes to the runner of each class (the registry already chose
-the runner with the fewest GPUs that fits); `--runner` narrows the groups. Groups come out in the
-order of `ci/matrix.yaml`, tests in the order the comment named them.
+the runner with the fewest GPUs that fits); `--runner` narrows the groups. A file of any suite can be
+re-run. A file disabled on a runner's class (or everywhere) is refused there with its registered
+reason, unless the command says `--include-disabled`; the group that then runs it carries the flag
+to its run. Groups come out in the order of `ci/matrix.yaml`, tests in the order the comment named
+them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ from gpumatrix.bot.resolve import Refusal, Target
 from gpumatrix.config import Matrix
 from gpumatrix.registry import Registry
 
-__all__ = ["Plan", "RunnerGroup", "check_runners", "check_sha", "plan_groups", "plan_listing", "replan_group"]
+__all__ = [
+    "Plan",
+    "RunnerGroup",
+    "check_runners",
+    "check_sha",
+    "listing_notes",
+    "plan_groups",
+    "plan_listing",
+    "replan_group",
+]
 
 
 @dataclass(frozen=True)
@@ -23,6 +35,7 @@ class RunnerGroup:
 
     label: str
     tests: tuple[str, ...]
+    include_disabled: bool = False  # some test is disabled on this runner and was asked for anyway
 
 
 @dataclass(frozen=True)
@@ -46,11 +59,18 @@ def check_sha(requested: str | None, head: str | None) -> str | None:
 
 
 def plan_groups(
-    targets: Sequence[Target], registry: Registry, matrix: Matrix, *, runners: Sequence[str] = ()
+    targets: Sequence[Target],
+    registry: Registry,
+    matrix: Matrix,
+    *,
+    runners: Sequence[str] = (),
+    include_disabled: bool = False,
 ) -> Plan:
-    """One group per runner label that any target is registered on, narrowed by `runners`."""
+    """One group per runner label that any target is registered on, narrowed by `runners`; where a
+    target is disabled, a refusal naming the reason instead (or, with `include_disabled`, the group)."""
     refusals, selected = check_runners(runners, matrix)
     by_label: dict[str, list[str]] = {}
+    disabled_in: set[str] = set()  # labels whose group runs a disabled test
     for target in targets:
         registration = registry.get(target.path)
         if registration is None:  # resolve only yields registered paths; a stale target is refused
@@ -66,24 +86,56 @@ def plan_groups(
                     )
                 )
             continue
+        if registration.disabled is not None and not include_disabled:
+            refusals.append(Refusal(target.selection, _disabled_refusal(registration.why_disabled())))
+            continue
         for label in labels:
+            why = registration.why_disabled(_class_of(label, matrix))
+            if why is not None and not include_disabled:
+                refusals.append(Refusal(target.selection, _disabled_refusal(why, label)))
+                continue
+            if why is not None:
+                disabled_in.add(label)
             by_label.setdefault(label, []).append(target.selection)
-    return Plan(_in_matrix_order(by_label, matrix), tuple(refusals))
+    return Plan(_in_matrix_order(by_label, matrix, disabled_in), tuple(refusals))
+
+
+def _disabled_refusal(why: str | None, label: str | None = None) -> str:
+    where = f" on runner {label}" if label else ""
+    return f"is {why}; add `--include-disabled` to run it{where} anyway"
+
+
+def _class_of(label: str, matrix: Matrix) -> str | None:
+    runner = matrix.runner(label)
+    return runner.gpu_class if runner is not None else None
 
 
 def replan_group(
-    label: str, tests: Iterable[str], registry: Registry
+    label: str,
+    tests: Iterable[str],
+    registry: Registry,
+    *,
+    matrix: Matrix | None = None,
+    include_disabled: bool = False,
 ) -> tuple[RunnerGroup | None, list[Refusal]]:
-    """Re-check an earlier group's tests against the current head's registry (for `/rerun-failed`)."""
+    """Re-check an earlier group's tests against the current head's registry (for `/rerun-failed`):
+    still registered for `label`, and not disabled there (`matrix` names its class) unless included."""
     kept: list[str] = []
     refusals: list[Refusal] = []
+    disabled = False
+    gpu_class = _class_of(label, matrix) if matrix is not None else None
     for test in tests:
         registration = registry.get(test.partition("::")[0])
         if registration is None or label not in registration.runners:
             refusals.append(Refusal(test, f"is no longer registered for {label} at this head"))
-        else:
-            kept.append(test)
-    return (RunnerGroup(label, tuple(kept)) if kept else None), refusals
+            continue
+        why = registration.why_disabled(gpu_class)
+        if why is not None and not include_disabled:
+            refusals.append(Refusal(test, _disabled_refusal(why, label)))
+            continue
+        disabled |= why is not None
+        kept.append(test)
+    return (RunnerGroup(label, tuple(kept), disabled) if kept else None), refusals
 
 
 def plan_listing(
@@ -93,6 +145,21 @@ def plan_listing(
     refusals, selected = check_runners(runners, matrix)
     labels = [r.label for r in matrix.runners if not runners or r.label in selected]
     return {label: tuple(r.path for r in registry.for_runner(label)) for label in labels}, refusals
+
+
+def listing_notes(
+    listing: Mapping[str, Sequence[str]], registry: Registry, matrix: Matrix
+) -> dict[str, dict[str, tuple[str, str | None]]]:
+    """For `/rerun-test ?`: label -> path -> (the file's suite, why it is disabled on that runner or None)."""
+    notes: dict[str, dict[str, tuple[str, str | None]]] = {}
+    by_path = {registration.path: registration for registration in registry.files}  # get() is a scan
+    for label, paths in listing.items():
+        gpu_class = _class_of(label, matrix)
+        for path in paths:
+            registration = by_path.get(path)
+            if registration is not None:
+                notes.setdefault(label, {})[path] = (registration.suite, registration.why_disabled(gpu_class))
+    return notes
 
 
 def check_runners(runners: Sequence[str], matrix: Matrix) -> tuple[list[Refusal], set[str]]:
@@ -106,7 +173,11 @@ def check_runners(runners: Sequence[str], matrix: Matrix) -> tuple[list[Refusal]
     return refusals, {label for label in runners if label in known}
 
 
-def _in_matrix_order(by_label: Mapping[str, list[str]], matrix: Matrix) -> tuple[RunnerGroup, ...]:
+def _in_matrix_order(
+    by_label: Mapping[str, list[str]], matrix: Matrix, disabled_in: set[str]
+) -> tuple[RunnerGroup, ...]:
     return tuple(
-        RunnerGroup(r.label, tuple(by_label[r.label])) for r in matrix.runners if r.label in by_label
+        RunnerGroup(r.label, tuple(by_label[r.label]), r.label in disabled_in)
+        for r in matrix.runners
+        if r.label in by_label
     )

@@ -15,6 +15,7 @@ import html
 import json
 import re
 import shlex
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -68,6 +69,7 @@ class GroupStatus:
     run_id: int | None = None
     url: str | None = None
     error: str | None = None  # why the dispatch failed: "HTTP 422: ..."
+    include_disabled: bool = False  # the run runs tests disabled on this runner (--include-disabled)
 
     def __post_init__(self) -> None:
         if self.state not in STATE_EMOJI:
@@ -122,7 +124,8 @@ def render_status_comment(status: StatusComment) -> str:
     """The Markdown of a status comment, hidden markers included."""
     lines = [source_marker(status.source_comment_id), _header(status), ""]
     for group in status.groups:
-        lines += [_group_line(group), "", "```bash", *_pytest_command(group.tests), "```", ""]
+        command = _pytest_command(group.tests, include_disabled=group.include_disabled)
+        lines += [_group_line(group), "", "```bash", *command, "```", ""]
     if status.problem:
         lines += [f"{REFUSED} {code_span(status.command)}: {_escape(status.problem)}", ""]
     lines += [f"{REFUSED} {code_span(r.spec)}: {_escape(r.message)}" for r in status.refusals]
@@ -155,6 +158,7 @@ def parse_status_comment(body: str) -> StatusComment | None:
                     run_id=_optional_int(g.get("run_id")),
                     url=str(g["url"]) if g.get("url") else None,
                     error=str(g["error"]) if g.get("error") else None,
+                    include_disabled=g.get("include_disabled") is True,
                 )
                 for g in data.get("groups", ())
             ),
@@ -167,8 +171,16 @@ def parse_status_comment(body: str) -> StatusComment | None:
         return None
 
 
-def render_listing(groups: Mapping[str, Sequence[str]], *, source_comment_id: int, sha: str | None) -> str:
-    """The reply to `/rerun-test ?`: the registered test files of each runner."""
+def render_listing(
+    groups: Mapping[str, Sequence[str]],
+    *,
+    source_comment_id: int,
+    sha: str | None,
+    notes: Mapping[str, Mapping[str, tuple[str, str | None]]] | None = None,
+) -> str:
+    """The reply to `/rerun-test ?`: the registered test files of each runner, each with its suite and,
+    when it is disabled on that runner, why (`notes`: label -> path -> (suite, why disabled or None),
+    as `gpumatrix.bot.plan.listing_notes` gives them)."""
     where = f" at {code_span(sha)}" if sha else ""
     lines = [source_marker(source_comment_id), f"🧪 Registered test files{where}, by runner:", ""]
     for label, paths in groups.items():
@@ -176,9 +188,27 @@ def render_listing(groups: Mapping[str, Sequence[str]], *, source_comment_id: in
         if not paths:
             lines += [f"- {label}: no files", ""]
             continue
-        lines += [f"<details><summary>{label}: {count}</summary>", "", "```", *paths, "```", "</details>", ""]
-    lines.append("Re-run one with `/rerun-test <file>[::node] [--runner LABEL]`.")
+        noted = (notes or {}).get(label, {})
+        rows = [(path, *noted.get(path, ("", None))) for path in paths]
+        suites = Counter(suite for _, suite, _ in rows if suite and suite != "pr")
+        disabled = sum(why is not None for _, _, why in rows)
+        counts = [f"{number} {suite}" for suite, number in suites.items()]
+        counts += [f"{disabled} disabled here"] if disabled else []
+        summary = f"{label}: {count}" + (f" ({', '.join(counts)})" if counts else "")
+        width = max(len(path) for path in paths)
+        body = [
+            f"{path:<{width}}  {suite}{f' · {_fenced_text(why)}' if why else ''}".rstrip()
+            for path, suite, why in rows
+        ]
+        lines += [f"<details><summary>{summary}</summary>", "", "```", *body, "```", "</details>", ""]
+    lines.append("Re-run one with `/rerun-test <file>[::node] [--runner LABEL] [--include-disabled]`.")
     return "\n".join(lines)
+
+
+def _fenced_text(text: str) -> str:
+    """Text from a PR's tree as one line inside a fenced code block: no backtick can close the fence, and
+    (as everywhere in the bot's comments) no `@name` mentions anyone."""
+    return " ".join(str(text).replace("`", "'").replace("@", "\uff20").split())[:300]
 
 
 def _header(status: StatusComment) -> str:
@@ -200,6 +230,8 @@ def _checks_line(status: StatusComment) -> str:
 
 def _group_line(group: GroupStatus) -> str:
     count = f"{len(group.tests)} test{'s' if len(group.tests) != 1 else ''}"
+    if group.include_disabled:
+        count += ", disabled ones included"
     emoji = STATE_EMOJI[group.state]
     if group.state == "error":
         detail = f"dispatch failed: {_escape(group.error or 'unknown error')}"
@@ -210,9 +242,9 @@ def _group_line(group: GroupStatus) -> str:
     return f"🚀 {group.label} ({count}): {emoji} {detail}"
 
 
-def _pytest_command(tests: Sequence[str]) -> list[str]:
+def _pytest_command(tests: Sequence[str], *, include_disabled: bool = False) -> list[str]:
     # Node ids may hold `[...]`, a shell glob: quote every argument so the line pastes as it ran.
-    args = [shlex.quote(test) for test in tests]
+    args = ["--include-disabled"] * include_disabled + [shlex.quote(test) for test in tests]
     single = " ".join(["pytest", *args])
     if len(single) <= _SINGLE_LINE_LIMIT:
         return [single]
@@ -253,6 +285,8 @@ def _dump_state(status: StatusComment) -> str:
                 "run_id": g.run_id,
                 "url": g.url,
                 "error": g.error,
+                # absent unless set, so comments written before it read back the same
+                **({"include_disabled": True} if g.include_disabled else {}),
             }
             for g in status.groups
         ],
