@@ -1,6 +1,6 @@
 # Two commands, both of which set up what they need on a fresh machine:
 #   make run   - this machine's slice of the test matrix, and what is gated to other runners
-#   make test  - lint and the whole test suite
+#   make test  - lint and the whole `pr` test suite (what every pull request runs; nightly.yml runs `nightly`)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 test: $(STAMP) lint
-	$(PY) -m pytest -n auto -p no:cacheprovider tests
+	$(PY) -m pytest -n auto -p no:cacheprovider --suite pr tests
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache

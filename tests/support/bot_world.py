@@ -168,6 +168,8 @@ def make_world(
                 "pr_number": False,
                 "sha": True,
                 "status_comment_id": False,
+                "suite": False,
+                "include_disabled": False,
             },
         )
     return BotWorld(gh, root, sha, load_matrix(root / "ci" / "matrix.yaml"))

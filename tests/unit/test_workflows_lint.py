@@ -24,7 +24,7 @@ register(on=("cpu",), est_time=10)
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
-WORKFLOW_FILES = ("ci.yml", "gpu-tests.yml", "pr-gpu.yml", "rerun-test.yml", "status-sync.yml")
+WORKFLOW_FILES = ("ci.yml", "gpu-tests.yml", "nightly.yml", "pr-gpu.yml", "rerun-test.yml", "status-sync.yml")
 BIN = Path(sys.executable).parent
 # The two triggers the feature cannot do without, each justified beside its ignore comment in the file.
 ACCEPTED_IGNORES = {("rerun-test.yml", "dangerous-triggers"), ("status-sync.yml", "dangerous-triggers")}
@@ -36,6 +36,8 @@ GPU_TESTS_INPUTS = {
     "pr_number": False,
     "sha": True,
     "status_comment_id": False,
+    "suite": False,
+    "include_disabled": False,
 }
 
 
@@ -170,6 +172,8 @@ JOB_PERMISSIONS = [
     ("gpu-tests.yml", "test", {"contents": "read"}),
     ("gpu-tests.yml", "sync-start", _PUBLISHING),
     ("gpu-tests.yml", "sync-end", _PUBLISHING),
+    ("nightly.yml", "matrix", {"contents": "read"}),
+    ("nightly.yml", "gpu", _PUBLISHING),  # as pr-gpu.yml's: what gpu-tests.yml's jobs ask for
     ("pr-gpu.yml", "matrix", {"contents": "read"}),
     ("pr-gpu.yml", "gpu", _PUBLISHING),  # a caller grants what the called workflow's jobs ask for
     ("rerun-test.yml", "handle", {**_PUBLISHING, "actions": "write"}),  # dispatch
@@ -224,6 +228,7 @@ CHECKOUT_REFS = [
     ("gpu-tests.yml", "sync-end", [(DEFAULT_BRANCH, None)]),
     ("gpu-tests.yml", "test", [("${{ inputs.sha }}", None)]),
     ("pr-gpu.yml", "matrix", [(DEFAULT_BRANCH, None), ("${{ github.event.pull_request.head.sha }}", "tree")]),
+    ("nightly.yml", "matrix", [(DEFAULT_BRANCH, None), ("${{ github.sha }}", "tree")]),
     ("ci.yml", "test", [(None, None)]),
 ]
 
@@ -273,6 +278,8 @@ TRIGGERS = [
     ("ci.yml", "pull_request", None),
     ("ci.yml", "push", {"branches": ["main"]}),
     ("pr-gpu.yml", "pull_request", {"types": ["labeled"]}),
+    ("nightly.yml", "schedule", [{"cron": "23 2 * * *"}]),
+    ("nightly.yml", "workflow_dispatch", None),
     ("rerun-test.yml", "issue_comment", {"types": ["created"]}),
     (
         "status-sync.yml",
@@ -322,8 +329,102 @@ def test_workflows_call_only_commands_and_options_the_cli_has() -> None:
         ("gpu-tests.yml", "bot sync"),
         ("gpu-tests.yml", "matrix"),
         ("gpu-tests.yml", "run"),
+        ("nightly.yml", "matrix"),
         ("pr-gpu.yml", "matrix"),
         ("rerun-test.yml", "bot handle"),
         ("status-sync.yml", "bot sync"),
     ]
     assert [(name, path, unknown) for name, path, unknown in calls if unknown] == []
+
+
+# -- suites: pull requests run `pr`, the schedule runs `nightly` ---------------------------------------------------
+
+
+def _step_script(name: str, job_id: str, fragment: str) -> str:
+    return next(s["run"] for s in _load(name)["jobs"][job_id]["steps"] if fragment in s.get("run", ""))
+
+
+@pytest.mark.parametrize(("name", "suite"), [("pr-gpu.yml", "pr"), ("nightly.yml", "nightly")])
+def test_each_matrix_workflow_plans_and_runs_one_suite(name: str, suite: str) -> None:
+    assert f"gpumatrix matrix --json --suite {suite} --root tree" in _step_script(
+        name, "matrix", "gpumatrix matrix"
+    )
+    gpu = _load(name)["jobs"]["gpu"]
+    assert gpu["uses"] == "$/.github/workflows/gpu-tests.yml" and gpu["with"]["suite"] == suite
+    assert gpu["if"] == "needs.matrix.outputs.count != '0'"  # no runner job when the suite has no files
+
+
+def test_the_nightly_runs_on_a_schedule_at_the_default_branch_head() -> None:
+    nightly = _load("nightly.yml")
+    assert _triggers(nightly)["schedule"] and set(_triggers(nightly)) == {"schedule", "workflow_dispatch"}
+    assert nightly["jobs"]["gpu"]["with"]["sha"] == "${{ github.sha }}"
+    assert nightly["concurrency"]["cancel-in-progress"] is False  # a slow nightly is not cut short
+
+
+def test_ci_runs_the_pr_suite_only() -> None:
+    """ci.yml runs `make test` (through nothing else), whose pytest deselects the other suites."""
+    assert [s.get("run") for s in _load("ci.yml")["jobs"]["test"]["steps"] if "run" in s] == ["make test"]
+    makefile = (ROOT / "Makefile").read_text().splitlines()
+    recipe = makefile[makefile.index("test: $(STAMP) lint") + 1]
+    assert "-m pytest" in recipe and "--suite pr" in recipe
+
+
+def test_gpu_tests_plans_the_suite_unless_tests_are_named() -> None:
+    script = _step_script("gpu-tests.yml", "resolve", "gpumatrix matrix")
+    assert 'if [[ -n "${TESTS//[[:space:]]/}" ]]; then SUITE=all; fi' in script
+    assert '--suite "$SUITE"' in script
+    env = next(s for s in _load("gpu-tests.yml")["jobs"]["resolve"]["steps"] if s.get("id") == "matrix")[
+        "env"
+    ]
+    assert env["SUITE"] == "${{ inputs.suite }}"
+
+
+# (id, TESTS, INCLUDE_DISABLED, the arguments `gpumatrix run` must get besides the fixed ones)
+RUN_STEP = [
+    ("suite", "", "false", ["--suite", "nightly"]),
+    ("include-disabled", "", "true", ["--suite", "nightly", "--include-disabled"]),
+    (
+        "named-tests",
+        "tests/a.py\ntests/b.py::t",
+        "true",
+        ["--suite", "nightly", "--include-disabled", "--tests-file"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tests", "include", "expected"), [r[1:] for r in RUN_STEP], ids=[r[0] for r in RUN_STEP]
+)
+def test_the_run_step_passes_suite_and_include_disabled(
+    tmp_path: Path, tests: str, include: str, expected: list[str]
+) -> None:
+    """The test job's script, run by bash against a stand-in for .venv/bin/gpumatrix that logs its arguments."""
+    step = next(
+        s for s in _load("gpu-tests.yml")["jobs"]["test"]["steps"] if "gpumatrix run" in s.get("run", "")
+    )
+    assert step["env"]["SUITE"] == "${{ inputs.suite }}"
+    assert step["env"]["INCLUDE_DISABLED"] == "${{ inputs.include_disabled }}"
+    fake = tmp_path / ".venv" / "bin" / "gpumatrix"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$ARGS_LOG"\n')
+    fake.chmod(0o755)
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "RUNNER_TEMP": str(tmp_path / "temp"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "ARGS_LOG": str(tmp_path / "args.txt"),
+        "RUNNER": "4-gpu-gb300",
+        "SHARD": "1",
+        "SHARDS": "2",
+        "TESTS": tests,
+        "SUITE": "nightly",
+        "INCLUDE_DISABLED": include,
+    }
+    subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, check=True, timeout=60)
+    args = (tmp_path / "args.txt").read_text().splitlines()
+    assert args[:2] == ["run", "--runner"] and args[3:5] == ["--shard", "1/2"]
+    flags = [a for a in args if a in ("--suite", "nightly", "--include-disabled", "--tests-file")]
+    assert flags == expected
+    if "--tests-file" in expected:
+        named = Path(args[args.index("--tests-file") + 1]).read_text().splitlines()
+        assert named == ["tests/a.py", "tests/b.py::t"]
