@@ -236,7 +236,7 @@ def test_the_listing_shows_suite_and_disabled_state() -> None:
     decision = plan_comment(_event("/rerun-test ?"), matrix=MATRIX, facts=FakeFacts())
     lines = _listing_lines(decision.comment or "")
     assert "<details><summary>cpu: 1 file (1 disabled here)</summary>" in lines
-    assert f"{HANG} pr · disabled: hangs on the new runner image; \uff20ops knows" in lines  # mentions no one
+    assert f"{HANG} disabled: hangs on the new runner image; \uff20ops knows" in lines  # mentions no one
     assert "<details><summary>4-gpu-b200: 4 files (2 nightly, 1 disabled here)</summary>" in lines
     assert f"{NIGHT_OFF} nightly · disabled on b200: driver 575" in lines
     assert "<details><summary>4-gpu-gb300: 3 files (1 nightly, 1 disabled here)</summary>" in lines
@@ -245,13 +245,13 @@ def test_the_listing_shows_suite_and_disabled_state() -> None:
     ]
     assert gb300[3:6] == [
         f"{ACCURACY} nightly",
-        f"{Q} pr",
-        f"{SPLITK} pr · disabled on gb300: NaN in split-K, #123",
+        Q,
+        f"{SPLITK} disabled on gb300: NaN in split-K, #123",
     ]
     b200 = lines[
         lines.index("<details><summary>4-gpu-b200: 4 files (2 nightly, 1 disabled here)</summary>") :
     ]
-    assert f"{SPLITK} pr" in b200[3:7]  # disabled on gb300 only
+    assert SPLITK in b200[3:7]  # disabled on gb300 only
     assert "<details><summary>1-gpu-h100: 2 files</summary>" in lines  # nothing unusual: the count alone
 
 
@@ -260,7 +260,7 @@ def test_a_reason_cannot_close_the_listings_code_block() -> None:
         {"cpu": (HANG,)}, source_comment_id=1, sha=None, notes={"cpu": {HANG: ("pr", "disabled: a ``` b")}}
     )
     assert [line for line in body.splitlines() if "```" in line] == ["```", "```"]
-    assert f"{HANG}  pr · disabled: a ''' b" in body.splitlines()
+    assert f"{HANG}  disabled: a ''' b" in body.splitlines()
 
 
 def test_dispatch_inputs_carry_the_flag_only_where_it_is_set() -> None:

@@ -178,11 +178,13 @@ def render_listing(
     sha: str | None,
     notes: Mapping[str, Mapping[str, tuple[str, str | None]]] | None = None,
 ) -> str:
-    """The reply to `/rerun-test ?`: the registered test files of each runner, each with its suite and,
-    when it is disabled on that runner, why (`notes`: label -> path -> (suite, why disabled or None),
-    as `gpumatrix.bot.plan.listing_notes` gives them)."""
+    """The reply to `/rerun-test ?`: the registered test files of each runner, each marked with its suite
+    when that is not `pr` and with why it is disabled on that runner when it is (`notes`: label -> path ->
+    (suite, why disabled or None), as `gpumatrix.bot.plan.listing_notes` gives them)."""
     where = f" at {code_span(sha)}" if sha else ""
     lines = [source_marker(source_comment_id), f"🧪 Registered test files{where}, by runner:", ""]
+    if notes is not None:
+        lines += ["Files are in the `pr` suite unless marked with another; a disabled file says why.", ""]
     for label, paths in groups.items():
         count = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
         if not paths:
@@ -197,8 +199,12 @@ def render_listing(
         summary = f"{label}: {count}" + (f" ({', '.join(counts)})" if counts else "")
         width = max(len(path) for path in paths)
         body = [
-            f"{path:<{width}}  {suite}{f' · {_fenced_text(why)}' if why else ''}".rstrip()
-            for path, suite, why in rows
+            " · ".join([*([suite] if suite not in ("", "pr") else []), *([_fenced_text(why)] if why else [])])
+            for _, suite, why in rows
+        ]
+        body = [
+            f"{path:<{width}}  {marks}" if marks else path
+            for (path, _, _), marks in zip(rows, body, strict=True)
         ]
         lines += [f"<details><summary>{summary}</summary>", "", "```", *body, "```", "</details>", ""]
     lines.append("Re-run one with `/rerun-test <file>[::node] [--runner LABEL] [--include-disabled]`.")
