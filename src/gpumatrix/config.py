@@ -235,19 +235,27 @@ def parse_matrix(text: str, *, source: str = "ci/matrix.yaml") -> Matrix:
     return _MatrixParser(source).parse(root)
 
 
-def _check_depth(text: str, source: str) -> None:
-    """Refuse nesting past _MAX_DEPTH from the token stream, which PyYAML scans without recursion."""
+def _check_depth(
+    text: str,
+    source: str,
+    *,
+    error: type[ProblemsError] = MatrixError,
+    what: str = "a runner matrix needs four",
+) -> None:
+    """Refuse nesting past _MAX_DEPTH from the token stream, which PyYAML scans without recursion.
+
+    `error` and `what` let another YAML file of ci/ (ci/paths.yaml) refuse it in its own words."""
     depth = 0
     for token in yaml.scan(text, Loader=yaml.SafeLoader):
         if isinstance(token, _OPENERS):
             depth += 1
             if depth > _MAX_DEPTH:
-                raise MatrixError(
+                raise error(
                     [
                         Problem(
                             source,
                             token.start_mark.line + 1,
-                            f"nested more than {_MAX_DEPTH} levels deep; a runner matrix needs four",
+                            f"nested more than {_MAX_DEPTH} levels deep; {what}",
                         )
                     ]
                 )
