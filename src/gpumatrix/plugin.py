@@ -15,7 +15,9 @@ before it is imported (`gpumatrix.gating.decide_file`):
 - each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
   only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
   bound to runs in a fresh pytest child, whose reports are replayed here;
-- `--gpumatrix-report PATH` writes a JSON summary by file and test (`RunReport`), for `gpumatrix run`.
+- `--gpumatrix-report PATH` writes a JSON summary by file and test (`RunReport`), for `gpumatrix run`,
+  with each file's duration and the code paths each test recorded (`gpumatrix.witnesses`, checked
+  against `ci/paths.yaml`), for `gpumatrix coverage` and `gpumatrix estimate`.
 
 The registry is discovered once, by the controller (through the cache of `gpumatrix.registry_cache`),
 and handed to xdist workers with the hardware. Hooks stay thin; decisions are plain functions in
@@ -29,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +51,10 @@ from gpumatrix.gating import (
 )
 from gpumatrix.hardware import Hardware, detect, preflight
 from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
+from gpumatrix.paths import PATHS_FILE, PathCatalog, load_paths
 from gpumatrix.registry import Registration, Registry, discover, read_registration
 from gpumatrix.source import read_source_bytes
+from gpumatrix.witnesses import REPORT_ATTRIBUTE, WitnessHooks, witness_summary
 
 __all__ = [
     "HELD_LEASE_ENV",
@@ -76,11 +81,15 @@ class RunReport:
     """Outcomes by test (its worst phase wins), collection errors by file, and deselections.
 
     The JSON has, per file, the node ids that ran (passed, failed or errored) and of each outcome,
-    and the skipped ones with their reasons, marked when the reason is this machine's hardware.
+    and the skipped ones with their reasons, marked when the reason is this machine's hardware; the
+    file's measured seconds (setup, call and teardown of its tests) beside its `est_time`; and, per
+    test that recorded code paths, its outcome and those paths.
     """
 
     outcomes: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # nodeid: (file, kind, reason)
     deselected: set[str] = field(default_factory=set)
+    durations: dict[str, float] = field(default_factory=dict)  # nodeid: seconds, all phases
+    witnessed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # nodeid: its records
 
     def add(self, nodeid: str, file: str, kind: str, reason: str = "") -> None:
         previous = self.outcomes.get(nodeid)
@@ -95,6 +104,12 @@ class RunReport:
             self.add(report.nodeid, file, "skipped", _skip_reason(report))
 
     def add_test_report(self, report: pytest.TestReport, file: str) -> None:
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + float(report.duration or 0)
+        records = getattr(report, REPORT_ATTRIBUTE, None)
+        if isinstance(records, list):  # a plain list of dicts, from this process, a worker or a child
+            self.witnessed.setdefault(report.nodeid, []).extend(
+                r for r in records if isinstance(r, dict) and isinstance(r.get("path"), str)
+            )
         if report.when == "call":
             kind = "failed" if report.failed else "skipped" if report.skipped else "passed"
         elif report.failed:
@@ -117,13 +132,24 @@ class RunReport:
         hardware_skips: dict[str, str],
         problems: list[str],
         disabled_skips: dict[str, str] | None = None,
+        est_times: dict[str, float] | None = None,
     ) -> dict[str, Any]:
-        files: dict[str, dict[str, list[Any]]] = {}
+        files: dict[str, dict[str, Any]] = {}
         totals = dict.fromkeys(("ran", "passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
         for nodeid, (file, kind, reason) in sorted(self.outcomes.items()):
             entry = files.setdefault(
-                file, {"ran": [], "passed": [], "failed": [], "errors": [], "skipped": []}
+                file,
+                {
+                    "ran": [],
+                    "passed": [],
+                    "failed": [],
+                    "errors": [],
+                    "skipped": [],
+                    "duration": 0.0,
+                    "est_time": (est_times or {}).get(file),
+                },
             )
+            entry["duration"] = round(entry["duration"] + self.durations.get(nodeid, 0.0), 3)
             totals[kind] += 1
             if kind != "skipped":  # it ran, whatever came of it (as `gpumatrix run` counts executed tests)
                 entry[kind].append(nodeid)
@@ -137,12 +163,23 @@ class RunReport:
                 skip["disabled"] = True  # present only when true: other skips read as they always did
             entry["skipped"].append(skip)
         totals["deselected"] = len(self.deselected)
+        witnessed = {
+            nodeid: {
+                "file": self.outcomes[nodeid][0] if nodeid in self.outcomes else nodeid.split("::", 1)[0],
+                "outcome": self.outcomes[nodeid][1] if nodeid in self.outcomes else "errors",
+                "paths": witness_summary(records),
+            }
+            for nodeid, records in sorted(self.witnessed.items())
+            if records
+        }
         return {
             "hardware": hardware.to_dict(),
             "runner": runner,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "problems": problems,
             "files": files,
             "totals": totals,
+            "witnessed": witnessed,
         }
 
 
@@ -165,6 +202,7 @@ class _State:
     replay_to: Path | None
     suite: str | None = None  # None: every suite
     include_disabled: bool = False
+    paths: PathCatalog | None = None
     report: RunReport = field(default_factory=RunReport)
     _relpaths: dict[Path, str | None] = field(default_factory=dict)
 
@@ -260,6 +298,8 @@ def pytest_configure(config: pytest.Config) -> None:
         suite = matrix.require_suite(suite_option) if suite_option is not None else None
         hardware = _hardware(config, matrix)
         leases = _process_leases(config, hardware, lease_settings())
+        paths_path = root / PATHS_FILE
+        paths = load_paths(paths_path, matrix) if paths_path.is_file() else None
     except GpumatrixError as exc:
         raise pytest.UsageError(str(exc)) from None
     registry = _registry(config, root, matrix)
@@ -279,7 +319,10 @@ def pytest_configure(config: pytest.Config) -> None:
         replay_to=Path(replay_to) if replay_to else None,
         suite=suite,
         include_disabled=config.getoption("include_disabled"),
+        paths=paths,
     )
+    declared = frozenset(paths.paths) if paths is not None else None
+    config.pluginmanager.register(WitnessHooks(declared, PATHS_FILE), "gpumatrix-witnesses")
     if state.report_path is not None or state.replay_to is not None:
         config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
 
@@ -635,6 +678,10 @@ def _write_report(state: _State, problems: list[str]) -> None:
         hardware_skips=hardware_skips,
         problems=problems,
         disabled_skips=disabled_skips,
+        est_times={
+            path: r.estimate_for(running_class(r, state.hardware, state.runner))
+            for path, r in state.registrations.items()
+        },
     )
     path = state.report_path
     if path is not None:
