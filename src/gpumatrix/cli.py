@@ -1,4 +1,4 @@
-"""The `gpumatrix` command line: detect, list, check, matrix, run (and the bot's commands).
+"""The `gpumatrix` command line: detect, list, check, matrix, run, coverage, estimate (and the bot's commands).
 
 Each command computes a result (`gpumatrix.results`, `gpumatrix.run`) and one renderer prints it.
 `GpumatrixError` is caught in one place and its `exit_code` is the exit status, as EXIT_CODES says
@@ -79,6 +79,15 @@ def _exit_codes_epilog() -> str:
     )
     return f"\b\nExit codes (every command):\n{rows}"
 
+
+durations_option = click.option(
+    "--durations",
+    "duration_reports",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A JSON report whose measured file durations pack the shards instead of est_time "
+    "(repeatable; `matrix` and `run --shard` must be given the same ones).",
+)
 
 root_option = click.option(
     "--root",
@@ -172,10 +181,14 @@ def check(root: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="GitHub Actions `strategy.matrix` JSON.")
 @click.option("--runner", "label", default=None, help="Only this runner's shards.")
 @_suite_option("pr")
+@durations_option
 @root_option
-def matrix(as_json: bool, label: str | None, suite_name: str, root: Path | None) -> None:
+def matrix(
+    as_json: bool, label: str | None, suite_name: str, duration_reports: tuple[Path, ...], root: Path | None
+) -> None:
     """The runner x shard matrix of a suite: files packed longest-first, by their estimate on each
-    runner's class, into as few shards as each timeout allows."""
+    runner's class (or their measured seconds there, with --durations), into as few shards as each
+    timeout allows."""
     from gpumatrix.registry import load_tree
     from gpumatrix.results import build_matrix_include, render_matrix
 
@@ -183,7 +196,10 @@ def matrix(as_json: bool, label: str | None, suite_name: str, root: Path | None)
     if label is not None:
         matrix_.require_runner(label)
     suite = matrix_.require_suite(suite_name)
-    include, plans = build_matrix_include(matrix_, registry.require_ok(), label=label, suite=suite)
+    durations = _measured_durations(duration_reports, registry.files)
+    include, plans = build_matrix_include(
+        matrix_, registry.require_ok(), label=label, suite=suite, durations=durations
+    )
     if as_json:
         click.echo(json.dumps({"include": include}))
     else:
@@ -227,6 +243,12 @@ def matrix(as_json: bool, label: str | None, suite_name: str, root: Path | None)
     help="Append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).",
 )
 @click.option(
+    "--html",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The report page (default beside the JSON report: reports/gpumatrix-LABEL.html).",
+)
+@click.option(
     "--no-preflight", is_flag=True, help="Skip the check that the runner's GPUs are present and idle."
 )
 @_suite_option("pr")
@@ -235,6 +257,7 @@ def matrix(as_json: bool, label: str | None, suite_name: str, root: Path | None)
     is_flag=True,
     help="Run files registered disabled= (or disabled_on= this runner's class) instead of skipping them.",
 )
+@durations_option
 @root_option
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def run(
@@ -245,17 +268,28 @@ def run(
     junit_xml: Path | None,
     report: Path | None,
     summary_md: Path | None,
+    html: Path | None,
     no_preflight: bool,
     suite_name: str,
     include_disabled: bool,
+    duration_reports: tuple[Path, ...],
     root: Path | None,
     pytest_args: tuple[str, ...],
 ) -> None:
     """Run this machine's slice of a suite through pytest (extra pytest arguments after `--`); a
-    --tests-file runs the tests it names, whatever their suite."""
+    --tests-file runs the tests it names, whatever their suite.
+
+    Writes a JUnit XML file, the JSON report and the report page of this runner's slice (the file x
+    runner and path x class matrices, `gpumatrix coverage`'s page for one report)."""
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
     from gpumatrix.run import RunOptions, finish_run, plan_run, prepare_outputs
 
+    root = root or find_root()
+    durations = None
+    if duration_reports:
+        from gpumatrix.registry import load_tree
+
+        durations = _measured_durations(duration_reports, load_tree(root)[1].files)
     options = RunOptions(
         label=label,
         shard=shard,
@@ -264,12 +298,14 @@ def run(
         junit_xml=junit_xml,
         report=report,
         summary_md=summary_md,
+        durations=durations,
+        html=html,
         preflight=not no_preflight,
         pytest_args=tuple(pytest_args),
         suite=suite_name,
         include_disabled=include_disabled,
     )
-    run_plan = plan_run(root or find_root(), options)
+    run_plan = plan_run(root, options)
     console = _console()
     if run_plan.targets:
         render_run_start(console, run_plan)
@@ -282,7 +318,112 @@ def run(
     render_run_result(console, _console(stderr=True), result)
     if summary_md is not None:
         _append(summary_md, summary_markdown(result))
+    if result.summary is not None and run_plan.html_path is not None:
+        _write_run_page(run_plan, console)
     sys.exit(result.exit_code)
+
+
+def _write_run_page(run_plan, console) -> None:
+    """The page of this run's own report; a page that cannot be made is said, and fails nothing."""
+    from gpumatrix.coverage import load_coverage
+    from gpumatrix.page import render_html, write_text
+
+    try:
+        coverage = load_coverage(run_plan.root, [run_plan.report_path], require_paths=False)
+        title = f"gpumatrix run on {run_plan.runner.label}" + (
+            f", shard {run_plan.shard}" if run_plan.shard else ""
+        )
+        write_text(
+            run_plan.html_path, render_html(coverage, title=title, sources=[run_plan.report_path.name])
+        )
+    except GpumatrixError as exc:
+        console.print(f"[yellow]warning:[/yellow] no report page: {exc}", soft_wrap=True)
+        return
+    console.print(f"report page: {run_plan.html_path}", soft_wrap=True, highlight=False)
+
+
+def _measured_durations(reports: tuple[Path, ...], registrations):
+    """--durations: the proposals of `gpumatrix estimate`, by class and file; None without reports."""
+    if not reports:
+        return None
+    from gpumatrix.coverage import read_report
+    from gpumatrix.estimate import estimate_files, measured_durations
+
+    return measured_durations(estimate_files([read_report(p) for p in reports], registrations))
+
+
+@main.command()
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--markdown", type=click.Path(dir_okay=False, path_type=Path), help="Write the matrices as Markdown."
+)
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), help="Write the report page.")
+@click.option(
+    "--title", default="gpumatrix coverage", show_default=True, help="Title of the page and summary."
+)
+@click.option(
+    "--warn-only",
+    is_flag=True,
+    help="A required path not exercised is shown but does not fail (exit 0): for a run of part of a "
+    "class's tests, such as one runner of several or a /rerun-test of named tests.",
+)
+@root_option
+def coverage(
+    reports: tuple[Path, ...],
+    markdown: Path | None,
+    html: Path | None,
+    title: str,
+    warn_only: bool,
+    root: Path | None,
+) -> None:
+    """Merge runners' JSON reports into the path x GPU-class matrix checked against ci/paths.yaml.
+
+    Exit 1 when a path ci/paths.yaml requires on a class that reported was exercised by no passing
+    test there (say which), or a test recorded an undeclared path; classes that did not report are
+    shown as such, never green. Markdown of the matrices also goes to $GITHUB_STEP_SUMMARY when set.
+    """
+    import os
+
+    from gpumatrix.coverage import load_coverage
+    from gpumatrix.page import render_coverage, render_html, render_markdown, write_text
+
+    merged = load_coverage(root or find_root(), list(reports))
+    sources = [str(p) for p in reports]
+    render_coverage(_console(), _console(stderr=True), merged)
+    text = render_markdown(merged, title=title)
+    if markdown is not None:
+        write_text(markdown, text)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        write_text(Path(step_summary), text, append=True)
+    if html is not None:
+        write_text(html, render_html(merged, title=title, sources=sources))
+        click.echo(f"report page: {html}")
+    failed = bool(merged.undeclared) or (bool(merged.missing) and not warn_only)
+    sys.exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+@main.command()
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@root_option
+def estimate(reports: tuple[Path, ...], as_json: bool, root: Path | None) -> None:
+    """Propose each test file's est_time from the durations measured in JSON reports.
+
+    The proposal is the 90th percentile (nearest rank) of a file's samples, one per report in which
+    it ran, rounded up to a second; registrations off it by more than 2x are flagged. Exit 0: this
+    proposes, it does not judge.
+    """
+    from gpumatrix.coverage import read_report
+    from gpumatrix.estimate import estimate_files, estimates_json, render_estimates
+    from gpumatrix.registry import load_tree
+
+    _, registry = load_tree(root or find_root())
+    found = estimate_files([read_report(p) for p in reports], registry.files)
+    if as_json:
+        click.echo(json.dumps(estimates_json(found), indent=2))
+    else:
+        render_estimates(_console(), found)
 
 
 def _append(path: Path, text: str) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gpumatrix import GpumatrixError
 from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Problem, ProblemsError
 from gpumatrix.registry import Registration, Registry, RegistryError
-from gpumatrix.shard import ShardPlan, budget_seconds, plan_matrix
+from gpumatrix.shard import Durations, ShardPlan, budget_seconds, plan_matrix
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -160,6 +160,7 @@ class CheckResult:
     registry: Registry
     over_budget: tuple[ShardPlan, ...]
     idle_runners: tuple[str, ...]
+    declared_paths: int | None = None  # None: the tree has no ci/paths.yaml
 
     @property
     def exit_code(self) -> int:
@@ -167,13 +168,17 @@ class CheckResult:
 
 
 def check_tree(root: Path) -> CheckResult:
-    """Validate the matrix (a `MatrixError` when invalid) and every registration; plan every suite."""
+    """Validate the matrix (a `MatrixError` when invalid), ci/paths.yaml where there is one (a
+    `PathsError`), and every registration; plan every suite."""
+    from gpumatrix.paths import PATHS_FILE, load_paths
     from gpumatrix.registry import load_tree
 
     matrix, registry = load_tree(root)
+    paths_file = Path(root) / PATHS_FILE
+    declared = len(load_paths(paths_file, matrix).paths) if paths_file.is_file() else None
     plans = [plan for suite in matrix.suites for plan in plan_matrix(matrix, registry, suite=suite)]
     idle = tuple(r.label for r in matrix.runners if not registry.for_runner(r.label))
-    return CheckResult(matrix, registry, tuple(p for p in plans if p.over_budget), idle)
+    return CheckResult(matrix, registry, tuple(p for p in plans if p.over_budget), idle, declared)
 
 
 def render_check(console: Console, errors: Console, result: CheckResult) -> None:
@@ -195,6 +200,7 @@ def render_check(console: Console, errors: Console, result: CheckResult) -> None
         + ", ".join(f"{count} {name}" for name, count in suites.items())
         + (f"; {disabled} disabled somewhere" if disabled else "")
         + ")"
+        + (f", {result.declared_paths} declared code paths" if result.declared_paths is not None else "")
         + (f"; runners with no files: {', '.join(result.idle_runners)}" if result.idle_runners else "")
     )
 
@@ -203,11 +209,19 @@ def render_check(console: Console, errors: Console, result: CheckResult) -> None
 
 
 def build_matrix_include(
-    matrix: Matrix, registry: Registry, *, label: str | None = None, suite: str | None = DEFAULT_SUITE
+    matrix: Matrix,
+    registry: Registry,
+    *,
+    label: str | None = None,
+    suite: str | None = DEFAULT_SUITE,
+    durations: Durations | None = None,
 ) -> tuple[list[dict[str, Any]], list[ShardPlan]]:
-    """GitHub Actions `strategy.matrix.include` entries, one per runner shard of `suite` (None: all)."""
+    """GitHub Actions `strategy.matrix.include` entries, one per runner shard of `suite` (None: all),
+    packed by measured `durations` where given, else by the registered estimates."""
     plans = [
-        p for p in plan_matrix(matrix, registry, suite=suite) if label is None or p.runner.label == label
+        p
+        for p in plan_matrix(matrix, registry, suite=suite, durations=durations)
+        if label is None or p.runner.label == label
     ]
     include = [
         {

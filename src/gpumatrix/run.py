@@ -25,6 +25,7 @@ from gpumatrix.registry import Registration
 
 if TYPE_CHECKING:
     from gpumatrix.hardware import Hardware
+    from gpumatrix.shard import Durations
 
 __all__ = [
     "RunError",
@@ -59,6 +60,8 @@ class RunOptions:
     junit_xml: Path | None = None
     report: Path | None = None
     summary_md: Path | None = None
+    durations: Durations | None = None  # measured seconds by class and file, for --shard (as `matrix`)
+    html: Path | None = None  # the report page (default: beside the JSON report)
     preflight: bool = True
     pytest_args: tuple[str, ...] = ()
     suite: str = DEFAULT_SUITE  # a suite of ci/matrix.yaml, or "all"; a --tests-file runs what it names
@@ -99,6 +102,7 @@ class RunPlan:
     report_path: Path
     junit_path: Path
     shard: str | None = None
+    html_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,12 @@ def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runne
 
 
 def select_files(
-    files: Sequence[Registration], *, shard: str | None, tests_file: Path | None, runner: Runner
+    files: Sequence[Registration],
+    *,
+    shard: str | None,
+    tests_file: Path | None,
+    runner: Runner,
+    durations: Durations | None = None,
 ) -> list[str]:
     """The pytest targets of this run: the runner's slice, one shard of it, or an explicit list."""
     from gpumatrix.shard import parse_shard_spec, split_shards
@@ -167,7 +176,7 @@ def select_files(
         index, count = parse_shard_spec(shard)
     except ValueError as exc:
         raise RunError(str(exc)) from exc
-    return list(split_shards(files, count, gpu_class=runner.gpu_class)[index - 1].files)
+    return list(split_shards(files, count, gpu_class=runner.gpu_class, durations=durations)[index - 1].files)
 
 
 def evaluate_report(
@@ -257,6 +266,7 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         shard=options.shard,
         tests_file=options.tests_file,
         runner=runner,
+        durations=options.durations,
     )
     reports_dir = root / "reports"
     junit = (options.junit_xml or reports_dir / f"junit-{runner.label}.xml").resolve()
@@ -302,6 +312,7 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         report_path=report_path,
         junit_path=junit,
         shard=options.shard,
+        html_path=(options.html or report_path.with_suffix(".html")).resolve(),
     )
 
 
@@ -313,6 +324,8 @@ def prepare_outputs(plan: RunPlan) -> None:
         except OSError as exc:
             raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
     plan.report_path.unlink(missing_ok=True)
+    if plan.html_path is not None:
+        plan.html_path.unlink(missing_ok=True)
 
 
 def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:

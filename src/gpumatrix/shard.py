@@ -6,13 +6,15 @@ shard), into the fewest shards whose longest shard fits the runner's time budget
 `max_shards`. A file disabled on the runner's class costs nothing: it is skipped before it is imported,
 but it stays in a shard so its run reports it. A plan is for one suite (`pr` unless asked).
 For a fixed shard count LPT's longest shard is within 4/3 of the optimum (Graham, 1969); the unit
-tests check that bound against brute force.
+tests check that bound against brute force. Given measured `durations` (seconds by class and file,
+from `gpumatrix.estimate`), a file is packed by its measured seconds on the runner's class where
+there are some; `gpumatrix matrix` and `gpumatrix run --shard` must be given the same ones to agree.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpumatrix.config import DEFAULT_SUITE, Matrix, Runner
@@ -20,6 +22,7 @@ from gpumatrix.registry import Registration, Registry
 
 __all__ = [
     "BUDGET_FRACTION",
+    "Durations",
     "Shard",
     "ShardPlan",
     "budget_seconds",
@@ -76,23 +79,35 @@ def lpt_pack(items: Iterable[tuple[str, float]], shards: int) -> list[list[tuple
     return bins
 
 
-def file_seconds(registration: Registration, gpu_class: str | None) -> float:
-    """What a file costs a runner of `gpu_class` (None: its `est_time`): 0 when it is disabled there."""
+#: Measured seconds by GPU class, then by file (`gpumatrix.estimate.measured_durations`).
+Durations = Mapping[str, Mapping[str, float]]
+
+
+def file_seconds(
+    registration: Registration, gpu_class: str | None, durations: Durations | None = None
+) -> float:
+    """What a file costs a runner of `gpu_class` (None: its `est_time`): 0 when it is disabled there;
+    else its measured seconds on that class where `durations` has them, else its estimate."""
     if registration.why_disabled(gpu_class) is not None:
         return 0.0
-    return registration.estimate_for(gpu_class)
+    measured = (durations or {}).get(gpu_class or "", {}).get(registration.path)
+    return measured if measured is not None else registration.estimate_for(gpu_class)
 
 
 def split_shards(
-    files: Sequence[Registration], count: int, *, gpu_class: str | None = None
+    files: Sequence[Registration],
+    count: int,
+    *,
+    gpu_class: str | None = None,
+    durations: Durations | None = None,
 ) -> tuple[Shard, ...]:
     """`files` packed into `count` shards (LPT); shard I is what `gpumatrix run --shard I/count` runs.
 
     The one split behind both `gpumatrix matrix` and `gpumatrix run --shard`, so a matrix job and
-    the run it starts agree on its files; `gpu_class` is the runner's, whose estimates it packs by.
-    A shard may be empty when there are fewer files than shards.
+    the run it starts agree on its files; `gpu_class` is the runner's, whose estimates (or measured
+    `durations`) it packs by. A shard may be empty when there are fewer files than shards.
     """
-    bins = lpt_pack([(f.path, file_seconds(f, gpu_class)) for f in files], count)
+    bins = lpt_pack([(f.path, file_seconds(f, gpu_class, durations)) for f in files], count)
     return tuple(
         Shard(index=i + 1, files=tuple(sorted(name for name, _ in b)), est_time=sum(t for _, t in b))
         for i, b in enumerate(bins)
@@ -100,7 +115,11 @@ def split_shards(
 
 
 def plan_runner(
-    runner: Runner, files: Sequence[Registration], *, suite: str | None = DEFAULT_SUITE
+    runner: Runner,
+    files: Sequence[Registration],
+    *,
+    suite: str | None = DEFAULT_SUITE,
+    durations: Durations | None = None,
 ) -> ShardPlan:
     """The fewest shards (<= max_shards) whose longest shard fits the runner's budget, by the
     estimates of the runner's class; `suite` only labels the plan."""
@@ -108,20 +127,26 @@ def plan_runner(
     # More shards than files cannot shorten the longest shard (and would leave some empty).
     most = max(1, min(runner.max_shards, len(files)))
     for count in range(1, most + 1):
-        shards = split_shards(files, count, gpu_class=runner.gpu_class)
+        shards = split_shards(files, count, gpu_class=runner.gpu_class, durations=durations)
         longest = max(shard.est_time for shard in shards)
         if longest <= budget or count == most:
             return ShardPlan(runner=runner, shards=shards, over_budget=longest > budget, suite=suite)
     raise AssertionError("unreachable: the loop returns when count == most")  # pragma: no cover
 
 
-def plan_matrix(matrix: Matrix, registry: Registry, *, suite: str | None = DEFAULT_SUITE) -> list[ShardPlan]:
+def plan_matrix(
+    matrix: Matrix,
+    registry: Registry,
+    *,
+    suite: str | None = DEFAULT_SUITE,
+    durations: Durations | None = None,
+) -> list[ShardPlan]:
     """One plan per runner that has files in `suite` (None: every suite); the others get no job."""
     plans = []
     for runner in matrix.runners:
         files = registry.for_runner(runner.label, suite=suite)
         if files:
-            plans.append(plan_runner(runner, files, suite=suite))
+            plans.append(plan_runner(runner, files, suite=suite, durations=durations))
     return plans
 
 

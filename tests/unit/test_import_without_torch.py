@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,11 @@ else:
         "gpumatrix.registry_cache",
         "gpumatrix.cli",
         "gpumatrix.compare",
+        "gpumatrix.paths",
+        "gpumatrix.witnesses",
+        "gpumatrix.coverage",
+        "gpumatrix.page",
+        "gpumatrix.estimate",
     ],
 )
 def test_module_imports_without_torch(module: str) -> None:
@@ -114,3 +120,33 @@ def test_cli_commands_run_without_torch(tmp_path: Path, args: list[str]) -> None
     env["GPUMATRIX_HARDWARE"] = "cpu"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_suites_witness_bridge_and_coverage_run_without_torch(tmp_path: Path) -> None:
+    """tests/conftest.py forwards mxfuse's witnesses (mxfuse.witness imports no torch), and the coverage job
+    of a plain runner merges the report and writes the page, all where torch cannot be imported."""
+    root = Path(__file__).resolve().parents[2]
+    report, page = tmp_path / "report.json", tmp_path / "page.html"
+    code = _WITHOUT_TORCH + (
+        "import pytest\n"
+        "status = pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist', 'tests/unit/test_witness.py',\n"
+        f"                      '--gpumatrix-report', {str(report)!r}])\n"
+        "assert status == 0, status\n"
+        "from gpumatrix.cli import main\n"
+        f"try:\n    main(['coverage', {str(report)!r}, '--warn-only', '--html', {str(page)!r}])\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("GPUMATRIX_", "PYTEST_"))}
+    env |= {"GPUMATRIX_HARDWARE": "cpu", "GITHUB_STEP_SUMMARY": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "gemm.torch"
+        in json.loads(report.read_text())["witnessed"][
+            "tests/unit/test_witness.py::test_capture_collects_records_in_order_and_stops_after_the_block"
+        ]["paths"]
+    )
+    assert 'id="path-matrix"' in page.read_text()

@@ -1,0 +1,69 @@
+"""JSON reports as the gpumatrix plugin writes them, built from a few literals, for the coverage tests.
+
+`report_json` goes through the plugin's own writer (`RunReport.to_json`), so the coverage reader is
+always tested against what the writer produces. `PATHS_YAML` declares the paths these reports name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpumatrix.hardware import Hardware
+from gpumatrix.plugin import RunReport
+
+__all__ = ["PATHS_YAML", "report_json"]
+
+PATHS_YAML = """\
+paths:
+  k.pair:
+    description: the kernel wrote the pair
+    required_on: [h100, b200]
+  k.bf16:
+    required_on: [h100]
+  ref.torch:
+    required_on: [cpu]
+  extra.path:
+    required_on: []
+    why: exercised where it happens
+"""
+_NAMES = {
+    "cpu": "",
+    "h100": "NVIDIA H200",
+    "b200": "NVIDIA B200",
+    "gb300": "NVIDIA GB300",
+    "5090": "RTX 5090",
+}
+_CC = {"h100": (9, 0), "b200": (10, 0), "gb300": (10, 3), "5090": (12, 0)}
+
+
+def report_json(
+    runner: str | None,
+    gpu_class: str,
+    gpus: int,
+    tests: Mapping[str, str],
+    witnessed: Mapping[str, Sequence[str]] = {},
+    durations: Mapping[str, float] = {},
+    *,
+    reasons: Mapping[str, str] = {},
+    est_times: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """A report: `tests` {nodeid: passed|failed|errors|skipped}, `witnessed` {nodeid: [path, ...]},
+    `durations` {nodeid: seconds} (1 s unless given), `reasons` {nodeid: skip reason}."""
+    run = RunReport()
+    for nodeid, kind in tests.items():
+        reason = reasons.get(nodeid, "needs b200") if kind == "skipped" else ""
+        run.add(nodeid, nodeid.split("::")[0], kind, reason)
+        run.durations[nodeid] = durations.get(nodeid, 1.0)
+    for nodeid, paths in witnessed.items():
+        run.witnessed[nodeid] = [{"path": p, "reason": f"why {p}"} for p in paths]
+    hardware = Hardware(
+        gpu_class,
+        gpus,
+        names=(_NAMES[gpu_class],) * gpus,
+        capabilities=(_CC.get(gpu_class, (0, 0)),) * gpus,
+        source="nvml" if gpus else "none",
+    )
+    return run.to_json(
+        hardware=hardware, runner=runner, hardware_skips={}, problems=[], est_times=dict(est_times or {})
+    )

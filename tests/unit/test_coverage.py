@@ -1,0 +1,250 @@
+"""Merging runner reports into the path x class matrix: states, exit status, duplicates, bad reports.
+
+Reports are built with the plugin's own writer (tests/support/coverage_reports.py), so reader and writer agree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from coverage_reports import PATHS_YAML, report_json
+from gpumatrix_trees import MATRIX_YAML
+
+from gpumatrix import UsageError, register
+from gpumatrix.config import parse_matrix
+from gpumatrix.coverage import merge_reports, parse_report, read_report
+from gpumatrix.paths import parse_paths
+
+register(on=("cpu",), est_time=3)
+
+MATRIX = parse_matrix(MATRIX_YAML)
+CATALOG = parse_paths(PATHS_YAML, MATRIX)
+
+
+def merged(*documents: dict[str, Any]):
+    reports = [parse_report(d, source=f"report-{i}.json") for i, d in enumerate(documents)]
+    return merge_reports(reports, MATRIX, CATALOG)
+
+
+CPU_OK = report_json(
+    "cpu", "cpu", 0, {"tests/unit/test_r.py::t": "passed"}, {"tests/unit/test_r.py::t": ["ref.torch"]}
+)
+H100_OK = report_json(
+    "1-gpu-h100",
+    "h100",
+    1,
+    {"tests/kernels/test_k.py::pair": "passed", "tests/kernels/test_k.py::bf16": "passed"},
+    {"tests/kernels/test_k.py::pair": ["k.pair"], "tests/kernels/test_k.py::bf16": ["k.bf16", "ref.torch"]},
+)
+
+
+def states(coverage, path: str) -> dict[str, str]:
+    return {c.name: coverage.path_cells[(path, c.name)].state for c in coverage.classes}
+
+
+def test_a_runner_that_never_reported_is_shown_so_and_never_green():
+    coverage = merged(CPU_OK, H100_OK)
+    assert states(coverage, "k.pair") == {
+        "cpu": "not_required",
+        "5090": "not_reported",
+        "h100": "passed",
+        "b200": "not_reported",  # required there, but b200 never reported: shown as such, not green
+        "gb300": "not_reported",
+    }
+    assert coverage.path_cells[("k.pair", "b200")].required
+    assert [r.label for r in coverage.runners if not r.reported] == [
+        "1-gpu-5090",
+        "2-gpu-h100",
+        "4-gpu-b200",
+        "4-gpu-gb300",
+    ]
+    assert coverage.missing == () and coverage.exit_code == 0
+
+
+def test_a_path_exercised_only_by_failing_tests_fails_where_it_is_required():
+    h100 = report_json(
+        "1-gpu-h100",
+        "h100",
+        1,
+        {"tests/kernels/test_k.py::pair": "failed", "tests/kernels/test_k.py::bf16": "passed"},
+        {"tests/kernels/test_k.py::pair": ["k.pair"], "tests/kernels/test_k.py::bf16": ["k.bf16"]},
+    )
+    coverage = merged(CPU_OK, h100)
+    cell = coverage.path_cells[("k.pair", "h100")]
+    assert (cell.state, cell.passing, cell.failing) == (
+        "failing",
+        (),
+        ("1-gpu-h100: tests/kernels/test_k.py::pair",),
+    )
+    assert coverage.missing == (("k.pair", "h100"),) and coverage.exit_code == 1
+    assert coverage.problems() == [
+        "path k.pair is required on h100, which ran, and only failing tests exercised it "
+        "(1-gpu-h100: tests/kernels/test_k.py::pair)"
+    ]
+
+
+def test_a_required_path_missing_on_one_class_names_the_path_and_the_class():
+    b200 = report_json(
+        "4-gpu-b200",
+        "b200",
+        4,
+        {"tests/kernels/test_k.py::bf16": "passed"},
+        {"tests/kernels/test_k.py::bf16": ["k.bf16"]},
+    )
+    coverage = merged(CPU_OK, H100_OK, b200)
+    assert states(coverage, "k.pair")["b200"] == "missing"
+    assert states(coverage, "k.pair")["h100"] == "passed"
+    assert states(coverage, "k.bf16")["b200"] == "passed"  # exercised where it is not required: still shown
+    assert not coverage.path_cells[("k.bf16", "b200")].required
+    assert coverage.missing == (("k.pair", "b200"),) and coverage.exit_code == 1
+    assert coverage.problems() == ["path k.pair is required on b200, which ran, and no test exercised it"]
+
+
+def test_duplicate_records_across_xdist_workers_and_reports_count_once():
+    nodeid = "tests/kernels/test_k.py::pair"
+    # two reports of one runner (two shards given the same test, a report uploaded twice), the record
+    # repeated within a test as xdist workers each forward what their process saw
+    first = report_json("1-gpu-h100", "h100", 1, {nodeid: "passed"}, {nodeid: ["k.pair", "k.pair", "k.bf16"]})
+    second = report_json("1-gpu-h100", "h100", 1, {nodeid: "passed"}, {nodeid: ["k.pair"]})
+    coverage = merged(CPU_OK, first, second)
+    assert coverage.path_cells[("k.pair", "h100")].passing == (f"1-gpu-h100: {nodeid}",)
+    assert first["witnessed"][nodeid]["paths"]["k.pair"]["count"] == 2
+    (h100,) = [r for r in coverage.runners if r.label == "1-gpu-h100"]
+    assert (h100.reports, h100.totals["passed"]) == (2, 1)
+    assert coverage.file_cells[("tests/kernels/test_k.py", "1-gpu-h100")].passed == 1
+
+
+def test_a_test_seen_twice_keeps_its_worse_outcome():
+    nodeid = "tests/kernels/test_k.py::pair"
+    passed = report_json("1-gpu-h100", "h100", 1, {nodeid: "passed"}, {nodeid: ["k.pair"]})
+    failed = report_json("1-gpu-h100", "h100", 1, {nodeid: "failed"}, {nodeid: ["k.pair"]})
+    coverage = merged(CPU_OK, passed, failed)
+    assert coverage.path_cells[("k.pair", "h100")].state == "failing"
+    assert coverage.file_cells[("tests/kernels/test_k.py", "1-gpu-h100")].failed == 1
+
+
+def test_two_runners_of_one_class_make_one_column_of_paths():
+    one = report_json(
+        "1-gpu-h100",
+        "h100",
+        1,
+        {"tests/kernels/test_k.py::bf16": "passed"},
+        {"tests/kernels/test_k.py::bf16": ["k.bf16"]},
+    )
+    two = report_json(
+        "2-gpu-h100",
+        "h100",
+        2,
+        {"tests/e2e/test_e.py::pair": "passed"},
+        {"tests/e2e/test_e.py::pair": ["k.pair"]},
+    )
+    coverage = merged(CPU_OK, one, two)
+    assert coverage.path_cells[("k.pair", "h100")].passing == ("2-gpu-h100: tests/e2e/test_e.py::pair",)
+    assert coverage.exit_code == 0
+    (h100,) = [c for c in coverage.classes if c.name == "h100"]
+    assert h100.runners == ("1-gpu-h100", "2-gpu-h100") and h100.ran
+
+
+def test_skipped_tests_exercise_nothing_and_a_class_that_ran_nothing_did_not_run():
+    h100 = report_json(
+        "1-gpu-h100",
+        "h100",
+        1,
+        {"tests/kernels/test_k.py::pair": "skipped"},
+        {"tests/kernels/test_k.py::pair": ["k.pair"]},
+    )
+    coverage = merged(CPU_OK, h100)
+    assert states(coverage, "k.pair")["h100"] == "not_reported"
+    assert coverage.exit_code == 0
+    skipped = coverage.file_cells[("tests/kernels/test_k.py", "1-gpu-h100")]
+    assert (skipped.state, skipped.skipped) == ("skipped", (("tests/kernels/test_k.py::pair", "needs b200"),))
+
+
+def test_a_report_without_a_runner_label_is_the_runner_its_machine_is():
+    plain = report_json(
+        None, "cpu", 0, {"tests/unit/test_r.py::t": "passed"}, {"tests/unit/test_r.py::t": ["ref.torch"]}
+    )
+    coverage = merged(plain)
+    assert [r.label for r in coverage.runners if r.reported] == ["cpu"]
+    assert states(coverage, "ref.torch")["cpu"] == "passed"
+
+
+def test_an_undeclared_path_fails_naming_the_test():
+    h100 = report_json(
+        "1-gpu-h100",
+        "h100",
+        1,
+        {"tests/kernels/test_k.py::x": "passed"},
+        {"tests/kernels/test_k.py::x": ["k.typo"]},
+    )
+    coverage = merged(CPU_OK, H100_OK, h100)
+    assert coverage.undeclared == (("k.typo", "1-gpu-h100", "tests/kernels/test_k.py::x"),)
+    assert coverage.exit_code == 1 and "k.typo" in coverage.paths
+    assert coverage.problems() == [
+        "tests/kernels/test_k.py::x on 1-gpu-h100 recorded path k.typo, which ci/paths.yaml does not declare"
+    ]
+
+
+def test_file_cells_carry_durations_and_registered_estimates():
+    cpu = report_json(
+        "cpu",
+        "cpu",
+        0,
+        {"tests/unit/test_r.py::a": "passed", "tests/unit/test_r.py::b": "passed"},
+        durations={"tests/unit/test_r.py::a": 2.5, "tests/unit/test_r.py::b": 0.5},
+    )
+    cpu["files"]["tests/unit/test_r.py"]["est_time"] = 8
+    coverage = merged(cpu)
+    assert coverage.file_cells[("tests/unit/test_r.py", "cpu")].duration == 3.0
+    assert coverage.est_times["tests/unit/test_r.py"] == 8.0
+
+
+def test_a_report_of_a_class_the_matrix_lacks_is_refused():
+    document = report_json("cpu", "cpu", 0, {"tests/unit/test_r.py::t": "passed"})
+    document["hardware"]["gpu_class"] = "h900"
+    with pytest.raises(UsageError, match=r"does not define: report-0.json \(class 'h900'\); its classes"):
+        merged(document)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: [], "the top level is not an object"),
+        (lambda d: {**d, "hardware": None}, "'hardware.gpu_class' is missing"),
+        (lambda d: {**d, "hardware": {**d["hardware"], "count": -1}}, "'hardware.count' is not a count"),
+        (lambda d: {**d, "files": []}, "'files' is not an object"),
+        (lambda d: {**d, "runner": 3}, "'runner' is not a label"),
+        (
+            lambda d: {**d, "files": {"a.py": {"passed": "x"}}},
+            "files['a.py'].passed is not a list of node ids",
+        ),
+        (lambda d: {**d, "files": {"a.py": {"skipped": ["x"]}}}, "files['a.py'].skipped is not a list"),
+        (lambda d: {**d, "witnessed": []}, "'witnessed' is not an object"),
+        (lambda d: {**d, "witnessed": {"t": {"paths": []}}}, "witnessed['t'] has no 'paths' object"),
+    ],
+    ids=["list", "no hardware", "count", "files", "runner", "passed", "skipped", "witnessed", "paths"],
+)
+def test_a_malformed_report_is_a_usage_error_naming_the_file(mutate, message):
+    with pytest.raises(UsageError) as caught:
+        parse_report(mutate(CPU_OK), source="r.json")
+    assert str(caught.value).startswith(f"report r.json is not a gpumatrix report: {message}")
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read report"), (b"{not json", "is not JSON"), (json.dumps(CPU_OK).encode(), None)],
+    ids=["missing", "not json", "fine"],
+)
+def test_reading_a_report_file(tmp_path: Path, content, message):
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_bytes(content)
+    if message is None:
+        assert read_report(path).outcomes["tests/unit/test_r.py::t"] == ("tests/unit/test_r.py", "passed", "")
+        return
+    with pytest.raises(UsageError, match=message):
+        read_report(path)
