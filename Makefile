@@ -1,6 +1,8 @@
 # Two commands, both of which set up what they need on a fresh machine:
-#   make run   - this machine's slice of the test matrix, and what is gated to other runners
-#   make test  - lint and the whole `pr` test suite (what every pull request runs; nightly.yml runs `nightly`)
+#   make run   - this machine's slice of the test matrix, and what is gated to other runners; writes the
+#                report page (reports/gpumatrix-RUNNER.html) and says where
+#   make test  - lint, the whole `pr` test suite (what every pull request runs; nightly.yml runs `nightly`),
+#                and the path coverage of its report (reports/coverage-test.html)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,8 +12,11 @@ STAMP := $(VENV)/.installed
 # release whose interpreter the CPU kernel tests use.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CPU_PINS := torch==2.13.0 triton==3.6.0
+# The report page's browser test (tests/unit/test_report_page_browser.py) drives the system's Chromium.
+BROWSERS ?= chromium chromium-browser google-chrome google-chrome-stable
+TEST_REPORT := reports/gpumatrix-test.json
 
-.PHONY: run test lint install clean
+.PHONY: run test lint install browser clean
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -30,8 +35,20 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
-test: $(STAMP) lint
-	$(PY) -m pytest -n auto -p no:cacheprovider --suite pr tests
+# Debian's chromium where none is installed and apt-get can install it (as root, or through sudo without a
+# password); elsewhere a note, and the browser test skips (under CI, where CI is set, it fails instead).
+browser:
+	@for name in $(BROWSERS); do command -v $$name >/dev/null 2>&1 && exit 0; done; \
+	if ! command -v apt-get >/dev/null 2>&1; then echo "note: no Chromium and no apt-get: the browser test cannot run"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true >/dev/null 2>&1; then sudo="sudo -n"; \
+	else echo "note: no Chromium, and apt-get needs root: the browser test cannot run"; exit 0; fi; \
+	echo "installing Debian's chromium for the report page's browser test"; \
+	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null \
+	  || echo "warning: apt-get could not install chromium: the browser test cannot run"
+
+test: $(STAMP) lint browser
+	$(PY) -m pytest -n auto -p no:cacheprovider --suite pr tests --gpumatrix-report $(TEST_REPORT)
+	$(VENV)/bin/gpumatrix coverage $(TEST_REPORT) --html reports/coverage-test.html --title "make test: path coverage"
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache
