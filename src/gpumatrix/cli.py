@@ -27,13 +27,14 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         EXIT_FAILED,
         "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware "
         "skip on the runner's own machine), nothing to run in the selection, test files with "
-        "registration problems, a GitHub or git call failed (bot)",
+        "registration problems, a required code path exercised by no passing test on a class that ran "
+        "or an undeclared one recorded (coverage), a GitHub or git call failed (bot)",
     ),
     (
         EXIT_USAGE,
         "usage or configuration: a bad option or argument, an unknown runner, an invalid "
-        "ci/matrix.yaml, a malformed GPUMATRIX_* variable, an unreadable input file, a machine that "
-        "is not the runner asked for or whose GPUs are busy",
+        "ci/matrix.yaml or ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable input file "
+        "(a report included), a machine that is not the runner asked for or whose GPUs are busy",
     ),
 )
 

@@ -425,6 +425,8 @@ def test_the_exit_code_table_is_in_every_help_and_in_the_readme():
         ["check", "--help"],
         ["bot", "handle", "--help"],
         ["plan", "--help"],
+        ["coverage", "--help"],
+        ["estimate", "--help"],
     ):
         text = " ".join(invoke(*command).output.split())
         for code, meaning in EXIT_CODES:

@@ -304,7 +304,11 @@ def test_skip_reasons_reach_the_terminal(run_on: Callable[..., PytestRun]) -> No
 
 def test_the_report_is_the_same_under_xdist(run_on: Callable[..., PytestRun]) -> None:
     serial, parallel = run_on("2xh100"), run_on("2xh100", "-n", "2")
-    assert parallel.report["files"] == serial.report["files"]
+
+    def unmeasured(files: dict) -> dict:  # measured seconds differ from run to run; all else must not
+        return {path: {k: v for k, v in entry.items() if k != "duration"} for path, entry in files.items()}
+
+    assert unmeasured(parallel.report["files"]) == unmeasured(serial.report["files"])
     assert parallel.report["totals"] == serial.report["totals"]
 
 

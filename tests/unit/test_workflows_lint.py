@@ -140,6 +140,7 @@ def test_each_action_is_pinned_to_one_commit_everywhere() -> None:
         "actions/checkout": 1,
         "actions/setup-python": 1,
         "actions/upload-artifact": 1,
+        "actions/download-artifact": 1,
     }
 
 
@@ -168,14 +169,19 @@ _PUBLISHING = {
 }
 JOB_PERMISSIONS = [
     ("ci.yml", "test", {"contents": "read"}),
+    # the coverage jobs read artifacts of their own run, which needs no `actions: read`
+    ("ci.yml", "coverage", {"contents": "read"}),
     ("gpu-tests.yml", "resolve", {"contents": "read"}),
     ("gpu-tests.yml", "test", {"contents": "read"}),
+    ("gpu-tests.yml", "coverage", {"contents": "read"}),
     ("gpu-tests.yml", "sync-start", _PUBLISHING),
     ("gpu-tests.yml", "sync-end", _PUBLISHING),
     ("nightly.yml", "matrix", {"contents": "read"}),
     ("nightly.yml", "gpu", _PUBLISHING),  # as pr-gpu.yml's: what gpu-tests.yml's jobs ask for
+    ("nightly.yml", "coverage", {"contents": "read"}),
     ("pr-gpu.yml", "matrix", {"contents": "read"}),
     ("pr-gpu.yml", "gpu", _PUBLISHING),  # a caller grants what the called workflow's jobs ask for
+    ("pr-gpu.yml", "coverage", {"contents": "read"}),
     ("rerun-test.yml", "handle", {**_PUBLISHING, "actions": "write"}),  # dispatch
     ("status-sync.yml", "sync", _PUBLISHING),
 ]
@@ -227,9 +233,17 @@ CHECKOUT_REFS = [
     ("gpu-tests.yml", "sync-start", [(DEFAULT_BRANCH, None)]),
     ("gpu-tests.yml", "sync-end", [(DEFAULT_BRANCH, None)]),
     ("gpu-tests.yml", "test", [("${{ inputs.sha }}", None)]),
+    ("gpu-tests.yml", "coverage", [(DEFAULT_BRANCH, None), ("${{ inputs.sha }}", "tree")]),
     ("pr-gpu.yml", "matrix", [(DEFAULT_BRANCH, None), ("${{ github.event.pull_request.head.sha }}", "tree")]),
     ("nightly.yml", "matrix", [(DEFAULT_BRANCH, None), ("${{ github.sha }}", "tree")]),
+    ("nightly.yml", "coverage", [(DEFAULT_BRANCH, None), ("${{ github.sha }}", "tree")]),
+    (
+        "pr-gpu.yml",
+        "coverage",
+        [(DEFAULT_BRANCH, None), ("${{ github.event.pull_request.head.sha }}", "tree")],
+    ),
     ("ci.yml", "test", [(None, None)]),
+    ("ci.yml", "coverage", [(None, None)]),
 ]
 
 
@@ -326,10 +340,14 @@ def test_workflows_call_only_commands_and_options_the_cli_has() -> None:
             options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", script)) - {"--disable-pip-version-check"}
             calls.append((name, path, sorted(options - commands.get(path, set()))))
     assert sorted({(name, path) for name, path, _ in calls}) == [
+        ("ci.yml", "coverage"),
         ("gpu-tests.yml", "bot sync"),
+        ("gpu-tests.yml", "coverage"),
         ("gpu-tests.yml", "matrix"),
         ("gpu-tests.yml", "run"),
+        ("nightly.yml", "coverage"),
         ("nightly.yml", "matrix"),
+        ("pr-gpu.yml", "coverage"),
         ("pr-gpu.yml", "matrix"),
         ("rerun-test.yml", "bot handle"),
         ("status-sync.yml", "bot sync"),
@@ -365,7 +383,9 @@ def test_ci_runs_the_pr_suite_only() -> None:
     """ci.yml runs `make test` (through nothing else), whose pytest deselects the other suites."""
     assert [s.get("run") for s in _load("ci.yml")["jobs"]["test"]["steps"] if "run" in s] == ["make test"]
     makefile = (ROOT / "Makefile").read_text().splitlines()
-    recipe = makefile[makefile.index("test: $(STAMP) lint") + 1]
+    recipe = makefile[
+        next(i for i, line in enumerate(makefile) if line.startswith("test: $(STAMP) lint")) + 1
+    ]
     assert "-m pytest" in recipe and "--suite pr" in recipe
 
 
@@ -428,3 +448,45 @@ def test_the_run_step_passes_suite_and_include_disabled(
     if "--tests-file" in expected:
         named = Path(args[args.index("--tests-file") + 1]).read_text().splitlines()
         assert named == ["tests/a.py", "tests/b.py::t"]
+
+
+# (workflow, the coverage job, the runner jobs it must wait for, whether a missing path only warns)
+COVERAGE_JOBS = [
+    ("ci.yml", "coverage", ["test"], False),
+    ("gpu-tests.yml", "coverage", ["test"], True),  # one runner, or named tests: part of a class
+    ("pr-gpu.yml", "coverage", ["matrix", "gpu"], False),
+    ("nightly.yml", "coverage", ["matrix", "gpu"], True),  # the nightly suite: part of each class's tests
+]
+
+
+@pytest.mark.parametrize(("name", "job_id", "runner_jobs", "warn_only"), COVERAGE_JOBS)
+def test_coverage_merges_the_reports_after_every_runner_job_whatever_their_outcome(
+    name: str, job_id: str, runner_jobs: list[str], warn_only: bool
+) -> None:
+    from gpumatrix.bot.report import REPORT_ARTIFACT_PREFIX
+
+    job = _load(name)["jobs"][job_id]
+    needs = job["needs"] if isinstance(job["needs"], list) else [job["needs"]]
+    assert needs == runner_jobs and job["if"].startswith("always()")
+    download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["with"]["pattern"] == f"{REPORT_ARTIFACT_PREFIX}*"
+    merge = next(s["run"] for s in job["steps"] if "gpumatrix coverage" in s.get("run", ""))
+    downloaded = download["with"]["path"].replace("${{ runner.temp }}", '"$RUNNER_TEMP"')
+    assert f"reports=({downloaded}/*/*.json)" in merge  # each artifact in its own folder
+    assert ("--warn-only" in merge) == warn_only
+    page = re.search(r'--html "([^"]+)"', merge).group(1)
+    upload = next(s for s in job["steps"] if s.get("name") == "Upload the report page")
+    assert upload["if"] == "always()" and upload["with"]["path"] == page.replace(
+        "$RUNNER_TEMP", "${{ runner.temp }}"
+    )
+    assert not upload["with"]["name"].startswith(REPORT_ARTIFACT_PREFIX)  # the bot reads those as reports
+
+
+def test_ci_uploads_the_report_make_test_writes() -> None:
+    from gpumatrix.bot.report import REPORT_ARTIFACT_PREFIX
+
+    written = re.search(r"^TEST_REPORT := (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
+    steps = _load("ci.yml")["jobs"]["test"]["steps"]
+    upload = next(s for s in steps if s.get("name") == "Upload the JSON test report")
+    assert upload["with"]["path"] == written and upload["if"] == "always()"
+    assert upload["with"]["name"].startswith(REPORT_ARTIFACT_PREFIX)
