@@ -124,7 +124,10 @@ def test_every_problem_is_reported_at_once_with_its_line():
         parse_paths(BAD, MATRIX, source="ci/paths.yaml")
     found = [(p.line, p.message) for p in caught.value.problems]
     assert found == [
-        (3, "path 'gemm.triton' required_on names unknown class 'h900' (known: cpu, h100, b200, gb300, 5090)"),
+        (
+            3,
+            "path 'gemm.triton' required_on names unknown class 'h900' (known: cpu, h100, b200, gb300, 5090)",
+        ),
         (3, "path 'gemm.triton' required_on names class 'h100' twice"),
         (
             4,
@@ -179,7 +182,10 @@ def test_malformed_files(text, message):
 
 @pytest.mark.parametrize(
     ("data", "message"),
-    [(b"paths:\n  gemm.x:\n    why: \xff\n", "ci/paths.yaml:3: not UTF-8 text (byte 0xff)"), (None, "cannot read")],
+    [
+        (b"paths:\n  gemm.x:\n    why: \xff\n", "ci/paths.yaml:3: not UTF-8 text (byte 0xff)"),
+        (None, "cannot read"),
+    ],
     ids=["not utf-8", "missing"],
 )
 def test_unreadable_files(tmp_path, data, message):
