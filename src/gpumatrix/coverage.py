@@ -116,7 +116,8 @@ class RunnerColumn:
 class ClassColumn:
     name: str
     ran: bool  # some report of this class executed a test
-    runners: tuple[str, ...]
+    runners: tuple[str, ...]  # runners of this class that reported
+    silent: tuple[str, ...] = ()  # runners of this class that did not
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,8 @@ def merge_reports(
         ClassColumn(
             name,
             ran=any(sum(c.totals.get(k, 0) for k in _OUTCOMES) for c in runners if c.gpu_class == name),
-            runners=tuple(c.label for c in runners if c.gpu_class == name),
+            runners=tuple(c.label for c in runners if c.gpu_class == name and c.reported),
+            silent=tuple(c.label for c in runners if c.gpu_class == name and not c.reported),
         )
         for name in matrix.classes
     )

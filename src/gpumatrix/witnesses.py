@@ -95,24 +95,25 @@ class WitnessHooks:
         self.declared, self.source = declared, source
         self._scratch = Path(tempfile.mkdtemp(prefix="gpumatrix-witness-"))
         self._file = self._scratch / "children.jsonl"
-        self._saved_env: str | None = None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item):
         global _running
+        # A test may run pytest in its own process (pytest.main): the inner session's tests take the
+        # records while they run, and the outer test's collection resumes after them.
         with _lock:
-            _running = []
-        self._saved_env = os.environ.get(WITNESS_FILE_ENV)
+            outer, _running = _running, []
+        saved_env = os.environ.get(WITNESS_FILE_ENV)
         os.environ[WITNESS_FILE_ENV] = str(self._file)
         try:
             return (yield)
         finally:
             with _lock:
-                _running = None
-            if self._saved_env is None:
+                _running = outer
+            if saved_env is None:
                 os.environ.pop(WITNESS_FILE_ENV, None)
             else:
-                os.environ[WITNESS_FILE_ENV] = self._saved_env
+                os.environ[WITNESS_FILE_ENV] = saved_env
             self._file.unlink(missing_ok=True)
 
     @pytest.hookimpl(wrapper=True)

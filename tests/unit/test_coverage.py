@@ -18,7 +18,7 @@ from gpumatrix.config import parse_matrix
 from gpumatrix.coverage import merge_reports, parse_report, read_report
 from gpumatrix.paths import parse_paths
 
-register(on=("cpu",), est_time=3)
+register(on=("cpu",), est_time=1)
 
 MATRIX = parse_matrix(MATRIX_YAML)
 CATALOG = parse_paths(PATHS_YAML, MATRIX)
@@ -61,6 +61,8 @@ def test_a_runner_that_never_reported_is_shown_so_and_never_green():
         "4-gpu-b200",
         "4-gpu-gb300",
     ]
+    (h100,) = [c for c in coverage.classes if c.name == "h100"]
+    assert (h100.ran, h100.runners, h100.silent) == (True, ("1-gpu-h100",), ("2-gpu-h100",))
     assert coverage.missing == () and coverage.exit_code == 0
 
 

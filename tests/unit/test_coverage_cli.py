@@ -14,7 +14,7 @@ from gpumatrix_trees import MATRIX_YAML, registered, write_tree
 from gpumatrix import register
 from gpumatrix.cli import main
 
-register(on=("cpu",), est_time=5)
+register(on=("cpu",), est_time=12)
 
 FILES = {
     "ci/paths.yaml": PATHS_YAML,
