@@ -327,6 +327,12 @@ def run_rank(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
+    from gpumatrix.witnesses import record
+    from mxfuse import witness
+
+    # A rank is a fresh interpreter (no conftest): it hands its records to the path coverage of the test that
+    # launched it itself, through the file the gpumatrix plugin names in the environment the rank inherits.
+    witness.subscribe(record)
     rank, world, job_file = int(argv[0]), int(argv[1]), Path(argv[2])
     job = torch.load(job_file, weights_only=True)
     result = run_rank(rank, world, job)

@@ -64,6 +64,7 @@ REQUIRED = [
     ("einsum.wo_a.kernel.pair", GPU),
     ("einsum.wo_a.kernel.bf16", GPU),
     ("einsum.wo_a.reference", ("cpu",)),
+    ("tp.all_reduce", ("cpu", "h100", "b200", "gb300")),  # gloo on CPU; the 2-GPU test's classes
 ]
 
 
