@@ -379,8 +379,8 @@ def coverage(
 ) -> None:
     """Merge runners' JSON reports into the path x GPU-class matrix checked against ci/paths.yaml.
 
-    Exit 1 when a path ci/paths.yaml requires on a class that reported was exercised by no passing
-    test there (say which), or a test recorded an undeclared path; classes that did not report are
+    Exit 1, naming each, when a path ci/paths.yaml requires on a class that reported was exercised by
+    no passing test there, or a test recorded an undeclared path; classes that did not report are
     shown as such, never green. Markdown of the matrices also goes to $GITHUB_STEP_SUMMARY when set.
     """
     import os
