@@ -67,8 +67,9 @@ def _file_cell(cell: FileCell | None, served: bool, est_time: float | None, repo
     parts += [f"{cell.failed} failed"] if cell.failed else []
     parts += [f"{cell.errors} errors"] if cell.errors else []
     parts += [f"{len(cell.skipped)} skipped"] if cell.skipped else []
-    ratio = cell.duration / est_time if cell.duration is not None and est_time else None
-    off = ratio is not None and cell.ran > 0 and (ratio > _OFF_BY or ratio < 1 / _OFF_BY)
+    # A file whose tests were all skipped measured nothing worth setting against its estimate.
+    ratio = cell.duration / est_time if cell.duration is not None and est_time and cell.ran else None
+    off = ratio is not None and (ratio > _OFF_BY or ratio < 1 / _OFF_BY)
     reasons: dict[str, list[str]] = {}
     for nodeid, reason in cell.skipped:
         reasons.setdefault(reason or "no reason given", []).append(nodeid)
