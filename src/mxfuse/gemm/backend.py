@@ -35,8 +35,10 @@ __all__ = [
     "Availability",
     "Backend",
     "check_aligned",
+    "check_operands_aligned",
     "cuda_capability",
     "import_optional",
+    "require_optional",
     "sm",
 ]
 
@@ -106,3 +108,35 @@ def check_aligned(t: torch.Tensor, argument: str, *, alignment: int, why: str) -
         raise ValueError(
             f"{argument} must start on a {alignment}-byte boundary ({why}); got address {t.data_ptr():#x}"
         )
+
+
+def check_operands_aligned(
+    a_q: torch.Tensor,
+    a_scale: torch.Tensor,
+    w: MxWeight,
+    out: torch.Tensor,
+    *,
+    alignment: int,
+    why: str,
+) -> None:
+    """``check_aligned`` for every operand a library kernel reads or writes, each named as the caller
+    knows it (``a[0]``, ``a[1]``, ``w.qweight``, ``w.scale``, ``out``)."""
+    operands = (
+        (a_q, "a[0]"),
+        (a_scale, "a[1]"),
+        (w.qweight, "w.qweight"),
+        (w.scale, "w.scale"),
+        (out, "out"),
+    )
+    for tensor, argument in operands:
+        check_aligned(tensor, argument, alignment=alignment, why=why)
+
+
+def require_optional(module: str, attribute: str, *, install: str, backend: str) -> ModuleType:
+    """``module`` (see ``import_optional``), or ``MxfuseUnavailableError`` naming ``backend`` and why not."""
+    mod, reason = import_optional(module, attribute, install=install)
+    if mod is None:
+        from mxfuse import MxfuseUnavailableError
+
+        raise MxfuseUnavailableError(f"backend {backend!r}: {reason}")
+    return mod

@@ -34,7 +34,7 @@ import torch
 
 from mxfuse.formats import BLOCK_SIZE, ScaleLayout, pack_ue8m0_deepgemm
 from mxfuse.gemm import backend as gemm_backend
-from mxfuse.gemm.backend import Availability, check_aligned, import_optional, sm
+from mxfuse.gemm.backend import Availability, check_operands_aligned, import_optional, require_optional, sm
 from mxfuse.gemm.weights import MxWeight
 
 __all__ = ["DEEPGEMM", "RECIPE", "SUPPORTED_CAPABILITIES"]
@@ -92,20 +92,8 @@ class _DeepGemmBackend:
         out: torch.Tensor,
     ) -> None:
         why = "DeepGEMM reads it through a TMA descriptor"
-        operands = (
-            (a_q, "a[0]"),
-            (a_scale, "a[1]"),
-            (w.qweight, "w.qweight"),
-            (w.scale, "w.scale"),
-            (out, "out"),
-        )
-        for tensor, argument in operands:
-            check_aligned(tensor, argument, alignment=_TMA_BYTES, why=why)
-        module, reason = import_optional("deep_gemm", "fp8_gemm_nt", install=_INSTALL)
-        if module is None:
-            from mxfuse import MxfuseUnavailableError
-
-            raise MxfuseUnavailableError(f"backend 'deepgemm': {reason}")
+        check_operands_aligned(a_q, a_scale, w, out, alignment=_TMA_BYTES, why=why)
+        module = require_optional("deep_gemm", "fp8_gemm_nt", install=_INSTALL, backend="deepgemm")
         module.fp8_gemm_nt((a_q, a_scale), (w.qweight, w.scale), out, recipe=RECIPE)
 
 

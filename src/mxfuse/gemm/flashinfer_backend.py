@@ -28,7 +28,7 @@ import torch
 
 from mxfuse.formats import BLOCK_SIZE, ScaleLayout, swizzle_128x4
 from mxfuse.gemm import backend as gemm_backend
-from mxfuse.gemm.backend import Availability, check_aligned, import_optional, sm
+from mxfuse.gemm.backend import Availability, check_operands_aligned, import_optional, require_optional, sm
 from mxfuse.gemm.weights import MxWeight
 
 __all__ = ["FLASHINFER", "MIN_N_K", "SUPPORTED_CAPABILITIES"]
@@ -87,20 +87,8 @@ class _FlashInferBackend:
         out: torch.Tensor,
     ) -> None:
         why = "the CUTLASS kernel makes 128-bit accesses"
-        operands = (
-            (a_q, "a[0]"),
-            (a_scale, "a[1]"),
-            (w.qweight, "w.qweight"),
-            (w.scale, "w.scale"),
-            (out, "out"),
-        )
-        for tensor, argument in operands:
-            check_aligned(tensor, argument, alignment=_ALIGN_BYTES, why=why)
-        module, reason = import_optional("flashinfer", "mm_mxfp8", install=_INSTALL)
-        if module is None:
-            from mxfuse import MxfuseUnavailableError
-
-            raise MxfuseUnavailableError(f"backend 'flashinfer': {reason}")
+        check_operands_aligned(a_q, a_scale, w, out, alignment=_ALIGN_BYTES, why=why)
+        module = require_optional("flashinfer", "mm_mxfp8", install=_INSTALL, backend="flashinfer")
         module.mm_mxfp8(
             a_q,
             w.qweight.t(),
