@@ -23,6 +23,7 @@ from mxfuse.formats import (
 )
 from mxfuse.hc.reference import N_STREAMS, HcBoundaryOutputs, empty_hc_boundary_outputs
 from mxfuse.kernels.hc_plan import HcConfig, HcScalars, HcWorkspace
+from mxfuse.memory import tensors_overlap
 
 __all__ = ["Call", "check_call"]
 
@@ -149,19 +150,6 @@ def _check_out(p: dict[str, object], tokens: int, hidden: int, layout: ScaleLayo
     return out
 
 
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the memory ranges two tensors address (first to last element) intersect."""
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-
-    def span(t: torch.Tensor) -> tuple[int, int]:
-        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
-
-    (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
-
-
 def _check_overlaps(inputs: dict[str, torch.Tensor | None], out: HcBoundaryOutputs, spec) -> None:
     """No output may share memory with an input or another output, but R' may update residual in place."""
     outputs = {"out.residual": out.residual, "out.pre": out.pre, "out.post": out.post, "out.comb": out.comb}
@@ -177,7 +165,7 @@ def _check_overlaps(inputs: dict[str, torch.Tensor | None], out: HcBoundaryOutpu
             in_place = name == "out.residual" and u is residual
             if in_place and (t.data_ptr(), t.stride()) == (u.data_ptr(), u.stride()):
                 continue
-            if _overlap(t, u):
+            if tensors_overlap(t, u):
                 hint = " (it may be residual itself, for an in-place update)" if in_place else ""
                 raise ValueError(f"{name} must not overlap {other}{hint}")
         seen[name] = t
