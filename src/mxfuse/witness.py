@@ -56,6 +56,9 @@ PATHS: dict[str, str] = {
     "einsum.wo_a.kernel.pair": "the grouped wo_a kernel's epilogue wrote wo_b's MXFP8 pair",
     "einsum.wo_a.kernel.bf16": "the grouped wo_a kernel wrote bf16 z",
     "einsum.wo_a.reference": "the torch reference grouped projection ran",
+    # Multi-query decode attention (mxfuse.attention)
+    "attention.kernel": "the split-KV Triton decode-attention kernel ran",
+    "attention.reference": "the float32 torch reference decode attention ran (CPU tensors or no kernel here)",
     # Tensor parallelism (mxfuse.models)
     "tp.all_reduce": "a row-parallel layer's partial sums were all-reduced over the tensor-parallel group",
 }

@@ -105,6 +105,8 @@ def test_fused_equals_unfused_and_both_stay_within_budget_of_bf16(models, tokens
     _assert_fused_records(fused_records, models["fused"])
     _assert_unfused_records(unfused_records)
     assert paths(bf16_records, "linear.") == [("linear.bf16", site) for site in SITES]
+    for records in (fused_records, unfused_records, bf16_records):  # every path attends with the kernel
+        assert [r["path"] for r in records if r["path"].startswith("attention.")] == ["attention.kernel"]
     assert_same_outputs(fused, unfused, name=f"T={tokens}")
     assert_within_budget(fused, bf16, name=f"T={tokens} fused vs bf16")
 

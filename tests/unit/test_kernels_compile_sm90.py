@@ -101,6 +101,22 @@ FAMILIES = {
 """,
         {"_hc_kernel"},
     ),
+    "mqa_decode": (
+        """
+    from mxfuse.kernels.mqa_decode import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
+    for dim, heads, new in ((512, 64, 1), (64, 16, 4)):
+        q = torch.randn(2 * new, heads, dim).to(torch.bfloat16)
+        kv = torch.randn(2, 100, dim).to(torch.bfloat16)
+        lens = torch.tensor([3, 90])
+        out = torch.empty(2 * new, heads * dim, dtype=torch.bfloat16)
+        configs = (choose_mqa_config(2, new, heads, dim), MqaConfig(d_parts=2, splits=3, pdl=True),
+                   MqaConfig(d_parts=1, splits=1))
+        for cfg in configs:
+            a, m = mqa_partials_numel(2, new * heads, dim, cfg.splits)
+            launch_mqa_decode(q, kv, lens, out, torch.empty(a), torch.empty(m), scale=0.1, config=cfg)
+""",
+        {"_mqa_split_kernel", "_mqa_combine_kernel"},
+    ),
 }
 
 

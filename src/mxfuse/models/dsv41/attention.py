@@ -11,8 +11,8 @@ this same code on its inputs, so it never separates fused from unfused.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from mxfuse.attention import mqa_decode_attention
 from mxfuse.models.dsv41.state import KvCache
 
 __all__ = ["mqa_attention", "rms_norm"]
@@ -30,22 +30,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> tor
 def mqa_attention(q: torch.Tensor, kv: torch.Tensor, cache: KvCache, *, scale: float) -> torch.Tensor:
     """Write ``kv`` [T, D] into ``cache`` and attend: ``q`` [T, heads, D] bf16 -> [T, heads * D] bf16.
 
-    Tokens are sequence-major: token ``b * S + s`` is new token ``s`` of sequence ``b`` (S = T / B). No
-    host synchronisation and static shapes throughout (a boolean mask over the whole capacity), so one
-    decode step can be captured in a CUDA graph. The heads are folded into the query length of one
-    attention head: with a single KV head that is exactly multi-query attention.
+    Tokens are sequence-major: token ``b * S + s`` is new token ``s`` of sequence ``b`` (S = T / B). The
+    attention is ``mxfuse.attention.mqa_decode_attention``: the split-KV kernel on CUDA, the float32
+    reference elsewhere. No host synchronisation (lengths are not read back) and static shapes, so one
+    decode step can be captured in a CUDA graph and replayed with new lengths.
     """
-    tokens, heads, dim = q.shape
-    b, capacity, _ = cache.kv.shape
+    tokens, _, dim = q.shape
+    b = cache.sequences
     s = tokens // b
-    device = q.device
-    pos = cache.lens.to(torch.int64)[:, None] + torch.arange(s, device=device)  # [B, S]
-    rows = torch.arange(b, device=device)[:, None].expand(b, s)
+    pos = cache.lens.to(torch.int64)[:, None] + torch.arange(s, device=q.device)  # [B, S]
+    rows = torch.arange(b, device=q.device)[:, None].expand(b, s)
     cache.kv.index_put_((rows, pos), kv.view(b, s, dim))
-    visible = torch.arange(capacity, device=device) <= pos[:, :, None]  # [B, S, capacity]
-    mask = visible[:, :, None, :].expand(b, s, heads, capacity).reshape(b, 1, s * heads, capacity)
-    keys = cache.kv.unsqueeze(1)  # [B, 1, capacity, D], also the values
-    o = F.scaled_dot_product_attention(
-        q.reshape(b, 1, s * heads, dim), keys, keys, attn_mask=mask, scale=scale
-    )
-    return o.reshape(tokens, heads * dim)
+    return mqa_decode_attention(q, cache.kv, cache.lens, scale=scale, check_lens=False)

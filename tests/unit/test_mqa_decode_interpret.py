@@ -1,0 +1,150 @@
+"""The decode-attention kernels' logic on the CPU: the Triton interpreter against the reference.
+
+Triton decides at import whether a kernel is interpreted, so the kernels run in one child process started
+with TRITON_INTERPRET=1 (once per session, shared by xdist workers through a locked file). They run with
+``fp32_dots``: the interpreter's bf16 dot does not multiply bf16 values, so both dots take fp32 copies of
+the same bf16 operands (P still rounded to bf16, by the interpreter's truncating cast). Each case writes
+into NaN-poisoned outputs and partials, over a cache whose unused positions are NaN.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from attention_checks import assert_attention_matches, make_mqa_inputs
+from filelock import FileLock
+
+import mxfuse
+from gpumatrix import register
+from gpumatrix.compare import assert_same_bits
+from mxfuse.attention import mqa_decode_attention_reference
+
+register(on=("cpu",), est_time=60)
+
+# name: (lens, new tokens, heads, head_dim, capacity or None, config fields)
+CASES = {
+    "one split writes the output": (
+        [5, 40],
+        1,
+        4,
+        32,
+        None,
+        dict(block_n=16, block_m=16, d_parts=1, splits=1),
+    ),
+    "three splits": ([0, 9, 70], 1, 8, 32, None, dict(block_n=16, block_m=16, d_parts=1, splits=3)),
+    "two output parts": ([33, 2], 2, 8, 64, None, dict(block_n=16, block_m=16, d_parts=2, splits=4)),
+    "two row blocks, S = 4": ([21, 0], 4, 8, 32, None, dict(block_n=16, block_m=16, d_parts=2, splits=2)),
+    "more splits than tiles": ([3, 50], 2, 4, 32, None, dict(block_n=16, block_m=16, d_parts=1, splits=9)),
+    "at least 2 tiles a split": ([3, 90], 1, 4, 32, None, dict(block_n=16, block_m=16, splits=5, min_tiles=2)),
+    "head_dim 48 (masked dims)": ([30], 1, 4, 48, None, dict(block_n=16, block_m=16, d_parts=2, splits=2)),
+    "duplicated sequence": ([60, 60], 1, 4, 32, None, dict(block_n=16, block_m=16, d_parts=1, splits=3)),
+    "lens past capacity, clamped": (
+        [500, 7],
+        2,
+        4,
+        32,
+        48,
+        dict(block_n=16, block_m=16, d_parts=1, splits=2),
+    ),
+}
+
+_WORKER = """
+import importlib, sys, torch
+md = importlib.import_module("mxfuse.kernels.mqa_decode")
+cases = torch.load(sys.argv[1], weights_only=False)
+results = {"interpreted": type(md._mqa_split_kernel).__name__}
+for name, c in cases.items():
+    q, kv, lens = c["q"], c["kv"], c["lens"]
+    cfg = md.MqaConfig(**c["config"])
+    tokens, heads, dim = q.shape
+    out = torch.full((tokens, heads * dim), float("nan"), dtype=torch.bfloat16)
+    a, m = md.mqa_partials_numel(kv.shape[0], (tokens // kv.shape[0]) * heads, dim, cfg.splits)
+    acc, ml = torch.full((a,), float("nan")), torch.full((m,), float("nan"))
+    md.launch_mqa_decode(q, kv, lens, out, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True)
+    results[name] = out
+torch.save(results, sys.argv[2])
+"""
+
+
+def _inputs(name: str):
+    lens, new, heads, dim, capacity, _ = CASES[name]
+    if capacity is None:
+        return make_mqa_inputs(lens, new_tokens=new, heads=heads, head_dim=dim, seed=len(name))
+    x = make_mqa_inputs([0] * len(lens), new_tokens=new, heads=heads, head_dim=dim, capacity=capacity,
+                        seed=len(name), poison_unused=None)  # fmt: skip
+    x.lens = torch.tensor(lens)
+    return x
+
+
+def _payload() -> dict:
+    payload = {}
+    for name, case in CASES.items():
+        x = _inputs(name)
+        if name == "duplicated sequence":
+            x.kv[1] = x.kv[0]
+            x.q[1] = x.q[0]
+        payload[name] = {"q": x.q, "kv": x.kv, "lens": x.lens, "scale": x.scale, "config": case[5]}
+    return payload
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        tmp = tmp.parent
+    results = tmp / "mqa_decode_interpret.pt"
+    with FileLock(str(results) + ".lock"):
+        if not results.exists():
+            payload = _payload()
+            torch.save(payload, tmp / "mqa_decode_cases.pt")
+            src = str(Path(mxfuse.__file__).resolve().parents[1])
+            env = {
+                **os.environ,
+                "TRITON_INTERPRET": "1",
+                "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+            }
+            done = subprocess.run(
+                [sys.executable, "-c", _WORKER, str(tmp / "mqa_decode_cases.pt"), str(results) + ".partial"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1200,
+                check=False,
+            )
+            assert done.returncode == 0, (
+                f"interpreter run failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+            )
+            os.replace(str(results) + ".partial", results)
+    return torch.load(results, weights_only=False)
+
+
+def test_kernels_ran_interpreted(interpreted) -> None:
+    assert interpreted["interpreted"] == "InterpretedFunction"
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "lens past capacity, clamped"])
+def test_matches_reference(interpreted, name: str) -> None:
+    x = _inputs(name)
+    if name == "duplicated sequence":
+        x.kv[1] = x.kv[0]
+        x.q[1] = x.q[0]
+    ref = mqa_decode_attention_reference(x.q, x.kv, x.lens, scale=x.scale)
+    assert_attention_matches(interpreted[name], ref, heads=x.q.shape[1], name=name)
+
+
+def test_duplicated_sequence_gives_the_same_bits(interpreted) -> None:
+    out = interpreted["duplicated sequence"]
+    assert_same_bits(out[1], out[0], name="sequence 1 (a copy of sequence 0)")
+
+
+def test_lengths_past_capacity_are_clamped_in_the_kernel(interpreted) -> None:
+    """lens[0] = 500 in a cache of 48 with S = 2 reads as 46 (capacity - S): nothing outside the cache."""
+    x = _inputs("lens past capacity, clamped")
+    x.lens = torch.tensor([46, 7])
+    ref = mqa_decode_attention_reference(x.q, x.kv, x.lens, scale=x.scale)
+    assert_attention_matches(interpreted["lens past capacity, clamped"], ref, heads=x.q.shape[1])
