@@ -119,7 +119,8 @@ SHAPES_512 = ((32, 1, 8, 2), (32, 1, 8, 3), (64, 1, 8, 2), (32, 2, 8, 2), (32, 2
 
 def candidate_configs(sequences: int, heads: int) -> list[MqaConfig]:
     """The sweep's candidates for one shape: tile shapes, and splits that fill the GPU (132 SMs) once and
-    twice (and 16 to 128 splits for one sequence)."""
+    twice (and 16 to 128 splits for one sequence); for up to 4 sequences also programs of 16 or 32 heads
+    (more, smaller programs: less q to load and less partial to write each)."""
     block_m = min(64, max(16, triton.next_power_of_2(heads)))
     out = []
     for block_n, d_parts, warps, stages in SHAPES_512:
@@ -129,7 +130,53 @@ def candidate_configs(sequences: int, heads: int) -> list[MqaConfig]:
             splits |= {16, 32, 64, 128}
         for n in sorted(splits):
             out.append(MqaConfig(block_n, block_m, d_parts, n, warps, stages))
+    if sequences <= 4:
+        for small_m, block_n, warps in itertools.product((16, 32), (32, 64), (4,)):
+            if small_m < block_m:
+                for n in (32, 64) if sequences == 1 else (8, 16):
+                    out.append(MqaConfig(block_n, small_m, 1, n, warps, 2))
     return out
+
+
+def pick_winners(sweep: list[dict]) -> dict[str, dict]:
+    """Per table key, the configuration measured at every swept length whose times are closest to each
+    length's best (least geometric mean of time / best time): the table cannot see lengths, so one
+    configuration must serve them all."""
+    by_key: dict[str, dict[int, dict[MqaConfig, float]]] = {}
+    for row in sweep:
+        per_length = by_key.setdefault(row["key"], {})
+        per_length.setdefault(row["length"], {})[MqaConfig(**row["config"])] = row["us"]
+    winners = {}
+    for key, per_length in by_key.items():
+        common = set.intersection(*(set(times) for times in per_length.values()))
+        if not common:
+            continue
+        best = {n: min(times.values()) for n, times in per_length.items()}
+
+        def score(config: MqaConfig, per_length=per_length, best=best) -> float:
+            return math.prod(per_length[n][config] / best[n] for n in per_length) ** (1 / len(per_length))
+
+        choice = min(common, key=score)
+        winners[key] = {"score": score(choice), **choice.__dict__}
+    return winners
+
+
+def kernel_breakdown(sets: list[dict], scale: float, config: MqaConfig, calls: int = 50) -> dict[str, float]:
+    """Device microseconds per call of each kernel (torch profiler, eager launches, warm caches)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for s in sets[:2]:
+        kernel_call(s, scale, config)()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            kernel_call(sets[i % len(sets)], scale, config)()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.key_averages():
+        if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA and "mqa" in event.key:
+            totals[event.key] = round(event.self_device_time_total / calls, 2)
+    return totals
 
 
 def main() -> None:
@@ -160,7 +207,6 @@ def main() -> None:
     )
     results: dict = {"device": props.name, "bandwidth": bandwidth, "rows": [], "sweep": []}
 
-    winners: dict[str, dict] = {}
     if args.sweep:
         for shape in args.sweep_shapes.split(","):
             t, n = (int(v) for v in shape.split(":"))
@@ -178,12 +224,18 @@ def main() -> None:
                     continue
                 timed.append((us, config))
                 results["sweep"].append(
-                    {"tokens": t, "length": n, "config": config.__dict__, "us": us, "err": err}
+                    {
+                        "key": f"rows{heads}_b{t}_d{dim}",
+                        "tokens": t,
+                        "length": n,
+                        "config": config.__dict__,
+                        "us": us,
+                        "err": err,
+                    }
                 )
             if timed:
                 us, best = min(timed, key=lambda x: x[0])
                 print(f"sweep T={t} L={n}: best {us:.1f} us {best} of {len(timed)}", flush=True)
-                winners[f"rows{heads}_b{t}_d{dim}@{n}"] = {"us": us, "length": n, **best.__dict__}
             del sets
             torch.cuda.empty_cache()
         if args.table is not None:
@@ -193,10 +245,9 @@ def main() -> None:
                 ).read_text()
             )
             table["device"] = f"{props.name}, swept {datetime.date.today()} (benchmarks/attention.py --sweep)"
-            # One entry per shape: the winner at the longest length swept (the table's splits are the
-            # most a sequence uses; min_tiles, set by hand from the sweep, keeps short ones on fewer).
-            for tagged, w in sorted(winners.items(), key=lambda kv: kv[1]["length"]):
-                table["configs"][tagged.split("@")[0]] = {
+            for key, w in pick_winners(results["sweep"]).items():
+                print(f"table {key}: {w}", flush=True)
+                table["configs"][key] = {
                     k: w[k]
                     for k in (
                         "block_n",
@@ -241,7 +292,8 @@ def main() -> None:
             f"| {t} | {n} | {med['kernel']:.1f} | {med['kernel_flipped']:.1f} | {sdpa_s} | {floor:.1f} | "
             f"{med['kernel'] / floor:.2f}x | {ratio_s} |"
         )
-        print(lines[-1], f"(config {config}, err {err:.2e})", flush=True)
+        row["breakdown_us"] = kernel_breakdown(sets, scale, config)
+        print(lines[-1], f"(config {config}, err {err:.2e}, kernels {row['breakdown_us']})", flush=True)
         del sets
         torch.cuda.empty_cache()
     out_dir = os.environ.get("OUT")
