@@ -108,7 +108,7 @@ def mxfp8_mainloop(
     w_rows = w_ptr + cols[:, None].to(tl.int64) * stride_wn
     if DOT == 3:
         g_begin = k_start // 32
-        acc = acc + fold_mainloop(
+        folded, _ = fold_mainloop(
             a_rows,
             w_rows,
             as_ptr,
@@ -139,6 +139,7 @@ def mxfp8_mainloop(
             True,  # R % BLOCK_N == 0 and K = SPLIT * K_ITERS * BLOCK_K: every tile is whole
             NUM_STAGES,
         )
+        acc = acc + folded
     else:
         step0 = k_start // BLOCK_K
         n_groups = (k_start // BLOCK_K + K_ITERS) * BG  # groups up to the range's end: nothing is masked

@@ -45,6 +45,7 @@ def _mxfp8_fold_kernel(
     out_ptr,  # bf16 [M, N]
     work_ptr,  # fp32 split-K partials
     cnt_ptr,  # int32 arrival counters, one per output tile
+    path_ptr,  # PATH_LOG: int32 per (tile, split): 1 where the folded loop's result was kept, 0 exact path
     M,
     N,
     K,
@@ -63,6 +64,7 @@ def _mxfp8_fold_kernel(
     W_BIAS: tl.constexpr,
     EVEN: tl.constexpr,
     PDL: tl.constexpr,
+    PATH_LOG: tl.constexpr,
     NUM_STAGES: tl.constexpr,
 ):
     if PDL:
@@ -79,7 +81,7 @@ def _mxfp8_fold_kernel(
     g_end = tl.minimum(g_begin + steps_per_split * BLOCK_G, n_groups)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = fold_mainloop(
+    acc, folded = fold_mainloop(
         a_ptr + rows[:, None].to(tl.int64) * K,
         w_ptr + cols[:, None].to(tl.int64) * K,
         as_ptr,
@@ -113,6 +115,8 @@ def _mxfp8_fold_kernel(
     if SWAP_AB:
         acc = tl.trans(acc)
     tile_id = pid_m * tl.num_programs(0) + pid_n
+    if PATH_LOG:
+        tl.store(path_ptr + tile_id * SPLIT_K + pid_k, folded.to(tl.int32))
     finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, tile_id, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
 
 
@@ -223,12 +227,15 @@ def launch_fold(
     pdl: bool,
     num_warps: int,
     num_stages: int,
+    path_log: torch.Tensor | None = None,
 ) -> None:
     """Launch on validated tensors: ``a_q`` fp8 ``[M, K]``, ``a_scale_bytes`` every byte of its scale
     storage, ``w_q`` fp8 ``[N, K]``, ``w_scale_t`` uint8 ``[K/32, N]``, ``out`` bf16 ``[M, N]``; ``work``
     and ``counters`` a split-K workspace for ``cdiv(M, block_m) * cdiv(N, block_n)`` tiles. ``w_bias``:
     the weight scale byte folded as 2**0 by an fp16 operand-mode fold (its bytes in [w_bias - 14,
-    w_bias + 7] fold exactly; others take the exact path)."""
+    w_bias + 7] fold exactly; others take the exact path). ``path_log`` (int32, one per (tile, split),
+    tile-major): where each program says whether its folded loop's result was kept (1) or the exact path
+    ran (0), for tests."""
     check_fold_options(operand=operand, cvt=cvt, act=act, wscale=wscale)
     m, k = a_q.shape
     n = w_q.shape[0]
@@ -242,10 +249,11 @@ def launch_fold(
     codes = (lambda x: x.view(torch.uint8)) if cvt == "bits" else (lambda x: x)
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
     _mxfp8_fold_kernel[grid](
-        codes(a_q), a_scale_bytes, codes(w_q), w_scale_t, folded, refs, out, work, counters, m, n, k,
-        -(-m // 4) * 4, -(-(k // 32) // 4), split_k,
-        A_LAYOUT=a_layout_code, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g, SWAP_AB=swap_ab, OP=OPERAND_CODE[operand], CVT=CVT_CODE[cvt], ACT=ACT_CODE[act],
-        WSCALE=WSCALE_CODE[wscale], W_BIAS=w_bias if operand == "f16" else 127, PDL=pdl,
-        EVEN=n % block_n == 0 and (k // 32) % (block_g * split_k) == 0,
-        NUM_STAGES=num_stages, num_warps=num_warps, **({"launch_pdl": True} if pdl else {}),
+        codes(a_q), a_scale_bytes, codes(w_q), w_scale_t, folded, refs, out, work, counters,
+        counters if path_log is None else path_log, m, n, k, -(-m // 4) * 4, -(-(k // 32) // 4), split_k,
+        A_LAYOUT=a_layout_code, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g, SWAP_AB=swap_ab,
+        OP=OPERAND_CODE[operand], CVT=CVT_CODE[cvt], ACT=ACT_CODE[act], WSCALE=WSCALE_CODE[wscale],
+        W_BIAS=w_bias if operand == "f16" else 127, EVEN=n % block_n == 0 and (k // 32) % (block_g * split_k) == 0,
+        PDL=pdl, PATH_LOG=path_log is not None, NUM_STAGES=num_stages, num_warps=num_warps,
+        **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip

@@ -392,7 +392,8 @@ def fold_mainloop(
     or from ``pref_ptr`` (``ACT_PREFOLD``: the folding launch's; -1 marks a row that does not fold);
     the weight's, W_BIAS (fp16 operand mode) or 127. The loop keeps each row's smallest and largest
     byte; after it, one multiply by ``2**(ref_a + ref_w - 254)``, or the exact path when a byte left
-    the window (a NaN block, a zero block next to nonzero ones, scales far apart).
+    the window (a NaN block, a zero block next to nonzero ones, scales far apart). Returns (acc, whether
+    the folded loop's result was kept).
     """
     if ACT == 1:
         ref_a = tl.load(pref_ptr + rows, mask=row_ok, other=127)
@@ -459,7 +460,7 @@ def fold_mainloop(
         for g in tl.range(g_begin, g_end):
             acc = _exact_group(acc, g, a_rows, w_rows, as_ptr, ws_ptr, rows, cols, row_ok, col_ok, a_group0, a_n_groups,
                                rows4, n_k4, n_ws, A_LAYOUT, SWAP_AB)  # fmt: skip
-    return acc
+    return acc, exact
 
 
 @triton.jit
