@@ -51,6 +51,8 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# This checkout's kernels, not an installed copy (the compile workers inherit it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gpu_timing import bench_us, copy_bandwidth, rotation_count
 
 from gpumatrix.compare import calc_diff
@@ -325,6 +327,18 @@ def calls(p: Problem, variant: str | GemmConfig | None) -> list:
     return [functools.partial(launch, p, i, variant) for i in range(len(p.weights))]
 
 
+def context_alive(device: str) -> bool:
+    """False once a kernel fault (an illegal address, say) has left the CUDA context unusable."""
+    if device != "cuda":
+        return True
+    try:
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
 def floor_us(p: Problem, bandwidth: float) -> float:
     nbytes = p.n * p.k * (1 + 1 / 32) + p.m * p.k * (1 + 1 / 32) + 2 * p.m * p.n
     return nbytes / bandwidth * 1e6
@@ -356,7 +370,7 @@ def plan(
 
 
 def compile_worker(
-    index: int, workers: int, shapes: dict, ms: tuple[int, ...], num_sms: int, max_tier: int
+    index: int, workers: int, shapes: dict, ms: tuple[int, ...], num_sms: int, max_tier: int, device: str
 ) -> None:
     """Launch this worker's share of distinct compiled variants once (zero inputs, small M) so that
     Triton writes them to its disk cache for the main process."""
@@ -369,15 +383,15 @@ def compile_worker(
             continue
         m_small = min(m, config.block_m) if config.kind == "gemv" else min(m, 16)
         try:
-            a = torch.zeros(m_small, k, device="cuda").to(torch.float8_e4m3fn)
-            s = torch.full((m_small, k // 32), 127, dtype=torch.uint8, device="cuda")
+            a = torch.zeros(m_small, k, device=device).to(torch.float8_e4m3fn)
+            s = torch.full((m_small, k // 32), 127, dtype=torch.uint8, device=device)
             pair = (a, scale_to_layout(s, scale_layout=LAYOUT))
             sb = scale_storage_view(pair[1], scale_spec(m_small, k, scale_layout=LAYOUT)).view(torch.uint8)
-            wq = torch.zeros(n, k, device="cuda").to(torch.float8_e4m3fn)
-            ws = torch.full((k // 32, n), 127, dtype=torch.uint8, device="cuda")
-            out = torch.empty(m_small, n, dtype=torch.bfloat16, device="cuda")
+            wq = torch.zeros(n, k, device=device).to(torch.float8_e4m3fn)
+            ws = torch.full((k // 32, n), 127, dtype=torch.uint8, device=device)
+            out = torch.empty(m_small, n, dtype=torch.bfloat16, device=device)
             launch_mxfp8_gemm(pair[0], sb, LAYOUT, wq, ws, out, config=config)
-            torch.cuda.synchronize()
+            sync(device)
         except Exception as exc:  # reported again, with its traceback, when the main process runs it
             print(f"[compile worker {index}] {key}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
 
@@ -403,6 +417,7 @@ def precompile(args, shapes: dict, ms: tuple[int, ...], deadline: float) -> floa
             "--max-tier",
             str(args.max_tier),
         ]
+        cmd += ["--cpu-smoke"] if args.cpu_smoke else []
         procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
     for proc in procs:
         try:
@@ -432,7 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         "--table", default=None, help="winners (default: $OUT or reports/mxfp8_gemm_configs.json)"
     )
     parser.add_argument(
-        "--compile-workers", type=int, default=8, help="child processes compiling kernels first"
+        "--compile-workers",
+        type=int,
+        default=None,
+        help="child processes compiling kernels first (8; 0 on CPU)",
     )
     parser.add_argument("--compile-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under the Triton interpreter")
@@ -444,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     ms = tuple(int(v) for v in args.ms.split(",")) if args.ms else (SMOKE_MS if args.cpu_smoke else MS)
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
     if args.compile_worker is not None:
-        compile_worker(args.compile_worker, args.compile_workers, shapes, ms, num_sms, args.max_tier)
+        compile_worker(args.compile_worker, args.compile_workers, shapes, ms, num_sms, args.max_tier, device)
         return 0
 
     deadline = t0 + args.budget_s
@@ -458,7 +476,9 @@ def main(argv: list[str] | None = None) -> int:
         "budget_s": args.budget_s,
     }
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
-    if device == "cuda" and args.compile_workers > 0:
+    if args.compile_workers is None:
+        args.compile_workers = 8 if device == "cuda" else 0
+    if args.compile_workers > 0:
         env["precompile_s"] = round(precompile(args, shapes, ms, t0 + 0.35 * args.budget_s), 1)
         print(f"precompiled in {env['precompile_s']} s", flush=True)
     bandwidth = copy_bandwidth() if device == "cuda" else 1e12
@@ -500,13 +520,30 @@ def main(argv: list[str] | None = None) -> int:
             row["traceback"] = traceback.format_exc()[-1500:]
         results[(name, m)]["screen"].append(row)
         state = f"{row['us']:.2f} us" if "us" in row else row.get("error", "REFUSED by its checks")
-        print(f"  {name} M={m} tier {tier}: {config} -> {state}", flush=True)
+        print(f"  {name} M={m} tier {tier}: {short(config.to_json())} -> {state}", flush=True)
+        if "error" in row and not context_alive(device):
+            stopped = f"the CUDA context was lost at {short(config.to_json())} ({row['error'][:120]})"
+            break
 
     table_rows = []
+    alive = context_alive(device)
     for (name, m), p in problems.items():
         res = results[(name, m)]
+        res["floor_us"] = floor_us(p, bandwidth)
+        res["default_config"] = defaults[(name, m)].to_json()
+        if not alive:  # no more launches: the screening times stand
+            timed = sorted((r for r in res["screen"] if "us" in r), key=lambda r: r["us"])
+            res["confirm_us"] = {"bf16": res["bf16_screen_us"]}
+            res["confirm_rounds"] = 0
+            if timed:
+                res["best"] = {"config": timed[0]["config"], "us": timed[0]["us"]}
+                table_rows.append((name, m, p.n, p.k, GemmConfig(**timed[0]["config"])))
+    for (name, m), p in problems.items() if alive else ():
+        res = results[(name, m)]
         timed = sorted((r for r in res["screen"] if "us" in r), key=lambda r: r["us"])
-        finalists: dict[str, str | GemmConfig] = {"bf16": "bf16", "default": None}
+        finalists: dict[str, str | GemmConfig | None] = {"bf16": "bf16"}
+        if any(r["default"] and "us" in r for r in res["screen"]):  # only a checked default
+            finalists["default"] = None
         for r in timed[:2]:
             cfg = GemmConfig(**r["config"])
             if cfg != defaults[(name, m)]:
@@ -570,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{best['us']:>10.2f}{bf / best['us']:>8.2f}{res['floor_us']:>9.2f}  {short(best['config'])}"
             )
         else:
-            line += f"{'-':>9}{'-':>8}{res.get('floor_us', float('nan')):>8.2f}  (nothing checked)"
+            line += f"{'-':>10}{'-':>8}{res.get('floor_us', float('nan')):>9.2f}  (nothing checked)"
         print(line)
     failed = sum(1 for res in results.values() for r in res["screen"] if "us" not in r)
     print(f"\n{failed} screened configurations failed to compile or check (see the JSON)")
