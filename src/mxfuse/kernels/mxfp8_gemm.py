@@ -4,16 +4,18 @@ Hopper included): the launcher, and the decode GEMV kernel.
 ``out[M, N] = sum_k deq(a)[m, k] * deq(w)[n, k]``. ``a``: E4M3 ``[M, K]`` with UE8M0 scales per 32 K in any
 of the three layouts; ``w``: E4M3 ``[N, K]`` with UE8M0 scales stored K-group-major, uint8 ``[K/32, N]``
 (``weight_scale_kgroup_major``). Products of E4M3 values (and of E4M3 values times powers of two inside the
-exact windows the kernels check) are exact; sums are fp32; a NaN scale byte 0xFF reaches every output of
-its row.
+exact windows the kernels check) are exact; sums are fp32 (inside one FP8 MMA of the ``mma8`` kernel,
+Hopper's narrower accumulation); a NaN scale byte 0xFF reaches every output of its row of ``a`` (or
+column, for ``w``).
 
 ``launch_mxfp8_gemm`` runs one of four kernels, named by the configuration's ``kind``
 (``mxfp8_configs.GemmConfig``), which comes from ``mxfp8_configs.choose_config``: the measured table for
 the device and ``[N, K]`` when it has an entry, else ``default_config`` (its docstring gives the M
 thresholds and the measurements behind them). The kernels:
 
-* ``gemv`` (here): CUDA cores, no tensor-core dot, M <= 4. Each program owns BLOCK_N weight rows and a K
-  range; each thread streams 16 weight bytes of one row per chunk and keeps elementwise partial sums.
+* ``gemv`` (here): CUDA cores, no tensor-core dot, for M up to its BLOCK_M (1, 2 or 4; the default rule
+  takes it for M <= 2). Each program owns BLOCK_N weight rows and a K range; each thread streams 16
+  weight bytes of one row per chunk and keeps elementwise partial sums.
 * ``dq16`` / ``mma8`` (``mxfp8_mma``): tensor-core dots promoted inside the K loop.
 * ``fold`` (``mxfp8_fold``): 16-bit tensor-core dots with every scale folded into the operands, one
   accumulator, scaled once after the loop.
