@@ -4,7 +4,7 @@ launcher's table.
     PYTHONUNBUFFERED=1 python benchmarks/mxfp8_gemm_sweep.py [--budget-s 400] [--shapes ...] [--ms ...]
         [--json PATH] [--table PATH] [--compile-workers 8]
 
-Shapes (N, K) and M as in benchmarks/mxfp8_gemm.py. For every (shape, M), in one process:
+Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one process:
   * ``bf16``: ``torch.mm`` on bf16 copies of the weights (cuBLAS), and the byte floor (weight, activation
     and output bytes at the device-to-device copy bandwidth measured in the same run);
   * ``default``: what the launcher runs today (``mxfp8_configs.choose_config``);
@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # This checkout's kernels, not an installed copy (the compile workers inherit it).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gpu_timing import bench_us, copy_bandwidth, rotation_count
+from mxfp8_gemm import MS, SHAPES  # the benchmark's shapes and M values
 
 from gpumatrix.compare import calc_diff
 from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view, scale_to_layout
@@ -62,14 +63,6 @@ from mxfuse.gemm.weights import MxWeight, quantize_weight
 from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config
 from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
 
-SHAPES = {
-    "v41 wqkv_a": (1792, 5120),
-    "v41 wo_b tp4": (5120, 2048),
-    "v41 wo_b dp4": (5120, 8192),
-    "pro wqkv_a": (2048, 7168),
-    "pro wo_b": (7168, 16384),
-}
-MS = (1, 4, 16, 64, 256, 2048)
 SMOKE_SHAPES = {"smoke a": (128, 512), "smoke b": (192, 256)}
 SMOKE_MS = (1, 16, 64)
 LAYOUT = "deepgemm"  # the activation scale layout the producers write by default
@@ -349,18 +342,19 @@ def floor_us(p: Problem, bandwidth: float) -> float:
 
 
 def plan(
-    shapes: dict, ms: tuple[int, ...], num_sms: int, max_tier: int
+    shapes: dict, ms: tuple[int, ...], num_sms: int, max_tier: int, device_name: str | None = None
 ) -> list[tuple[str, int, GemmConfig, int]]:
-    """(shape, M, configuration, tier) of every default (tier -1) and candidate, in screening order: the
-    defaults, then tier 0 over every problem, then tier 1, and so on."""
+    """(shape, M, configuration, tier) of every default (tier -1: what the launcher runs on
+    ``device_name`` today, its table included) and candidate, in screening order: the defaults, then
+    tier 0 over every problem, then tier 1, and so on."""
     items = []
     for name, (n, k) in shapes.items():
         for m in ms:
-            items.append((name, m, choose_config(m, n, k, num_sms=num_sms), -1))
+            items.append((name, m, choose_config(m, n, k, device_name=device_name, num_sms=num_sms), -1))
     tiers: dict[int, list] = {}
     for name, (n, k) in shapes.items():
         for m in ms:
-            default = choose_config(m, n, k, num_sms=num_sms)
+            default = choose_config(m, n, k, device_name=device_name, num_sms=num_sms)
             for tier, config in candidates(m, n, k, num_sms=num_sms):
                 if tier <= max_tier and config != default:
                     tiers.setdefault(tier, []).append((name, m, config, tier))
@@ -370,12 +364,19 @@ def plan(
 
 
 def compile_worker(
-    index: int, workers: int, shapes: dict, ms: tuple[int, ...], num_sms: int, max_tier: int, device: str
+    index: int,
+    workers: int,
+    shapes: dict,
+    ms: tuple[int, ...],
+    num_sms: int,
+    max_tier: int,
+    device: str,
+    device_name: str | None,
 ) -> None:
     """Launch this worker's share of distinct compiled variants once (zero inputs, small M) so that
     Triton writes them to its disk cache for the main process."""
     keys: dict[str, tuple[int, int, int, GemmConfig]] = {}
-    for name, m, config, _tier in plan(shapes, ms, num_sms, max_tier):
+    for name, m, config, _tier in plan(shapes, ms, num_sms, max_tier, device_name):
         n, k = shapes[name]
         keys.setdefault(compile_key(config, n, k), (m, n, k, config))
     for i, (key, (m, n, k, config)) in enumerate(sorted(keys.items())):
@@ -461,8 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     shapes = {s: all_shapes[s] for s in (args.shapes.split(",") if args.shapes else all_shapes)}
     ms = tuple(int(v) for v in args.ms.split(",")) if args.ms else (SMOKE_MS if args.cpu_smoke else MS)
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
+    device_name = torch.cuda.get_device_properties(0).name if device == "cuda" else None
     if args.compile_worker is not None:
-        compile_worker(args.compile_worker, args.compile_workers, shapes, ms, num_sms, args.max_tier, device)
+        compile_worker(
+            args.compile_worker, args.compile_workers, shapes, ms, num_sms, args.max_tier, device, device_name
+        )
         return 0
 
     deadline = t0 + args.budget_s
@@ -497,9 +501,12 @@ def main(argv: list[str] | None = None) -> int:
         results[key]["bf16_screen_us"] = time_us(calls(p, "bf16"), device, target_ms=6.0, replays=5)
     edge_seen: dict[str, dict] = {}
     confirm_reserve = CONFIRM_SHARE * args.budget_s
-    defaults = {(name, m): choose_config(m, *shapes[name], num_sms=num_sms) for name, m in problems}
+    defaults = {
+        (name, m): choose_config(m, *shapes[name], device_name=device_name, num_sms=num_sms)
+        for name, m in problems
+    }
     stopped = None
-    for name, m, config, tier in plan(shapes, ms, num_sms, args.max_tier):
+    for name, m, config, tier in plan(shapes, ms, num_sms, args.max_tier, device_name):
         if time.time() > deadline - confirm_reserve:
             stopped = f"screening stopped at {time.time() - t0:.0f} s (budget)"
             break

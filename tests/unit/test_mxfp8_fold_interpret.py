@@ -432,3 +432,72 @@ def test_grouped_wo_a_on_the_fold_mainloop(wo_a_interpreted, index):
     spec = scale_spec(t, groups * n, scale_layout=out_layout)
     assert_same_bits(q, want_q.view(torch.uint8), name="pair codes")
     assert_same_bits(s, scale_storage_view(want_s, spec).view(torch.uint8), name="pair scales")
+
+
+# The activation-folding launch on its own: per row, ref (its largest non-NaN byte for fp16, 127 for bf16)
+# or -1 where a nonzero block folds inexactly, and the folded values bit for bit.
+FOLD_ROWS = 6
+FOLD_K = 256
+
+_FOLD_WORKER = """
+import sys, torch
+from mxfuse.kernels import mxfp8_fold as mf
+c = torch.load(sys.argv[1], weights_only=False)
+results = {}
+for dtype in (torch.float16, torch.bfloat16):
+    folded = torch.full(c["a"].shape, float("nan"), dtype=dtype)
+    refs = torch.full((1, c["a"].shape[0]), -7, dtype=torch.int32)
+    mf.launch_fold_activation(c["a"], c["scale"], 0, folded, refs)
+    results[str(dtype)] = (folded, refs)
+torch.save(results, sys.argv[2])
+"""
+
+
+def _fold_rows():
+    """Row 0 in window; 1 zero; 2 a zero block under byte 0; 3 bytes 27 binades apart; 4 a NaN block;
+    5 a byte (60) whose bf16 products could leave the normal range."""
+    rng = np.random.default_rng(11)
+    g = FOLD_K // 32
+    a = rng.choice(np.concatenate([_NORMAL, _SUBNORMAL]), size=(FOLD_ROWS, FOLD_K)).astype(np.uint8)
+    a[a == 0] = 0x38  # every block nonzero unless made zero below
+    s = rng.integers(120, 128, size=(FOLD_ROWS, g))
+    a[1], s[1] = 0, 0
+    a[2, 96:128], s[2, 3] = 0, 0
+    s[3, 0], s[3, 1] = 127, 100
+    s[4, 2], a[4, 64:96] = 255, 0x7F
+    s[5, 4] = 60
+    return torch.from_numpy(a).view(torch.float8_e4m3fn), torch.from_numpy(s.astype(np.uint8))
+
+
+@pytest.fixture(scope="module")
+def folded_rows(tmp_path_factory) -> dict:
+    tmp = _shared_tmp(tmp_path_factory)
+    results = tmp / "mxfp8_fold_activation_interpret.pt"
+    with FileLock(str(results) + ".lock"):
+        if not results.exists():
+            a, s = _fold_rows()
+            _run_child(_FOLD_WORKER, {"a": a, "scale": s.reshape(-1)}, tmp, results, "mxfp8_fold_activation")
+    return torch.load(results, weights_only=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_the_activation_fold_launch(folded_rows, dtype):
+    a, s = _fold_rows()
+    folded, refs = folded_rows[str(dtype)]
+    sf = s.to(torch.int32)
+    if dtype == torch.float16:
+        ref = torch.where(sf == 255, 0, sf).amax(dim=1)
+        want_refs = torch.tensor([int(ref[0]), 0, int(ref[2]), -1, int(ref[4]), -1], dtype=torch.int32)
+    else:
+        ref = torch.full((FOLD_ROWS,), 127)
+        want_refs = torch.tensor([127, 127, 127, 127, 127, -1], dtype=torch.int32)
+    assert_same_bits(refs.reshape(-1), want_refs, name="references (-1: the row does not fold exactly)")
+    exp = torch.where(sf == 255, torch.nan, torch.exp2((sf - ref[:, None]).double())).repeat_interleave(
+        32, dim=1
+    )
+    want = (a.to(torch.float64) * exp).to(dtype)
+    keep = want_refs >= 0
+    assert_same_bits(folded[keep].isnan(), want[keep].isnan(), name="NaN elements")
+    assert_same_bits(
+        folded[keep].nan_to_num().view(torch.int16), want[keep].nan_to_num().view(torch.int16), name="folded"
+    )

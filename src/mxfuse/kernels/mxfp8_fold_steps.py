@@ -36,6 +36,7 @@ from mxfuse.kernels.mxfp8_steps import (
     act_scale_offsets,
     e4m3_bits_to_f32,
     e8m0_to_f32,
+    group_operands,
     pow2_product,
 )
 
@@ -337,15 +338,12 @@ def _exact_group(acc, g, a_rows, w_rows, as_ptr, ws_ptr, rows, cols, row_ok, col
     """The exact path, one group: an fp16 dot of the raw E4M3 values (exact products of at least 2**-18,
     sums below 2**22) times the group's two scales as two exact fp32 factors (``pow2_product``), for
     any bytes, NaN (0xFF) included."""
-    k = g * 32 + tl.arange(0, 32)
-    a = tl.load(a_rows + k[None, :], mask=row_ok[:, None], other=0.0).to(tl.float8e4nv, bitcast=True)
-    w = tl.load(w_rows + k[None, :], mask=col_ok[:, None], other=0.0).to(tl.float8e4nv, bitcast=True)
-    sa = tl.load(
-        as_ptr + act_scale_offsets(rows, a_group0 + g, a_n_groups, rows4, n_k4, A_LAYOUT),
-        mask=row_ok,
-        other=0,
-    ).to(tl.int32)
-    sw = tl.load(ws_ptr + g * n_ws + cols, mask=col_ok, other=0).to(tl.int32)
+    a, w, sa, sw = group_operands(
+        g, True, a_rows, w_rows, as_ptr, ws_ptr, rows, cols, row_ok, col_ok, a_group0, a_n_groups, rows4, n_k4, n_ws,
+        A_LAYOUT,
+    )  # fmt: skip
+    a = a.to(tl.float8e4nv, bitcast=True)
+    w = w.to(tl.float8e4nv, bitcast=True)
     if SWAP_AB:
         f1, f2 = pow2_product(sw, sa)
         return acc + tl.dot(w.to(tl.float16), tl.trans(a.to(tl.float16))) * f1 * f2

@@ -27,7 +27,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["act_scale_offsets", "dq16_step", "e4m3_bits_to_f32", "e8m0_to_f32", "mma8_group", "pow2_product"]
+__all__ = [
+    "act_scale_offsets",
+    "dq16_step",
+    "e4m3_bits_to_f32",
+    "e8m0_to_f32",
+    "group_operands",
+    "mma8_group",
+    "pow2_product",
+]
 
 
 @triton.jit
@@ -177,18 +185,12 @@ def dq16_step(
         # inputs pair a tiny weight scale with a huge activation one): one exact dot per group.
         for j in tl.static_range(BLOCK_G):
             gj = step * BLOCK_G + j
-            ok = gj < n_groups
-            k = gj * 32 + lane
-            aj = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & ok, other=0.0)
-            wj = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & ok, other=0.0)
+            aj, wj, saj, swj = group_operands(
+                gj, gj < n_groups, a_rows, w_rows, as_ptr, ws_ptr, rows, cols, row_ok, col_ok, a_group0,
+                a_n_groups, rows4, n_k4, n_ws, A_LAYOUT,
+            )  # fmt: skip
             aj = aj.to(tl.float8e4nv, bitcast=True).to(tl.float16)
             wj = wj.to(tl.float8e4nv, bitcast=True).to(tl.float16)
-            saj = tl.load(
-                as_ptr + act_scale_offsets(rows, a_group0 + gj, a_n_groups, rows4, n_k4, A_LAYOUT),
-                mask=row_ok & ok,
-                other=0,
-            ).to(tl.int32)
-            swj = tl.load(ws_ptr + gj.to(tl.int64) * n_ws + cols, mask=col_ok & ok, other=0).to(tl.int32)
             if SWAP_AB:
                 f1, f2 = pow2_product(swj, saj)
                 acc += tl.dot(wj, tl.trans(aj)) * f1 * f2
@@ -196,6 +198,23 @@ def dq16_step(
                 f1, f2 = pow2_product(saj, swj)
                 acc += tl.dot(aj, tl.trans(wj)) * f1 * f2
     return acc
+
+
+@triton.jit
+def group_operands(g, g_ok, a_rows, w_rows, as_ptr, ws_ptr, rows, cols, row_ok, col_ok, a_group0, a_n_groups, rows4,
+                   n_k4, n_ws, A_LAYOUT: tl.constexpr):  # fmt: skip
+    """One 32-wide group's operands: ``a`` codes ``[BM, 32]`` and ``w`` codes ``[BN, 32]`` (K-major, masked
+    entries 0) and their scale bytes as int32 ``[BM]`` / ``[BN]`` (masked entries 0)."""
+    k = g * 32 + tl.arange(0, 32)
+    a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & g_ok, other=0.0)
+    w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & g_ok, other=0.0)
+    sa = tl.load(
+        as_ptr + act_scale_offsets(rows, a_group0 + g, a_n_groups, rows4, n_k4, A_LAYOUT),
+        mask=row_ok & g_ok,
+        other=0,
+    )
+    sw = tl.load(ws_ptr + g * n_ws + cols, mask=col_ok & g_ok, other=0)
+    return a, w, sa.to(tl.int32), sw.to(tl.int32)
 
 
 @triton.jit
@@ -220,18 +239,12 @@ def mma8_group(
     SWAP_AB: tl.constexpr,
 ):
     """``acc`` plus one FP8 tensor-core dot over group ``g``, promoted by the group's scale product."""
-    lane = tl.arange(0, 32)
-    k = g * 32 + lane
-    a = tl.load(a_rows + k[None, :], mask=row_ok[:, None] & g_ok, other=0.0)  # [BM, 32] K-major
-    w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & g_ok, other=0.0)  # [BN, 32] K-major
-    sa = tl.load(
-        as_ptr + act_scale_offsets(rows, a_group0 + g, a_n_groups, rows4, n_k4, A_LAYOUT),
-        mask=row_ok & g_ok,
-        other=0,
-    )
-    sw = tl.load(ws_ptr + g.to(tl.int64) * n_ws + cols, mask=col_ok & g_ok, other=0)
-    fa = e8m0_to_f32(sa.to(tl.int32))
-    fw = e8m0_to_f32(sw.to(tl.int32))
+    a, w, sa, sw = group_operands(
+        g, g_ok, a_rows, w_rows, as_ptr, ws_ptr, rows, cols, row_ok, col_ok, a_group0, a_n_groups, rows4, n_k4,
+        n_ws, A_LAYOUT,
+    )  # fmt: skip
+    fa = e8m0_to_f32(sa)
+    fw = e8m0_to_f32(sw)
     if SWAP_AB:
         acc += tl.dot(w, tl.trans(a)) * (fw[:, None] * fa[None, :])
     else:
