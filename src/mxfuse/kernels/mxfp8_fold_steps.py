@@ -7,8 +7,10 @@ then every product of two folded operands is an exact fp32 and the tensor core s
 are folded relative to references fixed for a program's whole K range, so one multiply after the loop
 restores them. A range whose scale bytes leave the window is recomputed group by group (``_exact_group``:
 fp16 dots of the raw codes, each group's sum times its two scales as exact fp32 factors), exact for any
-bytes (NaN blocks included): a decision per program after its loop, so the loop has no branch. Summation order: within a program, the tensor core's fp32 accumulation in K order; across
-split-K programs, ``splitk`` sums in split order.
+bytes (NaN blocks included): a decision per program after its loop, so the loop has no branch.
+Summation order: within a program, the tensor core's fp32 accumulation in K order; across split-K
+programs, ``splitk`` sums in split order. Which variant wins is pending measurement
+(benchmarks/mxfp8_gemm_sweep.py); benchmarks/RESULTS.md records what each compiles to.
 
 How the operands are built (kernel constants):
 
