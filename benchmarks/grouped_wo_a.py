@@ -1,7 +1,7 @@
 """Time the grouped wo_a projection on one GPU: fused epilogue vs separate quantize vs bf16, CUDA graphs.
 
     python benchmarks/grouped_wo_a.py [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
-                                      [--gs 2,8] [--sweep-ts 1,16,64,256,2048]
+                                      [--gs 2,8] [--sweep-ts 1,16,64,256,2048] [--sweep-dots dq16,fp8,fold]
 
 For G in {2, 8} groups of r = 4096 -> R = 1024 (DeepSeek-V4.1-Flash wo_a under TP4 and DP4) and T tokens,
 in one run, after checking every variant's result first:
@@ -15,7 +15,8 @@ in one run, after checking every variant's result first:
 Each variant is one CUDA graph of many calls rotating through enough weight copies that every call reads
 its weights from DRAM (``gpu_timing``: > 4x the 60 MB L2), timed over 15 replays; each is timed three
 times, interleaved, and the median of the three is reported. ``--sweep`` also times kernel configurations
-(tile, split-K, dot mode, warps, stages) per (G, T) on the fused path and reports the best.
+(tile, split-K, dot mode, warps, stages) per (G, T) on the fused path and reports the best; dot mode
+``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.mxfp8_fold_steps``).
 """
 
 from __future__ import annotations
@@ -152,9 +153,34 @@ def measure(t: int, groups: int, *, bandwidth: float, rounds: int = 3) -> dict[s
     return row
 
 
-def sweep_configs(t: int, groups: int, sm_count: int) -> list:
+# The fold mainloop (dot "fold", shared with the GEMM's fold kernel): (block_m, block_n, block_k, warps,
+# stages, act, wscale) by T. The weights here are N(0, 0.05): scale bytes near 116, inside the fp16
+# operand fold's window around FOLD_W_BIAS.
+FOLD_W_BIAS = 120
+
+
+def _fold_bases(t: int) -> list[tuple]:
+    if t <= 16:
+        return [
+            (16, 128, 128, 4, 3, "prefold", "operand"),
+            (16, 128, 128, 4, 4, "prefold", "operand"),
+            (16, 128, 256, 4, 3, "prefold", "operand"),
+            (16, 128, 128, 4, 3, "inloop", "operand"),
+            (16, 128, 128, 4, 3, "inloop", "acc"),
+        ]
+    if t <= 64:
+        return [(64, 128, 128, 4, 3, "prefold", "operand"), (64, 128, 128, 8, 3, "prefold", "operand")]
+    if t <= 256:
+        return [(128, 128, 64, 8, 3, "prefold", "operand"), (128, 128, 128, 8, 3, "prefold", "operand")]
+    return [(128, 128, 64, 8, 3, "prefold", "operand"), (256, 128, 64, 8, 3, "prefold", "operand")]
+
+
+def sweep_configs(
+    t: int, groups: int, sm_count: int, dots: tuple[str, ...] = ("dq16", "fp8", "fold")
+) -> list:
     """Candidate configurations for (t, groups): tile shapes and dot modes by T, each with the default's
-    split-K, half and double of it. Invalid ones (see ``check_config``) are dropped."""
+    split-K, half and double of it, for the dot modes in ``dots``. Invalid ones (see ``check_config``)
+    are dropped."""
     # (block_m, block_n, block_k, warps, stages, dot, swap_ab)
     if t <= 16:
         bases = [
@@ -195,9 +221,15 @@ def sweep_configs(t: int, groups: int, sm_count: int) -> list:
         ]
     default = _kernel.default_config(t, groups, N, K, sm_count=sm_count)
     configs = [default]  # timed the same way as the candidates, for a like-for-like comparison
-    for bm, bn, bk, warps, stages, dot, swap in bases:
+    fold = [
+        (bm, bn, bk, warps, stages, "fold", True, "f16", "cast", act, wscale, FOLD_W_BIAS)
+        for bm, bn, bk, warps, stages, act, wscale in _fold_bases(t)
+    ]
+    for bm, bn, bk, warps, stages, dot, swap, *rest in [*bases, *fold]:
+        if dot not in dots:
+            continue
         for split in sorted({max(1, default.split // 2), default.split, default.split * 2}):
-            config = _kernel.WoAConfig(bm, bn, bk, split, warps, stages, dot, swap)
+            config = _kernel.WoAConfig(bm, bn, bk, split, warps, stages, dot, swap, *rest)
             try:
                 _kernel.check_config(config, t=t, groups=groups, n=N, k=K)
             except ValueError:
@@ -207,7 +239,7 @@ def sweep_configs(t: int, groups: int, sm_count: int) -> list:
     return configs
 
 
-def sweep(t: int, groups: int) -> list[dict[str, object]]:
+def sweep(t: int, groups: int, dots: tuple[str, ...] = ("dq16", "fp8", "fold")) -> list[dict[str, object]]:
     """Time every candidate on the fused path. Each is checked first: its pair, dequantized, against the
     quantized reference z by calc_diff, which must stay <= SWEEP_MAX_DIFF. The two differ where fp32 sums
     in another order round z to another bf16 value and that moves an E4M3 code one step (estimated 1e-9
@@ -220,7 +252,7 @@ def sweep(t: int, groups: int) -> list[dict[str, object]]:
     )
     want = dequantize_mxfp8(want_q, want_s, scale_layout="e8m0")
     rows = []
-    for config in sweep_configs(t, groups, sm_count):
+    for config in sweep_configs(t, groups, sm_count, dots):
 
         def call(i: int, config=config):
             _kernel.launch_grouped_wo_a(
@@ -260,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ts", default=",".join(map(str, TS)), help="token counts T, comma-separated")
     parser.add_argument("--gs", default=",".join(map(str, GS)), help="group counts G, comma-separated")
     parser.add_argument(
+        "--sweep-dots",
+        default="dq16,fp8,fold",
+        help="dot modes the sweep times (fold: the GEMM's folded-scale mainloop, mxfp8_fold_steps)",
+    )
+    parser.add_argument(
         "--sweep-ts",
         default="1,16,64,256,2048",
         help="token counts the sweep times (T = 4 shares T = 1's candidates; one per tile class)",
@@ -293,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nsweep (fused, deepgemm pair):", flush=True)
         for groups in gs:
             for t in [int(v) for v in args.sweep_ts.split(",")]:
-                sweep_rows += sweep(t, groups)
+                sweep_rows += sweep(t, groups, tuple(args.sweep_dots.split(",")))
 
     path = _out_path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)

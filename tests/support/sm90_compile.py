@@ -50,11 +50,20 @@ def _argument_type(name: str, value: object) -> str:
     raise TypeError(f"argument {name}: cannot type a {type(value).__name__} for compilation")
 
 
-def _compile(fn: JITFunction, args: tuple, kwargs: dict, done: list[str]) -> None:
+def _divisible_by_16(value: object) -> bool:
+    """What a launch on a GPU specializes an argument on: a tensor whose address is 16-byte aligned, an
+    int divisible by 16 (vectorized and pipelined loads depend on it)."""
+    if isinstance(value, torch.Tensor):
+        return value.data_ptr() % 16 == 0
+    return isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0
+
+
+def _compile(fn: JITFunction, args: tuple, kwargs: dict, done: list[str], keep: list | None = None) -> None:
     options = {key: kwargs.pop(key) for key in list(kwargs) if key in _LAUNCH_OPTIONS}
     bound = dict(zip(fn.arg_names, args, strict=False)) | kwargs
     signature: dict[str, str] = {}
     constexprs: dict[tuple[int, ...], object] = {}
+    attrs: dict[tuple[int, ...], list] = {}
     for index, param in enumerate(fn.params):
         if param.name in bound:
             value = bound[param.name]
@@ -67,17 +76,22 @@ def _compile(fn: JITFunction, args: tuple, kwargs: dict, done: list[str]) -> Non
             constexprs[(index,)] = value
         else:
             signature[param.name] = _argument_type(param.name, value)
-    triton.compile(ASTSource(fn, signature, constexprs), target=SM90, options=options)
+            if _divisible_by_16(value) and not param.do_not_specialize:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=SM90, options=options)
     done.append(fn.__name__)
+    if keep is not None:
+        keep.append((fn.__name__, compiled))
 
 
-def compile_launches(run: Callable[[], None]) -> list[str]:
-    """Run ``run()`` with every Triton launch compiled for sm_90 instead; the kernel names compiled."""
+def compile_launches(run: Callable[[], None], *, keep: list | None = None) -> list[str]:
+    """Run ``run()`` with every Triton launch compiled for sm_90 instead; the kernel names compiled.
+    ``keep``, when given, receives ``(name, compiled kernel)`` pairs (its ``asm`` holds ttgir, ptx, cubin)."""
     done: list[str] = []
     original = JITFunction.__getitem__
 
     def intercept(self: JITFunction, grid: object) -> Callable[..., None]:
-        return lambda *args, **kwargs: _compile(self, args, dict(kwargs), done)
+        return lambda *args, **kwargs: _compile(self, args, dict(kwargs), done, keep)
 
     JITFunction.__getitem__ = intercept
     try:

@@ -27,7 +27,8 @@ import triton.language as tl
 
 from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
 from mxfuse.kernels.mxfp8_dot import DOT_CODE, mxfp8_mainloop
-from mxfuse.kernels.mxfp8_gemm import _split_for
+from mxfuse.kernels.mxfp8_fold import check_fold_options, launch_fold_activation
+from mxfuse.kernels.mxfp8_fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
 from mxfuse.kernels.mxfp8_tile import (
     LAYOUT_CODE,
     ROWS_ALIGN,
@@ -36,6 +37,7 @@ from mxfuse.kernels.mxfp8_tile import (
     scale_layout_code,
     store_scale_words,
 )
+from mxfuse.kernels.splitk import split_arrive, split_for, split_release, split_sum
 
 __all__ = ["TICKETS", "WoAConfig", "check_config", "default_config", "launch_grouped_wo_a"]
 
@@ -120,6 +122,8 @@ def _grouped_wo_a_kernel(
     q_ptr,  # [T, G*R] E4M3 (uint8 view without HW_CVT), contiguous; unused unless STORE_PAIR
     s_ptr,  # output scale storage: uint8 (O_LAYOUT 0) or int32 words; unused unless STORE_PAIR
     work_ptr,  # fp32 [SPLIT, T, G*R] partials; unused when SPLIT == 1
+    p_ptr,  # DOT_FOLD with FOLD_ACT prefold: a's folded 16-bit copy [T, G*K]; unused otherwise
+    pref_ptr,  # DOT_FOLD with FOLD_ACT prefold: int32 [G, T] reference bytes; unused otherwise
     tickets_ptr,  # int32 counters, 0 between calls; unused when SPLIT == 1
     T,
     G,
@@ -145,6 +149,11 @@ def _grouped_wo_a_kernel(
     BLOCK_K: tl.constexpr,
     K_ITERS: tl.constexpr,  # BLOCK_K steps per split: K = SPLIT * K_ITERS * BLOCK_K
     NUM_STAGES: tl.constexpr,
+    FOLD_OP: tl.constexpr,
+    FOLD_CVT: tl.constexpr,
+    FOLD_ACT: tl.constexpr,
+    FOLD_WSCALE: tl.constexpr,
+    FOLD_W_BIAS: tl.constexpr,
 ):
     # M tiles fastest: programs that read the same weight tile run side by side.
     pid = tl.program_id(0)
@@ -179,6 +188,8 @@ def _grouped_wo_a_kernel(
         stride_at,
         K,
         R,
+        p_ptr + g * K,
+        pref_ptr + g * T,
         A_LAYOUT,
         DOT,
         SWAP_AB,
@@ -187,6 +198,11 @@ def _grouped_wo_a_kernel(
         BLOCK_K,
         K_ITERS,
         NUM_STAGES,
+        FOLD_OP,
+        FOLD_CVT,
+        FOLD_ACT,
+        FOLD_WSCALE,
+        FOLD_W_BIAS,
     )
     if SWAP_AB:
         acc = tl.trans(acc)
@@ -218,19 +234,10 @@ def _grouped_wo_a_kernel(
         row_ok = (rows < T)[:, None]
         split_stride = T.to(tl.int64) * GR
         tl.store(work_ptr + split * split_stride + offs, acc, mask=row_ok)
-        # Every thread's partial is issued before the ticket (the barrier), and the ticket's
-        # acq_rel makes them visible to the program that takes the last ticket.
-        tl.debug_barrier()
         tile = (g * n_n_tiles + pid_n) * n_m_tiles + pid_m
-        ticket = tl.atomic_add(tickets_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT - 1:
-            # Fixed order 0..SPLIT-1 whoever arrives last: bitwise the same result every run. The
-            # partials were written by other SMs: read them from L2 (.cg), never a stale L1 line.
-            total = tl.load(work_ptr + offs, mask=row_ok, other=0.0, cache_modifier=".cg")
-            for s in tl.static_range(1, SPLIT):
-                total += tl.load(
-                    work_ptr + s * split_stride + offs, mask=row_ok, other=0.0, cache_modifier=".cg"
-                )
+        if split_arrive(tickets_ptr, tile, SPLIT):
+            # Fixed order 0..SPLIT-1 whoever arrives last: bitwise the same result every run.
+            total = split_sum(work_ptr, split_stride, offs, row_ok, SPLIT)
             _write_outputs(
                 total,
                 rows,
@@ -251,7 +258,7 @@ def _grouped_wo_a_kernel(
                 BLOCK_M,
                 BLOCK_N,
             )
-            tl.atomic_xchg(tickets_ptr + tile, 0)
+            split_release(tickets_ptr, tile)
 
 
 @dataclass(frozen=True)
@@ -259,8 +266,10 @@ class WoAConfig:
     """One launch configuration: tile shape, K splits, warps, pipeline stages, dot mode, operand order.
 
     ``dot`` is ``"dq16"`` (fp16 tensor-core dots on dequantized tiles, one per ``block_k``), ``"fp8"``
-    (one fp8 tensor-core dot per 32-wide group) or ``"fp32"`` (E4M3 decoded by bits, IEEE fp32 dot: the
-    interpreter's exact path). ``swap_ab`` puts weight rows in the MMA's M slot (see ``mxfp8_dot``).
+    (one fp8 tensor-core dot per 32-wide group), ``"fold"`` (16-bit dots with the scales folded into the
+    operands, the GEMM's ``fold`` mainloop; ``operand`` ``"f16"`` / ``"bf16"``, ``cvt`` ``"cast"`` /
+    ``"bits"`` / ``"asm"``, ``act``, ``wscale`` and ``w_bias`` as in ``mxfp8_configs.GemmConfig``) or ``"fp32"`` (E4M3 decoded by bits, IEEE fp32 dot: the interpreter's
+    exact path). ``swap_ab`` puts weight rows in the MMA's M slot (see ``mxfp8_dot``).
     """
 
     block_m: int
@@ -271,6 +280,11 @@ class WoAConfig:
     num_stages: int
     dot: str = "dq16"
     swap_ab: bool = False
+    operand: str = "f16"
+    cvt: str = "cast"
+    act: str = "inloop"
+    wscale: str = "operand"
+    w_bias: int = 120
 
 
 def default_config(t: int, groups: int, n: int, k: int, *, sm_count: int) -> WoAConfig:
@@ -294,7 +308,7 @@ def default_config(t: int, groups: int, n: int, k: int, *, sm_count: int) -> WoA
         raise ValueError(f"k must be a multiple of 32; got {k}")
     block_n = 128
     tiles = groups * (n // block_n) * triton.cdiv(max(t, 1), block_m)
-    split = _split_for(tiles, k // block_k, target=sm_count)
+    split = split_for(tiles, k // block_k, target=sm_count)
     while k % (split * block_k):
         split //= 2
     if tiles * split > TICKETS:
@@ -306,6 +320,12 @@ def check_config(config: WoAConfig, *, t: int, groups: int, n: int, k: int) -> N
     """ValueError naming what ``config`` breaks for this shape (tile divisibility, dot mode, tickets)."""
     if config.dot not in DOT_CODE:
         raise ValueError(f"config.dot must be one of {sorted(DOT_CODE)}; got {config.dot!r}")
+    try:
+        check_fold_options(operand=config.operand, cvt=config.cvt, act=config.act, wscale=config.wscale)
+    except ValueError as exc:
+        raise ValueError(f"config.{exc}") from None
+    if config.dot == "fold" and config.wscale == "acc" and config.block_k not in (32, 64, 128):
+        raise ValueError(f"config.block_k must be 32, 64 or 128 with wscale 'acc'; got {config.block_k}")
     for name in ("block_m", "block_n", "block_k"):
         value = getattr(config, name)
         if value < 16 or value & (value - 1):
@@ -359,7 +379,8 @@ def launch_grouped_wo_a(
     check_config(config, t=t, groups=groups, n=n, k=k)
     if t == 0:
         return config
-    codes = (lambda x: x.view(torch.uint8)) if config.dot == "fp32" else (lambda x: x)
+    as_codes = config.dot == "fp32" or (config.dot == "fold" and config.cvt == "bits")
+    codes = (lambda x: x.view(torch.uint8)) if as_codes else (lambda x: x)
     a_groups = groups * k // 32
     a_spec = scale_spec(t, groups * k, scale_layout=a_layout)
     a_s = scale_storage_view(a_scale, a_spec).view(torch.uint8)
@@ -381,6 +402,13 @@ def launch_grouped_wo_a(
     if config.split > 1:
         # Scratch for the partials: from the caching allocator (the graph's pool under capture).
         work = torch.empty((config.split, t, gr), dtype=torch.float32, device=a_q.device)
+    folded, refs = dummy, tickets  # read only by a prefolded fold
+    if config.dot == "fold" and config.act == "prefold":
+        dtype = torch.float16 if config.operand == "f16" else torch.bfloat16
+        row = a_q.stride(0) if t > 1 else groups * k  # the copy is addressed like a_q
+        folded = torch.empty((t, row), dtype=dtype, device=a_q.device)
+        refs = torch.empty((groups, t), dtype=torch.int32, device=a_q.device)
+        launch_fold_activation(a_q, a_s, LAYOUT_CODE[a_layout.value], folded, refs, slices=groups)
     grid = (config.split * groups * n_n_tiles * n_m_tiles,)
     _grouped_wo_a_kernel[grid](
         codes(a_q),
@@ -391,6 +419,8 @@ def launch_grouped_wo_a(
         q_arg,
         s_arg,
         work,
+        folded,
+        refs,
         tickets,
         t,
         groups,
@@ -416,6 +446,11 @@ def launch_grouped_wo_a(
         BLOCK_K=config.block_k,
         K_ITERS=k // (config.split * config.block_k),
         NUM_STAGES=config.num_stages,
+        FOLD_OP=OPERAND_CODE[config.operand],
+        FOLD_CVT=CVT_CODE[config.cvt],
+        FOLD_ACT=ACT_CODE[config.act],
+        FOLD_WSCALE=WSCALE_CODE[config.wscale],
+        FOLD_W_BIAS=config.w_bias if config.operand == "f16" else 127,
         num_warps=config.num_warps,
     )
     return config

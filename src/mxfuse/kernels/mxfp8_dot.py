@@ -4,20 +4,24 @@
 rows are activations (E4M3, scales per 32 K in any of the three layouts, possibly a column slice of wider
 rows, as one group's slice of the grouped wo_a input is) and ``W`` rows a prepared weight (E4M3, one E8M0
 byte per row and 32 K, stored K-group-major ``[K/32, N]``). Its tensor-core steps are the MXFP8 GEMM's
-own (``mxfuse.kernels.mxfp8_gemm``), so both operators dequantize, promote and guard extreme scales one
-way. Three ways to take the product (``DOT``):
+own (``mxfuse.kernels.mxfp8_steps``), so both operators dequantize, promote and guard extreme scales one
+way. Four ways to take the product (``DOT``):
 
-* ``DOT_DQ16`` (the default): ``mxfp8_gemm._dq16_step``: both tiles dequantized to fp16 with each
+* ``DOT_DQ16`` (the default): ``mxfp8_steps.dq16_step``: both tiles dequantized to fp16 with each
   32-group's scale folded in relative to the row's largest scale in the step, one fp16 dot per
   ``BLOCK_K`` promoted by the exact product of the two rows' largest scales; a step whose scales span
   more than 12 binades within a row takes one exact dot per group instead.
-* ``DOT_FP8``: ``mxfp8_gemm._mma8_group``: one fp8 tensor-core dot per 32-wide group, promoted with the
+* ``DOT_FOLD``: ``mxfp8_fold_steps.fold_mainloop``, the GEMM's ``fold`` kernel's loop: every scale
+  folded into 16-bit operands (``FOLD_*`` say how) relative to references fixed for the range, one
+  accumulator, scaled once after the loop; ranges whose scales leave the exact window are recomputed
+  with ``DOT_DQ16``'s steps.
+* ``DOT_FP8``: ``mxfp8_steps.mma8_group``: one fp8 tensor-core dot per 32-wide group, promoted with the
   group's scale product. Hopper adds the 32 products of an fp8 MMA with fewer than fp32's bits
   (DeepSeek-V3 report, section 3.3.2: about 14), so this mode is the less precise; it skips the
   per-element dequantization.
 * ``DOT_F32``: E4M3 codes (uint8) decoded bit by bit to fp32, scaled exactly, IEEE fp32 dot. Slow on a
   GPU; it is the mode the Triton interpreter runs exactly: the interpreter reads E4M3 0x7F as 480, not
-  NaN, in the casts the other two modes use (otherwise they interpret correctly).
+  NaN, in the casts the other modes use (otherwise they interpret correctly).
 
 ``SWAP_AB`` computes the transposed tile (``acc`` is ``[BLOCK_N, BLOCK_M]``: weight rows in the MMA's M
 slot, which is 64 wide on Hopper, so a few tokens fill the N slot). NaN elements and NaN scales (0xFF)
@@ -29,30 +33,22 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.mxfp8_gemm import _act_scale_offsets, _dq16_step, _e8m0_to_f32, _mma8_group
+from mxfuse.kernels.mxfp8_fold_steps import fold_mainloop
+from mxfuse.kernels.mxfp8_steps import (
+    act_scale_offsets,
+    dq16_step,
+    e4m3_bits_to_f32,
+    e8m0_to_f32,
+    mma8_group,
+)
 
-__all__ = ["DOT_CODE", "DOT_DQ16", "DOT_F32", "DOT_FP8", "e4m3_bits_to_f32", "mxfp8_mainloop"]
+__all__ = ["DOT_CODE", "DOT_DQ16", "DOT_F32", "DOT_FOLD", "DOT_FP8", "mxfp8_mainloop"]
 
 DOT_DQ16 = 0
 DOT_FP8 = 1
 DOT_F32 = 2
-DOT_CODE = {"dq16": DOT_DQ16, "fp8": DOT_FP8, "fp32": DOT_F32}
-
-
-@triton.jit
-def e4m3_bits_to_f32(code):
-    """float32 values of E4M3 codes (uint8), decoded with integer arithmetic (exact in the interpreter).
-
-    Normal codes rebias the exponent 7 -> 127; subnormal codes are ``m * 2**-9``; 0x7F / 0xFF are NaN.
-    """
-    c = code.to(tl.int32) & 0xFF
-    mag = c & 0x7F
-    sign = (c & 0x80) << 24
-    normal = (mag + (120 << 3)) << 20  # (exponent + 120) << 23 | mantissa << 20
-    subnormal = ((mag & 7).to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)
-    bits = tl.where(mag < 8, subnormal, normal) | sign
-    bits = tl.where(mag == 0x7F, 0x7FC00000, bits)
-    return bits.to(tl.float32, bitcast=True)
+DOT_FOLD = 3
+DOT_CODE = {"dq16": DOT_DQ16, "fp8": DOT_FP8, "fp32": DOT_F32, "fold": DOT_FOLD}
 
 
 @triton.jit
@@ -60,7 +56,7 @@ def _dequantize_f32(x, s, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """float32 ``[ROWS, BLOCK_K]`` of E4M3 codes ``x`` under scale bytes ``s`` ``[ROWS, BLOCK_K // 32]``:
     exact (E4M3 * 2**(s - 127) is an fp32 with at most 4 significant bits, at or above 2**-136)."""
     xf = tl.reshape(e4m3_bits_to_f32(x), (ROWS, BLOCK_K // 32, 32))
-    xf = xf * _e8m0_to_f32(s.to(tl.int32))[:, :, None]
+    xf = xf * e8m0_to_f32(s.to(tl.int32))[:, :, None]
     return tl.reshape(xf, (ROWS, BLOCK_K))
 
 
@@ -83,6 +79,8 @@ def mxfp8_mainloop(
     stride_am,
     stride_wn,
     n_ws,  # columns of W's scale storage [K/32, n_ws]
+    p_ptr,  # DOT_FOLD with FOLD_ACT prefold: A's folded 16-bit copy, addressed as A
+    pref_ptr,  # DOT_FOLD with FOLD_ACT prefold: int32 reference byte per row of A
     A_LAYOUT: tl.constexpr,
     DOT: tl.constexpr,
     SWAP_AB: tl.constexpr,
@@ -91,52 +89,67 @@ def mxfp8_mainloop(
     BLOCK_K: tl.constexpr,
     K_ITERS: tl.constexpr,  # BLOCK_K steps in the range
     NUM_STAGES: tl.constexpr,
+    FOLD_OP: tl.constexpr = 0,  # DOT_FOLD: mxfp8_fold_steps.OPERAND_CODE
+    FOLD_CVT: tl.constexpr = 0,  # DOT_FOLD: mxfp8_fold_steps.CVT_CODE
+    FOLD_ACT: tl.constexpr = 0,  # DOT_FOLD: mxfp8_fold_steps.ACT_CODE
+    FOLD_WSCALE: tl.constexpr = 0,  # DOT_FOLD: mxfp8_fold_steps.WSCALE_CODE
+    FOLD_W_BIAS: tl.constexpr = 127,  # DOT_FOLD: the weight scale byte folded as 2**0
 ):
     """``acc`` plus the products over ``[k_start, k_start + K_ITERS * BLOCK_K)``.
 
     The trip count is a constant so the loop has no data-dependent bound (the Triton 3.6 interpreter
-    needs numpy < 2.4 for those).
+    needs numpy < 2.4 for those); DOT_FOLD's loop (``mxfp8_fold_steps.fold_mainloop``, shared with the GEMM)
+    takes its bounds at run time.
     """
     BG: tl.constexpr = BLOCK_K // 32
     row_ok = rows < M
     col_ok = cols < N
     a_rows = a_ptr + rows[:, None].to(tl.int64) * stride_am
     w_rows = w_ptr + cols[:, None].to(tl.int64) * stride_wn
-    step0 = k_start // BLOCK_K
-    n_groups = (k_start // BLOCK_K + K_ITERS) * BG  # groups up to the range's end: nothing is masked
-    # tl.range(num_stages=) "tries to pipeline most loads in this loop" (Triton 3.6 docstring), the
-    # scale loads included; the kernel's num_stages argument pipelines only the loads feeding tl.dot.
-    for i in tl.range(0, K_ITERS, num_stages=NUM_STAGES):
-        if DOT == 0:
-            acc = _dq16_step(
-                acc,
-                step0 + i,
-                a_rows,
-                w_rows,
-                as_ptr,
-                ws_ptr,
-                rows,
-                cols,
-                row_ok,
-                col_ok,
-                n_groups,
-                a_group0,
-                a_n_groups,
-                rows4,
-                n_k4,
-                n_ws,
-                A_LAYOUT,
-                BLOCK_M,
-                BLOCK_N,
-                BG,
-                SWAP_AB,
-            )
-        elif DOT == 1:
-            for j in tl.static_range(BG):
-                acc = _mma8_group(
+    if DOT == 3:
+        g_begin = k_start // 32
+        folded, _ = fold_mainloop(
+            a_rows,
+            w_rows,
+            as_ptr,
+            ws_ptr,
+            p_ptr + rows[:, None].to(tl.int64) * stride_am,
+            pref_ptr,
+            rows,
+            cols,
+            row_ok,
+            col_ok,
+            g_begin,
+            g_begin + K_ITERS * BG,
+            a_group0,
+            a_n_groups,
+            rows4,
+            n_k4,
+            n_ws,
+            A_LAYOUT,
+            SWAP_AB,
+            BLOCK_M,
+            BLOCK_N,
+            BG,
+            FOLD_OP,
+            FOLD_CVT,
+            FOLD_ACT,
+            FOLD_WSCALE,
+            FOLD_W_BIAS,
+            True,  # R % BLOCK_N == 0 and K = SPLIT * K_ITERS * BLOCK_K: every tile is whole
+            NUM_STAGES,
+        )
+        acc = acc + folded
+    else:
+        step0 = k_start // BLOCK_K
+        n_groups = (k_start // BLOCK_K + K_ITERS) * BG  # groups up to the range's end: nothing is masked
+        # tl.range(num_stages=) "tries to pipeline most loads in this loop" (Triton 3.6 docstring), the
+        # scale loads included; the kernel's num_stages argument pipelines only the loads feeding tl.dot.
+        for i in tl.range(0, K_ITERS, num_stages=NUM_STAGES):
+            if DOT == 0:
+                acc = dq16_step(
                     acc,
-                    (step0 + i) * BG + j,
-                    True,
+                    step0 + i,
                     a_rows,
                     w_rows,
                     as_ptr,
@@ -145,32 +158,60 @@ def mxfp8_mainloop(
                     cols,
                     row_ok,
                     col_ok,
+                    n_groups,
                     a_group0,
                     a_n_groups,
                     rows4,
                     n_k4,
                     n_ws,
                     A_LAYOUT,
+                    BLOCK_M,
+                    BLOCK_N,
+                    BG,
                     SWAP_AB,
                 )
-        else:
-            g = (step0 + i) * BG + tl.arange(0, BG)
-            sa = tl.load(
-                as_ptr
-                + _act_scale_offsets(rows[:, None], a_group0 + g[None, :], a_n_groups, rows4, n_k4, A_LAYOUT),
-                mask=row_ok[:, None],
-                other=0,
-            )
-            sw = tl.load(
-                ws_ptr + g[None, :].to(tl.int64) * n_ws + cols[:, None], mask=col_ok[:, None], other=0
-            )
-            kk = (step0 + i) * BLOCK_K + tl.arange(0, BLOCK_K)
-            a = tl.load(a_rows + kk[None, :], mask=row_ok[:, None], other=0)
-            w = tl.load(w_rows + kk[None, :], mask=col_ok[:, None], other=0)
-            af = _dequantize_f32(a, sa, BLOCK_M, BLOCK_K)
-            wf = _dequantize_f32(w, sw, BLOCK_N, BLOCK_K)
-            if SWAP_AB:
-                acc = tl.dot(wf, tl.trans(af), acc, input_precision="ieee")
+            elif DOT == 1:
+                for j in tl.static_range(BG):
+                    acc = mma8_group(
+                        acc,
+                        (step0 + i) * BG + j,
+                        True,
+                        a_rows,
+                        w_rows,
+                        as_ptr,
+                        ws_ptr,
+                        rows,
+                        cols,
+                        row_ok,
+                        col_ok,
+                        a_group0,
+                        a_n_groups,
+                        rows4,
+                        n_k4,
+                        n_ws,
+                        A_LAYOUT,
+                        SWAP_AB,
+                    )
             else:
-                acc = tl.dot(af, tl.trans(wf), acc, input_precision="ieee")
+                g = (step0 + i) * BG + tl.arange(0, BG)
+                sa = tl.load(
+                    as_ptr
+                    + act_scale_offsets(
+                        rows[:, None], a_group0 + g[None, :], a_n_groups, rows4, n_k4, A_LAYOUT
+                    ),
+                    mask=row_ok[:, None],
+                    other=0,
+                )
+                sw = tl.load(
+                    ws_ptr + g[None, :].to(tl.int64) * n_ws + cols[:, None], mask=col_ok[:, None], other=0
+                )
+                kk = (step0 + i) * BLOCK_K + tl.arange(0, BLOCK_K)
+                a = tl.load(a_rows + kk[None, :], mask=row_ok[:, None], other=0)
+                w = tl.load(w_rows + kk[None, :], mask=col_ok[:, None], other=0)
+                af = _dequantize_f32(a, sa, BLOCK_M, BLOCK_K)
+                wf = _dequantize_f32(w, sw, BLOCK_N, BLOCK_K)
+                if SWAP_AB:
+                    acc = tl.dot(wf, tl.trans(af), acc, input_precision="ieee")
+                else:
+                    acc = tl.dot(af, tl.trans(wf), acc, input_precision="ieee")
     return acc

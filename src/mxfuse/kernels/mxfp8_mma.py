@@ -1,0 +1,219 @@
+"""The MXFP8 GEMM's tensor-core kernels that promote inside the K loop: ``dq16`` and ``mma8``.
+
+``out[M, N] = deq(a) @ deq(w).T`` (operands as in ``mxfuse.kernels.mxfp8_gemm``), fp32 accumulation:
+
+* ``dq16``: both tiles dequantized to fp16 with their per-32 scales folded in relative to each row's
+  largest in the step; one fp16 dot per ``32 * BLOCK_G`` of K, promoted by the two rows' largest scales
+  (``mxfp8_steps.dq16_step``, exact for any scale bytes);
+* ``mma8``: one FP8 dot per 32-wide group, promoted by the group's scale product
+  (``mxfp8_steps.mma8_group``).
+
+``SWAP_AB`` puts weight rows in the MMA's M slot. K may be split over programs (``splitk``). Measured on
+an H200 (benchmarks/RESULTS.md, "MXFP8 GEMM"): both are bound by the promotion each K step waits for,
+0.2-0.9x of bf16 cuBLAS.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mxfuse.kernels.mxfp8_steps import dq16_step, mma8_group
+from mxfuse.kernels.splitk import finish_tile
+
+__all__ = ["launch_mma"]
+
+
+@triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
+def _mxfp8_dq16_kernel(
+    a_ptr,
+    as_ptr,
+    w_ptr,
+    ws_ptr,
+    out_ptr,
+    work_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    rows4,
+    n_k4,
+    A_LAYOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_G: tl.constexpr,  # 32-wide groups per step: BLOCK_K = 32 * BLOCK_G
+    SPLIT_K: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """Tensor-core path: both operands dequantized to fp16 in registers with their per-32 scales folded
+    in relative to each row's largest scale in the step, one fp16 dot per BLOCK_K, and one promotion per
+    step by the product of the two rows' largest scales."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n_groups = K // 32
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    steps_per_split = ((n_groups + BLOCK_G - 1) // BLOCK_G + SPLIT_K - 1) // SPLIT_K
+    s_begin = pid_k * steps_per_split
+    row_ok = rows < M
+    col_ok = cols < N
+    a_rows = a_ptr + rows[:, None].to(tl.int64) * K
+    w_rows = w_ptr + cols[:, None].to(tl.int64) * K
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for step in tl.range(s_begin, s_begin + steps_per_split, num_stages=NUM_STAGES):
+        acc = dq16_step(
+            acc,
+            step,
+            a_rows,
+            w_rows,
+            as_ptr,
+            ws_ptr,
+            rows,
+            cols,
+            row_ok,
+            col_ok,
+            n_groups,
+            0,
+            n_groups,
+            rows4,
+            n_k4,
+            N,
+            A_LAYOUT,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_G,
+            SWAP_AB,
+        )
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    tile_id = pid_m * tl.num_programs(0) + pid_n
+    finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, tile_id, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
+def _mxfp8_mma_kernel(
+    a_ptr,
+    as_ptr,
+    w_ptr,
+    ws_ptr,
+    out_ptr,
+    work_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    rows4,
+    n_k4,
+    A_LAYOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SUB: tl.constexpr,  # 32-wide groups per loop step (one dot each)
+    SPLIT_K: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n_groups = K // 32
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    steps_per_split = ((n_groups + SUB - 1) // SUB + SPLIT_K - 1) // SPLIT_K
+    g_begin = pid_k * steps_per_split * SUB
+    g_end = min(g_begin + steps_per_split * SUB, n_groups)
+    row_ok = rows < M
+    col_ok = cols < N
+    a_rows = a_ptr + rows[:, None].to(tl.int64) * K
+    w_rows = w_ptr + cols[:, None].to(tl.int64) * K
+
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for g0 in tl.range(g_begin, g_end, SUB, num_stages=NUM_STAGES):
+        for j in tl.static_range(SUB):
+            g = g0 + j
+            acc = mma8_group(
+                acc,
+                g,
+                g < g_end,
+                a_rows,
+                w_rows,
+                as_ptr,
+                ws_ptr,
+                rows,
+                cols,
+                row_ok,
+                col_ok,
+                0,
+                n_groups,
+                rows4,
+                n_k4,
+                N,
+                A_LAYOUT,
+                SWAP_AB,
+            )
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    tile_id = pid_m * tl.num_programs(0) + pid_n
+    finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, tile_id, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
+
+
+def launch_mma(
+    a_q: torch.Tensor,
+    a_scale_bytes: torch.Tensor,
+    a_layout_code: int,
+    w_q: torch.Tensor,
+    w_scale_t: torch.Tensor,
+    out: torch.Tensor,
+    work: torch.Tensor,
+    counters: torch.Tensor,
+    *,
+    kind: str,
+    block_m: int,
+    block_n: int,
+    block_g: int,
+    split_k: int,
+    swap_ab: bool,
+    num_warps: int,
+    num_stages: int,
+) -> None:
+    """Launch ``kind`` (``"dq16"`` or ``"mma8"``) on validated tensors (see ``launch_fold``)."""
+    if kind not in ("dq16", "mma8"):
+        raise ValueError(f"kind must be 'dq16' or 'mma8'; got {kind!r}")
+    m, k = a_q.shape
+    n = w_q.shape[0]
+    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
+    args = (
+        a_q,
+        a_scale_bytes,
+        w_q,
+        w_scale_t,
+        out,
+        work,
+        counters,
+        m,
+        n,
+        k,
+        -(-m // 4) * 4,
+        -(-(k // 32) // 4),
+    )
+    common = dict(
+        A_LAYOUT=a_layout_code,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        SPLIT_K=split_k,
+        SWAP_AB=swap_ab,
+        NUM_STAGES=num_stages,
+        num_warps=num_warps,
+    )
+    if kind == "dq16":
+        _mxfp8_dq16_kernel[grid](*args, BLOCK_G=block_g, **common)
+    else:
+        _mxfp8_mma_kernel[grid](*args, SUB=block_g, **common)
