@@ -1,0 +1,256 @@
+"""The mHC reference against math written here, on inputs where the fp32 order and the eps placement show.
+
+``mxfuse.hc.reference`` promises more than closeness: R' and the collapse v are fp32 sums in a fixed order
+(products rounded before each add; R' adds ``post * x`` first, then the streams in index order; v sums the
+streams in index order), which the kernels follow bit for bit; RMSNorm and the mixes put their eps inside
+the square root. Random inputs cannot tell those choices apart (a different order moves a few fp32 bits
+and almost never a bf16 output). So the inputs here are built to make them visible:
+
+* order tokens: in every element two streams carry +-2**e (e in 8..20, a residual's massive activations)
+  that cancel exactly, and the small terms are added before or after them depending on the order, so an
+  order other than the documented one loses their low bits (or all of them) in the fp32 sum;
+* a zero token (no eps, or eps outside the square root, makes it NaN or Inf), a tiny token (2**-100:
+  mean squares far below eps, where eps decides the scale) and tokens whose mean square is about eps.
+
+Everything expected is computed in numpy, not with ``mxfuse``: the fp32 sums in the documented order
+(numpy float32, whose operations round as IEEE says), bf16 by round-to-nearest-even on the float64 bits,
+and the rest in float64. Checks: R' and v bit for bit; y within one bf16 step of the float64 value of
+its formula (the reference's fp32 rsqrt and products are not correctly rounded, so that is the bound);
+pre, post' and comb' within the fp32 defaults of float64. The inputs are checked too: the other orders
+and the exactly rounded sum must differ from the documented order's bf16 result in many elements.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hc_inputs import MODEL_SCALARS, UPSTREAM_SCALARS
+
+from gpumatrix import register
+from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
+from mxfuse import hc
+
+register(on=("cpu",), est_time=5)
+
+N = 4
+HIDDEN = 256
+F32 = np.float32
+
+# Token layout of the test batch: (kind, count).
+KINDS = (("post_order", 4), ("collapse_order", 4), ("zero", 1), ("tiny", 1), ("eps_scale", 2), ("plain", 2))
+
+
+def _kind_rows() -> dict[str, list[int]]:
+    rows, start = {}, 0
+    for kind, count in KINDS:
+        rows[kind] = list(range(start, start + count))
+        start += count
+    return rows
+
+
+ROWS = _kind_rows()
+TOKENS = sum(count for _, count in KINDS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _bf16_tensor(values: np.ndarray) -> torch.Tensor:
+    """float64 values that bf16 represents exactly -> a bf16 tensor (checked exact)."""
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)).to(torch.bfloat16)
+    assert (t.double().numpy() == values).all(), "value not representable in bf16"
+    return t
+
+
+def _round_bf16(v: np.ndarray) -> np.ndarray:
+    """float64 -> the nearest bf16 value (ties to even), as float64 (normal range only)."""
+    mant, exp = np.frexp(v)
+    return np.ldexp(np.round(np.ldexp(mant, 8)), exp - 8)
+
+
+def make_inputs(scalars: dict[str, float], *, seed: int) -> dict[str, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    shape = (TOKENS, N, HIDDEN)
+    r = _round_bf16(rng.standard_normal(shape))
+    x = _round_bf16(rng.standard_normal((TOKENS, HIDDEN)))
+    post = rng.uniform(0.5, 1.5, (TOKENS, N)).astype(F32)
+    comb = rng.dirichlet(np.ones(N), (TOKENS, N)).astype(F32)
+    prev_pre = rng.uniform(0.2, 1.0, (TOKENS, N)).astype(F32)
+
+    def cancelling(t: int) -> None:
+        """Two streams of every element of token t carry +2**e and -2**e (e in 8..20)."""
+        for h in range(HIDDEN):
+            j1, j2 = rng.choice(N, 2, replace=False)
+            big = 2.0 ** rng.integers(8, 21)
+            r[t, j1, h], r[t, j2, h] = big, -big
+
+    for t in ROWS["post_order"]:
+        cancelling(t)
+        comb[t] = rng.uniform(0.1, 0.5, N).astype(F32)[None, :]  # comb[t, j, k] = c_k: the +-2**e cancel
+    for t in ROWS["collapse_order"]:
+        cancelling(t)
+        x[t], comb[t] = 0.0, np.eye(N, dtype=F32)  # R' = R exactly
+        prev_pre[t] = F32(rng.uniform(0.5, 1.0))  # equal weights: the +-2**e cancel in v too
+    for t in ROWS["zero"]:
+        r[t], x[t] = 0.0, 0.0
+    for t in ROWS["tiny"]:
+        r[t] = _round_bf16(rng.standard_normal((N, HIDDEN)) * 2.0**-100)
+        x[t], comb[t] = 0.0, np.eye(N, dtype=F32)
+    for t in ROWS["eps_scale"]:  # mean squares of R' and of v about eps
+        eps = min(scalars["rms_eps"], scalars["hc_norm_eps"])
+        r[t] = _round_bf16(rng.standard_normal((N, HIDDEN)) * np.sqrt(eps) / 2)
+        x[t], comb[t] = 0.0, np.eye(N, dtype=F32)
+    fn = (rng.standard_normal((N * (N + 2), N * HIDDEN)) * 1e-2).astype(F32)
+    return {
+        "x": _bf16_tensor(x),
+        "residual": _bf16_tensor(r),
+        "post": torch.from_numpy(post),
+        "comb": torch.from_numpy(comb),
+        "fn": torch.from_numpy(fn),
+        "scale": torch.from_numpy((rng.standard_normal(3) * 0.1).astype(F32)),
+        "base": torch.from_numpy((rng.standard_normal(N * (N + 2)) * 0.1).astype(F32)),
+        "norm_weight": _bf16_tensor(_round_bf16(1 + 0.1 * rng.standard_normal(HIDDEN))),
+        "prev_pre": torch.from_numpy(prev_pre),
+    }
+
+
+def _reference(inputs: dict[str, torch.Tensor], scalars: dict[str, float], *, shifted: bool):
+    args = [inputs[k] for k in ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight")]
+    prev_pre = inputs["prev_pre"] if shifted else None
+    return hc.mhc_boundary_reference(*args, prev_pre=prev_pre, **scalars, want_pair=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The formulation written here
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.float().numpy()
+
+
+def post_fp32(x: np.ndarray, r: np.ndarray, post: np.ndarray, comb: np.ndarray, order: str) -> np.ndarray:
+    """R' before rounding to bf16: an fp32 sum of fp32 products in ``order``.
+
+    "documented": post*x, then comb[j]*R[j] for j = 0..3; "streams_first": the streams, then post*x;
+    "reversed": post*x, then the streams 3..0.
+    """
+    terms = [post[:, :, None] * x[:, None, :]] + [comb[:, j, :, None] * r[:, j, None, :] for j in range(N)]
+    if order == "streams_first":
+        terms = terms[1:] + terms[:1]
+    elif order == "reversed":
+        terms = terms[:1] + terms[:0:-1]
+    acc = terms[0]
+    for term in terms[1:]:
+        acc = acc + term  # float32 + float32: one IEEE rounding
+    assert acc.dtype == F32
+    return acc
+
+
+def collapse_fp32(r_prime: np.ndarray, weights: np.ndarray, order: str) -> np.ndarray:
+    """v before rounding: fp32 sum of weights[i] * R'[i], streams in index order ("documented") or 3..0."""
+    streams = range(N) if order == "documented" else range(N - 1, -1, -1)
+    terms = [weights[:, i, None] * r_prime[:, i, :] for i in streams]
+    acc = terms[0]
+    for term in terms[1:]:
+        acc = acc + term
+    return acc
+
+
+def exact_post(x, r, post, comb) -> np.ndarray:
+    x, r, post, comb = (a.astype(np.float64) for a in (x, r, post, comb))
+    return post[:, :, None] * x[:, None, :] + np.einsum("tjk,tjh->tkh", comb, r)
+
+
+def mixes_f64(r_prime: np.ndarray, inputs, s) -> np.ndarray:
+    flat = r_prime.reshape(TOKENS, N * HIDDEN).astype(np.float64)
+    fn = inputs["fn"].double().numpy()
+    scale, base = inputs["scale"].double().numpy(), inputs["base"].double().numpy()
+    per_logit = np.concatenate([np.full(N, scale[0]), np.full(N, scale[1]), np.full(N * N, scale[2])])
+    norm = 1.0 / np.sqrt((flat**2).sum(-1) / (N * HIDDEN) + s["hc_norm_eps"])
+    return (flat @ fn.T) * norm[:, None] * per_logit + base
+
+
+def coefficients_f64(m: np.ndarray, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    pre = 1.0 / (1.0 + np.exp(-m[:, :N])) + s["hc_pre_eps"]
+    post = s["hc_post_scale"] / (1.0 + np.exp(-m[:, N : 2 * N]))
+    logits = m[:, 2 * N :].reshape(TOKENS, N, N)
+    c = np.exp(logits - logits.max(-1, keepdims=True))
+    c = c / c.sum(-1, keepdims=True) + s["sinkhorn_eps"]
+    c = c / (c.sum(-2, keepdims=True) + s["sinkhorn_eps"])
+    for _ in range(s["sinkhorn_iters"] - 1):
+        c = c / (c.sum(-1, keepdims=True) + s["sinkhorn_eps"])
+        c = c / (c.sum(-2, keepdims=True) + s["sinkhorn_eps"])
+    return pre, post, c
+
+
+def rmsnorm_f64(v: np.ndarray, weight: np.ndarray, s) -> np.ndarray:
+    v = v.astype(np.float64)
+    return v / np.sqrt((v**2).mean(-1) + s["rms_eps"])[:, None] * (weight.astype(np.float64) * s["rms_scale"])
+
+
+def _bf16_from_fp32(acc: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(acc).to(torch.bfloat16)  # fp32 -> bf16: one rounding to nearest even
+
+
+def _differing(a: np.ndarray, b: np.ndarray) -> int:
+    return int((_round_bf16(a.astype(np.float64)) != _round_bf16(b.astype(np.float64))).sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests
+
+SCALARS = {"model": MODEL_SCALARS, "upstream": UPSTREAM_SCALARS}
+
+
+@pytest.mark.parametrize("scalars", SCALARS)
+def test_the_inputs_make_the_order_visible_in_bf16(scalars):
+    """Without this, the bit checks below could pass for any order."""
+    inputs = make_inputs(SCALARS[scalars], seed=1)
+    x, r, post, comb = (_np(inputs[k]) for k in ("x", "residual", "post", "comb"))
+    rows = ROWS["post_order"]
+    documented = post_fp32(x, r, post, comb, "documented")[rows]
+    elements = documented.size
+    for order in ("streams_first", "reversed"):
+        other = post_fp32(x, r, post, comb, order)[rows]
+        assert _differing(other, documented) > elements // 20, order
+    assert _differing(exact_post(x, r, post, comb)[rows], documented) > elements // 20
+    rows = ROWS["collapse_order"]
+    weights = _np(inputs["prev_pre"])
+    v = collapse_fp32(r, weights, "documented")[rows]
+    assert _differing(collapse_fp32(r, weights, "reversed")[rows], v) > v.size // 20
+    assert _differing(np.einsum("ti,tih->th", weights.astype(np.float64), r.astype(np.float64))[rows], v) > (
+        v.size // 20
+    )
+
+
+@pytest.mark.parametrize("shifted", [False, True], ids=["normal", "shifted"])
+@pytest.mark.parametrize("scalars", SCALARS)
+def test_reference_matches_the_math_written_here(scalars, shifted):
+    s = SCALARS[scalars]
+    inputs = make_inputs(s, seed=2)
+    ref = _reference(inputs, s, shifted=shifted)
+    x, r, post, comb = (_np(inputs[k]) for k in ("x", "residual", "post", "comb"))
+
+    # R': bit for bit the documented fp32 order, rounded once to bf16.
+    r_prime = _bf16_from_fp32(post_fp32(x, r, post, comb, "documented"))
+    assert_same_bits(ref.residual, r_prime, name="R'")
+
+    # Coefficients: float64 of the formula, within the fp32 defaults.
+    m = mixes_f64(r_prime.double().numpy(), inputs, s)
+    pre, new_post, new_comb = coefficients_f64(m, s)
+    assert_close(ref.pre, torch.from_numpy(pre).float(), name="pre")
+    assert_close(ref.post, torch.from_numpy(new_post).float(), name="post'")
+    assert_close(ref.comb, torch.from_numpy(new_comb).float(), name="comb'")
+
+    # v: bit for bit the documented order, with the weights the reference collapses with.
+    weights = inputs["prev_pre"] if shifted else ref.pre
+    v = _bf16_from_fp32(collapse_fp32(r_prime.float().numpy(), weights.numpy(), "documented"))
+    assert_same_bits(hc.hc_collapse(ref.residual, weights), v, name="v")
+
+    # y: within one bf16 step of float64 RMSNorm of that v (zero token: exactly 0).
+    y = _round_bf16(rmsnorm_f64(v.double().numpy(), inputs["norm_weight"].double().numpy(), s))
+    assert_ulp_close(ref.y, torch.from_numpy(y).to(torch.bfloat16), max_ulp=1, name="y")
+    zero = ROWS["zero"][0]
+    assert_same_bits(ref.y[zero], torch.zeros(HIDDEN, dtype=torch.bfloat16), name="y of the zero token")
