@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hc_inputs import MODEL_SCALARS, UPSTREAM_SCALARS
+from hc_checks import assert_boundary_matches
+from hc_inputs import MODEL_SCALARS, REVEALING_ROWS, REVEALING_TOKENS, UPSTREAM_SCALARS, revealing_inputs
 
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
@@ -37,83 +38,12 @@ N = 4
 HIDDEN = 256
 F32 = np.float32
 
-# Token layout of the test batch: (kind, count).
-KINDS = (("post_order", 4), ("collapse_order", 4), ("zero", 1), ("tiny", 1), ("eps_scale", 2), ("plain", 2))
-
-
-def _kind_rows() -> dict[str, list[int]]:
-    rows, start = {}, 0
-    for kind, count in KINDS:
-        rows[kind] = list(range(start, start + count))
-        start += count
-    return rows
-
-
-ROWS = _kind_rows()
-TOKENS = sum(count for _, count in KINDS)
-
-
-# ---------------------------------------------------------------------------------------------
-# Inputs
-
-
-def _bf16_tensor(values: np.ndarray) -> torch.Tensor:
-    """float64 values that bf16 represents exactly -> a bf16 tensor (checked exact)."""
-    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)).to(torch.bfloat16)
-    assert (t.double().numpy() == values).all(), "value not representable in bf16"
-    return t
-
-
-def _round_bf16(v: np.ndarray) -> np.ndarray:
-    """float64 -> the nearest bf16 value (ties to even), as float64 (normal range only)."""
-    mant, exp = np.frexp(v)
-    return np.ldexp(np.round(np.ldexp(mant, 8)), exp - 8)
+ROWS, TOKENS = REVEALING_ROWS, REVEALING_TOKENS
 
 
 def make_inputs(scalars: dict[str, float], *, seed: int) -> dict[str, torch.Tensor]:
-    rng = np.random.default_rng(seed)
-    shape = (TOKENS, N, HIDDEN)
-    r = _round_bf16(rng.standard_normal(shape))
-    x = _round_bf16(rng.standard_normal((TOKENS, HIDDEN)))
-    post = rng.uniform(0.5, 1.5, (TOKENS, N)).astype(F32)
-    comb = rng.dirichlet(np.ones(N), (TOKENS, N)).astype(F32)
-    prev_pre = rng.uniform(0.2, 1.0, (TOKENS, N)).astype(F32)
-
-    def cancelling(t: int) -> None:
-        """Two streams of every element of token t carry +2**e and -2**e (e in 8..20)."""
-        for h in range(HIDDEN):
-            j1, j2 = rng.choice(N, 2, replace=False)
-            big = 2.0 ** rng.integers(8, 21)
-            r[t, j1, h], r[t, j2, h] = big, -big
-
-    for t in ROWS["post_order"]:
-        cancelling(t)
-        comb[t] = rng.uniform(0.1, 0.5, N).astype(F32)[None, :]  # comb[t, j, k] = c_k: the +-2**e cancel
-    for t in ROWS["collapse_order"]:
-        cancelling(t)
-        x[t], comb[t] = 0.0, np.eye(N, dtype=F32)  # R' = R exactly
-        prev_pre[t] = F32(rng.uniform(0.5, 1.0))  # equal weights: the +-2**e cancel in v too
-    for t in ROWS["zero"]:
-        r[t], x[t] = 0.0, 0.0
-    for t in ROWS["tiny"]:
-        r[t] = _round_bf16(rng.standard_normal((N, HIDDEN)) * 2.0**-100)
-        x[t], comb[t] = 0.0, np.eye(N, dtype=F32)
-    for t in ROWS["eps_scale"]:  # mean squares of R' and of v about eps
-        eps = min(scalars["rms_eps"], scalars["hc_norm_eps"])
-        r[t] = _round_bf16(rng.standard_normal((N, HIDDEN)) * np.sqrt(eps) / 2)
-        x[t], comb[t] = 0.0, np.eye(N, dtype=F32)
-    fn = (rng.standard_normal((N * (N + 2), N * HIDDEN)) * 1e-2).astype(F32)
-    return {
-        "x": _bf16_tensor(x),
-        "residual": _bf16_tensor(r),
-        "post": torch.from_numpy(post),
-        "comb": torch.from_numpy(comb),
-        "fn": torch.from_numpy(fn),
-        "scale": torch.from_numpy((rng.standard_normal(3) * 0.1).astype(F32)),
-        "base": torch.from_numpy((rng.standard_normal(N * (N + 2)) * 0.1).astype(F32)),
-        "norm_weight": _bf16_tensor(_round_bf16(1 + 0.1 * rng.standard_normal(HIDDEN))),
-        "prev_pre": torch.from_numpy(prev_pre),
-    }
+    """The revealing batch (tests/support/hc_inputs.py) as a dict; ``prev_pre`` always present."""
+    return revealing_inputs(scalars, seed=seed, shifted=True, hidden=HIDDEN).tensors()
 
 
 def _reference(inputs: dict[str, torch.Tensor], scalars: dict[str, float], *, shifted: bool):
@@ -190,6 +120,12 @@ def rmsnorm_f64(v: np.ndarray, weight: np.ndarray, s) -> np.ndarray:
     return v / np.sqrt((v**2).mean(-1) + s["rms_eps"])[:, None] * (weight.astype(np.float64) * s["rms_scale"])
 
 
+def _round_bf16(v: np.ndarray) -> np.ndarray:
+    """float64 -> the nearest bf16 value (ties to even), as float64 (normal range only)."""
+    mant, exp = np.frexp(v)
+    return np.ldexp(np.round(np.ldexp(mant, 8)), exp - 8)
+
+
 def _bf16_from_fp32(acc: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(acc).to(torch.bfloat16)  # fp32 -> bf16: one rounding to nearest even
 
@@ -254,3 +190,37 @@ def test_reference_matches_the_math_written_here(scalars, shifted):
     assert_ulp_close(ref.y, torch.from_numpy(y).to(torch.bfloat16), max_ulp=1, name="y")
     zero = ROWS["zero"][0]
     assert_same_bits(ref.y[zero], torch.zeros(HIDDEN, dtype=torch.bfloat16), name="y of the zero token")
+
+
+# ---------------------------------------------------------------------------------------------
+# The boundary checks the kernel tests share (tests/support/hc_checks.py), fed a kernel's typical errors
+
+
+def _with(out: hc.HcBoundaryOutputs, **fields) -> hc.HcBoundaryOutputs:
+    values = {f: getattr(out, f) for f in ("residual", "pre", "post", "comb", "y", "pair")}
+    return hc.HcBoundaryOutputs(**{**values, **fields})
+
+
+@pytest.mark.parametrize(
+    "error", ["R' one ulp", "tiny token's y doubled", "zero token's y not zero", "one token's y"]
+)
+def test_the_kernel_checks_fail_on_a_kernels_typical_errors(error):
+    s = MODEL_SCALARS
+    inputs = revealing_inputs(s, seed=3, shifted=True, hidden=HIDDEN)
+    ref = hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs(), scale_layout="e8m0")
+    assert_boundary_matches(ref, ref, layout="e8m0")
+    if error == "R' one ulp":  # what an FMA-contracted post step does to a cancelling sum
+        residual = ref.residual.clone()
+        residual.view(torch.int16)[ROWS["post_order"][0], 1, 7] += 1
+        bad = _with(ref, residual=residual)
+    else:
+        y = ref.y.clone()
+        if error == "tiny token's y doubled":
+            y[ROWS["tiny"][0]] *= 2
+        elif error == "zero token's y not zero":
+            y[ROWS["zero"][0], 5] = 1e-30
+        else:  # 1% off on every element of one token: inside the elementwise rtol, not the token's calc_diff
+            y[ROWS["plain"][0]] *= 1.01
+        bad = _with(ref, y=y, pair=None)
+    with pytest.raises(AssertionError):
+        assert_boundary_matches(bad, ref, layout="e8m0")
