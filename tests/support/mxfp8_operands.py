@@ -10,8 +10,8 @@ These operands put subnormal products where they decide outputs:
   one code in eight) and their output columns are made of subnormal products alone.
 * ``activation_rows``: rows of kinds ``ROW_KINDS``: gaussian (blocks at their own magnitudes, RCEIL),
   ``subnormal`` (every code subnormal, under scales that make them weigh like the gaussian rows),
-  ``zero`` (codes 0 under scale byte 0) and ``tiny`` (gaussian at 2**-100: scale bytes near 24, products
-  still normal fp32 numbers). Extreme scale bytes (0, 1, 253, 254) need a weight paired with them to keep
+  ``zero`` (codes 0 under scale byte 0) and ``tiny`` (gaussian at 2**-60: scale bytes near 60, products
+  with the smallest weight rows still far above fp32's subnormals). Extreme scale bytes (0, 1, 253, 254) need a weight paired with them to keep
   products finite and normal; the GEMM tests pair them so (``test_extreme_scale_bytes_...``).
 
 Codes and scale bytes are made with plain torch arithmetic from the documented rules, not ``mxfuse``.
@@ -88,7 +88,7 @@ def activation_rows(kinds: list[str], k: int, *, seed: int, device: str | torch.
         if kind in ("gaussian", "tiny"):
             magnitude = torch.exp2(torch.randint(-4, 5, (groups, 1), generator=g).float())
             if kind == "tiny":
-                magnitude = magnitude * 2.0**-100
+                magnitude = magnitude * 2.0**-60
             values = (torch.randn(groups, 32, generator=g) * magnitude).reshape(k)
             s = _rceil_bytes(values.view(groups, 32).abs().amax(-1))
             scale[row] = s

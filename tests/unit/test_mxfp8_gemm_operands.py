@@ -52,7 +52,7 @@ def test_the_operands_hold_what_they_promise():
         elif kind == "zero":
             assert not codes.any() and not scales.any()
         elif kind == "tiny":
-            assert int(scales.max()) < 40 and int(scales.min()) > 0
+            assert 40 < int(scales.min()) and int(scales.max()) < 80
         else:
             assert 100 < int(scales.min()) and int(scales.max()) < 150
     assert is_subnormal(with_subnormals_flushed(w_q)).sum() == 0
@@ -66,7 +66,7 @@ def test_the_torch_backend_passes(layout):
     assert_gemm_matches_float64(out, a_q, a_s, w_q, _per_row(w_s, N), name=f"torch {layout}")
     for row, kind in enumerate(KINDS):
         if kind == "zero":
-            assert not out[row].view(torch.int16).any(), "a zero token's outputs are +0.0"
+            assert not (out[row].view(torch.int16) & 0x7FFF).any(), "a zero token's outputs are 0"
 
 
 @pytest.mark.parametrize("flushed", ["weight", "activation"])
