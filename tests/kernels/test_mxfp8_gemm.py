@@ -161,13 +161,19 @@ def test_extreme_scale_bytes_whose_products_stay_finite(name):
     assert_gemm_matches_float64(out, aq, as_, wq, ws, name=f"{name} out")
 
 
-# Rows of the activation: 4 of each kind, the kinds interleaved so that they share tiles.
-OPERAND_KINDS = ["gaussian", "subnormal", "zero", "tiny"] * 4
+# Rows of the activation by kind: one and two rows (the GEMV kernels, whose E4M3 decode runs through fp32
+# subnormals) and 16 rows, 4 of each kind, interleaved so that they share tiles.
+OPERAND_ROWS = {
+    "m1": ["subnormal"],
+    "m2": ["subnormal", "tiny"],
+    "m16": ["gaussian", "subnormal", "zero", "tiny"] * 4,
+}
 
 
+@pytest.mark.parametrize("rows", OPERAND_ROWS)
 @pytest.mark.parametrize(("n", "k"), [(2048, 7168), (1792, 5120)], ids=_ids([(2048, 7168), (1792, 5120)]))
 @pytest.mark.parametrize("name", (*FAST, "torch"))
-def test_subnormal_codes_zero_and_tiny_tokens(name, n, k):
+def test_subnormal_codes_zero_and_tiny_tokens(name, n, k, rows):
     """A 32x32-block checkpoint weight whose small rows are E4M3 subnormal codes (about one in eight) and
     subnormal, zero and tiny (2**-60) tokens: a kernel that flushes subnormals, or misapplies the scale of
     a small row or token, fails the element- and row-local checks (shown on CPU in
@@ -175,16 +181,17 @@ def test_subnormal_codes_zero_and_tiny_tokens(name, n, k):
     _require(name)
     if not _shape_supported(name, n, k):
         return
+    kinds = OPERAND_ROWS[rows]
     wq, ws32 = checkpoint_weight(n, k, seed=n + 1, device="cuda")
-    aq, as_ = activation_rows(OPERAND_KINDS, k, seed=k + 2, device="cuda")
+    aq, as_ = activation_rows(kinds, k, seed=k + len(kinds), device="cuda")
     assert float(is_subnormal(wq).float().mean()) > 0.05
     w = prepare_mxfp8_weight(wq, ws32, backend=name)
     pair = activation_pair(aq, as_, BACKENDS[name].activation_layouts[0])
-    out = mxfp8_gemm(pair, w, out=_poisoned(len(OPERAND_KINDS), n), backend=name)
+    out = mxfp8_gemm(pair, w, out=_poisoned(len(kinds), n), backend=name)
     torch.cuda.synchronize()
     per_row = ws32.repeat_interleave(32, dim=0)[:n]
-    assert_gemm_matches_float64(out, aq, as_, wq, per_row, name=f"{name} [{n}, {k}]")
-    zero_rows = [i for i, kind in enumerate(OPERAND_KINDS) if kind == "zero"]
+    assert_gemm_matches_float64(out, aq, as_, wq, per_row, name=f"{name} {rows} [{n}, {k}]")
+    zero_rows = [i for i, kind in enumerate(kinds) if kind == "zero"]
     assert not (out[zero_rows].view(torch.int16) & 0x7FFF).any(), "a zero token's outputs are 0"
 
 
