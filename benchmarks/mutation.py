@@ -82,6 +82,10 @@ GROUPS: dict[str, Group] = {
 
 # mutmut adds -x; xdist would fight its own forking.
 PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:xdist", "-q")
+# mutmut's time limit per mutant is multiplier x the covering tests' measured time + constant. Its
+# defaults (15x + 1 s) leave little room for pytest's start in the forked child on a loaded two-core
+# machine. A mutant that really loops still ends, and counts, as a timeout.
+TIMEOUT_MULTIPLIER, TIMEOUT_CONSTANT = 30.0, 120.0
 
 
 def mutmut_config(group: Group) -> str:
@@ -96,6 +100,8 @@ def mutmut_config(group: Group) -> str:
         f"only_mutate = {array(group.mutate)}\n"
         f"pytest_add_cli_args_test_selection = {array(group.tests)}\n"
         f"pytest_add_cli_args = {array(PYTEST_ARGS)}\n"
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
+        f"timeout_constant = {TIMEOUT_CONSTANT}\n"
     )
 
 
@@ -114,7 +120,13 @@ def _prepare(name: str, group: Group) -> Path:
 
 
 def _mutmut(here: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # mutmut forks a worker per mutant from the process that ran the tests once; a child forked after
+    # torch's OpenMP pool ran hangs on its first parallel op (mutants of mxfuse.hc "timed out" at 0% CPU).
+    # One thread per process keeps torch from starting the pool.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     mutmut = Path(sys.executable).with_name("mutmut")
     return subprocess.run(
         [str(mutmut), *args], cwd=here, env=env, capture_output=True, text=True, check=False

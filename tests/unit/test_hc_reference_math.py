@@ -31,6 +31,7 @@ from hc_inputs import MODEL_SCALARS, REVEALING_ROWS, REVEALING_TOKENS, UPSTREAM_
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
 from mxfuse import hc
+from mxfuse.formats import quantize_mxfp8_reference
 
 register(on=("cpu",), est_time=5)
 
@@ -224,3 +225,58 @@ def test_the_kernel_checks_fail_on_a_kernels_typical_errors(error):
         bad = _with(ref, y=y, pair=None)
     with pytest.raises(AssertionError):
         assert_boundary_matches(bad, ref, layout="e8m0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Defaults and wiring: the model's scalars are the defaults, every scalar reaches its step
+
+
+def test_the_defaults_are_the_models_scalars():
+    inputs = revealing_inputs(MODEL_SCALARS, seed=4, shifted=False, hidden=HIDDEN)
+    by_default = hc.mhc_boundary_reference(*inputs.args())
+    explicit = hc.mhc_boundary_reference(*inputs.args(), **MODEL_SCALARS, want_y=True, want_pair=True)
+    assert by_default.y is not None and by_default.pair is not None
+    assert by_default.pair[1].dtype == torch.int32  # deepgemm scales by default
+    for name in ("residual", "pre", "post", "comb", "y"):
+        assert_same_bits(getattr(by_default, name), getattr(explicit, name), name=name)
+    y, pre, post, comb = hc.hc_pre(inputs.residual, *inputs.args()[4:])
+    y2, pre2, post2, comb2 = hc.hc_pre(inputs.residual, *inputs.args()[4:], **MODEL_SCALARS)
+    for got, want, name in ((y, y2, "y"), (pre, pre2, "pre"), (post, post2, "post"), (comb, comb2, "comb")):
+        assert_same_bits(got, want, name=f"hc_pre {name}")
+
+
+@pytest.mark.parametrize("iters", [1, 3])
+def test_sinkhorn_scalars_reach_the_boundary(iters):
+    """A large sinkhorn_eps (0.25) and few iterations: eps's sign and every scalar show in comb'."""
+    s = {**UPSTREAM_SCALARS, "sinkhorn_eps": 0.25, "sinkhorn_iters": iters}
+    inputs = make_inputs(s, seed=5)
+    ref = _reference(inputs, s, shifted=False)
+    r_prime = _bf16_from_fp32(
+        post_fp32(*(_np(inputs[k]) for k in ("x", "residual", "post", "comb")), "documented")
+    )
+    _, _, want = coefficients_f64(mixes_f64(r_prime.double().numpy(), inputs, s), s)
+    assert_close(ref.comb, torch.from_numpy(want).float(), name="comb'")
+
+
+def test_want_flags_and_rounding_reach_the_outputs():
+    inputs = revealing_inputs(MODEL_SCALARS, seed=6, shifted=True, hidden=HIDDEN)
+    only_y = hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs(), want_pair=False)
+    only_pair = hc.mhc_boundary_reference(
+        *inputs.args(), **inputs.kwargs(), want_y=False, rounding="floor", scale_layout="e8m0"
+    )
+    assert only_y.pair is None and only_y.y is not None and only_pair.y is None
+    q, s = quantize_mxfp8_reference(only_y.y, rounding="floor", scale_layout="e8m0")
+    assert_same_bits(only_pair.pair[0].view(torch.uint8), q.view(torch.uint8), name="floor codes")
+    assert_same_bits(only_pair.pair[1], s, name="floor scales")
+
+
+def test_empty_outputs_have_the_documented_dtypes_and_device():
+    out = hc.empty_hc_boundary_outputs(3, HIDDEN, device="meta")
+    assert out.y is not None and out.pair is not None and out.pair[1].dtype == torch.int32
+    for name, dtype in (("residual", torch.bfloat16), ("pre", torch.float32), ("post", torch.float32),
+                        ("comb", torch.float32), ("y", torch.bfloat16)):  # fmt: skip
+        t = getattr(out, name)
+        assert t.dtype == dtype and t.device.type == "meta", name
+    assert out.pair[0].device.type == "meta" and out.pair[1].device.type == "meta"
+    bare = hc.empty_hc_boundary_outputs(3, HIDDEN, device="meta", y=False, pair=False)
+    assert bare.y is None and bare.pair is None
