@@ -1,8 +1,9 @@
 """Mutation testing (mutmut) of the modules whose logic the CPU tests must pin down: ``make mutation``.
 
-Each group below is one module (or package) and the unit tests that cover it. mutmut mutates the group's
-files one change at a time and runs, for every mutant, the tests of the group that execute the mutated
-function; a mutant no test fails "survived". Groups run one after another, each in its own copy of the
+Each group below is one module (or package) and the unit tests that cover it. mutmut mutates the lines of
+the group's files that those tests execute (``mutate_only_covered_lines``: CUDA-only branches are the GPU
+test files' to kill) one change at a time and runs, for every mutant, the tests of the group that execute
+the mutated function; a mutant no test fails "survived". Groups run one after another, each in its own copy of the
 tree under ``.mutation/<group>/`` (mutmut reads its configuration from the working directory's
 pyproject.toml and keeps its results in ``mutants/`` there, so a re-run resumes). A group's tests are
 its own: ``gpumatrix.compare`` is called by every kernel test, and mutating it against all of them
@@ -100,6 +101,9 @@ def mutmut_config(group: Group) -> str:
         f"only_mutate = {array(group.mutate)}\n"
         f"pytest_add_cli_args_test_selection = {array(group.tests)}\n"
         f"pytest_add_cli_args = {array(PYTEST_ARGS)}\n"
+        # Only lines the group's tests execute: CUDA-only branches (the kernel launches, their witness
+        # records) are the GPU test files' to kill, and a CPU run cannot reach them.
+        "mutate_only_covered_lines = true\n"
         f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
         f"timeout_constant = {TIMEOUT_CONSTANT}\n"
     )

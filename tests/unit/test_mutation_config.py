@@ -66,6 +66,8 @@ def test_each_group_gets_a_valid_mutmut_table(mutation):
         assert table["only_mutate"] == list(group.mutate)
         assert table["pytest_add_cli_args_test_selection"] == list(group.tests)
         assert table["source_paths"] == ["src/"]
+        assert table["mutate_only_covered_lines"] is True
+        assert table["timeout_constant"] >= 60  # pytest's start in a forked worker on a loaded machine
 
 
 def test_the_command_is_wired_and_documented():
