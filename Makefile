@@ -3,6 +3,9 @@
 #                report page (reports/gpumatrix-RUNNER.html) and says where
 #   make test  - lint, the whole `pr` test suite (what every pull request runs; nightly.yml runs `nightly`),
 #                and the path coverage of its report (reports/coverage-test.html)
+# and one that is not part of either (it takes hours on two cores):
+#   make mutation - mutation testing (mutmut) of the CPU-side modules against their unit tests; the score
+#                and every survivor with its reason are in docs/mutation.md
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -16,7 +19,7 @@ CPU_PINS := torch==2.13.0 triton==3.6.0
 BROWSERS ?= chromium chromium-browser google-chrome google-chrome-stable
 TEST_REPORT := reports/gpumatrix-test.json
 
-.PHONY: run test lint install browser clean
+.PHONY: run test lint install browser clean mutation
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -50,5 +53,8 @@ test: $(STAMP) lint browser
 	$(PY) -m pytest -n auto -p no:cacheprovider --suite pr tests --gpumatrix-report $(TEST_REPORT)
 	$(VENV)/bin/gpumatrix coverage $(TEST_REPORT) --html reports/coverage-test.html --title "make test: path coverage"
 
+mutation: $(STAMP)
+	$(PY) benchmarks/mutation.py
+
 clean:
-	rm -rf $(VENV) reports .pytest_cache
+	rm -rf $(VENV) reports .pytest_cache .mutation

@@ -1,7 +1,7 @@
 """The fused mHC boundary kernel on the GPU: every contract of the boundary, and the fused path proven.
 
 Outputs are poisoned (0xA5) before each call, so an unwritten byte fails; contracts and tolerances are
-in tests/support/hc_checks.py. Shapes sample T in {1, 3, 16, 64, 129, 2048} x H in {4096, 5120, 7168} x
+in tests/support/hc_checks.py: R' and the pair bit for bit, y a bound token by token (docs/hc.md). Shapes sample T in {1, 3, 16, 64, 129, 2048} x H in {4096, 5120, 7168} x
 both orderings x the three scale layouts: every T with both orderings at H = 5120 (deepgemm), the other
 layouts at T = 3 and 129, and the other hiddens at four T each. The scale layout, the rounding and the
 loop counts are runtime arguments of the kernel, so few compiled variants serve the whole sample (the
@@ -15,7 +15,14 @@ import functools
 import pytest
 import torch
 from hc_checks import assert_boundary_matches, poison_outputs, written_buffers
-from hc_inputs import MODEL_SCALARS, BoundaryInputs, make_inputs
+from hc_inputs import (
+    MODEL_SCALARS,
+    REVEALING_ROWS,
+    UPSTREAM_SCALARS,
+    BoundaryInputs,
+    make_inputs,
+    revealing_inputs,
+)
 
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
@@ -97,6 +104,27 @@ def test_residual_is_bit_identical_to_the_unfused_chain(tokens, hidden, ordering
     assert [r["path"] for r in records] == ["hc.boundary.unfused"]
     assert_same_bits(fused.residual, unfused.residual, name="R' fused vs unfused")
     assert_boundary_matches(unfused, _reference(inputs), layout="deepgemm")
+
+
+@pytest.mark.parametrize("scalars", ["upstream", "model"])
+@pytest.mark.parametrize("ordering", ORDERINGS)
+@pytest.mark.parametrize("hidden", [256, 5120])
+def test_order_revealing_zero_and_tiny_tokens(hidden, ordering, scalars):
+    """R' bit for bit where any other fp32 order (or an FMA) shows in bf16; zero, tiny (2**-100) and
+    eps-sized tokens, whose y eps placement decides, held to their own size (hc_inputs.revealing_inputs)."""
+    s = MODEL_SCALARS if scalars == "model" else UPSTREAM_SCALARS
+    inputs = revealing_inputs(
+        s, seed=hidden + len(scalars), shifted=ORDERINGS[ordering], hidden=hidden, device=DEVICE
+    )
+    tokens = inputs.x.shape[0]
+    for layout in ("deepgemm", "e8m0"):
+        out = _outputs(tokens, hidden, layout)
+        records = _boundary(inputs, out, layout)
+        assert [r["path"] for r in records] == ["hc.boundary.kernel.pair"]
+        assert_boundary_matches(out, _reference(inputs, layout), layout=layout)
+        zero = REVEALING_ROWS["zero"][0]
+        assert not out.y[zero].view(torch.int16).bitwise_and(0x7FFF).any(), "a zero token's y is 0"
+        assert not out.pair[0][zero].view(torch.uint8).bitwise_and(0x7F).any(), "a zero token's codes are 0"
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
@@ -307,7 +335,8 @@ def test_gpus_without_fp8_conversion_are_refused(monkeypatch):
 
 
 def test_gpu_reference_matches_cpu_reference():
-    """The comparisons above use the reference on the GPU; anchor it to the CPU one."""
+    """The comparisons above use the reference on the GPU; anchor it to the CPU one (R' bit for bit; y
+    one bf16 step: CUDA's rsqrt is not the CPU's)."""
     inputs = _inputs(129, 4096, True)
     gpu = _reference(inputs)
     cpu_inputs = BoundaryInputs(**{k: (None if v is None else v.cpu()) for k, v in inputs.tensors().items()},

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 from mx_linear_cases import SOURCES, activations, data_ptrs, load
+from mxfp8_gemm_cases import assert_gemm_matches_float64
+from mxfp8_operands import checkpoint_weight, is_subnormal
 
 from gpumatrix import register
 from gpumatrix.compare import assert_diff, assert_same_bits
@@ -75,11 +77,35 @@ def test_lifecycle_and_fused_output_with_the_best_backend(best, n, k, source):
         q, s = quantize_mxfp8_reference(x, scale_layout="e8m0")
         expected = dequantize_mxfp8(q, s, scale_layout="e8m0").to(torch.float64) @ w.T
         # Same quantized operands on both sides: only accumulation order and the bf16 rounding differ
-        # (calc_diff of a bf16 rounding alone is ~1e-6; a wrong block scale is > 1e-2).
-        assert_diff(y, expected, max_diff=1e-5, name=f"rows={rows}")
+        # (calc_diff of a bf16 rounding alone is ~1e-6; a wrong block scale is > 1e-3 in its row). Row
+        # by row: one block scale doubled in one row of 2048 moves the whole tensor's calc_diff by ~1e-6.
+        assert_diff(y, expected, max_diff=1e-5, per_row=True, name=f"rows={rows}")
         (record,) = _linear_records(records)
         assert (record["path"], record["backend"], record["rows"]) == ("linear.self_quantized", best, rows)
         assert any(r["path"] == f"gemm.{best}" for r in records)
+
+
+def test_subnormal_weight_codes_zero_and_tiny_tokens(best):
+    """A 32x32-block checkpoint weight whose small rows are E4M3 subnormal codes, and bf16 tokens that are
+    zero or tiny (2**-60) beside normal ones: each output element against float64 of the same quantized
+    operands (tests/support/mxfp8_gemm_cases.py), zero tokens exactly 0."""
+    n, k = SHAPES[0]
+    q, s = checkpoint_weight(n, k, seed=21, device="cuda")
+    assert float(is_subnormal(q).float().mean()) > 0.05
+    layer = MxLinear(k, n, mxfp8_input=True, name="subnormal weight", device="cuda")
+    layer.load_weights(q, s)
+    layer.process_weights_after_loading()
+    x = activations(16, k, seed=22, device="cuda")
+    x[[3, 11]] = 0.0
+    x[[5, 13]] = (x[[5, 13]].float() * 2.0**-60).bfloat16()
+    with witness.capture() as records:
+        y = layer(x, context="decode")
+    torch.cuda.synchronize()
+    assert [r["path"] for r in _linear_records(records)] == ["linear.self_quantized"]
+    a_q, a_s = quantize_mxfp8_reference(x, scale_layout="e8m0")
+    per_row = s.repeat_interleave(32, dim=0)[:n]
+    assert_gemm_matches_float64(y, a_q, a_s, q, per_row, name="subnormal weight")
+    assert not (y[[3, 11]].view(torch.int16) & 0x7FFF).any(), "a zero token's outputs are 0"
 
 
 @pytest.mark.parametrize("rows", ROWS)

@@ -1,10 +1,14 @@
 """Every MXFP8 GEMM backend that runs on this GPU against the torch backend (and the torch backend against
 float64), at the DeepSeek-V4 shapes and at N that no tile divides.
 
-Closeness (``mxfp8_gemm_cases.assert_gemm_close``): two backends that accumulate in fp32 and round once to
-bf16 differ only by summation order, so ``|out - torch| <= 2**-7 |torch| + 2**-10 rms(torch)`` (one bf16
-step, plus fp32 order slack); against float64, ``2**-8`` (half a step). NaN must sit exactly where the
-oracle has it. Outputs are poisoned before each call, so an unwritten element cannot pass.
+Closeness (``mxfp8_gemm_cases``): two backends that accumulate in fp32 and round once to bf16 differ only
+by summation order, so ``|out - torch| <= 2**-7 |torch| + 2**-10 rms(torch row)`` (one bf16 step, plus
+fp32 order slack from the rms of the same row: one wrong row or block scale fails wherever it sits);
+against float64, ``2**-8`` (half a step) row by row, and element by element ``2**-8 |exact| + K * 2**-24
+sum |products|`` (``assert_gemm_matches_float64``), so an output made of small products is held to its
+own size. NaN must sit exactly where the oracle has it. Outputs are poisoned before each call, so an
+unwritten element cannot pass. ``mxfp8_operands`` adds a 32x32-block checkpoint weight whose small rows
+are E4M3 subnormal codes, and subnormal, zero and tiny tokens: a kernel that flushes subnormals fails.
 
 On an H200 the backends here are ``triton`` and ``torch``; ``deepgemm`` and ``flashinfer`` cases report
 why they cannot run (they run on b200/gb300/5090 when those libraries are installed; the files
@@ -20,10 +24,11 @@ import torch
 from mxfp8_gemm_cases import (
     activation_pair,
     assert_gemm_close,
+    assert_gemm_matches_float64,
     random_codes,
     random_scales,
-    reference_f64,
 )
+from mxfp8_operands import activation_rows, checkpoint_weight, is_subnormal
 
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits
@@ -107,7 +112,7 @@ def test_backend_matches_the_torch_backend(name, m, n, k):
 @pytest.mark.parametrize(("m", "n", "k"), [(129, 7168, 16384), (15, 4099, 7168), (2048, 1792, 5120)])
 def test_the_torch_backend_matches_float64(m, n, k):
     aq, as_ = _activation(m, k, seed=m + n)
-    assert_gemm_close(_oracle(aq, as_, n, k), reference_f64(aq, as_, *_codes(n, k)), name="torch vs float64")
+    assert_gemm_matches_float64(_oracle(aq, as_, n, k), aq, as_, *_codes(n, k), name="torch vs float64")
 
 
 @pytest.mark.parametrize("name", (*FAST, "torch"))
@@ -122,7 +127,7 @@ def test_nan_scale_blocks_make_exactly_their_rows_nan(name):
     expected_rows = [i in (0, 17, 63) for i in range(64)]
     assert torch.isnan(out).any(dim=1).tolist() == expected_rows
     assert torch.isnan(out[[0, 17, 63]]).all()
-    assert_gemm_close(out, reference_f64(aq, as_, *_codes(n, k)), name=f"{name} out", equal_nan=True)
+    assert_gemm_matches_float64(out, aq, as_, *_codes(n, k), name=f"{name} out", equal_nan=True)
 
 
 @pytest.mark.parametrize("name", (*FAST, "torch"))
@@ -136,7 +141,7 @@ def test_zero_blocks_contribute_nothing(name):
     codes[9, 64:320] = 0
     out = _run(name, aq, as_, n, k)
     assert_close(out[5], torch.zeros(n, device="cuda"), rtol=0, atol=0, name=f"{name} zero row")
-    assert_gemm_close(out, reference_f64(aq, as_, *_codes(n, k)), name=f"{name} out")
+    assert_gemm_matches_float64(out, aq, as_, *_codes(n, k), name=f"{name} out")
 
 
 @pytest.mark.parametrize("name", (*FAST, "torch"))
@@ -153,7 +158,41 @@ def test_extreme_scale_bytes_whose_products_stay_finite(name):
     pair = activation_pair(aq, as_, BACKENDS[name].activation_layouts[0])
     out = mxfp8_gemm(pair, w, out=_poisoned(m, n))
     assert torch.isfinite(out).all()
-    assert_gemm_close(out, reference_f64(aq, as_, wq, ws), name=f"{name} out")
+    assert_gemm_matches_float64(out, aq, as_, wq, ws, name=f"{name} out")
+
+
+# Rows of the activation by kind: one and two rows (the GEMV kernels, whose E4M3 decode runs through fp32
+# subnormals) and 16 rows, 4 of each kind, interleaved so that they share tiles.
+OPERAND_ROWS = {
+    "m1": ["subnormal"],
+    "m2": ["subnormal", "tiny"],
+    "m16": ["gaussian", "subnormal", "zero", "tiny"] * 4,
+}
+
+
+@pytest.mark.parametrize("rows", OPERAND_ROWS)
+@pytest.mark.parametrize(("n", "k"), [(2048, 7168), (1792, 5120)], ids=_ids([(2048, 7168), (1792, 5120)]))
+@pytest.mark.parametrize("name", (*FAST, "torch"))
+def test_subnormal_codes_zero_and_tiny_tokens(name, n, k, rows):
+    """A 32x32-block checkpoint weight whose small rows are E4M3 subnormal codes (about one in eight) and
+    subnormal, zero and tiny (2**-60) tokens: a kernel that flushes subnormals, or misapplies the scale of
+    a small row or token, fails the element- and row-local checks (shown on CPU in
+    tests/unit/test_mxfp8_gemm_operands.py)."""
+    _require(name)
+    if not _shape_supported(name, n, k):
+        return
+    kinds = OPERAND_ROWS[rows]
+    wq, ws32 = checkpoint_weight(n, k, seed=n + 1, device="cuda")
+    aq, as_ = activation_rows(kinds, k, seed=k + len(kinds), device="cuda")
+    assert float(is_subnormal(wq).float().mean()) > 0.05
+    w = prepare_mxfp8_weight(wq, ws32, backend=name)
+    pair = activation_pair(aq, as_, BACKENDS[name].activation_layouts[0])
+    out = mxfp8_gemm(pair, w, out=_poisoned(len(kinds), n), backend=name)
+    torch.cuda.synchronize()
+    per_row = ws32.repeat_interleave(32, dim=0)[:n]
+    assert_gemm_matches_float64(out, aq, as_, wq, per_row, name=f"{name} {rows} [{n}, {k}]")
+    zero_rows = [i for i, kind in enumerate(kinds) if kind == "zero"]
+    assert not (out[zero_rows].view(torch.int16) & 0x7FFF).any(), "a zero token's outputs are 0"
 
 
 @pytest.mark.parametrize("name", (*FAST, "torch"))
@@ -180,7 +219,7 @@ def test_cuda_graph_capture_and_replay(name):
             graph.replay()
         torch.cuda.synchronize()
         assert replayed == []  # the path was decided at capture
-        assert_gemm_close(out, reference_f64(aq, as_, *_codes(n, k)), name=f"{name} replay {seed}")
+        assert_gemm_matches_float64(out, aq, as_, *_codes(n, k), name=f"{name} replay {seed}")
 
 
 @pytest.mark.parametrize("name", (*FAST, "torch"))

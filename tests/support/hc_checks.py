@@ -1,12 +1,14 @@
 """The boundary's output contracts as assertions, shared by the interpreter (CPU) and GPU kernel tests.
 
-Metrics and tolerances (docs/hc.md; the issue's contracts):
-  * R': within one bf16 step of the reference everywhere (``assert_ulp_close``), or equal bit for bit
-    where the arithmetic is known to be the same (``residual_exact``);
+Metrics and tolerances (docs/hc.md, "What the kernels promise"):
+  * R': bit for bit the reference's (the kernels run the reference's fp32 order without FMA contraction;
+    the interpreter and both GPU rounding paths alike);
   * pre, post', comb': ``assert_close`` with the float32 defaults (rtol 1.3e-6, atol 1e-5), and every
     column of comb' sums to 1 within 1e-5 (it ends on a column normalisation);
-  * y: ``assert_close`` with the bf16 defaults (rtol 1.6e-2, four bf16 steps: a collapse weight off in
-    its last fp32 bit moves v, hence y, by a step) and ``calc_diff`` <= 1e-6 over the whole tensor;
+  * y: a bound, token by token: ``assert_close`` with rtol 1.6e-2 (four bf16 steps: a collapse weight off
+    in its last fp32 bit moves v, hence y, by a step) and an atol of 1e-5 times the rms of the token's
+    reference y (a normalised token's rms is about 1, so 1e-5 as before; a tiny token is held to its own
+    size and a zero token to exactly 0), and each token's ``calc_diff`` <= 1e-6;
   * the MXFP8 pair: bit for bit ``quantize_mxfp8`` of the y the kernel wrote (of the reference's y when
     it wrote none), over the whole scale storage, padding included.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from gpumatrix.compare import assert_close, assert_diff, assert_same_bits, assert_ulp_close
+from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
 from mxfuse.formats import scale_spec, scale_storage_view
 from mxfuse.hc import HcBoundaryOutputs
 from mxfuse.kernels import quantize_mxfp8
@@ -61,13 +63,9 @@ def assert_boundary_matches(
     *,
     layout: str,
     rounding: str = "rceil",
-    residual_exact: bool = False,
 ) -> None:
     """``got`` (a kernel's outputs) against ``ref`` (the reference's) under the contracts above."""
-    if residual_exact:
-        assert_same_bits(got.residual, ref.residual, name="R'")
-    else:
-        assert_ulp_close(got.residual, ref.residual, max_ulp=1, name="R'")
+    assert_same_bits(got.residual, ref.residual, name="R'")
     assert_close(got.pre, ref.pre, name="pre")
     assert_close(got.post, ref.post, name="post'")
     assert_close(got.comb, ref.comb, name="comb'")
@@ -76,8 +74,8 @@ def assert_boundary_matches(
         ones = torch.ones(tokens, 4, device=got.comb.device)
         assert_close(got.comb.sum(-2), ones, rtol=0.0, atol=1e-5, name="comb' column sums")
     if got.y is not None:
-        assert_close(got.y, ref.y, name="y")
-        assert_diff(got.y, ref.y, max_diff=1e-6, name="y")
+        assert_close(got.y, ref.y, rtol=1.6e-2, atol_of_row_rms=1e-5, name="y")
+        assert_diff(got.y, ref.y, max_diff=1e-6, per_row=True, name="y")
     if got.pair is not None:
         y = got.y if got.y is not None else ref.y
         assert_pair_is_quantized_y(got.pair, y, layout=layout, rounding=rounding)

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
-__all__ = ["MODEL_SCALARS", "UPSTREAM_SCALARS", "BoundaryInputs", "make_inputs"]
+__all__ = [
+    "MODEL_SCALARS",
+    "REVEALING_ROWS",
+    "UPSTREAM_SCALARS",
+    "BoundaryInputs",
+    "make_inputs",
+    "revealing_inputs",
+]
 
 UPSTREAM_SCALARS = {
     "hc_norm_eps": 2e-5,
@@ -99,3 +107,89 @@ def make_inputs(
             if t is not None:
                 t[row] = t[0]
     return inputs
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs on which the fp32 summation order and the eps placement show in bf16 (see
+# tests/unit/test_hc_reference_math.py): rows of the batch by kind.
+
+_KINDS = (("post_order", 4), ("collapse_order", 4), ("zero", 1), ("tiny", 1), ("eps_scale", 2), ("plain", 2))
+REVEALING_ROWS: dict[str, list[int]] = {}
+_start = 0
+for _kind, _count in _KINDS:
+    REVEALING_ROWS[_kind] = list(range(_start, _start + _count))
+    _start += _count
+REVEALING_TOKENS = _start
+
+
+def _round_bf16(v: np.ndarray) -> np.ndarray:
+    """float64 -> the nearest bf16 value (ties to even), as float64 (normal range only)."""
+    mant, exp = np.frexp(v)
+    return np.ldexp(np.round(np.ldexp(mant, 8)), exp - 8)
+
+
+def _bf16_tensor(values: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)).to(torch.bfloat16)
+    if not (t.double().numpy() == values).all():
+        raise ValueError("a value is not representable in bf16")
+    return t
+
+
+def revealing_inputs(
+    scalars: dict[str, float], *, seed: int, shifted: bool, hidden: int = 256, device: str = "cpu"
+) -> BoundaryInputs:
+    """A batch of ``REVEALING_TOKENS`` tokens, rows by kind (``REVEALING_ROWS``):
+
+    * ``post_order``: in every element two streams carry +-2**e (e in 8..20) and comb[t, j, k] = c_k, so
+      the large terms cancel and an fp32 order other than R's documented one loses the small terms' bits;
+    * ``collapse_order``: the same streams with x = 0 and comb = I (R' = R) and equal collapse weights
+      (``prev_pre``), so the collapse order shows the same way in v;
+    * ``zero``, ``tiny`` (2**-100) and ``eps_scale`` (mean squares about eps): eps placement decides y and
+      the mixes; ``plain``: standard normal tokens.
+    """
+    n = 4
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    r = _round_bf16(rng.standard_normal((REVEALING_TOKENS, n, hidden)))
+    x = _round_bf16(rng.standard_normal((REVEALING_TOKENS, hidden)))
+    post = rng.uniform(0.5, 1.5, (REVEALING_TOKENS, n)).astype(f32)
+    comb = rng.dirichlet(np.ones(n), (REVEALING_TOKENS, n)).astype(f32)
+    prev_pre = rng.uniform(0.2, 1.0, (REVEALING_TOKENS, n)).astype(f32)
+
+    def cancelling(t: int) -> None:
+        for h in range(hidden):
+            j1, j2 = rng.choice(n, 2, replace=False)
+            big = 2.0 ** rng.integers(8, 21)
+            r[t, j1, h], r[t, j2, h] = big, -big
+
+    for t in REVEALING_ROWS["post_order"]:
+        cancelling(t)
+        comb[t] = rng.uniform(0.1, 0.5, n).astype(f32)[None, :]
+    for t in REVEALING_ROWS["collapse_order"]:
+        cancelling(t)
+        x[t], comb[t] = 0.0, np.eye(n, dtype=f32)
+        prev_pre[t] = f32(rng.uniform(0.5, 1.0))
+    for t in REVEALING_ROWS["zero"]:
+        r[t], x[t] = 0.0, 0.0
+    for t in REVEALING_ROWS["tiny"]:
+        r[t] = _round_bf16(rng.standard_normal((n, hidden)) * 2.0**-100)
+        x[t], comb[t] = 0.0, np.eye(n, dtype=f32)
+    for t in REVEALING_ROWS["eps_scale"]:
+        eps = min(scalars["rms_eps"], scalars["hc_norm_eps"])
+        r[t] = _round_bf16(rng.standard_normal((n, hidden)) * np.sqrt(eps) / 2)
+        x[t], comb[t] = 0.0, np.eye(n, dtype=f32)
+    fn = (rng.standard_normal((n * (n + 2), n * hidden)) * 1e-2).astype(f32)
+    inputs = BoundaryInputs(
+        x=_bf16_tensor(x),
+        residual=_bf16_tensor(r),
+        post=torch.from_numpy(post),
+        comb=torch.from_numpy(comb),
+        prev_pre=torch.from_numpy(prev_pre) if shifted else None,
+        fn=torch.from_numpy(fn),
+        scale=torch.from_numpy((rng.standard_normal(3) * 0.1).astype(f32)),
+        base=torch.from_numpy((rng.standard_normal(n * (n + 2)) * 0.1).astype(f32)),
+        norm_weight=_bf16_tensor(_round_bf16(1 + 0.1 * rng.standard_normal(hidden))),
+        scalars=dict(scalars),
+    )
+    tensors = {k: (None if v is None else v.to(device)) for k, v in inputs.tensors().items()}
+    return BoundaryInputs(**tensors, scalars=dict(scalars))

@@ -20,6 +20,7 @@ from gpumatrix.compare import (
     assert_ulp_close,
     best,
     calc_diff,
+    calc_diff_rows,
     rel_error,
     ulp_distance,
     worst,
@@ -603,3 +604,161 @@ def test_numpy_inputs_work_where_torch_cannot_be_imported():
         "ulp: [inf]",
         "torch loaded: False",
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Row-local checks: assert_close(atol_of_row_rms=...), assert_diff(per_row=True), calc_diff_rows
+
+# Three rows of four: a large row, a row 1000 times smaller, a zero row.
+ROWS_EXPECTED = [[4.0, -4.0, 4.0, -4.0], [0.004, 0.004, -0.004, 0.004], [0.0, 0.0, 0.0, 0.0]]
+
+
+def _rows_with(changes: dict[tuple[int, int], float]) -> list[list[float]]:
+    rows = [list(row) for row in ROWS_EXPECTED]
+    for (r, c), value in changes.items():
+        rows[r][c] = value
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("case", "changes", "passes", "fragment"),
+    [
+        ("identical", {}, True, None),
+        ("large-row-within-its-slack", {(0, 1): -4.003}, True, None),
+        # 0.002 off in the small row: inside 2**-10 x the whole tensor's rms (2.31, a slack of 2.3e-3),
+        # outside 2**-10 x the small row's (0.004, a slack of 3.9e-6).
+        ("small-row-off-by-its-size", {(1, 2): -0.002}, False, "1 pairs of finite values (first at (1, 2))"),
+        ("zero-row-must-stay-zero", {(2, 3): 1e-30}, False, "first at (2, 3)"),
+        ("nan-under-a-huge-factor", {(0, 0): NAN}, False, "1 unexpected NaN (first at (0, 0))"),
+        ("inf-in-a-zero-row", {(2, 0): INF}, False, "1 unmatched Inf (first at (2, 0))"),
+    ],
+)
+def test_assert_close_with_a_row_local_atol(lib, case, changes, passes, fragment):
+    expected = make(lib, ROWS_EXPECTED, "float64")
+    actual = make(lib, _rows_with(changes), "float64")
+    factor = 1e300 if case == "nan-under-a-huge-factor" else 2.0**-10
+    if passes:
+        assert_close(actual, expected, rtol=0.0, atol_of_row_rms=factor)
+        return
+    message = failure_message(assert_close, actual, expected, rtol=0.0, atol_of_row_rms=factor)
+    assert fragment in message and "x the rms of each row of expected" in message
+    if case == "small-row-off-by-its-size":  # the same error passes a whole-tensor rms slack
+        rms = math.sqrt(sum(v * v for row in ROWS_EXPECTED for v in row) / 12)
+        assert_close(actual, expected, rtol=0.0, atol=2.0**-10 * rms)
+
+
+def test_row_local_atol_rows_span_chunks(lib, monkeypatch):
+    """Rows of 4 read in chunks of 3: every row's rms is its own, wherever the chunk edges fall."""
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", 3)
+    expected = make(lib, ROWS_EXPECTED, "float32")
+    assert_close(
+        make(lib, _rows_with({(1, 3): 0.0040000035}), "float32"), expected, rtol=0.0, atol_of_row_rms=1e-3
+    )
+    message = failure_message(
+        assert_close,
+        make(lib, _rows_with({(1, 3): 0.00401}), "float32"),
+        expected,
+        rtol=0.0,
+        atol_of_row_rms=1e-3,
+    )
+    assert "1 pairs of finite values (first at (1, 3))" in message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fragment"),
+    [
+        ({"atol_of_row_rms": 1e-3}, ValueError, "atol_of_row_rms needs rtol and replaces atol"),
+        ({"rtol": 0.0, "atol": 0.0, "atol_of_row_rms": 1e-3}, ValueError, "replaces atol"),
+        ({"rtol": 0.0, "atol_of_row_rms": -1.0}, ValueError, "atol_of_row_rms must be a number >= 0"),
+        ({"rtol": 0.0, "atol_of_row_rms": NAN}, ValueError, "atol_of_row_rms must be a number >= 0"),
+        ({"rtol": "0", "atol_of_row_rms": 1.0}, TypeError, "rtol must be a real number"),
+    ],
+)
+def test_row_local_atol_arguments(kwargs, error, fragment):
+    x = np.ones((2, 2), dtype=np.float32)
+    with pytest.raises(error, match=fragment):
+        assert_close(x, x, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("case", "actual", "expected", "values"),
+    [
+        ("one-row-each", [[1.0, 2.0], [3.0, 0.0]], [[1.0, 2.0], [1.0, 0.0]], [0.0, 0.4]),
+        ("orthogonal-and-opposite", [[1.0, 0.0], [1.0, 1.0]], [[0.0, 1.0], [-1.0, -1.0]], [1.0, 2.0]),
+        ("zero-row", [[0.0, 0.0], [1.0, 1.0]], [[0.0, -0.0], [1.0, 1.0]], [0.0, 0.0]),
+        ("nan-row", [[NAN, 1.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, 1.0]], [NAN, 0.0]),
+        ("inf-row", [[1.0, 1.0], [1.0, INF]], [[1.0, 1.0], [1.0, INF]], [0.0, NAN]),
+    ],
+)
+def test_calc_diff_rows(lib, case, actual, expected, values):
+    got = calc_diff_rows(make(lib, actual, "float32"), make(lib, expected, "float32"))
+    assert tuple(got.shape) == (2,) and type(got).__module__.split(".")[0] == lib
+    for value, want in zip(got.tolist(), values, strict=True):
+        assert_float(value, want)
+
+
+def test_calc_diff_rows_shapes(lib, monkeypatch):
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", 5)
+    a = make(lib, [[[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], [[0.0, 0.0, 0.0], [2.0, 2.0, 2.0]]], "float32")
+    e = make(lib, [[[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], [[0.0, 0.0, 0.0], [2.0, 2.0, 1.0]]], "float32")
+    got = calc_diff_rows(a, e)
+    assert tuple(got.shape) == (2, 2)
+    assert got.tolist()[0] == [0.0, 0.0] and got.tolist()[1][0] == 0.0
+    assert_float(float(got[1][1]), 1.0 - 2.0 * 10.0 / 21.0)
+    scalar = calc_diff_rows(make(lib, 2.0, "float32"), make(lib, 2.0, "float32"))
+    assert tuple(scalar.shape) == () and float(scalar) == 0.0
+    with pytest.raises(ValueError, match="x and y must have the same shape"):
+        calc_diff_rows(a, e[:1])
+
+
+@pytest.mark.parametrize(
+    ("case", "changes", "max_diff", "fragments"),
+    [
+        ("within", {}, 1e-12, None),
+        ("large-row-small-error-within", {(0, 0): 4.001}, 1e-6, None),
+        # The small row's error is 0.4 of its own energy, and nothing against the whole tensor's.
+        (
+            "small-row-wrong",
+            {(1, 0): 0.008},
+            1e-3,
+            [
+                "calc_diff over max_diff 0.001 in 1 / 3 (33.33%) rows",
+                "first failing row: (1,), calc_diff 0.0909",
+            ],
+        ),
+        (
+            "nan-row-under-infinite-max-diff",
+            {(2, 1): NAN},
+            INF,
+            [
+                "first failing row: (2,), calc_diff nan",
+                "rows holding NaN or Inf on a side (calc_diff NaN): 1",
+            ],
+        ),
+        (
+            "zero-row-made-nonzero",
+            {(2, 1): 1e-30},
+            0.5,
+            ["first failing row: (2,), calc_diff 1.0", "worst finite row: (2,), calc_diff 1.0"],
+        ),
+    ],
+)
+def test_assert_diff_per_row(lib, case, changes, max_diff, fragments):
+    expected = make(lib, ROWS_EXPECTED, "float64")
+    actual = make(lib, _rows_with(changes), "float64")
+    if fragments is None:
+        assert_diff(actual, expected, max_diff=max_diff, per_row=True)
+        return
+    message = failure_message(assert_diff, actual, expected, max_diff=max_diff, per_row=True)
+    for fragment in fragments:
+        assert fragment in message, message
+    if case == "small-row-wrong":  # the whole tensor's calc_diff does not see it
+        assert_diff(actual, expected, max_diff=1e-3)
+
+
+def test_assert_diff_per_row_arguments():
+    x = np.ones((2, 2), dtype=np.float32)
+    with pytest.raises(TypeError, match="per_row must be a bool"):
+        assert_diff(x, x, max_diff=1.0, per_row=1)
+    with pytest.raises(AssertionError, match="shape mismatch"):
+        assert_diff(x, x[:1], max_diff=1.0, per_row=True)

@@ -1,6 +1,8 @@
 """The Triton MXFP8 GEMM's logic on CPU: every kernel kind under the Triton interpreter against the torch
 backend (dequantize + fp32 matmul), at small shapes with odd N, K not a multiple of the step, split-K,
-all three activation scale layouts, NaN blocks and extreme scale bytes.
+all three activation scale layouts, NaN blocks and extreme scale bytes, and (``mxfp8_operands``) a
+32x32-block weight whose small rows are E4M3 subnormal codes with subnormal, zero and tiny tokens, checked
+row by row and element by element against float64 (``assert_gemm_matches_float64``).
 
 As in test_quantize_mxfp8_interpret.py, the interpreter runs in one child process started with
 TRITON_INTERPRET=1 (Triton decides interpretation at import), once per session under xdist.
@@ -16,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from filelock import FileLock
+from mxfp8_gemm_cases import RTOL_VS_BF16, assert_gemm_matches_float64
+from mxfp8_operands import activation_rows, checkpoint_weight
 
 import mxfuse
 from gpumatrix import register
@@ -101,6 +105,14 @@ def _cases() -> dict:
                         sw.t().contiguous(),
                         config,
                     )
+    kinds = ("subnormal", "tiny", "zero", "gaussian")
+    for name, config in CONFIGS.items():
+        m, n, k = SHAPES[config[0]][0]
+        m = min(m, config[1]) if config[0] == "gemv" else m
+        a, sa = activation_rows([kinds[i % 4] for i in range(m)], k, seed=len(cases))
+        w, sw32 = checkpoint_weight(n, k, seed=len(cases) + 1)
+        sw = sw32.repeat_interleave(32, dim=0)[:n]
+        cases[(name, m, n, k, "e8m0", "operands")] = (a, sa, "e8m0", w, sw.t().contiguous(), config)
     return cases
 
 
@@ -141,6 +153,11 @@ def test_worker_ran_the_interpreter(interpreted):
 def test_interpreted_gemm_matches_a_float64_reference(interpreted, key):
     cases, results = interpreted
     a, a_scale, layout, w, w_scale_t, _ = cases[key]
+    if key[-1] == "operands":
+        assert_gemm_matches_float64(
+            results[key], a, a_scale, w, w_scale_t.t().contiguous(), rtol=RTOL_VS_BF16, name="out"
+        )
+        return
     got = results[key].double()
     a64 = dequantize_mxfp8(a, a_scale, scale_layout=layout).double()
     w64 = dequantize_mxfp8(w, w_scale_t.t().contiguous(), scale_layout="e8m0").double()

@@ -21,8 +21,10 @@ __all__ = [
     "UlpScan",
     "Worst",
     "all_within_tolerance",
+    "calc_diff_rows_values",
     "calc_diff_value",
     "rel_error_value",
+    "row_rms",
     "scan_bits",
     "scan_pair",
     "scan_ulp",
@@ -157,8 +159,9 @@ class _Champion:
         )
 
 
-def _tolerance(lib: str, e: Any, *, rtol: float, atol: float) -> Any:
-    """atol + rtol*|e|, computed in place in e and capped at the largest finite float64.
+def _tolerance(lib: str, e: Any, *, rtol: float, atol: Any) -> Any:
+    """atol + rtol*|e|, computed in place in e and capped at the largest finite float64 (``atol`` a
+    number, or one float64 per element of the chunk: see ``_chunk_atol``).
 
     The cap keeps ``|a-e| <= tol`` false whenever a side is infinite (|a-e| is then inf or NaN),
     even where rtol*|inf| or a user's atol=inf would make the bound infinite.
@@ -171,8 +174,85 @@ def _tolerance(lib: str, e: Any, *, rtol: float, atol: float) -> Any:
     return e
 
 
+def _row_index(lib: str, device: str, start: int, stop: int, row_len: int) -> Any:
+    """The row of each flat index in [start, stop), rows being ``row_len`` consecutive elements."""
+    if lib == "torch":
+        torch = sys.modules["torch"]
+        return torch.arange(start, stop, device=device) // row_len
+    return sys.modules["numpy"].arange(start, stop) // row_len
+
+
+def _chunk_atol(operand: Operand, atol: Any, atol_rows: Any, start: int, stop: int) -> Any:
+    """``atol``, or with ``atol_rows`` (one float64 per row of the last dimension) each element's own."""
+    if atol_rows is None:
+        return atol
+    row_len = operand.shape[-1] if operand.shape else 1
+    return atol_rows[_row_index(operand.lib, operand.device, start, stop, row_len)]
+
+
+def _row_sums(operand: Operand, rows: Any, values: Any, start: int) -> None:
+    """Adds ``values`` (the elements from flat index ``start`` on) to ``rows``, the totals of their rows."""
+    row_len = operand.shape[-1] if operand.shape else 1
+    first, last = start // row_len, (start + values.shape[0] - 1) // row_len
+    local = _row_index(operand.lib, operand.device, start, start + values.shape[0], row_len) - first
+    if operand.lib == "torch":
+        rows[first : last + 1].index_add_(0, local, values)
+    else:
+        rows[first : last + 1] += sys.modules["numpy"].bincount(
+            local, weights=values, minlength=last - first + 1
+        )
+
+
+def _row_zeros(operand: Operand) -> Any:
+    """float64 zeros, one per row of the last dimension (a 0-d operand is one row)."""
+    count = 1
+    for size in operand.shape[:-1]:
+        count *= size
+    if operand.lib == "torch":
+        torch = sys.modules["torch"]
+        return torch.zeros(count, dtype=torch.float64, device=operand.device)
+    return sys.modules["numpy"].zeros(count, dtype=sys.modules["numpy"].float64)
+
+
+def row_rms(operand: Operand) -> Any:
+    """Root mean square of the finite values of each row (the last dimension), float64; 0 for a row with
+    none. In the operand's library, on its compute device."""
+    xp = operand.xp
+    squares, counts = _row_zeros(operand), _row_zeros(operand)
+    with quiet(operand):
+        for start, stop in chunk_bounds(operand.numel):
+            e = operand.float64(start, stop)
+            finite = xp.isfinite(e)
+            _row_sums(operand, squares, xp.where(finite, e * e, 0.0), start)
+            _row_sums(operand, counts, _lib_float64(operand.lib, finite), start)
+        return xp.where(counts > 0, xp.sqrt(squares / xp.where(counts > 0, counts, 1.0)), 0.0)
+
+
+def calc_diff_rows_values(x: Operand, y: Operand) -> Any:
+    """``calc_diff`` of each row (the last dimension), float64: NaN for a row holding NaN or Inf on a side,
+    0.0 for a row all zero on both sides. In the operands' library, on their compute device."""
+    xp = x.xp
+    cross, squares, broken = _row_zeros(x), _row_zeros(x), _row_zeros(x)
+    with quiet(x):
+        for start, stop in chunk_bounds(x.numel):
+            a, b = x.float64(start, stop), y.float64(start, stop)
+            finite = xp.isfinite(a) & xp.isfinite(b)
+            _row_sums(x, broken, _lib_float64(x.lib, ~finite), start)
+            a, b = xp.where(finite, a, 0.0), xp.where(finite, b, 0.0)
+            _row_sums(x, cross, a * b, start)
+            _row_sums(x, squares, a * a + b * b, start)
+        values = xp.where(squares == 0.0, 0.0, 1.0 - 2.0 * cross / xp.where(squares == 0.0, 1.0, squares))
+        return xp.where(broken > 0, math.nan, values)
+
+
 def all_within_tolerance(
-    actual: Operand, expected: Operand, *, rtol: float, atol: float, exact_native: bool
+    actual: Operand,
+    expected: Operand,
+    *,
+    rtol: float,
+    atol: float,
+    exact_native: bool,
+    atol_rows: Any = None,
 ) -> bool:
     """True when every pair is finite and within tolerance: the cheap pass most calls end with.
 
@@ -188,7 +268,8 @@ def all_within_tolerance(
             a, e = actual.float64(start, stop), expected.float64(start, stop)
             xp.subtract(a, e, out=a)
             xp.abs(a, out=a)
-            if not bool((a <= _tolerance(actual.lib, e, rtol=rtol, atol=atol)).all()):
+            chunk_atol = _chunk_atol(actual, atol, atol_rows, start, stop)
+            if not bool((a <= _tolerance(actual.lib, e, rtol=rtol, atol=chunk_atol)).all()):
                 return False
     return True
 
@@ -202,6 +283,7 @@ def scan_pair(
     equal_nan: bool,
     infs_match: bool,
     exact_native: bool,
+    atol_rows: Any = None,
 ) -> PairScan:
     """Classifies every element of a pair (see PairScan) in one chunked pass.
 
@@ -220,7 +302,8 @@ def scan_pair(
                 outside = actual.native(start, stop) != expected.native(start, stop)
                 clean = not bool(outside.any())
             else:
-                outside = ~(diff <= _tolerance(lib, xp.abs(e), rtol=rtol, atol=atol))
+                chunk_atol = _chunk_atol(actual, atol, atol_rows, start, stop)
+                outside = ~(diff <= _tolerance(lib, xp.abs(e), rtol=rtol, atol=chunk_atol))
                 clean = not bool(outside.any())  # so every element is finite (see _tolerance)
             # 0/0 is no difference; x/0 is an infinite relative difference.
             relative = xp.where(diff == 0, 0.0, diff / magnitude)

@@ -1,0 +1,198 @@
+"""Mutation testing (mutmut) of the modules whose logic the CPU tests must pin down: ``make mutation``.
+
+Each group below is one module (or package) and the unit tests that cover it. mutmut mutates the lines of
+the group's files that those tests execute (``mutate_only_covered_lines``: CUDA-only branches are the GPU
+test files' to kill) one change at a time and runs, for every mutant, the tests of the group that execute
+the mutated function; a mutant no test fails "survived". Groups run one after another, each in its own copy of the
+tree under ``.mutation/<group>/`` (mutmut reads its configuration from the working directory's
+pyproject.toml and keeps its results in ``mutants/`` there, so a re-run resumes). A group's tests are
+its own: ``gpumatrix.compare`` is called by every kernel test, and mutating it against all of them
+would cost hours.
+
+The score of a group is (killed + timed out) / mutants: a timeout is a mutant that made a test hang,
+which a run notices. Every survivor must be listed in docs/mutation.md with its reason (an equivalent
+mutant, with why); the run exits 1 when a group scores under 95% or a survivor is not listed there.
+
+    python benchmarks/mutation.py                     # every group (about an hour on two cores)
+    python benchmarks/mutation.py --group mxfuse.einsum --max-children 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / ".mutation"
+DOC = ROOT / "docs" / "mutation.md"
+MIN_SCORE = 0.95
+
+
+@dataclass(frozen=True)
+class Group:
+    mutate: tuple[str, ...]  # files (globs) under src/ that mutmut changes
+    tests: tuple[str, ...]  # the unit tests run against them
+
+
+GROUPS: dict[str, Group] = {
+    "mxfuse.formats": Group(
+        ("src/mxfuse/formats/*",),
+        (
+            "tests/unit/test_mxfp8_formats.py",
+            "tests/unit/test_mxfp8_layouts.py",
+            "tests/unit/test_input_checks.py",
+        ),
+    ),
+    "mxfuse.gemm": Group(
+        ("src/mxfuse/gemm/api.py", "src/mxfuse/gemm/weights.py", "src/mxfuse/gemm/torch_backend.py"),
+        (
+            "tests/unit/test_mxfp8_gemm_api.py",
+            "tests/unit/test_mxfp8_gemm_backends.py",
+            "tests/unit/test_mxfp8_gemm_operands.py",
+            "tests/unit/test_input_checks.py",
+        ),
+    ),
+    "mxfuse.layers": Group(
+        ("src/mxfuse/layers/*",),
+        (
+            "tests/unit/test_mx_linear_cpu.py",
+            "tests/unit/test_mx_linear_gate.py",
+            "tests/unit/test_mx_linear_reload.py",
+        ),
+    ),
+    "mxfuse.hc.reference": Group(
+        ("src/mxfuse/hc/reference.py",),
+        ("tests/unit/test_hc_reference.py", "tests/unit/test_hc_reference_math.py"),
+    ),
+    "mxfuse.einsum": Group(
+        ("src/mxfuse/einsum.py",),
+        ("tests/unit/test_grouped_wo_a_reference.py", "tests/unit/test_input_checks.py"),
+    ),
+    "gpumatrix.compare": Group(
+        ("src/gpumatrix/compare/*",),
+        ("tests/unit/test_compare.py", "tests/unit/test_compare_properties.py"),
+    ),
+}
+
+# mutmut adds -x; xdist would fight its own forking.
+PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:xdist", "-q")
+# mutmut's time limit per mutant is multiplier x the covering tests' measured time + constant. Its
+# defaults (15x + 1 s) leave little room for pytest's start in the forked child on a loaded two-core
+# machine. A mutant that really loops still ends, and counts, as a timeout.
+TIMEOUT_MULTIPLIER, TIMEOUT_CONSTANT = 30.0, 120.0
+
+
+def mutmut_config(group: Group) -> str:
+    """The ``[tool.mutmut]`` table of one group."""
+
+    def array(items: tuple[str, ...]) -> str:
+        return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["src/"]\n'
+        f"only_mutate = {array(group.mutate)}\n"
+        f"pytest_add_cli_args_test_selection = {array(group.tests)}\n"
+        f"pytest_add_cli_args = {array(PYTEST_ARGS)}\n"
+        # Only lines the group's tests execute: CUDA-only branches (the kernel launches, their witness
+        # records) are the GPU test files' to kill, and a CPU run cannot reach them.
+        "mutate_only_covered_lines = true\n"
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
+        f"timeout_constant = {TIMEOUT_CONSTANT}\n"
+    )
+
+
+def _prepare(name: str, group: Group) -> Path:
+    """A copy of src/, tests/ and pyproject.toml (with the group's table) under .mutation/<name>/."""
+    here = WORK / name
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in ("src", "tests"):
+        if (here / part).exists():
+            shutil.rmtree(here / part)
+        shutil.copytree(ROOT / part, here / part, ignore=ignore)
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    text = re.sub(r"\n\[tool\.mutmut\][^\[]*", "\n", text)
+    (here / "pyproject.toml").write_text(text + mutmut_config(group), encoding="utf-8")
+    return here
+
+
+def _mutmut(here: Path, *args: str) -> subprocess.CompletedProcess:
+    # mutmut forks a worker per mutant from the process that ran the tests once; a child forked after
+    # torch's OpenMP pool ran hangs on its first parallel op (mutants of mxfuse.hc "timed out" at 0% CPU).
+    # One thread per process keeps torch from starting the pool.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    mutmut = Path(sys.executable).with_name("mutmut")
+    return subprocess.run(
+        [str(mutmut), *args], cwd=here, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def run_group(name: str, group: Group, *, max_children: int) -> dict:
+    here = _prepare(name, group)
+    run = _mutmut(here, "run", "--max-children", str(max_children))
+    (here / "run.log").write_text(run.stdout + run.stderr, encoding="utf-8")
+    _mutmut(here, "export-cicd-stats")
+    stats_file = here / "mutants" / "mutmut-cicd-stats.json"
+    if not stats_file.exists():
+        raise SystemExit(f"{name}: mutmut produced no results; see {here / 'run.log'}")
+    stats = json.loads(stats_file.read_text(encoding="utf-8"))
+    listed = _mutmut(here, "results").stdout
+    survivors = sorted(
+        line.split(":")[0].strip()
+        for line in listed.splitlines()
+        if line.strip().endswith((": survived", ": no tests", ": suspicious", ": not checked"))
+    )
+    detected = stats["killed"] + stats["timeout"]
+    return {
+        "group": name,
+        "mutants": stats["total"],
+        "killed": stats["killed"],
+        "timeout": stats["timeout"],
+        "survived": len(survivors),
+        "score": detected / stats["total"] if stats["total"] else 1.0,
+        "survivors": survivors,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--group", action="append", choices=sorted(GROUPS), help="run only this group")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
+    args = parser.parse_args(argv)
+    names = args.group or list(GROUPS)
+    documented = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
+    failed = False
+    results = []
+    for name in names:
+        print(f"{name}: mutating {', '.join(GROUPS[name].mutate)}", flush=True)
+        result = run_group(name, GROUPS[name], max_children=args.max_children)
+        results.append(result)
+        unlisted = [s for s in result["survivors"] if s not in documented]
+        ok = result["score"] >= MIN_SCORE and not unlisted
+        failed |= not ok
+        print(
+            f"  {result['mutants']} mutants: {result['killed']} killed, {result['timeout']} timed out, "
+            f"{result['survived']} survived; score {100 * result['score']:.1f}%"
+            + ("" if ok else f"  FAIL ({len(unlisted)} survivors not in docs/mutation.md)"),
+            flush=True,
+        )
+        for survivor in unlisted:
+            print(f"    not listed: {survivor}")
+    WORK.mkdir(exist_ok=True)
+    (WORK / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(f"results: {WORK / 'results.json'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Input checks fed the bad input each one exists for, at its edge, and the state the torch backend restores.
+
+The edges: strides of size-1 dimensions (ignored, as torch's contiguity rule ignores them) next to a real
+non-contiguous scale; a scale storage exactly one element short of what the layout addresses, and exactly
+long enough (with and without a storage offset); K = 0 at every place a weight's K is checked; E8M0
+scales that are views (non-contiguous) for both weight types, which must be copied, not rejected or
+misread; rows of a bf16 wo_a input that overlap by one element. Bad input is a ValueError or TypeError
+naming the argument; good input at the edge gives what the contiguous input gives.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mxfuse.gemm.torch_backend as torch_backend
+from gpumatrix import register
+from gpumatrix.compare import assert_same_bits
+from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
+from mxfuse.formats import check_mxfp8_pair, dequantize_mxfp8, scale_from_layout, scale_spec
+from mxfuse.gemm import MxWeight, backend_status, mxfp8_gemm, prepare_mxfp8_weight
+
+register(on=("cpu",), est_time=4)
+
+
+def _codes(*shape: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 4).to(torch.float8_e4m3fn)
+
+
+def _scales(*shape: int, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(120, 134, shape, generator=g, dtype=torch.int32).to(torch.uint8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scale layouts: strides and storage size at their edges
+
+
+def test_strides_of_size_1_dimensions_are_ignored_and_others_are_not():
+    q1 = _codes(1, 128)
+    one_row = torch.zeros(99 * 4, dtype=torch.uint8).as_strided((1, 4), (99, 1))  # M = 1: stride 99 unused
+    assert check_mxfp8_pair((q1, one_row), m=1, k=128, scale_layout="e8m0", device=q1.device)[1] is one_row
+    q = _codes(6, 32)
+    one_group = _scales(6, 4)[:, :1]  # K = 32: one group per row, but rows 4 bytes apart
+    assert tuple(one_group.stride()) == (4, 1)
+    with pytest.raises(ValueError, match=r"out\[1\] must have strides \(1, 1\)"):
+        check_mxfp8_pair((q, one_group), m=6, k=32, scale_layout="e8m0", device=q.device)
+    column_major = _scales(4, 6).t()  # [6, 4] e8m0 scales stored column-major
+    with pytest.raises(ValueError, match=r"scale must have strides \(4, 1\)"):
+        scale_from_layout(column_major, scale_layout="e8m0", m=6, k=128)
+    with pytest.raises(ValueError, match=r"scale must have strides \(4, 1\)"):
+        dequantize_mxfp8(_codes(6, 128), column_major, scale_layout="e8m0")
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_scale_storage_exactly_long_enough_and_one_short(offset):
+    """deepgemm [5, 3] words, strides (1, 8): 24 words addressed, padding rows included."""
+    m, k = 5, 288
+    spec = scale_spec(m, k, scale_layout="deepgemm")
+    assert spec.storage_numel == 24
+    q = _codes(m, k)
+    exact = torch.zeros(offset + 24, dtype=torch.int32)[offset:].as_strided(spec.shape, spec.stride)
+    assert check_mxfp8_pair((q, exact), m=m, k=k, scale_layout="deepgemm", device=q.device)[1] is exact
+    short = torch.zeros(offset + 23, dtype=torch.int32)[offset:].as_strided(spec.shape, spec.stride)
+    with pytest.raises(ValueError, match=r"out\[1\] must own 24 elements .* its storage holds 23"):
+        check_mxfp8_pair((q, short), m=m, k=k, scale_layout="deepgemm", device=q.device)
+
+
+# ---------------------------------------------------------------------------------------------
+# K = 0 wherever a weight's K is checked
+
+
+def test_k_zero_is_refused_for_every_weight():
+    empty_q, empty_s = torch.zeros(4, 0, dtype=torch.float8_e4m3fn), torch.zeros(4, 0, dtype=torch.uint8)
+    with pytest.raises(
+        ValueError, match=r"MxWeight.qweight must be a 2-D float8_e4m3fn tensor \[N, K\], K a positive"
+    ):
+        MxWeight(empty_q, empty_s, empty_s, "torch")
+    with pytest.raises(ValueError, match=r"weight.shape\[1\] \(K\) must be a positive multiple of 32; got 0"):
+        prepare_mxfp8_weight(empty_q, empty_s)
+    rule = torch_backend.TORCH.supports_shape(4, 0)
+    assert not rule.ok and "K must be a positive multiple of 32" in rule.reason and "got K = 0" in rule.reason
+    assert not torch_backend.TORCH.supports_shape(4, 48).ok and torch_backend.TORCH.supports_shape(4, 32).ok
+    status = backend_status("cpu", n=4, k=0)["torch"]
+    assert not status.ok and status.reason.startswith("[N, K] = [4, 0]: K must be a positive multiple")
+    with pytest.raises(ValueError, match=r"weight.shape\[1\] \(K\) must be a positive multiple of 32; got 0"):
+        prepare_wo_a_weight(torch.zeros(1, 128, 0))
+    w = prepare_wo_a_weight(torch.zeros(1, 128, 32))
+    with pytest.raises(ValueError, match=r"r \(columns per group\) .* got G = 1, r = 0"):
+        WoAWeight(
+            torch.zeros(1, 128, 0, dtype=torch.float8_e4m3fn),
+            torch.zeros(1, 0, 128, dtype=torch.uint8),
+            w.tickets,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-contiguous E8M0 scales of both weight types
+
+
+def test_mx_weight_refuses_non_contiguous_tensors():
+    q, s = _codes(64, 128), _scales(64, 4)
+    with pytest.raises(ValueError, match=r"MxWeight.scale_e8m0 must be contiguous; got strides \(1, 64\)"):
+        MxWeight(q, s.t().contiguous().t(), s, "torch")
+    with pytest.raises(ValueError, match=r"MxWeight.qweight must be contiguous"):
+        MxWeight(q.t().contiguous().t(), s, s, "torch")
+
+
+@pytest.mark.parametrize("block_rows", [1, 32])
+def test_non_contiguous_checkpoint_scales_are_copied_not_misread(block_rows):
+    n, k = 64, 128
+    q = _codes(n, k)
+    scale = _scales(-(-n // block_rows), k // 32)
+    viewed = scale.t().contiguous().t()  # the same values, column-major
+    assert not viewed.is_contiguous()
+    w = prepare_mxfp8_weight(q, viewed, backend="torch")
+    want = prepare_mxfp8_weight(q, scale, backend="torch")
+    assert w.scale_e8m0.is_contiguous()
+    assert_same_bits(w.scale_e8m0, want.scale_e8m0, name="per-row scales")
+    a = (_codes(3, k, seed=5), _scales(3, k // 32, seed=6))
+    assert_same_bits(mxfp8_gemm(a, w), mxfp8_gemm(a, want), name="GEMM with the viewed scales")
+
+
+@pytest.mark.parametrize("block_rows", [1, 32])
+def test_non_contiguous_wo_a_scales_are_copied_not_misread(block_rows):
+    groups, n, k = 2, 128, 64
+    q = _codes(groups, n, k)
+    scale = _scales(groups, n // block_rows, k // 32)
+    viewed = scale.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not viewed.is_contiguous()
+    w, want = prepare_wo_a_weight(q, viewed), prepare_wo_a_weight(q, scale)
+    assert w.scale.is_contiguous()
+    assert_same_bits(w.scale, want.scale, name="wo_a scales")
+    with pytest.raises(ValueError, match=r"scale must be a contiguous uint8 tensor \(2, 2, 128\)"):
+        WoAWeight(w.qweight, w.scale.transpose(1, 2).contiguous().transpose(1, 2), w.tickets)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows of a bf16 wo_a input: overlapping by one element is refused, padded rows are read right
+
+
+def test_wo_a_input_rows_that_overlap_by_one_element_are_refused():
+    w = prepare_wo_a_weight(torch.randn(2, 128, 64))
+    x = torch.randn(4, 128).bfloat16()
+    flat = torch.zeros(4 * 130, dtype=torch.bfloat16)
+    with pytest.raises(
+        ValueError, match=r"a must have contiguous, non-overlapping rows; got strides \(127, 1\)"
+    ):
+        grouped_wo_a(flat[: 3 * 127 + 128].as_strided((4, 128), (127, 1)), w)
+    padded = flat.as_strided((4, 128), (130, 1))
+    padded.copy_(x)
+    assert_same_bits(grouped_wo_a(padded, w), grouped_wo_a(x, w), name="z of a padded-row input")
+    one_row = flat[:128].as_strided((1, 128), (5, 1))  # a lone row's stride addresses nothing
+    assert_same_bits(
+        grouped_wo_a(one_row, w), grouped_wo_a(flat[:128].view(1, 128).clone(), w), name="one row"
+    )
+    with pytest.raises(
+        ValueError, match=r"a must have contiguous, non-overlapping rows; got strides \(1, 4\)"
+    ):
+        grouped_wo_a(torch.zeros(128, 4, dtype=torch.bfloat16).t(), w)
+
+
+# ---------------------------------------------------------------------------------------------
+# The TF32 flag: off during the fp32 products, restored after, also when the product raises
+
+
+def _flag_spy(monkeypatch, module, name: str, *, fail: bool) -> list[bool]:
+    seen: list[bool] = []
+    real = getattr(torch, name)
+
+    def spy(*args, **kwargs):
+        seen.append(torch.backends.cuda.matmul.allow_tf32)
+        if fail:
+            raise RuntimeError("product failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
+def _gemm_call():
+    w = prepare_mxfp8_weight(_codes(8, 64), _scales(8, 2), backend="torch")
+    return lambda: mxfp8_gemm((_codes(2, 64, seed=3), _scales(2, 2, seed=4)), w, backend="torch")
+
+
+def _wo_a_call():
+    w = prepare_wo_a_weight(torch.randn(1, 128, 64))
+    a = (_codes(2, 64, seed=3), _scales(2, 2, seed=4))
+    return lambda: grouped_wo_a_reference(a, w)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["returns", "raises"])
+@pytest.mark.parametrize("before", [True, False], ids=["tf32 on", "tf32 off"])
+@pytest.mark.parametrize(("where", "product"), [("gemm", "mm"), ("wo_a", "einsum")])
+def test_tf32_is_off_for_the_product_and_restored(monkeypatch, where, product, before, fail):
+    call = _gemm_call() if where == "gemm" else _wo_a_call()
+    previous = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = before
+        seen = _flag_spy(monkeypatch, torch, product, fail=fail)
+        if fail:
+            with pytest.raises(RuntimeError, match="product failed"):
+                call()
+        else:
+            call()
+        assert seen == [False]
+        assert torch.backends.cuda.matmul.allow_tf32 is before
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
