@@ -132,8 +132,7 @@ def test_exact_sums_with_subnormal_codes_bit_for_bit(t):
     case = exact_case(t, groups, k, n, seed=t, subnormals=True)
     assert float(is_subnormal(torch.from_numpy(case.a_codes).view(torch.float8_e4m3fn)).float().mean()) > 0.2
     w = prepare_wo_a_weight(case.weight.qweight.cuda(), case.weight.scale_e8m0.cuda())
-    q, s = case.pair("deepgemm")
-    a = (q.cuda(), s.cuda())
+    a = case.pair("deepgemm", device="cuda")
     want = to_bf16_bits(numpy_wo_a(case)).cuda()
     z = grouped_wo_a(a, w, out=_poisoned_z(t, groups))
     pair = grouped_wo_a(a, w, out_pair=_poisoned_pair(t, groups * n, "deepgemm"))

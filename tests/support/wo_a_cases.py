@@ -36,9 +36,11 @@ class Case:
             torch.from_numpy(w_codes.copy()).view(torch.float8_e4m3fn), torch.from_numpy(w_scale.copy())
         )
 
-    def pair(self, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
-        q = torch.from_numpy(self.a_codes.copy()).view(torch.float8_e4m3fn)
-        return q, scale_to_layout(torch.from_numpy(self.a_scale.copy()), scale_layout=layout)
+    def pair(self, layout: str, *, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """The activation pair, its scales laid out on ``device`` (moving a padded layout with ``.to``
+        would not keep its strides)."""
+        q = torch.from_numpy(self.a_codes.copy()).view(torch.float8_e4m3fn).to(device)
+        return q, scale_to_layout(torch.from_numpy(self.a_scale.copy()).to(device), scale_layout=layout)
 
 
 def exact_case(t: int, groups: int, k: int, n: int, *, seed: int, subnormals: bool = False) -> Case:

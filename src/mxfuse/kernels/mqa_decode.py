@@ -124,6 +124,10 @@ def _mqa_split_kernel(
 
     held, n_keys, chunk = _split_bounds(lens_ptr, b, S, capacity, n_splits, BLOCK_N, MIN_TILES)
     start = split * chunk
+    if start >= n_keys:
+        # A split past the sequence's end: nothing to read or write (the combine reads the used splits
+        # only). Leaving before q is loaded frees the multiprocessor at once.
+        return
     end = tl.minimum(start + chunk, n_keys)
 
     r = mblk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -190,7 +194,7 @@ def _mqa_split_kernel(
             o.to(tl.bfloat16),
             mask=row_ok[:, None] & dv_ok[None, :],
         )
-    elif start < n_keys:  # splits past the end write nothing: the combine reads the used ones only
+    else:
         base = (b * n_splits + split).to(tl.int64)
         tl.store(
             acc_ptr + (base * rows + r)[:, None] * D + dv[None, :], acc, mask=row_ok[:, None] & dv_ok[None, :]
