@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -30,6 +31,7 @@ from gpumatrix.config import (
     Runner,
     load_matrix,
 )
+from gpumatrix.registry_cache import CachedReading, RegistrationCache
 from gpumatrix.source import (
     READ_LIMIT,
     SourceError,
@@ -49,6 +51,7 @@ __all__ = [
     "find_test_files",
     "load_tree",
     "read_registration",
+    "reading_code_key",
 ]
 
 _KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on")
@@ -56,6 +59,9 @@ _KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on")
 _REASON_LIMIT = 200
 # Suite names travel into workflow inputs, like runner labels (ci/matrix.yaml checks declared ones so).
 _SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Part of the registry cache's key: raise it when a reading's stored shape changes without this
+# module's or gpumatrix.source's code changing (2: suite, disabled, disabled_on and est_times joined).
+_CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -198,27 +204,54 @@ def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cach
     With `cache`, what each file gave is kept in `root/.gpumatrix/` keyed by path, size and
     modification time, and only new or changed files are read again.
     """
-    from gpumatrix.registry_cache import RegistrationCache
-
     root = Path(root)
-    store = RegistrationCache.open(root) if cache else None
+    store = RegistrationCache.open(root, key=reading_code_key()) if cache else None
     readings: dict[str, FileReading] = {}
     for path in find_test_files(root, tests_dir=tests_dir):
         full = os.path.join(root, path)
         try:
             stat = os.stat(full)
-            reading = store.get(path, stat) if store is not None else None
+            reading = _from_cache(path, store.get(path, stat)) if store is not None else None
             if reading is None:
                 data, size = read_source_bytes(full, size=stat.st_size)
                 reading = read_registration(data, path, size=size)
                 if store is not None:
-                    store.put(path, stat, reading)
+                    store.put(path, stat, _to_cache(reading))
         except OSError as exc:
             reading = (None, [Problem(path, 0, f"cannot read test file: {exc.strerror or exc}")])
         readings[path] = reading
     if store is not None:
         store.save()
     return resolve_registry(readings, matrix)
+
+
+def reading_code_key() -> str:
+    """A hash of the code that decides what reading a file gives (this module and gpumatrix.source): the
+    registry cache keeps readings only under the key of the code that made them."""
+    import gpumatrix.source
+
+    digest = hashlib.sha256(str(_CACHE_FORMAT).encode())
+    for module_file in (__file__, gpumatrix.source.__file__):
+        digest.update(Path(module_file or "").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _to_cache(reading: FileReading) -> CachedReading:
+    registration, problems = reading
+    values = registration.to_values() if registration is not None else None
+    return values, [(p.line, p.message) for p in problems]
+
+
+def _from_cache(path: str, cached: CachedReading | None) -> FileReading | None:
+    """A reading back from the cache; None (read the file again) for an entry this code cannot rebuild."""
+    if cached is None:
+        return None
+    values, problems = cached
+    try:
+        registration = Registration.from_values(values) if values is not None else None
+    except (TypeError, ValueError):  # another code's fields (a length or type this one lacks)
+        return None
+    return registration, [Problem(path, line, message) for line, message in problems]
 
 
 def load_tree(root: str | Path) -> tuple[Matrix, Registry]:
