@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumatrix.config import CPU_CLASS, Problem, Runner
+from gpumatrix.config import CPU_CLASS, Runner
 from gpumatrix.hardware import Hardware
+from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration
 
 __all__ = [

@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 
 from gpumatrix import GpumatrixError
-from gpumatrix.config import Matrix, Problem, Runner, load_matrix
+from gpumatrix.config import Matrix, Runner, load_matrix
 from gpumatrix.gating import (
     HardwareSkip,
     decide_file,
@@ -52,6 +52,7 @@ from gpumatrix.gating import (
 from gpumatrix.hardware import Hardware, detect, preflight
 from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
 from gpumatrix.paths import PATHS_FILE, PathCatalog, load_paths
+from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration, Registry, discover, read_registration
 from gpumatrix.source import read_source_bytes
 from gpumatrix.witnesses import REPORT_ATTRIBUTE, WitnessHooks, witness_summary

@@ -26,11 +26,10 @@ from gpumatrix.config import (
     CPU_CLASS,
     DEFAULT_SUITE,
     Matrix,
-    Problem,
-    ProblemsError,
     Runner,
     load_matrix,
 )
+from gpumatrix.problems import Problem, ProblemsError
 from gpumatrix.registry_cache import CachedReading, RegistrationCache
 from gpumatrix.source import (
     READ_LIMIT,

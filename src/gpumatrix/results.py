@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumatrix import GpumatrixError
-from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Problem, ProblemsError
+from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix
+from gpumatrix.problems import Problem, ProblemsError
 from gpumatrix.registry import Registration, Registry, RegistryError
 from gpumatrix.shard import Durations, ShardPlan, budget_seconds, plan_matrix
 

@@ -57,6 +57,8 @@ else:
         "gpumatrix.coverage",
         "gpumatrix.page",
         "gpumatrix.estimate",
+        "gpumatrix.problems",
+        "gpumatrix.yamlfile",
     ],
 )
 def test_module_imports_without_torch(module: str) -> None:

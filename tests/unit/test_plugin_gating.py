@@ -8,9 +8,10 @@ import pytest
 from gpumatrix_trees import read_jsonl, registered, run_pytest, write_tree
 
 from gpumatrix import register
-from gpumatrix.config import Problem, Runner
+from gpumatrix.config import Runner
 from gpumatrix.gating import FileDecision, decide_file, forwarded_options, unplugged_skip_reason
 from gpumatrix.hardware import Hardware
+from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration
 
 register(on=("cpu",), est_time=30)
