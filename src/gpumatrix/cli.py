@@ -197,7 +197,7 @@ def matrix(
     if label is not None:
         matrix_.require_runner(label)
     suite = matrix_.require_suite(suite_name)
-    durations = _measured_durations(duration_reports, registry.files)
+    durations = _measured_durations(duration_reports, registry.files, matrix_)
     include, plans = build_matrix_include(
         matrix_, registry.require_ok(), label=label, suite=suite, durations=durations
     )
@@ -290,7 +290,8 @@ def run(
     if duration_reports:
         from gpumatrix.registry import load_tree
 
-        durations = _measured_durations(duration_reports, load_tree(root)[1].files)
+        tree_matrix, registry = load_tree(root)
+        durations = _measured_durations(duration_reports, registry.files, tree_matrix)
     options = RunOptions(
         label=label,
         shard=shard,
@@ -343,14 +344,15 @@ def _write_run_page(run_plan, console) -> None:
     console.print(f"report page: {run_plan.html_path}", soft_wrap=True, highlight=False)
 
 
-def _measured_durations(reports: tuple[Path, ...], registrations):
+def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
     """--durations: the proposals of `gpumatrix estimate`, by class and file; None without reports."""
     if not reports:
         return None
-    from gpumatrix.coverage import read_report
     from gpumatrix.estimate import estimate_files, measured_durations
+    from gpumatrix.report import read_report
 
-    return measured_durations(estimate_files([read_report(p) for p in reports], registrations))
+    found = [read_report(p, matrix) for p in reports]
+    return measured_durations(estimate_files(found, registrations, matrix))
 
 
 @main.command()
@@ -400,8 +402,7 @@ def coverage(
     if html is not None:
         write_text(html, render_html(merged, title=title, sources=sources))
         click.echo(f"report page: {html}")
-    failed = bool(merged.undeclared) or (bool(merged.missing) and not warn_only)
-    sys.exit(EXIT_FAILED if failed else EXIT_OK)
+    sys.exit(EXIT_FAILED if merged.failed(warn_only=warn_only) else EXIT_OK)
 
 
 @main.command()
@@ -415,12 +416,12 @@ def estimate(reports: tuple[Path, ...], as_json: bool, root: Path | None) -> Non
     it ran, rounded up to a second; registrations off it by more than 2x are flagged. Exit 0: this
     proposes, it does not judge.
     """
-    from gpumatrix.coverage import read_report
     from gpumatrix.estimate import estimate_files, estimates_json, render_estimates
     from gpumatrix.registry import load_tree
+    from gpumatrix.report import read_report
 
-    _, registry = load_tree(root or find_root())
-    found = estimate_files([read_report(p) for p in reports], registry.files)
+    tree_matrix, registry = load_tree(root or find_root())
+    found = estimate_files([read_report(p, tree_matrix) for p in reports], registry.files, tree_matrix)
     if as_json:
         click.echo(json.dumps(estimates_json(found), indent=2))
     else:

@@ -29,6 +29,7 @@ __all__ = [
     "BUILTIN_SUITES",
     "CPU_CLASS",
     "DEFAULT_SUITE",
+    "MAX_SECONDS",
     "NIGHTLY_SUITE",
     "PERMISSION_LEVELS",
     "BotConfig",
@@ -46,6 +47,10 @@ CPU_CLASS = "cpu"
 DEFAULT_SUITE = "pr"
 NIGHTLY_SUITE = "nightly"
 ALL_SUITES = "all"
+# The most seconds a test file may be estimated at (`register(est_time=...)`) or measured to take (a JSON
+# report's durations): a week, longer than GitHub Actions lets any job run (5 days on a self-hosted
+# runner). Past it a number is a mistake or a forgery, and it would overflow what plans and proposals add up.
+MAX_SECONDS = 7 * 24 * 3600
 BUILTIN_SUITES: Mapping[str, str] = MappingProxyType(
     {
         DEFAULT_SUITE: "every pull request and push (the default of register(suite=...))",

@@ -31,7 +31,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,14 +53,15 @@ from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_sett
 from gpumatrix.paths import PATHS_FILE, PathCatalog, load_paths
 from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration, Registry, discover, read_registration
+from gpumatrix.report import dump_report
+from gpumatrix.report.collect import RunOutcomes
 from gpumatrix.source import read_source_bytes
-from gpumatrix.witnesses import REPORT_ATTRIBUTE, WitnessHooks, witness_summary
+from gpumatrix.witnesses import WitnessHooks
 
 __all__ = [
     "HELD_LEASE_ENV",
     "REPLAY_TO_ENV",
     "HardwareSkip",
-    "RunReport",
     "evaluate_hardware",
     "unplugged_collect_report",
 ]
@@ -72,123 +72,6 @@ REPLAY_TO_ENV = "GPUMATRIX_REPLAY_TO"
 _WORKER_HARDWARE = "gpumatrix_hardware"
 _WORKER_REGISTRY = "gpumatrix_registry"
 _WORKER_DESELECTED = "gpumatrix_deselected"
-
-
-_RANK = {"passed": 0, "skipped": 1, "errors": 2, "failed": 3}
-
-
-@dataclass
-class RunReport:
-    """Outcomes by test (its worst phase wins), collection errors by file, and deselections.
-
-    The JSON has, per file, the node ids that ran (passed, failed or errored) and of each outcome,
-    and the skipped ones with their reasons, marked when the reason is this machine's hardware; the
-    file's measured seconds (setup, call and teardown of its tests) beside its `est_time`; and, per
-    test that recorded code paths, its outcome and those paths.
-    """
-
-    outcomes: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # nodeid: (file, kind, reason)
-    deselected: set[str] = field(default_factory=set)
-    durations: dict[str, float] = field(default_factory=dict)  # nodeid: seconds, all phases
-    witnessed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # nodeid: its records
-
-    def add(self, nodeid: str, file: str, kind: str, reason: str = "") -> None:
-        previous = self.outcomes.get(nodeid)
-        if previous is None or _RANK[kind] > _RANK[previous[1]]:
-            self.outcomes[nodeid] = (file, kind, reason)
-
-    def add_collect_report(self, report: pytest.CollectReport, file: str) -> None:
-        """A whole file that failed to collect, or was skipped before it was imported."""
-        if report.failed:
-            self.add(report.nodeid, file, "errors")
-        elif report.skipped:
-            self.add(report.nodeid, file, "skipped", _skip_reason(report))
-
-    def add_test_report(self, report: pytest.TestReport, file: str) -> None:
-        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + float(report.duration or 0)
-        records = getattr(report, REPORT_ATTRIBUTE, None)
-        if isinstance(records, list):  # a plain list of dicts, from this process, a worker or a child
-            self.witnessed.setdefault(report.nodeid, []).extend(
-                r for r in records if isinstance(r, dict) and isinstance(r.get("path"), str)
-            )
-        if report.when == "call":
-            kind = "failed" if report.failed else "skipped" if report.skipped else "passed"
-        elif report.failed:
-            kind = "errors"
-        elif report.skipped:
-            kind = "skipped"
-        else:
-            return  # a passing setup or teardown says nothing the call does not
-        reason = ""
-        if kind == "skipped":
-            wasxfail = getattr(report, "wasxfail", None)
-            reason = f"xfail: {wasxfail}" if wasxfail is not None else _skip_reason(report)
-        self.add(report.nodeid, file, kind, reason)
-
-    def to_json(
-        self,
-        *,
-        hardware: Hardware,
-        runner: str | None,
-        hardware_skips: dict[str, str],
-        problems: list[str],
-        disabled_skips: dict[str, str] | None = None,
-        est_times: dict[str, float] | None = None,
-    ) -> dict[str, Any]:
-        files: dict[str, dict[str, Any]] = {}
-        totals = dict.fromkeys(("ran", "passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
-        for nodeid, (file, kind, reason) in sorted(self.outcomes.items()):
-            entry = files.setdefault(
-                file,
-                {
-                    "ran": [],
-                    "passed": [],
-                    "failed": [],
-                    "errors": [],
-                    "skipped": [],
-                    "duration": 0.0,
-                    "est_time": (est_times or {}).get(file),
-                },
-            )
-            entry["duration"] = round(entry["duration"] + self.durations.get(nodeid, 0.0), 3)
-            totals[kind] += 1
-            if kind != "skipped":  # it ran, whatever came of it (as `gpumatrix run` counts executed tests)
-                entry[kind].append(nodeid)
-                entry["ran"].append(nodeid)
-                totals["ran"] += 1
-                continue
-            by_hardware = hardware_skips.get(file) == reason
-            totals["hardware_skipped"] += by_hardware
-            skip: dict[str, Any] = {"nodeid": nodeid, "reason": reason, "hardware": by_hardware}
-            if disabled_skips and disabled_skips.get(file) == reason:
-                skip["disabled"] = True  # present only when true: other skips read as they always did
-            entry["skipped"].append(skip)
-        totals["deselected"] = len(self.deselected)
-        witnessed = {
-            nodeid: {
-                "file": self.outcomes[nodeid][0] if nodeid in self.outcomes else nodeid.split("::", 1)[0],
-                "outcome": self.outcomes[nodeid][1] if nodeid in self.outcomes else "errors",
-                "paths": witness_summary(records),
-            }
-            for nodeid, records in sorted(self.witnessed.items())
-            if records
-        }
-        return {
-            "hardware": hardware.to_dict(),
-            "runner": runner,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "problems": problems,
-            "files": files,
-            "totals": totals,
-            "witnessed": witnessed,
-        }
-
-
-def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
-    if isinstance(report.longrepr, tuple):
-        text = str(report.longrepr[2])
-        return text.removeprefix("Skipped: ")
-    return str(report.longrepr)
 
 
 @dataclass
@@ -204,7 +87,7 @@ class _State:
     suite: str | None = None  # None: every suite
     include_disabled: bool = False
     paths: PathCatalog | None = None
-    report: RunReport = field(default_factory=RunReport)
+    report: RunOutcomes = field(default_factory=RunOutcomes)
     _relpaths: dict[Path, str | None] = field(default_factory=dict)
 
     def relpath(self, path: Path) -> str | None:
@@ -673,11 +556,11 @@ def _write_report(state: _State, problems: list[str]) -> None:
         why = registration.why_disabled(running_class(registration, state.hardware, state.runner))
         if why is not None and not state.include_disabled:
             disabled_skips[path] = why
-    data = state.report.to_json(
+    report = state.report.to_report(
         hardware=state.hardware,
         runner=state.runner.label if state.runner else None,
-        hardware_skips=hardware_skips,
         problems=problems,
+        hardware_skips=hardware_skips,
         disabled_skips=disabled_skips,
         est_times={
             path: r.estimate_for(running_class(r, state.hardware, state.runner))
@@ -687,4 +570,4 @@ def _write_report(state: _State, problems: list[str]) -> None:
     path = state.report_path
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        path.write_text(dump_report(report), encoding="utf-8")

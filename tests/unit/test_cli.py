@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from coverage_reports import report_from_files
 
 from gpumatrix import register
 from gpumatrix.cli import main
 from gpumatrix.config import load_matrix
 from gpumatrix.hardware import Hardware
+from gpumatrix.report import Report
 from gpumatrix.run import RunError, evaluate_report, select_files, select_runner
 
 register(on=("cpu",), est_time=30)
@@ -179,8 +181,8 @@ def test_select_runner_auto_without_match_names_machine():
         )
 
 
-def _report(files: dict[str, dict]) -> dict:
-    return {"files": files}
+def _report(files: dict[str, dict]) -> Report:
+    return report_from_files(files)
 
 
 GUARDS = [

@@ -274,6 +274,8 @@ def _report_lines(report: ReportSummary) -> list[str]:
     if report.unreadable:
         read += f"; {report.unreadable} unreadable, not counted"
     lines += [f"From the run's JSON test reports ({read}).", ""]
+    if report.problems:
+        lines += ["What is wrong with the reports:", *(f"- {plain_text(p)}" for p in report.problems), ""]
     return lines
 
 
