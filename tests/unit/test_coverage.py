@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from coverage_reports import PATHS_YAML, report_json
 from gpumatrix_trees import MATRIX_YAML
 
@@ -200,3 +201,57 @@ def test_file_cells_carry_durations_and_registered_estimates():
     coverage = merged(cpu)
     assert coverage.file_cells[("tests/unit/test_r.py", "cpu")].duration == 3.0
     assert coverage.est_times["tests/unit/test_r.py"] == 8.0
+
+
+# (id, gpus of a machine that ran plain pytest, without --runner: the runner column it lands in)
+PLAIN = [
+    ("one-gpu", 1, "1-gpu-h100"),
+    ("two-gpus", 2, "2-gpu-h100"),  # not the first runner of its class
+    ("eight-gpus", 8, "8 x h100"),  # no runner has 8: a column of its own, still of class h100
+]
+
+
+@pytest.mark.parametrize(("gpus", "label"), [p[1:] for p in PLAIN], ids=[p[0] for p in PLAIN])
+def test_a_report_without_a_runner_lands_in_the_runner_of_its_class_and_count(gpus: int, label: str):
+    nodeid = "tests/e2e/test_e.py::pair"
+    coverage = merged(report_json(None, "h100", gpus, {nodeid: "passed"}, {nodeid: ["k.pair"]}))
+    assert [(r.label, r.gpu_class) for r in coverage.runners if r.reported] == [(label, "h100")]
+    assert coverage.path_cells[("k.pair", "h100")].passing == (f"{label}: {nodeid}",)
+
+
+def test_a_path_exercised_by_a_passing_and_a_failing_test_is_passed_listing_both():
+    h100 = report_json(
+        "1-gpu-h100",
+        "h100",
+        1,
+        {"tests/kernels/test_k.py::a": "passed", "tests/kernels/test_k.py::b": "failed"},
+        {"tests/kernels/test_k.py::a": ["k.pair"], "tests/kernels/test_k.py::b": ["k.pair"]},
+    )
+    cell = merged(CPU_OK, h100).path_cells[("k.pair", "h100")]
+    assert (cell.state, cell.passing, cell.failing) == (
+        "passed",
+        ("1-gpu-h100: tests/kernels/test_k.py::a",),
+        ("1-gpu-h100: tests/kernels/test_k.py::b",),
+    )
+
+
+# (id, the test's outcome in one report, in another report of the same runner, the path's cell)
+TWICE = [
+    ("skipped-then-passed", "skipped", "passed", "passed"),
+    ("passed-then-skipped", "passed", "skipped", "passed"),
+    ("passed-then-errors", "passed", "errors", "failing"),
+    ("errors-then-passed", "errors", "passed", "failing"),
+    ("failed-then-passed", "failed", "passed", "failing"),
+]
+
+
+@pytest.mark.parametrize(("first", "second", "state"), [t[1:] for t in TWICE], ids=[t[0] for t in TWICE])
+def test_a_test_in_two_reports_of_a_runner_counts_with_its_worse_outcome(first: str, second: str, state: str):
+    nodeid = "tests/kernels/test_k.py::pair"
+    one, two = (
+        report_json("1-gpu-h100", "h100", 1, {nodeid: o}, {nodeid: ["k.pair"]}) for o in (first, second)
+    )
+    coverage = merged(CPU_OK, one, two)
+    assert coverage.path_cells[("k.pair", "h100")].state == state
+    (column,) = [r for r in coverage.runners if r.label == "1-gpu-h100"]
+    assert sum(column.totals.values()) == 1

@@ -171,7 +171,7 @@ class _Reader:
         if not _is_count(value):
             self.bad(where, f"must be a count (an integer >= 0), got {_kind(value)}")
         if limit is not None and value > limit:
-            self.bad(where, f"must be at most {limit}, got {value}")
+            self.bad(where, f"must be at most {limit}, got {_kind(value)}")
         return value
 
     def seconds(self, value: Any, where: str, *, positive: bool = False) -> float:
