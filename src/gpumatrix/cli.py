@@ -283,7 +283,7 @@ def run(
     Writes a JUnit XML file, the JSON report and the report page of this runner's slice (the file x
     runner and path x class matrices, `gpumatrix coverage`'s page for one report)."""
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
-    from gpumatrix.run import RunOptions, finish_run, plan_run, prepare_outputs
+    from gpumatrix.run import RunOptions, clean_outputs, finish_run, plan_run, prepare_outputs
 
     root = root or find_root()
     durations = None
@@ -312,9 +312,11 @@ def run(
     if run_plan.targets:
         render_run_start(console, run_plan)
         prepare_outputs(run_plan)
-        result = finish_run(
-            run_plan, subprocess.call(run_plan.command, cwd=run_plan.root, env=dict(run_plan.env))
-        )
+        try:
+            pytest_exit = subprocess.call(run_plan.command, cwd=run_plan.root, env=dict(run_plan.env))
+        finally:
+            clean_outputs(run_plan)
+        result = finish_run(run_plan, pytest_exit)
     else:
         result = finish_run(run_plan, None)
     render_run_result(console, _console(stderr=True), result)

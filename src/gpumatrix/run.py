@@ -23,6 +23,7 @@ from gpumatrix import UsageError
 from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Runner
 from gpumatrix.registry import Registration
 from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
+from gpumatrix.session import SessionPlan, declared_paths
 
 if TYPE_CHECKING:
     from gpumatrix.hardware import Hardware
@@ -34,6 +35,7 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunSummary",
+    "clean_outputs",
     "evaluate_report",
     "finish_run",
     "plan_run",
@@ -105,6 +107,8 @@ class RunPlan:
     junit_path: Path
     shard: str | None = None
     html_path: Path | None = None
+    session: SessionPlan | None = None  # what pytest is handed instead of resolving it again
+    session_path: Path | None = None  # where it is written for pytest (--gpumatrix-plan)
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,10 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     reports_dir = root / "reports"
     junit = (options.junit_xml or reports_dir / f"junit-{runner.label}.xml").resolve()
     report_path = (options.report or reports_dir / f"gpumatrix-{runner.label}.json").resolve()
+    # pytest is handed what was resolved here (the hardware, the runner, the registry) instead of
+    # detecting, loading and discovering it again.
+    session = SessionPlan(root, hardware, registry, runner, suite, declared_paths(root, matrix))
+    session_path = report_path.with_name(f".{report_path.stem}.plan.json")
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
     # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own
     # matrix, registry and root-relative node ids.
@@ -287,6 +295,8 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         str(root),
         "--gpumatrix-report",
         str(report_path),
+        "--gpumatrix-plan",
+        str(session_path),
         f"--junitxml={junit}",
         "-p",
         "no:cacheprovider",
@@ -314,11 +324,14 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         junit_path=junit,
         shard=options.shard,
         html_path=(options.html or report_path.with_suffix(".html")).resolve(),
+        session=session,
+        session_path=session_path,
     )
 
 
 def prepare_outputs(plan: RunPlan) -> None:
-    """Make room for the run's reports; a stale report must not pass for this run's."""
+    """Make room for the run's reports (a stale report must not pass for this run's) and write the
+    session plan pytest is handed."""
     for path in (plan.junit_path, plan.report_path):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -327,6 +340,17 @@ def prepare_outputs(plan: RunPlan) -> None:
     plan.report_path.unlink(missing_ok=True)
     if plan.html_path is not None:
         plan.html_path.unlink(missing_ok=True)
+    if plan.session is not None and plan.session_path is not None:
+        try:
+            plan.session.write(plan.session_path)
+        except OSError as exc:
+            raise RunError(f"cannot write {plan.session_path}: {exc.strerror or exc}") from None
+
+
+def clean_outputs(plan: RunPlan) -> None:
+    """Remove what only the run needed (the session plan)."""
+    if plan.session_path is not None:
+        plan.session_path.unlink(missing_ok=True)
 
 
 def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:
