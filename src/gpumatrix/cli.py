@@ -329,6 +329,8 @@ def run(
 
 def _write_run_page(run_plan, console) -> None:
     """The page of this run's own report; a page that cannot be made is said, and fails nothing."""
+    from rich.markup import escape
+
     from gpumatrix.coverage import load_coverage
     from gpumatrix.page import render_html, write_text
 
@@ -341,9 +343,9 @@ def _write_run_page(run_plan, console) -> None:
             run_plan.html_path, render_html(coverage, title=title, sources=[run_plan.report_path.name])
         )
     except GpumatrixError as exc:
-        console.print(f"[yellow]warning:[/yellow] no report page: {exc}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] no report page: {escape(str(exc))}", soft_wrap=True)
         return
-    console.print(f"report page: {run_plan.html_path}", soft_wrap=True, highlight=False)
+    console.print(f"report page: {escape(str(run_plan.html_path))}", soft_wrap=True, highlight=False)
 
 
 def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
@@ -453,3 +455,6 @@ def _add_epilog(group: click.Group) -> None:
 
 
 _add_epilog(main)
+
+if __name__ == "__main__":  # python -m gpumatrix.cli
+    main(prog_name="gpumatrix")

@@ -129,6 +129,7 @@ def estimates_json(estimates: Sequence[FileEstimate]) -> list[dict[str, Any]]:
 
 
 def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="est_time from measured durations (seconds)")
@@ -145,9 +146,9 @@ def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> Non
             flag = "no samples"
         else:
             flag = "[red]off by more than 2x[/red]" if e.off else ""
-        table.add_row(
-            e.path,
-            e.gpu_class,
+        table.add_row(  # file names are text, not markup
+            escape(e.path),
+            escape(e.gpu_class),
             "-" if e.registered is None else f"{e.registered:g}",
             str(len(e.samples)),
             shown(e.median),
@@ -156,7 +157,7 @@ def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> Non
             flag,
         )
     console.print(table)
-    flagged = [f"{e.path} ({e.gpu_class})" for e in estimates if e.off]
+    flagged = [escape(f"{e.path} ({e.gpu_class})") for e in estimates if e.off]
     console.print(
         f"{len(flagged)} registration(s) off by more than 2x"
         + (": " + ", ".join(flagged) if flagged else ""),

@@ -277,6 +277,9 @@ def resolve_registry(readings: Mapping[str, FileReading], matrix: Matrix) -> Reg
         problems.extend(found)
         if registration is None:
             continue
+        if "[" in path or "]" in path:  # pytest refuses the file as an argument ("[] parametrization")
+            problems.append(Problem(path, 0, _BRACKETS))
+            continue
         resolved, found = _resolve_runners(registration, matrix, runners)
         problems.extend(found)
         if resolved is not None:
@@ -356,6 +359,10 @@ def read_registration(source: str | bytes, path: str, *, size: int | None = None
     return (registration if not problems and not found else None), problems + found
 
 
+_BRACKETS = (
+    "pytest cannot be given a path holding '[' or ']' (it reads them as a test's parameters), so no "
+    "runner could run this file: rename it"
+)
 _MISSING = (
     "test file is not registered: add `from gpumatrix import register` and, at module top level, "
     '`register(on=("cpu",), est_time=SECONDS)` naming the classes it runs on'

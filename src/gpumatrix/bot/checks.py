@@ -27,11 +27,10 @@ from gpumatrix.bot.render import (
     TERMINAL_STATES,
     GroupStatus,
     StatusComment,
-    code_span,
     hidden_json,
-    plain_text,
 )
 from gpumatrix.bot.report import ReportSummary
+from gpumatrix.markdown import code_span, plain_text
 
 __all__ = [
     "CHECK_NAME_PREFIX",
