@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 from gpumatrix.config import (
     CPU_CLASS,
     DEFAULT_SUITE,
+    MAX_SECONDS,
     Matrix,
     Runner,
     load_matrix,
@@ -473,8 +473,8 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
     elif "est_time" in values and _seconds_problem(est_time):
         bad(
             nodes["est_time"],
-            f"register(est_time=...) must be a positive number of seconds, or seconds per class "
-            f'({{"h100": 40, "b200": 15}}), got {est_time!r}',
+            f"register(est_time=...) must be a positive number of seconds (at most {MAX_SECONDS}, a week), "
+            f'or seconds per class ({{"h100": 40, "b200": 15}}), got {_shown_literal(est_time)}',
         )
 
     suite = values.get("suite", DEFAULT_SUITE)
@@ -517,9 +517,17 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
 
 
 def _seconds_problem(value: object) -> str | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+    # Bounded: a literal past a week is a mistake, and one past a float's range cannot even be converted.
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_SECONDS:
         return None
-    return f"must be a positive number of seconds, got {value!r}"
+    return (
+        f"must be a positive number of seconds (at most {MAX_SECONDS}, a week), got {_shown_literal(value)}"
+    )
+
+
+def _shown_literal(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _reason_problem(value: object) -> str | None:
