@@ -1,5 +1,6 @@
 """The `gpumatrix` command line: detect, list, check, matrix, run, coverage, estimate (and the bot's commands).
 
+Also `python -m gpumatrix` and `python -m gpumatrix.cli`.
 Each command computes a result (`gpumatrix.results`, `gpumatrix.run`) and one renderer prints it.
 `GpumatrixError` is caught in one place and its `exit_code` is the exit status, as EXIT_CODES says
 (the bot's commands follow the same table).
@@ -28,13 +29,15 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware "
         "skip on the runner's own machine), nothing to run in the selection, test files with "
         "registration problems, a required code path exercised by no passing test on a class that ran "
-        "or an undeclared one recorded (coverage), a GitHub or git call failed (bot)",
+        "or an undeclared one recorded (coverage), a JSON report that contradicts itself or is of a "
+        "refused run, a GitHub or git call failed (bot)",
     ),
     (
         EXIT_USAGE,
         "usage or configuration: a bad option or argument, an unknown runner, an invalid "
-        "ci/matrix.yaml or ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable input file "
-        "(a report included), a machine that is not the runner asked for or whose GPUs are busy",
+        "ci/matrix.yaml or ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable or malformed "
+        "input file (a report or an event included), a machine that is not the runner asked for or whose "
+        "GPUs are busy",
     ),
 )
 
