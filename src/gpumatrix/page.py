@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gpumatrix import UsageError
 from gpumatrix.coverage import CELL_STATES, Coverage, FileCell
 from gpumatrix.markdown import NAME_LIMIT, PROBLEM_LIMIT, code_span, plain_text
+from gpumatrix.report import OUTCOMES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -153,7 +154,7 @@ def page_context(coverage: Coverage, *, title: str, sources: Sequence[str]) -> d
             }
         )
     totals = {
-        key: sum(r.totals.get(key, 0) for r in runners) for key in ("passed", "failed", "errors", "skipped")
+        key: sum(r.totals.get(key, 0) for r in runners) for key in OUTCOMES
     }
     return {
         "title": title,

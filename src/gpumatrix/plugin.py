@@ -47,7 +47,7 @@ from gpumatrix.gating import (
     HardwareSkip,
     decide_file,
     evaluate_hardware,
-    running_class,
+    report_facts,
     unplugged_skip_reason,
 )
 from gpumatrix.hardware import Hardware, preflight
@@ -458,24 +458,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _write_report(state: _State, problems: list[str]) -> None:
-    hardware_skips, disabled_skips = {}, {}
-    for path, registration in state.registrations.items():
-        skip = evaluate_hardware(registration, state.hardware)
-        if skip is not None:
-            hardware_skips[path] = skip.reason
-        why = registration.why_disabled(running_class(registration, state.hardware, state.runner))
-        if why is not None and not state.include_disabled:
-            disabled_skips[path] = why
+    facts = report_facts(
+        state.registrations.values(), state.hardware, state.runner, include_disabled=state.include_disabled
+    )
     report = state.report.to_report(
         hardware=state.hardware,
         runner=state.runner.label if state.runner else None,
         problems=problems,
-        hardware_skips=hardware_skips,
-        disabled_skips=disabled_skips,
-        est_times={
-            path: r.estimate_for(running_class(r, state.hardware, state.runner))
-            for path, r in state.registrations.items()
-        },
+        hardware_skips=facts.hardware_skips,
+        disabled_skips=facts.disabled_skips,
+        est_times=facts.est_times,
     )
     path = state.report_path
     if path is not None:

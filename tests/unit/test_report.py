@@ -106,6 +106,7 @@ MALFORMED = [
     ("unknown-key", _set("extra", 1), "the top level", "has the unknown key 'extra'"),
     ("format", _set("format", 2), "format", "this gpumatrix reads format 1"),
     ("format-bool", _set("format", True), "format", "reads format 1"),
+    ("format-enormous", _set("format", 10**5000), "format", "an integer of more than 19 digits"),
     ("class-unknown", _set("hardware|gpu_class", "h900"), "hardware.gpu_class", "'h900' is not a class of"),
     (
         "class-list",

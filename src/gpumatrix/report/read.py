@@ -24,6 +24,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -111,6 +112,8 @@ def _no_repeated_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _shown(key: Any) -> str:
+    if isinstance(key, int) and key.bit_length() > 64:
+        return "an integer of more than 19 digits"  # repr() of a huge int is itself refused
     text = repr(key)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -199,8 +202,7 @@ class _Reader:
         finished = self.text(top["finished"], "finished", limit=20)
         if not _FINISHED_RE.match(finished):
             self.bad("finished", f"must be a UTC time such as 2025-01-31T12:00:00Z, got {_shown(finished)}")
-        line = lambda value, where: self.text(value, where, limit=_MAX_TEXT)  # noqa: E731
-        problems = self.texts(top["problems"], "problems", line)
+        problems = self.texts(top["problems"], "problems", partial(self.text, limit=_MAX_TEXT))
         note = self.text(top.get("note", ""), "note", limit=_MAX_SHORT, line=True)
         files = self.files(top["files"])
         witnessed = self.witnessed(top["witnessed"])
@@ -232,7 +234,7 @@ class _Reader:
                 f"(classes: {', '.join(self.matrix.classes)}): a report of another tree",
             )
         count = self.count(data["count"], "hardware.count", limit=_MAX_GPUS)
-        short = lambda value, where: self.text(value, where, limit=_MAX_SHORT, line=True)  # noqa: E731
+        short = partial(self.text, limit=_MAX_SHORT, line=True)
         names = self.texts(data["names"], "hardware.names", short)
         capabilities = tuple(
             self.capability(text, f"hardware.capabilities[{index}]")
@@ -346,8 +348,7 @@ class _Reader:
                 count = self.count(fields["count"], f"{at}.count")
                 if not count:
                     self.contradiction(f"{at}.count", "a path recorded 0 times")
-                short = lambda value, place: self.text(value, place, limit=_MAX_SHORT)  # noqa: E731
-                reasons = self.texts(fields["reasons"], f"{at}.reasons", short)
+                reasons = self.texts(fields["reasons"], f"{at}.reasons", partial(self.text, limit=_MAX_SHORT))
                 if len(reasons) > _MAX_REASONS:
                     self.bad(f"{at}.reasons", f"keeps at most {_MAX_REASONS} reasons")
                 paths[name] = PathRecord(count, reasons)
