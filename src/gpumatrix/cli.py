@@ -325,8 +325,8 @@ def run(
     render_run_result(console, _console(stderr=True), result)
     if summary_md is not None:
         _append(summary_md, summary_markdown(result))
-    if result.summary is not None and run_plan.html_path is not None:
-        _write_run_page(run_plan, console)
+    if run_plan.targets and run_plan.report_path.is_file() and run_plan.html_path is not None:
+        _write_run_page(run_plan, console)  # a report that contradicts itself is named on it
     sys.exit(result.exit_code)
 
 

@@ -9,6 +9,7 @@ lacks, a report given twice, absurd durations) they agree.
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -200,3 +201,30 @@ def test_estimate_and_coverage_count_a_report_given_twice_once(tmp_path: Path) -
     )
     (column,) = [r for r in merged.runners if r.label == "1-gpu-h100"]
     assert (column.reports, column.totals["passed"]) == (1, 2)
+
+
+# A test run whose code rewrites the run's own report after the plugin wrote it: the runner label now
+# claims a GPU runner, as a forged report would.
+FORGING_CONFTEST = """
+import json
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    path = session.config.getoption("gpumatrix_report")
+    document = json.loads(open(path).read())
+    document["runner"] = "1-gpu-h100"
+    open(path, "w").write(json.dumps(document))
+"""
+
+
+def test_run_names_a_report_that_contradicts_itself_everywhere(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "tree", {"conftest.py": FORGING_CONFTEST, **FILES})
+    summary = tmp_path / "summary.md"
+    result = _invoke(root, ("run", "--runner", "cpu", "-n", "0", "--summary-md", str(summary)))
+    assert result.exit_code == 1, result.output
+    said = "contradicts itself: runner: 1-gpu-h100 is 1 x h100, but the report's hardware is cpu"
+    assert said in " ".join(result.output.split())
+    assert said in summary.read_text() and "### ❌ gpumatrix run on `cpu`" in summary.read_text()
+    page = html.unescape((root / "reports" / "gpumatrix-cpu.html").read_text())
+    assert said in page and "Coverage failed" in page
