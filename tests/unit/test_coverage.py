@@ -255,3 +255,26 @@ def test_a_test_in_two_reports_of_a_runner_counts_with_its_worse_outcome(first: 
     assert coverage.path_cells[("k.pair", "h100")].state == state
     (column,) = [r for r in coverage.runners if r.label == "1-gpu-h100"]
     assert sum(column.totals.values()) == 1
+
+
+def test_a_refused_run_counts_for_nothing_and_fails_naming_its_runner():
+    refused = report_json("1-gpu-h100", "h100", 1, {})
+    refused["problems"] = ["this machine cannot run runner '1-gpu-h100'"]
+    coverage = merged(CPU_OK, refused)
+    said = (
+        "report report-1.json: runner 1-gpu-h100 refused to run: this machine cannot run runner '1-gpu-h100'"
+    )
+    assert coverage.rejected == (said,) and coverage.problems()[0] == said and coverage.exit_code == 1
+    (column,) = [r for r in coverage.runners if r.label == "1-gpu-h100"]
+    assert (column.reported, column.reports, column.notes) == (False, 0, (said,))
+    assert coverage.failed(warn_only=True)
+
+
+def test_a_file_in_two_reports_of_a_runner_shows_the_longer_duration():
+    nodeid = "tests/kernels/test_k.py::pair"
+    short, long = (
+        report_json("1-gpu-h100", "h100", 1, {nodeid: "passed"}, durations={nodeid: seconds})
+        for seconds in (4.0, 9.0)
+    )
+    for order in ((short, long), (long, short)):
+        assert merged(*order).file_cells[("tests/kernels/test_k.py", "1-gpu-h100")].duration == 9.0
