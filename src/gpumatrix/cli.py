@@ -1,5 +1,6 @@
 """The `gpumatrix` command line: detect, list, check, matrix, run, coverage, estimate (and the bot's commands).
 
+Also `python -m gpumatrix` and `python -m gpumatrix.cli`.
 Each command computes a result (`gpumatrix.results`, `gpumatrix.run`) and one renderer prints it.
 `GpumatrixError` is caught in one place and its `exit_code` is the exit status, as EXIT_CODES says
 (the bot's commands follow the same table).
@@ -28,13 +29,15 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware "
         "skip on the runner's own machine), nothing to run in the selection, test files with "
         "registration problems, a required code path exercised by no passing test on a class that ran "
-        "or an undeclared one recorded (coverage), a GitHub or git call failed (bot)",
+        "or an undeclared one recorded (coverage), a JSON report that contradicts itself or is of a "
+        "refused run, a GitHub or git call failed (bot)",
     ),
     (
         EXIT_USAGE,
         "usage or configuration: a bad option or argument, an unknown runner, an invalid "
-        "ci/matrix.yaml or ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable input file "
-        "(a report included), a machine that is not the runner asked for or whose GPUs are busy",
+        "ci/matrix.yaml or ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable or malformed "
+        "input file (a report or an event included), a machine that is not the runner asked for or whose "
+        "GPUs are busy",
     ),
 )
 
@@ -197,7 +200,7 @@ def matrix(
     if label is not None:
         matrix_.require_runner(label)
     suite = matrix_.require_suite(suite_name)
-    durations = _measured_durations(duration_reports, registry.files)
+    durations = _measured_durations(duration_reports, registry.files, matrix_)
     include, plans = build_matrix_include(
         matrix_, registry.require_ok(), label=label, suite=suite, durations=durations
     )
@@ -283,14 +286,15 @@ def run(
     Writes a JUnit XML file, the JSON report and the report page of this runner's slice (the file x
     runner and path x class matrices, `gpumatrix coverage`'s page for one report)."""
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
-    from gpumatrix.run import RunOptions, finish_run, plan_run, prepare_outputs
+    from gpumatrix.run import RunOptions, clean_outputs, finish_run, plan_run, prepare_outputs
 
     root = root or find_root()
     durations = None
     if duration_reports:
         from gpumatrix.registry import load_tree
 
-        durations = _measured_durations(duration_reports, load_tree(root)[1].files)
+        tree_matrix, registry = load_tree(root)
+        durations = _measured_durations(duration_reports, registry.files, tree_matrix)
     options = RunOptions(
         label=label,
         shard=shard,
@@ -311,21 +315,25 @@ def run(
     if run_plan.targets:
         render_run_start(console, run_plan)
         prepare_outputs(run_plan)
-        result = finish_run(
-            run_plan, subprocess.call(run_plan.command, cwd=run_plan.root, env=dict(run_plan.env))
-        )
+        try:
+            pytest_exit = subprocess.call(run_plan.command, cwd=run_plan.root, env=dict(run_plan.env))
+        finally:
+            clean_outputs(run_plan)
+        result = finish_run(run_plan, pytest_exit)
     else:
         result = finish_run(run_plan, None)
     render_run_result(console, _console(stderr=True), result)
     if summary_md is not None:
         _append(summary_md, summary_markdown(result))
-    if result.summary is not None and run_plan.html_path is not None:
-        _write_run_page(run_plan, console)
+    if run_plan.targets and run_plan.report_path.is_file() and run_plan.html_path is not None:
+        _write_run_page(run_plan, console)  # a report that contradicts itself is named on it
     sys.exit(result.exit_code)
 
 
 def _write_run_page(run_plan, console) -> None:
     """The page of this run's own report; a page that cannot be made is said, and fails nothing."""
+    from rich.markup import escape
+
     from gpumatrix.coverage import load_coverage
     from gpumatrix.page import render_html, write_text
 
@@ -338,19 +346,20 @@ def _write_run_page(run_plan, console) -> None:
             run_plan.html_path, render_html(coverage, title=title, sources=[run_plan.report_path.name])
         )
     except GpumatrixError as exc:
-        console.print(f"[yellow]warning:[/yellow] no report page: {exc}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] no report page: {escape(str(exc))}", soft_wrap=True)
         return
-    console.print(f"report page: {run_plan.html_path}", soft_wrap=True, highlight=False)
+    console.print(f"report page: {escape(str(run_plan.html_path))}", soft_wrap=True, highlight=False)
 
 
-def _measured_durations(reports: tuple[Path, ...], registrations):
+def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
     """--durations: the proposals of `gpumatrix estimate`, by class and file; None without reports."""
     if not reports:
         return None
-    from gpumatrix.coverage import read_report
     from gpumatrix.estimate import estimate_files, measured_durations
+    from gpumatrix.report import read_report
 
-    return measured_durations(estimate_files([read_report(p) for p in reports], registrations))
+    found = [read_report(p, matrix) for p in reports]
+    return measured_durations(estimate_files(found, registrations, matrix))
 
 
 @main.command()
@@ -400,8 +409,7 @@ def coverage(
     if html is not None:
         write_text(html, render_html(merged, title=title, sources=sources))
         click.echo(f"report page: {html}")
-    failed = bool(merged.undeclared) or (bool(merged.missing) and not warn_only)
-    sys.exit(EXIT_FAILED if failed else EXIT_OK)
+    sys.exit(EXIT_FAILED if merged.failed(warn_only=warn_only) else EXIT_OK)
 
 
 @main.command()
@@ -415,12 +423,12 @@ def estimate(reports: tuple[Path, ...], as_json: bool, root: Path | None) -> Non
     it ran, rounded up to a second; registrations off it by more than 2x are flagged. Exit 0: this
     proposes, it does not judge.
     """
-    from gpumatrix.coverage import read_report
     from gpumatrix.estimate import estimate_files, estimates_json, render_estimates
     from gpumatrix.registry import load_tree
+    from gpumatrix.report import read_report
 
-    _, registry = load_tree(root or find_root())
-    found = estimate_files([read_report(p) for p in reports], registry.files)
+    tree_matrix, registry = load_tree(root or find_root())
+    found = estimate_files([read_report(p, tree_matrix) for p in reports], registry.files, tree_matrix)
     if as_json:
         click.echo(json.dumps(estimates_json(found), indent=2))
     else:
@@ -450,3 +458,6 @@ def _add_epilog(group: click.Group) -> None:
 
 
 _add_epilog(main)
+
+if __name__ == "__main__":  # python -m gpumatrix.cli
+    main(prog_name="gpumatrix")

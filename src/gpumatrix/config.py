@@ -3,9 +3,8 @@
 The file is validated as a whole: every problem (unknown key, duplicate label, a runner naming an
 unknown class, a non-positive count or timeout, ...) is collected with its line and reported at once
 through `MatrixError`, so a maintainer fixes the file in one pass. Whatever the bytes, loading ends
-in a `Matrix` or a `MatrixError`: text that is not UTF-8, tags the safe loader refuses or cannot
-convert (`!!int two`, `!!python/object:...`), nesting deep enough to exhaust the parser's recursion,
-and null or empty text fields (which would otherwise become the string "None") are problems too.
+in a `Matrix` or a `MatrixError` (`gpumatrix.yamlfile` reads the file, as it reads ci/paths.yaml: text
+that is not UTF-8, unconvertible tags, nesting too deep, null or empty text fields are problems too).
 The optional `suites` section declares the suites a test file may name in `register(suite=...)`
 besides the built-in `pr` (the default: every pull request) and `nightly` (the scheduled run).
 The semantics are docs/registry.md's.
@@ -14,29 +13,29 @@ The semantics are docs/registry.md's.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 import yaml
 
-from gpumatrix import GpumatrixError, UsageError
+from gpumatrix import UsageError
+from gpumatrix.problems import ProblemsError
+from gpumatrix.yamlfile import INVALID, YamlReader, compose_yaml, read_yaml_text
 
 __all__ = [
     "ALL_SUITES",
     "BUILTIN_SUITES",
     "CPU_CLASS",
     "DEFAULT_SUITE",
+    "MAX_SECONDS",
     "NIGHTLY_SUITE",
     "PERMISSION_LEVELS",
     "BotConfig",
     "GpuClass",
     "Matrix",
     "MatrixError",
-    "Problem",
-    "ProblemsError",
     "Runner",
     "load_matrix",
     "parse_matrix",
@@ -48,6 +47,10 @@ CPU_CLASS = "cpu"
 DEFAULT_SUITE = "pr"
 NIGHTLY_SUITE = "nightly"
 ALL_SUITES = "all"
+# The most seconds a test file may be estimated at (`register(est_time=...)`) or measured to take (a JSON
+# report's durations): a week, longer than GitHub Actions lets any job run (5 days on a self-hosted
+# runner). Past it a number is a mistake or a forgery, and it would overflow what plans and proposals add up.
+MAX_SECONDS = 7 * 24 * 3600
 BUILTIN_SUITES: Mapping[str, str] = MappingProxyType(
     {
         DEFAULT_SUITE: "every pull request and push (the default of register(suite=...))",
@@ -59,42 +62,6 @@ PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 # Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CAPABILITY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
-# Deeper than any matrix needs (it nests 4 levels) and far below what exhausts PyYAML's recursive
-# composer and constructor (about 300 levels under pytest's own stack).
-_MAX_DEPTH = 32
-_OPENERS = (
-    yaml.BlockMappingStartToken,
-    yaml.BlockSequenceStartToken,
-    yaml.FlowMappingStartToken,
-    yaml.FlowSequenceStartToken,
-)
-_CLOSERS = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
-# Plain scalars that are text as written: a class named 5090 or a ref named 1.0.
-_TEXT_TAGS = frozenset({"tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
-_INVALID = object()  # a value that could not be read (its problem is already reported)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a configuration or test file, at a place a person can open."""
-
-    source: str
-    line: int  # 1-based; 0 when the problem concerns the whole file
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.source}:{self.line}: {self.message}" if self.line else f"{self.source}: {self.message}"
-
-
-class ProblemsError(GpumatrixError):
-    """Problems in files a person edits, every one found, each at its place; its text lists them all."""
-
-    summary = "problems"
-
-    def __init__(self, problems: list[Problem] | tuple[Problem, ...]) -> None:
-        self.problems = tuple(problems)
-        lines = "\n".join(f"  {p}" for p in self.problems)
-        super().__init__(f"{self.summary} ({len(self.problems)} problem(s)):\n{lines}")
 
 
 class MatrixError(ProblemsError, UsageError):
@@ -202,166 +169,17 @@ class Matrix:
 
 def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raises `MatrixError` listing every problem."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise MatrixError([Problem(str(path), 0, f"cannot read the runner matrix: {exc.strerror}")]) from exc
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise MatrixError(
-            [
-                Problem(
-                    str(path),
-                    line,
-                    f"not UTF-8 text (byte 0x{data[exc.start]:02x}): save the runner matrix as UTF-8",
-                )
-            ]
-        ) from None
-    return parse_matrix(text, source=str(path))
+    return parse_matrix(read_yaml_text(path, error=MatrixError, what="the runner matrix"), source=str(path))
 
 
 def parse_matrix(text: str, *, source: str = "ci/matrix.yaml") -> Matrix:
     """Validate matrix YAML `text`; every problem is reported together, with its line."""
-    try:
-        _check_depth(text, source)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        raise MatrixError(
-            [Problem(source, _error_line(exc, text), f"not valid YAML: {_yaml_problem(exc)}")]
-        ) from None
+    root = compose_yaml(text, source, error=MatrixError, depth_needed="a runner matrix needs four")
     return _MatrixParser(source).parse(root)
 
 
-def _check_depth(
-    text: str,
-    source: str,
-    *,
-    error: type[ProblemsError] = MatrixError,
-    what: str = "a runner matrix needs four",
-) -> None:
-    """Refuse nesting past _MAX_DEPTH from the token stream, which PyYAML scans without recursion.
-
-    `error` and `what` let another YAML file of ci/ (ci/paths.yaml) refuse it in its own words."""
-    depth = 0
-    for token in yaml.scan(text, Loader=yaml.SafeLoader):
-        if isinstance(token, _OPENERS):
-            depth += 1
-            if depth > _MAX_DEPTH:
-                raise error(
-                    [
-                        Problem(
-                            source,
-                            token.start_mark.line + 1,
-                            f"nested more than {_MAX_DEPTH} levels deep; {what}",
-                        )
-                    ]
-                )
-        elif isinstance(token, _CLOSERS):
-            depth -= 1
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.reader.ReaderError):
-        character = exc.character
-        shown = f"U+{character:04X}" if isinstance(character, int) else repr(character)
-        return f"the character {shown} is not allowed in YAML"
-    return str(getattr(exc, "problem", None) or exc)
-
-
-def _error_line(exc: yaml.YAMLError, text: str) -> int:
-    mark = getattr(exc, "problem_mark", None)
-    if mark is not None:
-        return mark.line + 1
-    position = getattr(exc, "position", None)  # a ReaderError: a character YAML does not allow
-    return text.count("\n", 0, position) + 1 if isinstance(position, int) else 0
-
-
-class _MatrixParser:
-    """Walks the composed YAML node tree so every value keeps its line number."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.problems: list[Problem] = []
-        self._constructor = yaml.SafeLoader("")
-
-    # -- node helpers ---------------------------------------------------------------------------
-    def error(self, node: yaml.Node | None, message: str) -> None:
-        line = node.start_mark.line + 1 if node is not None else 0
-        self.problems.append(Problem(self.source, line, message))
-
-    def value(self, node: yaml.Node, what: str) -> Any:
-        """The Python value of `node`, or _INVALID (reported) when the safe loader cannot build it."""
-        try:
-            return self._constructor.construct_object(node, deep=True)
-        except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-            problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
-            self.error(node, f"{what}: cannot read the value {_shown(node)} ({problem})")
-            return _INVALID
-
-    def text(self, node: yaml.Node, what: str, *, default: str = "") -> str:
-        """A non-empty string as written (a number stays its digits); `default` after a problem."""
-        if not isinstance(node, yaml.ScalarNode):
-            self.error(node, f"{what} must be a string, got a {_kind(node)}")
-        elif node.tag in _TEXT_TAGS and node.value:
-            return node.value
-        elif node.tag == "tag:yaml.org,2002:null" or (node.tag in _TEXT_TAGS and not node.value):
-            self.error(node, f"{what} must not be empty (got {node.value or 'nothing'!s})")
-        elif node.tag == "tag:yaml.org,2002:bool":
-            self.error(node, f"{what} must be a string, got the boolean {node.value}; quote it")
-        else:
-            self.error(node, f"{what} must be a plain string, got {_shown(node)} (tag {node.tag})")
-        return default
-
-    def mapping(self, node: yaml.Node | None, what: str) -> Iterator[tuple[str, yaml.ScalarNode, yaml.Node]]:
-        """Yield (key, key node, value node); reports non-mappings and duplicate keys."""
-        if not isinstance(node, yaml.MappingNode):
-            self.error(node, f"{what} must be a mapping")
-            return
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = self.text(key_node, f"a key in {what}")
-            if not key:
-                continue
-            if key in seen:
-                self.error(key_node, f"duplicate key {key!r} in {what}")
-                continue
-            seen.add(key)
-            yield key, key_node, value_node
-
-    def check_keys(self, node: yaml.Node, allowed: tuple[str, ...], what: str) -> dict[str, yaml.Node]:
-        found: dict[str, yaml.Node] = {}
-        for key, key_node, value_node in self.mapping(node, what):
-            if key not in allowed:
-                self.error(key_node, f"unknown key {key!r} in {what} (expected one of: {', '.join(allowed)})")
-            else:
-                found[key] = value_node
-        return found
-
-    def string_list(self, node: yaml.Node, what: str) -> tuple[str, ...]:
-        if not isinstance(node, yaml.SequenceNode) or not all(
-            isinstance(item, yaml.ScalarNode) for item in node.value
-        ):
-            self.error(node, f"{what} must be a list of strings")
-            return ()
-        texts = (self.text(item, f"{what} item") for item in node.value)
-        return tuple(text for text in texts if text)
-
-    def positive_int(self, node: yaml.Node, what: str, *, allow_zero: bool = False) -> int:
-        if not isinstance(node, yaml.ScalarNode):
-            self.error(node, f"{what} must be an integer, got a {_kind(node)}")
-            return 0
-        value = self.value(node, what)
-        if value is _INVALID:
-            return 0
-        if not isinstance(value, int) or isinstance(value, bool):
-            self.error(node, f"{what} must be an integer, got {value!r}")
-            return 0
-        if value < 0 or (value == 0 and not allow_zero):
-            self.error(node, f"{what} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
-        return value
+class _MatrixParser(YamlReader):
+    """The matrix's sections, over the node helpers of `YamlReader`."""
 
     # -- sections -------------------------------------------------------------------------------
     def parse(self, root: yaml.Node | None) -> Matrix:
@@ -528,7 +346,7 @@ class _MatrixParser:
             if "allow_edits" in fields
             else defaults.allow_edits
         )
-        if allow_edits is _INVALID:
+        if allow_edits is INVALID:
             allow_edits = False
         elif not isinstance(allow_edits, bool):
             self.error(fields["allow_edits"], f"bot allow_edits must be true or false, got {allow_edits!r}")
@@ -538,12 +356,3 @@ class _MatrixParser:
         )
         ref = self.text(fields["ref"], "bot ref") if "ref" in fields else defaults.ref
         return BotConfig(permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref)
-
-
-def _kind(node: yaml.Node) -> str:
-    return {yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}.get(type(node), "value")
-
-
-def _shown(node: yaml.Node) -> str:
-    text = node.value if isinstance(node, yaml.ScalarNode) else f"<{_kind(node)}>"
-    return repr(text if len(text) <= 40 else text[:37] + "...")

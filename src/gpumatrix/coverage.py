@@ -11,14 +11,15 @@ recorded. Merged, a (path, GPU class) cell is one of
 - `not_reported`: no report of that class ran a test: never green, whatever is required.
 
 A required path that no passing test exercised on a class that ran fails the merge (exit 1), as does
-a recorded path that ci/paths.yaml does not declare. Reports are read as untrusted data (they come
-from a run of the code under test): one that is not the expected shape is a `UsageError` naming the
-file, never a silent zero. `merge_reports` is pure; `read_report` does the reading.
+a recorded path that ci/paths.yaml does not declare, and a report that counts for nothing: one that
+contradicts itself, or one of a run refused before any test. Reports are read through
+`gpumatrix.report` (untrusted data: they come from a run of the code under test); one that cannot be
+read or is malformed is a `ReportError` (exit 2) naming the file and field. `merge_reports` is pure;
+`load_coverage` does the reading.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from gpumatrix import UsageError
 from gpumatrix.config import Matrix
 from gpumatrix.paths import PathCatalog
 from gpumatrix.registry import Registration
+from gpumatrix.report import OUTCOME_RANK, OUTCOMES, RAN, Report, ReportError, distinct_reports
 
 __all__ = [
     "CELL_STATES",
@@ -36,10 +38,9 @@ __all__ = [
     "FileCell",
     "PathCell",
     "RunnerColumn",
-    "RunnerReport",
+    "load_coverage",
     "merge_reports",
-    "parse_report",
-    "read_report",
+    "runner_label",
 ]
 
 #: Every state a path cell can have, with what it means (the page and the Markdown show these words).
@@ -50,26 +51,6 @@ CELL_STATES: dict[str, str] = {
     "not_required": "not required here",
     "not_reported": "no report from this class",
 }
-_OUTCOMES = ("passed", "failed", "errors")
-_RANK = {"skipped": 0, "passed": 1, "errors": 2, "failed": 3}
-_MAX_REPORT_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class RunnerReport:
-    """One report, as read: where it ran, and per test what came of it."""
-
-    source: str
-    runner: str | None  # the --runner label the run was given, if any
-    gpu_class: str
-    gpus: int
-    machine: str
-    hardware_source: str
-    outcomes: Mapping[str, tuple[str, str, str]]  # nodeid: (file, outcome, skip reason)
-    durations: Mapping[str, float]  # file: measured seconds
-    est_times: Mapping[str, float]  # file: registered est_time, as the run saw it
-    witnessed: Mapping[str, tuple[str, str, tuple[str, ...]]]  # nodeid: (file, outcome, paths)
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,7 +90,7 @@ class RunnerColumn:
     machines: tuple[str, ...] = ()
     reports: int = 0
     totals: Mapping[str, int] = field(default_factory=dict)  # passed, failed, errors, skipped
-    notes: tuple[str, ...] = ()  # a faked machine, a constructed report
+    notes: tuple[str, ...] = ()  # a faked machine, a report's note, a refused run
 
 
 @dataclass(frozen=True)
@@ -136,14 +117,21 @@ class Coverage:
     missing: tuple[tuple[str, str], ...]  # (path, class): required, the class ran, no passing test
     undeclared: tuple[tuple[str, str, str], ...]  # (path, runner, nodeid)
     descriptions: Mapping[str, str]
+    # Reports that count for nothing, each a failure: one that contradicts itself, a run refused before
+    # any test. A sentence each, naming the report.
+    rejected: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.missing or self.undeclared else 0
+        return 1 if self.missing or self.undeclared or self.rejected else 0
+
+    def failed(self, *, warn_only: bool = False) -> bool:
+        """Whether the merge fails; `warn_only` lets required paths go missing (a partial run), nothing else."""
+        return bool(self.undeclared or self.rejected or (self.missing and not warn_only))
 
     def problems(self) -> list[str]:
-        """A sentence per failure, naming the path and the class (or the test)."""
-        found = []
+        """A sentence per failure, naming the report, or the path and the class (or the test)."""
+        found = list(self.rejected)
         for path, class_name in self.missing:
             cell = self.path_cells[(path, class_name)]
             how = (
@@ -159,138 +147,57 @@ class Coverage:
         return found
 
 
-def read_report(path: Path) -> RunnerReport:
-    """Read one JSON report; a `UsageError` naming the file when it cannot be read or is not a report."""
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(_MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"cannot read report {path}: {exc.strerror or exc}") from None
-    if len(data) > _MAX_REPORT_BYTES:
-        raise UsageError(
-            f"report {path} is larger than {_MAX_REPORT_BYTES >> 20} MiB: not a gpumatrix report"
-        )
-    try:
-        document = json.loads(data)
-    except ValueError as exc:
-        raise UsageError(f"report {path} is not JSON: {exc}") from None
-    return parse_report(document, source=str(path))
-
-
-def parse_report(document: Any, *, source: str) -> RunnerReport:
-    """A report from its JSON value (`RunReport.to_json`); a `UsageError` naming what is wrong."""
-
-    def bad(what: str) -> UsageError:
-        return UsageError(f"report {source} is not a gpumatrix report: {what}")
-
-    if not isinstance(document, dict):
-        raise bad("the top level is not an object")
-    hardware, files = document.get("hardware"), document.get("files")
-    if not isinstance(hardware, dict) or not isinstance(hardware.get("gpu_class"), str):
-        raise bad("'hardware.gpu_class' is missing")
-    count = hardware.get("count")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise bad("'hardware.count' is not a count of GPUs")
-    if not isinstance(files, dict):
-        raise bad("'files' is not an object")
-    runner = document.get("runner")
-    if runner is not None and not isinstance(runner, str):
-        raise bad("'runner' is not a label")
-    outcomes: dict[str, tuple[str, str, str]] = {}
-    durations: dict[str, float] = {}
-    est_times: dict[str, float] = {}
-    for file, entry in files.items():
-        if not isinstance(entry, dict):
-            raise bad(f"files[{file!r}] is not an object")
-        for kind in _OUTCOMES:
-            ids = entry.get(kind, [])
-            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-                raise bad(f"files[{file!r}].{kind} is not a list of node ids")
-            outcomes.update((nodeid, (file, kind, "")) for nodeid in ids)
-        skipped = entry.get("skipped", [])
-        if not isinstance(skipped, list) or not all(
-            isinstance(s, dict) and isinstance(s.get("nodeid"), str) for s in skipped
-        ):
-            raise bad(f"files[{file!r}].skipped is not a list of skipped tests")
-        outcomes.update((s["nodeid"], (file, "skipped", str(s.get("reason", "")))) for s in skipped)
-        for key, into in (("duration", durations), ("est_time", est_times)):
-            value = entry.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                into[file] = float(value)
-    witnessed: dict[str, tuple[str, str, tuple[str, ...]]] = {}
-    found = document.get("witnessed", {})
-    if not isinstance(found, dict):
-        raise bad("'witnessed' is not an object")
-    for nodeid, entry in found.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("paths"), dict):
-            raise bad(f"witnessed[{nodeid!r}] has no 'paths' object")
-        file = entry.get("file") if isinstance(entry.get("file"), str) else nodeid.split("::", 1)[0]
-        outcome = entry.get("outcome") if entry.get("outcome") in _RANK else "errors"
-        witnessed[nodeid] = (file, outcome, tuple(str(p) for p in entry["paths"]))
-    note = document.get("note")
-    return RunnerReport(
-        source=source,
-        runner=runner,
-        gpu_class=hardware["gpu_class"],
-        gpus=count,
-        machine=str(hardware.get("description") or hardware["gpu_class"]),
-        hardware_source=str(hardware.get("source", "")),
-        outcomes=outcomes,
-        durations=durations,
-        est_times=est_times,
-        witnessed=witnessed,
-        note=note if isinstance(note, str) else "",
-    )
-
-
-def _runner_label(report: RunnerReport, matrix: Matrix) -> str:
+def runner_label(report: Report, matrix: Matrix) -> str:
     """The report's --runner label; without one (a plain pytest run), the runner its machine is."""
     if report.runner:
         return report.runner
-    same = [r for r in matrix.runners if r.gpu_class == report.gpu_class and r.gpus == report.gpus]
-    return same[0].label if same else f"{report.gpus} x {report.gpu_class}"
+    hardware = report.hardware
+    same = [r for r in matrix.runners if (r.gpu_class, r.gpus) == (hardware.gpu_class, hardware.count)]
+    return same[0].label if same else f"{hardware.count} x {hardware.gpu_class}"
 
 
 def merge_reports(
-    reports: Sequence[RunnerReport],
+    reports: Sequence[Report],
     matrix: Matrix,
     catalog: PathCatalog,
     *,
     registrations: Sequence[Registration] = (),
+    rejected: Sequence[str] = (),
 ) -> Coverage:
-    """Merge runner reports into the path x class and runner x file matrices.
+    """Merge runner reports (read against `matrix`) into the path x class and runner x file matrices.
 
-    A test seen twice on one runner (a report given twice, the same test from two xdist workers or
-    shards) counts once, with the worse of its outcomes.
+    A report given twice counts once; a test seen twice on one runner (the same test from two xdist
+    workers or shards) counts once, with the worse of its outcomes. A report of a refused run adds its
+    problems to `rejected` (sentences naming reports that count for nothing) and nothing else.
     """
-    unknown = sorted(
-        {f"{r.source} (class {r.gpu_class!r})" for r in reports if r.gpu_class not in matrix.classes}
-    )
-    if unknown:
-        raise UsageError(
-            f"report(s) from a class that {matrix.source} does not define: {', '.join(unknown)}; "
-            f"its classes are {', '.join(matrix.classes)}"
-        )
-    by_runner: dict[str, list[RunnerReport]] = {}
-    for report in reports:
-        by_runner.setdefault(_runner_label(report, matrix), []).append(report)
+    by_runner: dict[str, list[Report]] = {}
+    refused: dict[str, list[str]] = {}
+    failures = list(rejected)
+    for report in distinct_reports(reports):
+        label = runner_label(report, matrix)
+        if report.problems:
+            said = f"report {report.source}: runner {label} refused to run: {'; '.join(report.problems)}"
+            failures.append(said)
+            refused.setdefault(label, []).append(said)
+            continue
+        by_runner.setdefault(label, []).append(report)
 
     # nodeid outcomes per runner, the worst of duplicates
     tests: dict[str, dict[str, tuple[str, str, str]]] = {}
     for label, group in by_runner.items():
         merged: dict[str, tuple[str, str, str]] = {}
         for report in group:
-            for nodeid, outcome in report.outcomes.items():
-                if nodeid not in merged or _RANK[outcome[1]] > _RANK[merged[nodeid][1]]:
+            for nodeid, outcome in report.outcomes().items():
+                if nodeid not in merged or OUTCOME_RANK[outcome[1]] > OUTCOME_RANK[merged[nodeid][1]]:
                     merged[nodeid] = outcome
         tests[label] = merged
 
-    runners = _runner_columns(matrix, by_runner, tests)
+    runners = _runner_columns(matrix, by_runner, tests, refused)
     class_of = {column.label: column.gpu_class for column in runners}
     classes = tuple(
         ClassColumn(
             name,
-            ran=any(sum(c.totals.get(k, 0) for k in _OUTCOMES) for c in runners if c.gpu_class == name),
+            ran=any(sum(c.totals.get(k, 0) for k in RAN) for c in runners if c.gpu_class == name),
             runners=tuple(c.label for c in runners if c.gpu_class == name and c.reported),
             silent=tuple(c.label for c in runners if c.gpu_class == name and not c.reported),
         )
@@ -302,9 +209,9 @@ def merge_reports(
     undeclared: set[tuple[str, str, str]] = set()
     for label, group in by_runner.items():
         for report in group:
-            for nodeid, (_, outcome, paths) in report.witnessed.items():
-                final = tests[label].get(nodeid, ("", outcome, ""))[1]
-                for path in paths:
+            for nodeid, entry in report.witnessed.items():
+                final = tests[label][nodeid][1]  # the reader saw to it that every witnessed test has one
+                for path in entry.paths:
                     if not catalog.declares(path):
                         undeclared.add((path, label, nodeid))
                     passing, failing = exercised.setdefault((path, class_of[label]), (set(), set()))
@@ -337,9 +244,13 @@ def merge_reports(
     file_cells = _file_cells(by_runner, tests)
     est_times: dict[str, float] = {}
     class_estimates: dict[tuple[str, str], float] = {}
-    for report in reports:  # what each run registered, as its class saw it, unless the tree says now
-        est_times.update(report.est_times)
-        class_estimates.update(((file, report.gpu_class), est) for file, est in report.est_times.items())
+    for (
+        group
+    ) in by_runner.values():  # what each run registered, as its class saw it, unless the tree says now
+        for report in group:
+            registered = {f: r.est_time for f, r in report.files.items() if r.est_time is not None}
+            est_times.update(registered)
+            class_estimates.update(((f, report.hardware.gpu_class), est) for f, est in registered.items())
     est_times.update({r.path: r.est_time for r in registrations})
     class_estimates.update(((r.path, name), r.estimate_for(name)) for r in registrations for name in r.on)
     served = {(r.path, label): True for r in registrations for label in r.runners}
@@ -357,38 +268,38 @@ def merge_reports(
         missing=tuple(missing),
         undeclared=tuple(sorted(undeclared)),
         descriptions={name: d.description for name, d in catalog.paths.items()},
+        rejected=tuple(failures),
     )
 
 
 def _runner_columns(
-    matrix: Matrix, by_runner: Mapping[str, list[RunnerReport]], tests: Mapping[str, Mapping[str, tuple]]
+    matrix: Matrix,
+    by_runner: Mapping[str, list[Report]],
+    tests: Mapping[str, Mapping[str, tuple]],
+    refused: Mapping[str, list[str]],
 ) -> tuple[RunnerColumn, ...]:
     labels = [r.label for r in matrix.runners] + sorted(set(by_runner) - {r.label for r in matrix.runners})
     columns = []
     for label in labels:
         group = by_runner.get(label, [])
         runner = matrix.runner(label)
-        gpu_class = runner.gpu_class if runner is not None else group[0].gpu_class
-        totals = dict.fromkeys(("passed", "failed", "errors", "skipped"), 0)
+        gpu_class = runner.gpu_class if runner is not None else group[0].hardware.gpu_class
+        totals = dict.fromkeys(OUTCOMES, 0)
         for _, kind, _ in tests.get(label, {}).values():
             totals[kind] += 1
         notes = [f"{r.source}: {r.note}" for r in group if r.note]
         notes += [
             f"{r.source}: hardware from the GPUMATRIX_HARDWARE override, not probed"
             for r in group
-            if r.hardware_source == "override"
+            if r.hardware.source == "override"
         ]
-        notes += [
-            f"{r.source}: a {r.gpu_class} machine reported as runner {label} of class {gpu_class}"
-            for r in group
-            if r.gpu_class != gpu_class
-        ]
+        notes += refused.get(label, [])
         columns.append(
             RunnerColumn(
                 label=label,
                 gpu_class=gpu_class,
                 reported=bool(group),
-                machines=tuple(dict.fromkeys(r.machine for r in group)),
+                machines=tuple(dict.fromkeys(r.hardware.describe() for r in group)),
                 reports=len(group),
                 totals=totals,
                 notes=tuple(notes),
@@ -398,7 +309,7 @@ def _runner_columns(
 
 
 def _file_cells(
-    by_runner: Mapping[str, list[RunnerReport]], tests: Mapping[str, Mapping[str, tuple[str, str, str]]]
+    by_runner: Mapping[str, list[Report]], tests: Mapping[str, Mapping[str, tuple[str, str, str]]]
 ) -> dict[tuple[str, str], FileCell]:
     counts: dict[tuple[str, str], dict[str, Any]] = {}
     for label, merged in tests.items():
@@ -410,9 +321,9 @@ def _file_cells(
                 entry[kind] += 1
     durations: dict[tuple[str, str], float] = {}
     for label, group in by_runner.items():
-        for report in group:  # a file in two reports of one runner (a report given twice): the longer
-            for file, seconds in report.durations.items():
-                durations[(file, label)] = max(seconds, durations.get((file, label), 0.0))
+        for report in group:  # a file in two reports of one runner (two runs given together): the longer
+            for file, result in report.files.items():
+                durations[(file, label)] = max(result.duration, durations.get((file, label), 0.0))
     return {
         key: FileCell(
             passed=entry["passed"],
@@ -434,6 +345,7 @@ def load_coverage(root: Path, report_paths: Sequence[Path], *, require_paths: bo
     from gpumatrix.config import load_matrix
     from gpumatrix.paths import PATHS_FILE, load_paths
     from gpumatrix.registry import discover
+    from gpumatrix.report import read_report
 
     matrix = load_matrix(root / "ci" / "matrix.yaml")
     paths_file = root / PATHS_FILE
@@ -443,6 +355,14 @@ def load_coverage(root: Path, report_paths: Sequence[Path], *, require_paths: bo
         raise UsageError(f"{paths_file} does not exist: declare the code paths coverage checks there")
     else:
         catalog = PathCatalog(paths={})
-    reports = [read_report(path) for path in report_paths]
+    reports, rejected = [], []
+    for path in report_paths:
+        try:
+            reports.append(read_report(path, matrix))
+        except ReportError as exc:
+            if not exc.contradiction:
+                raise
+            rejected.append(str(exc))
     # Registration problems are `gpumatrix check`'s to report; the valid files still name their runners.
-    return merge_reports(reports, matrix, catalog, registrations=discover(root, matrix).files)
+    registrations = discover(root, matrix).files
+    return merge_reports(reports, matrix, catalog, registrations=registrations, rejected=rejected)

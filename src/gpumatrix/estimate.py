@@ -3,7 +3,9 @@
 A report gives, per file, the seconds its tests took (setup, call and teardown, added up: the time
 one worker spends on the file, which is what `est_time` estimates and the shard planner adds up).
 Every report in which a file ran at least one test is one sample for the report's GPU class, as a
-registration estimates a file per class (`Registration.estimate_for`). The proposal is the 90th
+registration estimates a file per class (`Registration.estimate_for`). Reports are those `gpumatrix
+coverage` accepts, read the same way (`gpumatrix.report`), and a report given twice is one sample, as it
+is one report there; durations are bounded there (at most a week), so no proposal is absurd. The proposal is the 90th
 percentile of the samples (nearest rank), rounded up to a whole second: the planner packs shards
 against a time budget, so a file's slow day matters more than its typical one, and with few
 samples the nearest rank is simply the slowest. A registration off the proposal by more than 2x
@@ -17,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpumatrix.coverage import RunnerReport
+from gpumatrix.config import Matrix
+from gpumatrix.coverage import runner_label
 from gpumatrix.registry import Registration
+from gpumatrix.report import Report, distinct_reports
 from gpumatrix.shard import Durations
 
 if TYPE_CHECKING:
@@ -79,18 +83,17 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def estimate_files(
-    reports: Sequence[RunnerReport], registrations: Sequence[Registration]
+    reports: Sequence[Report], registrations: Sequence[Registration], matrix: Matrix
 ) -> tuple[FileEstimate, ...]:
     """One estimate per (file, class) that is registered or measured, by path, then class."""
     samples: dict[tuple[str, str], list[float]] = {}
     runners: dict[tuple[str, str], dict[str, None]] = {}
-    for report in reports:
-        ran = {file for file, kind, _ in report.outcomes.values() if kind != "skipped"}
-        for file, seconds in report.durations.items():
-            if file in ran:
-                key = (file, report.gpu_class)
-                samples.setdefault(key, []).append(seconds)
-                runners.setdefault(key, {})[report.runner or report.gpu_class] = None
+    for report in distinct_reports(reports):
+        for file, result in report.files.items():
+            if result.ran:
+                key = (file, report.hardware.gpu_class)
+                samples.setdefault(key, []).append(result.duration)
+                runners.setdefault(key, {})[runner_label(report, matrix)] = None
     registered = {(r.path, name): r.estimate_for(name) for r in registrations for name in r.on}
     return tuple(
         FileEstimate(*key, registered.get(key), tuple(samples.get(key, ())), tuple(runners.get(key, ())))
@@ -126,6 +129,7 @@ def estimates_json(estimates: Sequence[FileEstimate]) -> list[dict[str, Any]]:
 
 
 def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="est_time from measured durations (seconds)")
@@ -142,9 +146,9 @@ def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> Non
             flag = "no samples"
         else:
             flag = "[red]off by more than 2x[/red]" if e.off else ""
-        table.add_row(
-            e.path,
-            e.gpu_class,
+        table.add_row(  # file names are text, not markup
+            escape(e.path),
+            escape(e.gpu_class),
             "-" if e.registered is None else f"{e.registered:g}",
             str(len(e.samples)),
             shown(e.median),
@@ -153,7 +157,7 @@ def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> Non
             flag,
         )
     console.print(table)
-    flagged = [f"{e.path} ({e.gpu_class})" for e in estimates if e.off]
+    flagged = [escape(f"{e.path} ({e.gpu_class})") for e in estimates if e.off]
     console.print(
         f"{len(flagged)} registration(s) off by more than 2x"
         + (": " + ", ".join(flagged) if flagged else ""),

@@ -10,19 +10,22 @@ top is therefore skipped on a CPU or Hopper machine, never imported there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpumatrix.config import CPU_CLASS, Problem, Runner
+from gpumatrix.config import CPU_CLASS, Runner
 from gpumatrix.hardware import Hardware
+from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration
 
 __all__ = [
     "FileDecision",
     "HardwareSkip",
+    "ReportFacts",
     "decide_file",
     "evaluate_hardware",
     "forwarded_options",
+    "report_facts",
     "running_class",
     "unplugged_skip_reason",
 ]
@@ -104,6 +107,37 @@ def decide_file(
             return FileDecision("skip", reason=why, disabled=True)
     skip = evaluate_hardware(registration, hardware)
     return FileDecision("skip", reason=skip.reason) if skip is not None else _COLLECT
+
+
+@dataclass(frozen=True)
+class ReportFacts:
+    """What the JSON report needs to know of each registered file here, by path: the reason of a skip
+    for this machine's hardware or for a `disabled=` registration, and the file's estimate."""
+
+    hardware_skips: Mapping[str, str]
+    disabled_skips: Mapping[str, str]
+    est_times: Mapping[str, float]
+
+
+def report_facts(
+    registrations: Iterable[Registration],
+    hardware: Hardware,
+    runner: Runner | None,
+    *,
+    include_disabled: bool,
+) -> ReportFacts:
+    """The facts of every registration on this machine and runner (`decide_file`'s rules)."""
+    hardware_skips, disabled_skips, est_times = {}, {}, {}
+    for registration in registrations:
+        skip = evaluate_hardware(registration, hardware)
+        if skip is not None:
+            hardware_skips[registration.path] = skip.reason
+        ran_as = running_class(registration, hardware, runner)
+        why = registration.why_disabled(ran_as)
+        if why is not None and not include_disabled:
+            disabled_skips[registration.path] = why
+        est_times[registration.path] = registration.estimate_for(ran_as)
+    return ReportFacts(hardware_skips, disabled_skips, est_times)
 
 
 def unplugged_skip_reason(registration: Registration | None) -> str | None:

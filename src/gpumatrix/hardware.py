@@ -32,6 +32,7 @@ from gpumatrix.config import CPU_CLASS, GpuClass, Matrix, Runner
 __all__ = [
     "BUILTIN_CLASSES",
     "HARDWARE_ENV",
+    "HARDWARE_SOURCES",
     "UNKNOWN_CLASS",
     "Device",
     "Hardware",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 HARDWARE_ENV = "GPUMATRIX_HARDWARE"
+# Where `detect` learnt what it reports, in the order it asks; `none`: no source answered (a CPU machine).
+HARDWARE_SOURCES = ("override", "nvml", "torch", "nvidia-smi", "none")
 UNKNOWN_CLASS = "unknown"
 # docs/registry.md's classes, for callers without a matrix (`gpumatrix detect` outside a checkout).
 BUILTIN_CLASSES: Mapping[str, GpuClass] = {
@@ -80,7 +83,7 @@ class Hardware:
     names: tuple[str, ...] = ()
     capabilities: tuple[tuple[int, int], ...] = ()
     driver: str | None = None
-    source: str = "none"  # override | nvml | torch | nvidia-smi | none
+    source: str = "none"  # one of HARDWARE_SOURCES
     device_ids: tuple[str, ...] = ()  # what CUDA_VISIBLE_DEVICES names each visible device by
 
     def describe(self) -> str:

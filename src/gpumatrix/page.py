@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpumatrix import UsageError
 from gpumatrix.coverage import CELL_STATES, Coverage, FileCell
+from gpumatrix.markdown import NAME_LIMIT, PROBLEM_LIMIT, code_span, plain_text
+from gpumatrix.report import OUTCOMES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -152,7 +154,7 @@ def page_context(coverage: Coverage, *, title: str, sources: Sequence[str]) -> d
             }
         )
     totals = {
-        key: sum(r.totals.get(key, 0) for r in runners) for key in ("passed", "failed", "errors", "skipped")
+        key: sum(r.totals.get(key, 0) for r in runners) for key in OUTCOMES
     }
     return {
         "title": title,
@@ -185,10 +187,6 @@ def render_html(coverage: Coverage, *, title: str, sources: Sequence[str]) -> st
     )
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(coverage: Coverage, *, title: str) -> str:
     """The same two matrices as GitHub-flavoured Markdown (a step summary)."""
     verdict = (
@@ -196,8 +194,8 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
         if coverage.exit_code == 0
         else "❌ coverage failed"
     )
-    lines = [f"### {_md(title)}", "", verdict, ""]
-    lines += [f"- ❗ {_md(problem)}" for problem in coverage.problems()]
+    lines = [f"### {plain_text(title)}", "", verdict, ""]
+    lines += [f"- ❗ {plain_text(problem, limit=PROBLEM_LIMIT)}" for problem in coverage.problems()]
     classes = coverage.classes
     lines += ["", "#### Code paths by GPU class", ""]
     lines.append(
@@ -218,7 +216,7 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
             elif cell.state == "not_reported" and cell.required:
                 mark += " required"
             cells.append(mark)
-        lines.append(f"| `{path}` | " + " | ".join(cells) + " |")
+        lines.append(f"| {code_span(path, limit=NAME_LIMIT, in_table=True)} | " + " | ".join(cells) + " |")
     lines += ["", " · ".join(f"{PATH_SYMBOLS[s]} {w}" for s, w in CELL_STATES.items()), ""]
     runners = coverage.runners
     lines += ["#### Test files by runner", ""]
@@ -239,7 +237,8 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
             icon = {"failed": "❌", "passed": "✅", "skipped": "⏭️"}.get(cell.state, "·")
             counts = f"{cell.passed}/{cell.ran}" if cell.ran else f"{len(cell.skipped)} skipped"
             cells.append(f"{icon} {counts} · {_seconds(cell.duration)}")
-        lines.append(f"| `{file}` | {_seconds(est)} | " + " | ".join(cells) + " |")
+        name = code_span(file, limit=NAME_LIMIT, in_table=True)
+        lines.append(f"| {name} | {_seconds(est)} | " + " | ".join(cells) + " |")
     lines.append(
         "| **total** | | "
         + " | ".join(
@@ -274,7 +273,8 @@ def render_coverage(console: Console, errors: Console, coverage: Coverage) -> No
     table = Table(title="code paths by GPU class")
     table.add_column("path")
     for column in coverage.classes:
-        table.add_column(column.name if column.ran else f"{column.name}\n(not reported)", justify="center")
+        name = escape(column.name)
+        table.add_column(name if column.ran else f"{name}\n(not reported)", justify="center")
     for path in coverage.paths:
         row = []
         for column in coverage.classes:
@@ -291,7 +291,7 @@ def render_coverage(console: Console, errors: Console, coverage: Coverage) -> No
     reported = [r for r in coverage.runners if r.reported]
     console.print(
         f"{len(reported)} runner(s) reported: "
-        + (", ".join(f"{r.label} ({r.totals.get('passed', 0)} passed)" for r in reported) or "none"),
+        + (", ".join(escape(f"{r.label} ({r.totals.get('passed', 0)} passed)") for r in reported) or "none"),
         soft_wrap=True,
         highlight=False,
     )

@@ -26,15 +26,9 @@ from pathlib import Path
 import yaml
 
 from gpumatrix import UsageError
-from gpumatrix.config import (
-    Matrix,
-    Problem,
-    ProblemsError,
-    _check_depth,
-    _error_line,
-    _MatrixParser,
-    _yaml_problem,
-)
+from gpumatrix.config import Matrix
+from gpumatrix.problems import ProblemsError
+from gpumatrix.yamlfile import YamlReader, compose_yaml, read_yaml_text
 
 __all__ = ["PATHS_FILE", "DeclaredPath", "PathCatalog", "PathsError", "load_paths", "parse_paths"]
 
@@ -78,43 +72,24 @@ class PathCatalog:
 
 def load_paths(path: str | Path, matrix: Matrix) -> PathCatalog:
     """Read and validate a paths file against `matrix`'s classes; raises `PathsError` listing every problem."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PathsError(
-            [Problem(str(path), 0, f"cannot read the path declarations: {exc.strerror}")]
-        ) from exc
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise PathsError(
-            [Problem(str(path), line, f"not UTF-8 text (byte 0x{data[exc.start]:02x}): save it as UTF-8")]
-        ) from None
+    text = read_yaml_text(path, error=PathsError, what="the path declarations")
     return parse_paths(text, matrix, source=str(path))
 
 
 def parse_paths(text: str, matrix: Matrix, *, source: str = PATHS_FILE) -> PathCatalog:
     """Validate paths YAML `text`; every problem is reported together, with its line."""
-    try:
-        _check_depth(text, source, error=PathsError, what="path declarations need three")
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        raise PathsError(
-            [Problem(source, _error_line(exc, text), f"not valid YAML: {_yaml_problem(exc)}")]
-        ) from None
+    root = compose_yaml(text, source, error=PathsError, depth_needed="path declarations need three")
     return _PathsParser(source, matrix).parse(root)
 
 
-class _PathsParser(_MatrixParser):
-    """The matrix parser's node helpers (each value keeps its line), over the paths file's sections."""
+class _PathsParser(YamlReader):
+    """The paths file's sections, over the node helpers of `YamlReader` (each value keeps its line)."""
 
     def __init__(self, source: str, matrix: Matrix) -> None:
         super().__init__(source)
         self.matrix = matrix
 
-    def parse(self, root: yaml.Node | None) -> PathCatalog:  # type: ignore[override]
+    def parse(self, root: yaml.Node | None) -> PathCatalog:
         if root is None:
             self.error(None, "the path declarations are empty (expected 'paths')")
             raise PathsError(self.problems)

@@ -1,8 +1,9 @@
 """pytest plugin: run what this machine can, skip the rest with a reason, lease GPUs to each test.
 
-Active only where the root (the rootdir, or `--gpumatrix-root`) has `ci/matrix.yaml`, so installing
-the package disturbs no other project's pytest. Once active, every `tests/**/test_*.py` is decided on
-before it is imported (`gpumatrix.gating.decide_file`):
+Active only where the root (the rootdir, or `--gpumatrix-root`) has `ci/matrix.yaml`, or where a
+`--gpumatrix-plan` names a resolved session, so installing the package disturbs no other project's
+pytest. Once active, every `tests/**/test_*.py` is decided on before it is imported
+(`gpumatrix.gating.decide_file`):
 
 - one that is not validly registered is a collection error naming the file and the problem;
 - one that needs GPUs this machine lacks is skipped as a whole, one entry per file, with the reason
@@ -14,24 +15,24 @@ before it is imported (`gpumatrix.gating.decide_file`):
   its reason, marked `disabled` in the report (never a hardware skip), unless `--include-disabled`;
 - each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
   only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
-  bound to runs in a fresh pytest child, whose reports are replayed here;
-- `--gpumatrix-report PATH` writes a JSON summary by file and test (`RunReport`), for `gpumatrix run`,
-  with each file's duration and the code paths each test recorded (`gpumatrix.witnesses`, checked
-  against `ci/paths.yaml`), for `gpumatrix coverage` and `gpumatrix estimate`.
+  bound to runs in a fresh pytest child (`gpumatrix.child`), whose reports are replayed here;
+- `--gpumatrix-report PATH` writes the JSON test report (`gpumatrix.report`: this plugin is its one
+  writer) by file and test, with each file's duration and the code paths each test recorded
+  (`gpumatrix.witnesses`, checked against `ci/paths.yaml`), for `gpumatrix run`, `coverage`,
+  `estimate` and the bot.
 
-The registry is discovered once, by the controller (through the cache of `gpumatrix.registry_cache`),
-and handed to xdist workers with the hardware. Hooks stay thin; decisions are plain functions in
-`gpumatrix.gating`. Nothing here imports torch.
+What a session needs decided first (root, hardware, runner, suite, registry, declared paths) is a
+`gpumatrix.session.SessionPlan`, resolved once: by `gpumatrix run`, which hands it over with
+`--gpumatrix-plan`, or else by the controller, which hands it to xdist workers and to the child of a
+test that needs more GPUs. Hooks stay thin; decisions are plain functions in `gpumatrix.gating`.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,172 +40,66 @@ from typing import Any
 
 import pytest
 
-from gpumatrix import GpumatrixError
-from gpumatrix.config import Matrix, Problem, Runner, load_matrix
+from gpumatrix import GpumatrixError, UsageError
+from gpumatrix.child import HELD_LEASE_ENV, REPLAY_TO_ENV, run_in_child
+from gpumatrix.config import Runner
 from gpumatrix.gating import (
     HardwareSkip,
     decide_file,
     evaluate_hardware,
-    forwarded_options,
-    running_class,
+    report_facts,
     unplugged_skip_reason,
 )
-from gpumatrix.hardware import Hardware, detect, preflight
+from gpumatrix.hardware import Hardware, preflight
 from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
-from gpumatrix.paths import PATHS_FILE, PathCatalog, load_paths
-from gpumatrix.registry import Registration, Registry, discover, read_registration
+from gpumatrix.paths import PATHS_FILE
+from gpumatrix.problems import Problem
+from gpumatrix.registry import Registration, read_registration
+from gpumatrix.report import dump_report
+from gpumatrix.report.collect import RunOutcomes
+from gpumatrix.session import SessionPlan, resolve_session
 from gpumatrix.source import read_source_bytes
-from gpumatrix.witnesses import REPORT_ATTRIBUTE, WitnessHooks, witness_summary
+from gpumatrix.witnesses import WitnessHooks
 
-__all__ = [
-    "HELD_LEASE_ENV",
-    "REPLAY_TO_ENV",
-    "HardwareSkip",
-    "RunReport",
-    "evaluate_hardware",
-    "unplugged_collect_report",
-]
+__all__ = ["HardwareSkip", "evaluate_hardware", "unplugged_collect_report"]
 
-# Set for a child pytest that runs one test under a lease its parent holds.
-HELD_LEASE_ENV = "GPUMATRIX_HELD_LEASE"
-REPLAY_TO_ENV = "GPUMATRIX_REPLAY_TO"
-_WORKER_HARDWARE = "gpumatrix_hardware"
-_WORKER_REGISTRY = "gpumatrix_registry"
+_WORKER_PLAN = "gpumatrix_plan"
 _WORKER_DESELECTED = "gpumatrix_deselected"
-
-
-_RANK = {"passed": 0, "skipped": 1, "errors": 2, "failed": 3}
-
-
-@dataclass
-class RunReport:
-    """Outcomes by test (its worst phase wins), collection errors by file, and deselections.
-
-    The JSON has, per file, the node ids that ran (passed, failed or errored) and of each outcome,
-    and the skipped ones with their reasons, marked when the reason is this machine's hardware; the
-    file's measured seconds (setup, call and teardown of its tests) beside its `est_time`; and, per
-    test that recorded code paths, its outcome and those paths.
-    """
-
-    outcomes: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # nodeid: (file, kind, reason)
-    deselected: set[str] = field(default_factory=set)
-    durations: dict[str, float] = field(default_factory=dict)  # nodeid: seconds, all phases
-    witnessed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # nodeid: its records
-
-    def add(self, nodeid: str, file: str, kind: str, reason: str = "") -> None:
-        previous = self.outcomes.get(nodeid)
-        if previous is None or _RANK[kind] > _RANK[previous[1]]:
-            self.outcomes[nodeid] = (file, kind, reason)
-
-    def add_collect_report(self, report: pytest.CollectReport, file: str) -> None:
-        """A whole file that failed to collect, or was skipped before it was imported."""
-        if report.failed:
-            self.add(report.nodeid, file, "errors")
-        elif report.skipped:
-            self.add(report.nodeid, file, "skipped", _skip_reason(report))
-
-    def add_test_report(self, report: pytest.TestReport, file: str) -> None:
-        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + float(report.duration or 0)
-        records = getattr(report, REPORT_ATTRIBUTE, None)
-        if isinstance(records, list):  # a plain list of dicts, from this process, a worker or a child
-            self.witnessed.setdefault(report.nodeid, []).extend(
-                r for r in records if isinstance(r, dict) and isinstance(r.get("path"), str)
-            )
-        if report.when == "call":
-            kind = "failed" if report.failed else "skipped" if report.skipped else "passed"
-        elif report.failed:
-            kind = "errors"
-        elif report.skipped:
-            kind = "skipped"
-        else:
-            return  # a passing setup or teardown says nothing the call does not
-        reason = ""
-        if kind == "skipped":
-            wasxfail = getattr(report, "wasxfail", None)
-            reason = f"xfail: {wasxfail}" if wasxfail is not None else _skip_reason(report)
-        self.add(report.nodeid, file, kind, reason)
-
-    def to_json(
-        self,
-        *,
-        hardware: Hardware,
-        runner: str | None,
-        hardware_skips: dict[str, str],
-        problems: list[str],
-        disabled_skips: dict[str, str] | None = None,
-        est_times: dict[str, float] | None = None,
-    ) -> dict[str, Any]:
-        files: dict[str, dict[str, Any]] = {}
-        totals = dict.fromkeys(("ran", "passed", "failed", "errors", "skipped", "hardware_skipped"), 0)
-        for nodeid, (file, kind, reason) in sorted(self.outcomes.items()):
-            entry = files.setdefault(
-                file,
-                {
-                    "ran": [],
-                    "passed": [],
-                    "failed": [],
-                    "errors": [],
-                    "skipped": [],
-                    "duration": 0.0,
-                    "est_time": (est_times or {}).get(file),
-                },
-            )
-            entry["duration"] = round(entry["duration"] + self.durations.get(nodeid, 0.0), 3)
-            totals[kind] += 1
-            if kind != "skipped":  # it ran, whatever came of it (as `gpumatrix run` counts executed tests)
-                entry[kind].append(nodeid)
-                entry["ran"].append(nodeid)
-                totals["ran"] += 1
-                continue
-            by_hardware = hardware_skips.get(file) == reason
-            totals["hardware_skipped"] += by_hardware
-            skip: dict[str, Any] = {"nodeid": nodeid, "reason": reason, "hardware": by_hardware}
-            if disabled_skips and disabled_skips.get(file) == reason:
-                skip["disabled"] = True  # present only when true: other skips read as they always did
-            entry["skipped"].append(skip)
-        totals["deselected"] = len(self.deselected)
-        witnessed = {
-            nodeid: {
-                "file": self.outcomes[nodeid][0] if nodeid in self.outcomes else nodeid.split("::", 1)[0],
-                "outcome": self.outcomes[nodeid][1] if nodeid in self.outcomes else "errors",
-                "paths": witness_summary(records),
-            }
-            for nodeid, records in sorted(self.witnessed.items())
-            if records
-        }
-        return {
-            "hardware": hardware.to_dict(),
-            "runner": runner,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "problems": problems,
-            "files": files,
-            "totals": totals,
-            "witnessed": witnessed,
-        }
-
-
-def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
-    if isinstance(report.longrepr, tuple):
-        text = str(report.longrepr[2])
-        return text.removeprefix("Skipped: ")
-    return str(report.longrepr)
+_OPTIONS = ("runner", "suite", "include-disabled", "gpumatrix-report", "gpumatrix-root", "gpumatrix-plan")
 
 
 @dataclass
 class _State:
-    root: Path
-    hardware: Hardware
-    registrations: dict[str, Registration]
-    problems: dict[str, list[Problem]]
-    runner: Runner | None
+    plan: SessionPlan
     report_path: Path | None
     leases: ProcessLeases | None
     replay_to: Path | None
-    suite: str | None = None  # None: every suite
     include_disabled: bool = False
-    paths: PathCatalog | None = None
-    report: RunReport = field(default_factory=RunReport)
+    report: RunOutcomes = field(default_factory=RunOutcomes)
+    registrations: dict[str, Registration] = field(default_factory=dict)
+    problems: dict[str, list[Problem]] = field(default_factory=dict)
     _relpaths: dict[Path, str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.registrations = {r.path: r for r in self.plan.registry.files}
+        for problem in self.plan.registry.problems:
+            self.problems.setdefault(problem.source, []).append(problem)
+
+    @property
+    def root(self) -> Path:
+        return self.plan.root
+
+    @property
+    def hardware(self) -> Hardware:
+        return self.plan.hardware
+
+    @property
+    def runner(self) -> Runner | None:
+        return self.plan.runner
+
+    @property
+    def suite(self) -> str | None:
+        return self.plan.suite
 
     def relpath(self, path: Path) -> str | None:
         """Root-relative '/'-path of a file, as the registry names it; None outside the root."""
@@ -222,7 +117,7 @@ class _State:
 
 _STATE = pytest.StashKey[_State]()
 _NEED = pytest.StashKey[int]()
-_PLAN = pytest.StashKey[LeasePlan]()
+_PLAN = pytest.StashKey[LeasePlan]()  # a test leased in its own process
 
 
 def _state(config: pytest.Config) -> _State | None:
@@ -268,9 +163,51 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="the tree holding ci/matrix.yaml and tests/ (default: the rootdir)",
     )
+    group.addoption(
+        "--gpumatrix-plan",
+        metavar="FILE",
+        default=None,
+        help="the session plan `gpumatrix run` resolved (hardware, runner, registry): used as it is",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    try:  # every problem of configuration is one usage error before any test, never one per test
+        plan = _session_plan(config)
+        if plan is None:
+            return
+        leases = _process_leases(config, plan.hardware, lease_settings())
+    except GpumatrixError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    report_option = config.getoption("gpumatrix_report")
+    replay_to = os.environ.get(REPLAY_TO_ENV)
+    state = config.stash[_STATE] = _State(
+        plan=plan,
+        report_path=Path(config.invocation_params.dir, report_option) if report_option else None,
+        leases=leases,
+        replay_to=Path(replay_to) if replay_to else None,
+        include_disabled=config.getoption("include_disabled"),
+    )
+    config.pluginmanager.register(WitnessHooks(plan.declared_paths, PATHS_FILE), "gpumatrix-witnesses")
+    if state.report_path is not None or state.replay_to is not None:
+        config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
+
+
+def _session_plan(config: pytest.Config) -> SessionPlan | None:
+    """The session's plan: the one handed over (`--gpumatrix-plan`, an xdist worker's input), or resolved
+    here; None where the plugin is not active (no ci/matrix.yaml at the root)."""
+    label, suite = config.getoption("runner"), config.getoption("suite")
+    plan_option = config.getoption("gpumatrix_plan")
+    if plan_option:
+        plan = SessionPlan.read(Path(config.invocation_params.dir, plan_option))
+        given = (plan.runner.label if plan.runner else None, plan.suite)
+        if (label, suite) != given and (label, suite) != (None, None):
+            raise UsageError(
+                f"--runner {label} --suite {suite} disagree with the plan {plan_option} ({given})"
+            )
+        return plan
+    if _is_worker(config) and _WORKER_PLAN in config.workerinput:  # type: ignore[attr-defined]
+        return SessionPlan.from_json(config.workerinput[_WORKER_PLAN], source="the controller's plan")  # type: ignore[attr-defined]
     root_option = config.getoption("gpumatrix_root")
     root = (
         Path(config.invocation_params.dir, root_option).resolve()
@@ -279,69 +216,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     matrix_path = root / "ci" / "matrix.yaml"
     if not matrix_path.is_file():
-        asked = [
-            f"--{name}"
-            for name in ("runner", "suite", "include-disabled", "gpumatrix-report", "gpumatrix-root")
-            if config.getoption(name.replace("-", "_"))
-        ]
+        asked = [f"--{name}" for name in _OPTIONS if config.getoption(name.replace("-", "_"))]
         if asked:
-            raise pytest.UsageError(
+            raise UsageError(
                 f"{', '.join(asked)} need(s) a runner matrix, and {matrix_path} does not "
                 f"exist; pass --gpumatrix-root DIR"
             )
-        return
-    try:  # every problem of configuration is one usage error before any test, never one per test
-        matrix = load_matrix(matrix_path)
-        label = config.getoption("runner")
-        runner = matrix.require_runner(label) if label is not None else None
-        suite_option = config.getoption("suite")
-        suite = matrix.require_suite(suite_option) if suite_option is not None else None
-        hardware = _hardware(config, matrix)
-        leases = _process_leases(config, hardware, lease_settings())
-        paths_path = root / PATHS_FILE
-        paths = load_paths(paths_path, matrix) if paths_path.is_file() else None
-    except GpumatrixError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    registry = _registry(config, root, matrix)
-    problems: dict[str, list[Problem]] = {}
-    for problem in registry.problems:
-        problems.setdefault(problem.source, []).append(problem)
-    report_option = config.getoption("gpumatrix_report")
-    replay_to = os.environ.get(REPLAY_TO_ENV)
-    state = config.stash[_STATE] = _State(
-        root=root,
-        hardware=hardware,
-        registrations={r.path: r for r in registry.files},
-        problems=problems,
-        runner=runner,
-        report_path=Path(config.invocation_params.dir, report_option) if report_option else None,
-        leases=leases,
-        replay_to=Path(replay_to) if replay_to else None,
-        suite=suite,
-        include_disabled=config.getoption("include_disabled"),
-        paths=paths,
-    )
-    declared = frozenset(paths.paths) if paths is not None else None
-    config.pluginmanager.register(WitnessHooks(declared, PATHS_FILE), "gpumatrix-witnesses")
-    if state.report_path is not None or state.replay_to is not None:
-        config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
-
-
-def _registry(config: pytest.Config, root: Path, matrix: Matrix) -> Registry:
-    """The controller discovers; an xdist worker takes what the controller found."""
-    if _is_worker(config) and _WORKER_REGISTRY in config.workerinput:  # type: ignore[attr-defined]
-        data = config.workerinput[_WORKER_REGISTRY]  # type: ignore[attr-defined]
-        return Registry(
-            tuple(Registration.from_dict(r) for r in data["files"]),
-            tuple(Problem(*p) for p in data["problems"]),
-        )
-    return discover(root, matrix)
-
-
-def _hardware(config: pytest.Config, matrix: Matrix) -> Hardware:
-    if _is_worker(config) and _WORKER_HARDWARE in config.workerinput:  # type: ignore[attr-defined]
-        return Hardware.from_dict(config.workerinput[_WORKER_HARDWARE])  # type: ignore[attr-defined]
-    return detect(matrix)
+        return None
+    return resolve_session(root, runner=label, suite=suite)
 
 
 def _process_leases(
@@ -362,14 +244,10 @@ def _process_leases(
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist: workers take the controller's hardware and registry instead of probing and parsing again."""
+    """xdist: workers take the controller's plan instead of probing, loading and parsing again."""
     state = _state(node.config)
     if state is not None:
-        node.workerinput[_WORKER_HARDWARE] = state.hardware.to_dict()
-        node.workerinput[_WORKER_REGISTRY] = {
-            "files": [r.to_dict() for r in state.registrations.values()],
-            "problems": [[p.source, p.line, p.message] for found in state.problems.values() for p in found],
-        }
+        node.workerinput[_WORKER_PLAN] = state.plan.to_json()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -507,7 +385,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
     if not plan.in_child:
         item.stash[_PLAN] = plan
         return None  # leased in setup, released in teardown
-    _run_in_child(item, state.leases, plan)
+    run_in_child(item, state.leases, plan, state.plan, include_disabled=state.include_disabled)
     return True
 
 
@@ -539,90 +417,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
         state = _state(item.config)
         if state is not None and state.leases is not None:
             state.leases.finish()
-
-
-def _run_in_child(item: pytest.Item, leases: ProcessLeases, plan: LeasePlan) -> None:
-    ihook = item.ihook
-    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    try:
-        leased = leases.start(plan, holder=item.nodeid)
-    except Exception as exc:  # a lease timeout: report it as this test's setup error
-        _log_setup_error(item, exc)
-    else:
-        try:
-            reports = _child_reports(item, leased)
-        finally:
-            leases.finish()
-        for report in reports:
-            ihook.pytest_runtest_logreport(report=report)
-    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-
-
-def _log_setup_error(item: pytest.Item, error: BaseException) -> None:
-    def fail() -> None:
-        raise error
-
-    call = pytest.CallInfo.from_call(fail, when="setup")
-    item.ihook.pytest_runtest_logreport(report=item.ihook.pytest_runtest_makereport(item=item, call=call))
-
-
-def _child_reports(item: pytest.Item, leased: tuple[str, ...]) -> list[pytest.TestReport]:
-    """Run `item` alone in a fresh pytest whose CUDA sees `leased`; its reports, as this process's."""
-    config = item.config
-    with tempfile.TemporaryDirectory(prefix="gpumatrix-child-") as scratch:
-        replay = Path(scratch, "reports.jsonl")
-        env = {
-            **os.environ,
-            "CUDA_VISIBLE_DEVICES": ",".join(leased),
-            HELD_LEASE_ENV: ",".join(leased),
-            REPLAY_TO_ENV: str(replay),
-        }
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", *_child_args(item, Path(scratch))],
-            cwd=config.invocation_params.dir,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        lines = replay.read_text(encoding="utf-8").splitlines() if replay.exists() else []
-    reports = [
-        config.hook.pytest_report_from_serializable(config=config, data=json.loads(line)) for line in lines
-    ]
-    if not any(report.when == "setup" for report in reports):  # it never ran: collection failed
-        _log_setup_error(
-            item,
-            RuntimeError(
-                f"the child pytest running {item.nodeid} on GPUs {', '.join(leased)} reported no test "
-                f"(exit {done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
-            ),
-        )
-        return []
-    return reports
-
-
-def _child_args(item: pytest.Item, scratch: Path) -> list[str]:
-    config = item.config
-    _, _, selector = item.nodeid.partition("::")
-    args = [
-        f"{item.path}::{selector}" if selector else str(item.path),
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--rootdir",
-        str(config.rootpath),
-        "--basetemp",
-        str(scratch / "tmp"),
-        f"--import-mode={config.option.importmode}",
-    ]
-    if config.inipath is not None:
-        args += ["-c", str(config.inipath)]
-    if config.getoption("gpumatrix_root"):
-        args += ["--gpumatrix-root", str(_state(config).root)]  # type: ignore[union-attr]
-    if config.getoption("include_disabled"):  # the child decides on the file again
-        args.append("--include-disabled")
-    if config.pluginmanager.has_plugin("xdist"):
-        args += ["-n", "0"]  # overrides a -n from addopts
-    return args + forwarded_options(list(config.invocation_params.args))
 
 
 # -- reporting --------------------------------------------------------------------------------------
@@ -664,26 +458,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _write_report(state: _State, problems: list[str]) -> None:
-    hardware_skips, disabled_skips = {}, {}
-    for path, registration in state.registrations.items():
-        skip = evaluate_hardware(registration, state.hardware)
-        if skip is not None:
-            hardware_skips[path] = skip.reason
-        why = registration.why_disabled(running_class(registration, state.hardware, state.runner))
-        if why is not None and not state.include_disabled:
-            disabled_skips[path] = why
-    data = state.report.to_json(
+    facts = report_facts(
+        state.registrations.values(), state.hardware, state.runner, include_disabled=state.include_disabled
+    )
+    report = state.report.to_report(
         hardware=state.hardware,
         runner=state.runner.label if state.runner else None,
-        hardware_skips=hardware_skips,
         problems=problems,
-        disabled_skips=disabled_skips,
-        est_times={
-            path: r.estimate_for(running_class(r, state.hardware, state.runner))
-            for path, r in state.registrations.items()
-        },
+        hardware_skips=facts.hardware_skips,
+        disabled_skips=facts.disabled_skips,
+        est_times=facts.est_times,
     )
     path = state.report_path
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        path.write_text(dump_report(report), encoding="utf-8")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import math
+import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,12 +24,13 @@ from typing import Any
 from gpumatrix.config import (
     CPU_CLASS,
     DEFAULT_SUITE,
+    MAX_SECONDS,
     Matrix,
-    Problem,
-    ProblemsError,
     Runner,
     load_matrix,
 )
+from gpumatrix.problems import Problem, ProblemsError
+from gpumatrix.registry_cache import CachedReading, RegistrationCache
 from gpumatrix.source import (
     READ_LIMIT,
     SourceError,
@@ -49,6 +50,7 @@ __all__ = [
     "find_test_files",
     "load_tree",
     "read_registration",
+    "reading_code_key",
 ]
 
 _KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on")
@@ -56,6 +58,9 @@ _KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on")
 _REASON_LIMIT = 200
 # Suite names travel into workflow inputs, like runner labels (ci/matrix.yaml checks declared ones so).
 _SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Part of the registry cache's key: raise it when a reading's stored shape changes without this
+# module's or gpumatrix.source's code changing (2: suite, disabled, disabled_on and est_times joined).
+_CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -198,27 +203,54 @@ def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cach
     With `cache`, what each file gave is kept in `root/.gpumatrix/` keyed by path, size and
     modification time, and only new or changed files are read again.
     """
-    from gpumatrix.registry_cache import RegistrationCache
-
     root = Path(root)
-    store = RegistrationCache.open(root) if cache else None
+    store = RegistrationCache.open(root, key=reading_code_key()) if cache else None
     readings: dict[str, FileReading] = {}
     for path in find_test_files(root, tests_dir=tests_dir):
         full = os.path.join(root, path)
         try:
             stat = os.stat(full)
-            reading = store.get(path, stat) if store is not None else None
+            reading = _from_cache(path, store.get(path, stat)) if store is not None else None
             if reading is None:
                 data, size = read_source_bytes(full, size=stat.st_size)
                 reading = read_registration(data, path, size=size)
                 if store is not None:
-                    store.put(path, stat, reading)
+                    store.put(path, stat, _to_cache(reading))
         except OSError as exc:
             reading = (None, [Problem(path, 0, f"cannot read test file: {exc.strerror or exc}")])
         readings[path] = reading
     if store is not None:
         store.save()
     return resolve_registry(readings, matrix)
+
+
+def reading_code_key() -> str:
+    """A hash of the code that decides what reading a file gives (this module and gpumatrix.source): the
+    registry cache keeps readings only under the key of the code that made them."""
+    import gpumatrix.source
+
+    digest = hashlib.sha256(str(_CACHE_FORMAT).encode())
+    for module_file in (__file__, gpumatrix.source.__file__):
+        digest.update(Path(module_file or "").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _to_cache(reading: FileReading) -> CachedReading:
+    registration, problems = reading
+    values = registration.to_values() if registration is not None else None
+    return values, [(p.line, p.message) for p in problems]
+
+
+def _from_cache(path: str, cached: CachedReading | None) -> FileReading | None:
+    """A reading back from the cache; None (read the file again) for an entry this code cannot rebuild."""
+    if cached is None:
+        return None
+    values, problems = cached
+    try:
+        registration = Registration.from_values(values) if values is not None else None
+    except (TypeError, ValueError):  # another code's fields (a length or type this one lacks)
+        return None
+    return registration, [Problem(path, line, message) for line, message in problems]
 
 
 def load_tree(root: str | Path) -> tuple[Matrix, Registry]:
@@ -244,6 +276,9 @@ def resolve_registry(readings: Mapping[str, FileReading], matrix: Matrix) -> Reg
         registration, found = readings[path]
         problems.extend(found)
         if registration is None:
+            continue
+        if "[" in path or "]" in path:  # pytest refuses the file as an argument ("[] parametrization")
+            problems.append(Problem(path, 0, _BRACKETS))
             continue
         resolved, found = _resolve_runners(registration, matrix, runners)
         problems.extend(found)
@@ -324,6 +359,10 @@ def read_registration(source: str | bytes, path: str, *, size: int | None = None
     return (registration if not problems and not found else None), problems + found
 
 
+_BRACKETS = (
+    "pytest cannot be given a path holding '[' or ']' (it reads them as a test's parameters), so no "
+    "runner could run this file: rename it"
+)
 _MISSING = (
     "test file is not registered: add `from gpumatrix import register` and, at module top level, "
     '`register(on=("cpu",), est_time=SECONDS)` naming the classes it runs on'
@@ -434,8 +473,8 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
     elif "est_time" in values and _seconds_problem(est_time):
         bad(
             nodes["est_time"],
-            f"register(est_time=...) must be a positive number of seconds, or seconds per class "
-            f'({{"h100": 40, "b200": 15}}), got {est_time!r}',
+            f"register(est_time=...) must be a positive number of seconds (at most {MAX_SECONDS}, a week), "
+            f'or seconds per class ({{"h100": 40, "b200": 15}}), got {_shown_literal(est_time)}',
         )
 
     suite = values.get("suite", DEFAULT_SUITE)
@@ -478,9 +517,17 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
 
 
 def _seconds_problem(value: object) -> str | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+    # Bounded: a literal past a week is a mistake, and one past a float's range cannot even be converted.
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_SECONDS:
         return None
-    return f"must be a positive number of seconds, got {value!r}"
+    return (
+        f"must be a positive number of seconds (at most {MAX_SECONDS}, a week), got {_shown_literal(value)}"
+    )
+
+
+def _shown_literal(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _reason_problem(value: object) -> str | None:

@@ -1,10 +1,13 @@
 """What reading each test file gave, kept between runs: a warm run re-reads only changed files.
 
 One JSON file per tree, `ROOT/.gpumatrix/registry-cache.json`, maps a repository-relative path to
-the file's size and modification time (ns) when it was read, and what reading it gave (the
-registration before runners are resolved, as the list of its fields, or its problems). Runners are resolved from the matrix
-on every run, so editing ci/matrix.yaml never needs the cache cleared. The cache is dropped whole
-when the code that reads registrations changes (a hash of its modules) or it cannot be read.
+the file's size and modification time (ns) when it was read, and what reading it gave, as plain JSON
+values its reader (`gpumatrix.registry`) chose: the registration before runners are resolved, as the
+list of its fields, and its problems as `[line, message]` pairs. This module knows files and their
+stat, not what a registration is: `gpumatrix.registry` turns entries back into registrations, and
+passes the key of the code that reads them (`registry.reading_code_key`); the cache is dropped whole
+when that key changes or it cannot be read. Runners are resolved from the matrix on every run, so
+editing ci/matrix.yaml never needs the cache cleared.
 
 Like git's index, an entry whose file was modified no earlier than the cache itself was written is
 "racily clean": a same-size edit within the file system's timestamp granularity could hide behind
@@ -15,32 +18,19 @@ checkout) is simply not kept. JSON, not pickle: the file sits in a tree that may
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpumatrix.config import Problem
-from gpumatrix.registry import FileReading, Registration
-
-__all__ = ["CACHE_PATH", "RegistrationCache"]
+__all__ = ["CACHE_PATH", "CachedReading", "RegistrationCache"]
 
 CACHE_PATH = ".gpumatrix/registry-cache.json"
-_FORMAT = 2  # 2: suite, disabled, disabled_on and est_times joined the registration
-_FIELD_COUNT = len(Registration.__dataclass_fields__)
 
-
-def _code_key() -> str:
-    """A hash of the modules whose code decides what reading a file gives."""
-    import gpumatrix.registry
-    import gpumatrix.source
-
-    digest = hashlib.sha256(str(_FORMAT).encode())
-    for module in (gpumatrix.registry, gpumatrix.source):
-        digest.update(Path(module.__file__ or "").read_bytes())
-    return digest.hexdigest()[:16]
+# What one file gave, as stored: the registration's field values (None: the file has none) and its
+# problems as (line, message).
+CachedReading = tuple[list[Any] | None, list[tuple[int, str]]]
 
 
 class RegistrationCache:
@@ -55,10 +45,10 @@ class RegistrationCache:
         self._changed = False
 
     @classmethod
-    def open(cls, root: str | Path) -> RegistrationCache:
-        """The cache of the tree at `root`; empty when missing, unreadable or from other code."""
+    def open(cls, root: str | Path, *, key: str) -> RegistrationCache:
+        """The cache of the tree at `root`; empty when missing, unreadable or written under another `key`
+        (the code that reads registrations changed)."""
         path = Path(root) / CACHE_PATH
-        key = _code_key()
         try:
             written_ns = path.stat().st_mtime_ns
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -69,8 +59,9 @@ class RegistrationCache:
             return cls(path, {}, 0, key)
         return cls(path, entries, written_ns, key)
 
-    def get(self, relpath: str, stat: os.stat_result) -> FileReading | None:
-        """What reading `relpath` gave, if its size and mtime are those it was read at."""
+    def get(self, relpath: str, stat: os.stat_result) -> CachedReading | None:
+        """What reading `relpath` gave, if its size and mtime are those it was read at; None when it must
+        be read again (new, changed, racily clean, or an entry of another shape)."""
         self._seen.add(relpath)
         entry = self._entries.get(relpath)
         if (
@@ -79,23 +70,23 @@ class RegistrationCache:
             or entry[0] != stat.st_size
             or entry[1] != stat.st_mtime_ns
             or stat.st_mtime_ns >= self._written_ns
-            or not (entry[2] is None or (isinstance(entry[2], list) and len(entry[2]) == _FIELD_COUNT))
+            or not (entry[2] is None or isinstance(entry[2], list))
+            or not isinstance(entry[3], list)
         ):
             return None
         try:
-            registration = Registration.from_values(entry[2]) if entry[2] is not None else None
-            return registration, [Problem(relpath, int(line), str(message)) for line, message in entry[3]]
-        except (TypeError, ValueError):  # an entry this code cannot read back: read the file again
+            return entry[2], [(int(line), str(message)) for line, message in entry[3]]
+        except (TypeError, ValueError):  # problems of another shape: read the file again
             return None
 
-    def put(self, relpath: str, stat: os.stat_result, reading: FileReading) -> None:
-        registration, problems = reading
+    def put(self, relpath: str, stat: os.stat_result, reading: CachedReading) -> None:
+        values, problems = reading
         self._seen.add(relpath)
         self._entries[relpath] = [
             stat.st_size,
             stat.st_mtime_ns,
-            registration.to_values() if registration is not None else None,
-            [[p.line, p.message] for p in problems],
+            values,
+            [[line, message] for line, message in problems],
         ]
         self._changed = True
 

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumatrix import GpumatrixError
-from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Problem, ProblemsError
+from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix
+from gpumatrix.markdown import NAME_LIMIT, PROBLEM_LIMIT, code_span, plain_text
+from gpumatrix.problems import Problem, ProblemsError
 from gpumatrix.registry import Registration, Registry, RegistryError
+from gpumatrix.report import OUTCOMES
 from gpumatrix.shard import Durations, ShardPlan, budget_seconds, plan_matrix
 
 if TYPE_CHECKING:
@@ -73,16 +76,18 @@ def render_error(console: Console, error: GpumatrixError) -> None:
 
 
 def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"this machine: {hardware.describe()}", show_header=False)
-    table.add_row("class", hardware.gpu_class)
+    # Device names and the driver come from NVML or nvidia-smi: text, not markup.
+    table = Table(title=f"this machine: {escape(hardware.describe())}", show_header=False)
+    table.add_row("class", escape(hardware.gpu_class))
     table.add_row("GPUs", str(hardware.count))
     for index, name in enumerate(hardware.names):
         capability = hardware.capabilities[index] if index < len(hardware.capabilities) else None
         cc = f"sm_{capability[0]}{capability[1]}" if capability else "?"
-        table.add_row(f"GPU {index}", f"{name} ({cc})")
-    table.add_row("driver", hardware.driver or "-")
+        table.add_row(f"GPU {index}", escape(f"{name} ({cc})"))
+    table.add_row("driver", escape(hardware.driver or "-"))
     table.add_row("detected via", hardware.source)
     if matrix is None:
         table.add_row("matching runner", "no ci/matrix.yaml here (pass --root DIR)")
@@ -124,7 +129,7 @@ def render_file_table(console: Console, files: Sequence[Registration], *, title:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{title} ({len(files)} files)")
+    table = Table(title=escape(f"{title} ({len(files)} files)"))
     for column in ("file", "classes", "GPUs", "est. s", "suite", "disabled", "runners"):
         table.add_column(column, justify="right" if column in ("GPUs", "est. s") else "left")
     for f in files:
@@ -137,14 +142,14 @@ def render_file_table(console: Console, files: Sequence[Registration], *, title:
             disabled = f.disabled
         else:
             disabled = "; ".join(f"{name}: {reason}" for name, reason in f.disabled_on) or "-"
-        table.add_row(
-            f.path,
-            ", ".join(f.on),
+        table.add_row(  # file names and reasons are text a person wrote, not markup
+            escape(f.path),
+            escape(", ".join(f.on)),
             str(f.gpus) if f.needs_gpu else "-",
-            estimate,
-            f.suite,
-            escape(disabled),  # a reason is text a person wrote, not markup
-            ", ".join(f.runners),
+            escape(estimate),
+            escape(f.suite),
+            escape(disabled),
+            escape(", ".join(f.runners)),
         )
     console.print(table)
 
@@ -259,9 +264,11 @@ def render_matrix(console: Console, plans: Sequence[ShardPlan], *, suite: str | 
 
 
 def render_run_start(console: Console, plan: RunPlan) -> None:
+    from rich.markup import escape
+
     console.print(
-        f"[bold]runner {plan.runner.label}[/bold] on {plan.hardware.describe()}: "
-        f"{len(plan.targets)} target(s)" + (f", shard {plan.shard}" if plan.shard else "")
+        f"[bold]runner {escape(plan.runner.label)}[/bold] on {escape(plan.hardware.describe())}: "
+        f"{len(plan.targets)} target(s)" + (f", shard {escape(plan.shard)}" if plan.shard else "")
     )
 
 
@@ -274,13 +281,14 @@ def render_run_result(console: Console, errors: Console, result: RunResult) -> N
 
 
 def _render_summary(console: Console, summary: RunSummary) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"runner {summary.runner}: {summary.executed} executed")
-    for column in ("file", "passed", "failed", "errors", "skipped"):
+    table = Table(title=escape(f"runner {summary.runner}: {summary.executed} executed"))
+    for column in ("file", *OUTCOMES):
         table.add_column(column, justify="left" if column == "file" else "right")
-    for path, counts in summary.per_file.items():
-        table.add_row(path, *(str(counts[k]) for k in ("passed", "failed", "errors", "skipped")))
+    for path, counts in summary.per_file.items():  # file names from the report: text, not markup
+        table.add_row(escape(path), *(str(counts[k]) for k in OUTCOMES))
     table.add_row(
         "[bold]total[/bold]",
         str(summary.passed),
@@ -303,6 +311,7 @@ def _render_disabled(console: Console, summary: RunSummary) -> None:
 def render_gated(console: Console, gated: Sequence[Registration]) -> None:
     if not gated:
         return
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"gated to other runners ({len(gated)} files, not run here)")
@@ -311,7 +320,7 @@ def render_gated(console: Console, gated: Sequence[Registration]) -> None:
     table.add_column("runners")
     for f in gated:
         needs = f"{f.gpus} x {'|'.join(c for c in f.on if c != CPU_CLASS)}" if f.needs_gpu else "cpu"
-        table.add_row(f.path, needs, ", ".join(f.runners))
+        table.add_row(escape(f.path), escape(needs), escape(", ".join(f.runners)))
     console.print(table)
 
 
@@ -332,18 +341,15 @@ def summary_markdown(result: RunResult) -> str:
             "| --- | ---: | ---: | ---: | ---: |",
         ]
         lines += [
-            f"| `{path}` | {c['passed']} | {c['failed']} | {c['errors']} | {c['skipped']} |"
+            f"| {code_span(path, limit=NAME_LIMIT, in_table=True)} | {c['passed']} | {c['failed']} | "
+            f"{c['errors']} | {c['skipped']} |"
             for path, c in summary.per_file.items()
         ]
         if summary.disabled:
             lines += ["", f"Disabled here ({len(summary.disabled)} file(s), skipped):", ""]
-            lines += [f"- `{nodeid}`: {_markdown_text(reason)}" for nodeid, reason in summary.disabled]
-    lines += [f"- ❗ {problem}" for problem in result.problems]
+            lines += [
+                f"- {code_span(nodeid, limit=NAME_LIMIT)}: {plain_text(reason)}"
+                for nodeid, reason in summary.disabled
+            ]
+    lines += [f"- ❗ {plain_text(problem, limit=PROBLEM_LIMIT)}" for problem in result.problems]
     return "\n".join(lines) + "\n\n"
-
-
-def _markdown_text(text: str) -> str:
-    """A registered reason as plain Markdown text: no HTML, and no `@` that would mention someone."""
-    import html
-
-    return html.escape(" ".join(text.split()), quote=False).replace("@", "\uff20")

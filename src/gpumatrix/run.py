@@ -5,13 +5,13 @@ hardware reasons on a machine that matches its runner: a mislabelled runner must
 run nothing. Files disabled where they run (`register(disabled=...)`) are skipped with their reason
 and listed in the summary; they count for neither guard, so a selection of disabled files only runs
 nothing and passes, saying so. `plan_run` decides everything before pytest starts (and raises a `UsageError` for
-anything a person must fix first); `finish_run` reads pytest's report into a `RunResult`. The CLI
+anything a person must fix first); `finish_run` reads pytest's report (through `gpumatrix.report`: a
+report that cannot be read or contradicts itself fails the run, naming it) into a `RunResult`. The CLI
 starts pytest between the two and `gpumatrix.results` renders both.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 from gpumatrix import UsageError
 from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Runner
 from gpumatrix.registry import Registration
+from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
+from gpumatrix.session import SessionPlan, declared_paths
 
 if TYPE_CHECKING:
     from gpumatrix.hardware import Hardware
@@ -33,6 +35,7 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunSummary",
+    "clean_outputs",
     "evaluate_report",
     "finish_run",
     "plan_run",
@@ -92,6 +95,7 @@ class RunPlan:
     """Everything decided before pytest starts: who runs what, where, and with which command."""
 
     root: Path
+    matrix: Matrix
     runner: Runner
     hardware: Hardware
     hardware_matches: bool
@@ -103,6 +107,8 @@ class RunPlan:
     junit_path: Path
     shard: str | None = None
     html_path: Path | None = None
+    session: SessionPlan | None = None  # what pytest is handed instead of resolving it again
+    session_path: Path | None = None  # where it is written for pytest (--gpumatrix-plan)
 
 
 @dataclass(frozen=True)
@@ -180,29 +186,27 @@ def select_files(
 
 
 def evaluate_report(
-    report: Mapping, *, runner: Runner, hardware_matches: bool, targets: Sequence[str] | None = None
+    report: Report, *, runner: Runner, hardware_matches: bool, targets: Sequence[str] | None = None
 ) -> RunSummary:
-    """Turn the plugin's JSON report into a summary and the guard failures.
+    """Turn the plugin's report into a summary and the guard failures.
 
     A run that executed nothing passes only when every file it had (`targets`, the run's pytest
-    targets: a file collected with no test is not in the report at all) was skipped as disabled.
+    targets: a file collected with no test is not in the report at all) was skipped as disabled. A
+    report of a refused run fails with the problems it lists.
     """
     per_file: dict[str, dict[str, int]] = {}
     hardware_skips: list[str] = []
     disabled: list[tuple[str, str]] = []
     only_disabled = True  # every file of the report is a disabled file, skipped whole
-    for path, outcome in sorted(report.get("files", {}).items()):
-        counts = {key: len(outcome.get(key, [])) for key in ("passed", "failed", "errors", "skipped")}
+    for path, result in sorted(report.files.items()):
+        counts = {outcome: len(result.ids(outcome)) for outcome in OUTCOMES}
         per_file[path] = counts
-        skips = outcome.get("skipped", [])
-        hardware_skips.extend(f"{s['nodeid']}: {s['reason']}" for s in skips if s.get("hardware"))
-        disabled.extend((s["nodeid"], s["reason"]) for s in skips if s.get("disabled"))
-        only_disabled &= counts["skipped"] == sum(counts.values()) and all(s.get("disabled") for s in skips)
-    totals = {
-        key: sum(c[key] for c in per_file.values()) for key in ("passed", "failed", "errors", "skipped")
-    }
-    executed = totals["passed"] + totals["failed"] + totals["errors"]
-    problems: list[str] = []
+        hardware_skips.extend(f"{s.nodeid}: {s.reason}" for s in result.skipped if s.hardware)
+        disabled.extend((s.nodeid, s.reason) for s in result.skipped if s.disabled)
+        only_disabled &= not result.ran and all(s.disabled for s in result.skipped)
+    totals = {outcome: sum(c[outcome] for c in per_file.values()) for outcome in OUTCOMES}
+    executed = sum(totals[outcome] for outcome in RAN)
+    problems: list[str] = list(report.problems)
     if targets is not None:
         only_disabled &= {target.split("::", 1)[0] for target in targets} <= {path for path, _ in disabled}
     if executed == 0 and not (disabled and only_disabled):
@@ -271,6 +275,10 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     reports_dir = root / "reports"
     junit = (options.junit_xml or reports_dir / f"junit-{runner.label}.xml").resolve()
     report_path = (options.report or reports_dir / f"gpumatrix-{runner.label}.json").resolve()
+    # pytest is handed what was resolved here (the hardware, the runner, the registry) instead of
+    # detecting, loading and discovering it again.
+    session = SessionPlan(root, hardware, registry, runner, suite, declared_paths(root, matrix))
+    session_path = report_path.with_name(f".{report_path.stem}.plan.json")
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
     # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own
     # matrix, registry and root-relative node ids.
@@ -287,6 +295,8 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         str(root),
         "--gpumatrix-report",
         str(report_path),
+        "--gpumatrix-plan",
+        str(session_path),
         f"--junitxml={junit}",
         "-p",
         "no:cacheprovider",
@@ -302,6 +312,7 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     command += list(options.pytest_args)
     return RunPlan(
         root=root,
+        matrix=matrix,
         runner=runner,
         hardware=hardware,
         hardware_matches=matches,
@@ -313,11 +324,14 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         junit_path=junit,
         shard=options.shard,
         html_path=(options.html or report_path.with_suffix(".html")).resolve(),
+        session=session,
+        session_path=session_path,
     )
 
 
 def prepare_outputs(plan: RunPlan) -> None:
-    """Make room for the run's reports; a stale report must not pass for this run's."""
+    """Make room for the run's reports (a stale report must not pass for this run's) and write the
+    session plan pytest is handed."""
     for path in (plan.junit_path, plan.report_path):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -326,6 +340,17 @@ def prepare_outputs(plan: RunPlan) -> None:
     plan.report_path.unlink(missing_ok=True)
     if plan.html_path is not None:
         plan.html_path.unlink(missing_ok=True)
+    if plan.session is not None and plan.session_path is not None:
+        try:
+            plan.session.write(plan.session_path)
+        except OSError as exc:
+            raise RunError(f"cannot write {plan.session_path}: {exc.strerror or exc}") from None
+
+
+def clean_outputs(plan: RunPlan) -> None:
+    """Remove what only the run needed (the session plan)."""
+    if plan.session_path is not None:
+        plan.session_path.unlink(missing_ok=True)
 
 
 def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:
@@ -338,11 +363,14 @@ def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:
         return RunResult(
             plan, None, None, (f"runner {plan.runner.label} has no test files in this selection",), 1
         )
-    try:
-        report = json.loads(plan.report_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    usage = pytest_exit == _PYTEST_USAGE_ERROR
+    if not plan.report_path.is_file():
         problem = f"pytest (exit {pytest_exit}) wrote no report to {plan.report_path}"
-        return RunResult(plan, pytest_exit, None, (problem,), 2 if pytest_exit == _PYTEST_USAGE_ERROR else 1)
+        return RunResult(plan, pytest_exit, None, (problem,), 2 if usage else 1)
+    try:
+        report = read_report(plan.report_path, plan.matrix)
+    except ReportError as exc:  # the run's own report: whatever is wrong with it, the run failed
+        return RunResult(plan, pytest_exit, None, (str(exc),), 2 if usage else 1)
     summary = evaluate_report(
         report, runner=plan.runner, hardware_matches=plan.hardware_matches, targets=plan.targets
     )

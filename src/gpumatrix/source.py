@@ -29,12 +29,13 @@ from __future__ import annotations
 import ast
 import io
 import keyword
-import math
 import os
 import re
 import tokenize
 from collections import deque
 from dataclasses import dataclass
+
+from gpumatrix.config import MAX_SECONDS
 
 __all__ = [
     "READ_LIMIT",
@@ -234,7 +235,7 @@ def canonical_call(text: str) -> CanonicalCall | None:
         return None
     on = tuple(name[1:-1] for name in re.findall(_CLASS, call[1]))
     est_time = float(call[3])
-    if len(set(on)) != len(on) or not 0 < est_time < math.inf:
+    if len(set(on)) != len(on) or not 0 < est_time <= MAX_SECONDS:
         return None
     return CanonicalCall(
         line=text.count("\n", 0, call.start()) + 1,

@@ -471,7 +471,9 @@ def test_a_stale_update_is_read_again_not_forced(world: BotWorld) -> None:
             return self.inner.update_check_run(check_run_id, fields)
 
     with world.client() as client:
-        late = sync_status_comment(result.comment_id, client=LateWriter(client), run_id=run.id)  # type: ignore[arg-type]
+        late = sync_status_comment(
+            result.comment_id, client=LateWriter(client), matrix=world.matrix, run_id=run.id
+        )  # type: ignore[arg-type]
     assert [r.status for r in gh.requests if r.method == "PATCH" and "/check-runs/" in r.path] == [200, 422]
     assert late.publication is not None and late.publication.failures == []
     assert [(c.status, c.conclusion) for c in gh.check_runs] == [("completed", "success")]

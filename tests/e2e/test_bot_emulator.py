@@ -109,7 +109,7 @@ def test_status_comment_as_posted(world: BotWorld) -> None:
     gh.set_run_state(gemm.id, "completed", "failure")
     gh.set_run_state(model.id, "in_progress")
     with world.client() as client:
-        sync_status_comment(result.comment_id, client=client)
+        sync_status_comment(result.comment_id, client=client, matrix=world.matrix)
     body = gh.comment(result.comment_id)["body"]
     runs = f"https://github.com/{gh.repository}/actions/runs"
     assert body.splitlines()[:-1] == [
@@ -248,10 +248,10 @@ def test_eight_runs_finishing_together_with_eight_syncs(world: BotWorld) -> None
             start.wait()
             gh.set_run_state(run_id, "in_progress")
             with world.client() as client:
-                sync_status_comment(result.comment_id, client=client, run_id=run_id)
+                sync_status_comment(result.comment_id, client=client, matrix=world.matrix, run_id=run_id)
             gh.set_run_state(run_id, "completed", conclusion)
             with world.client() as client:
-                sync_status_comment(result.comment_id, client=client, run_id=run_id)
+                sync_status_comment(result.comment_id, client=client, matrix=world.matrix, run_id=run_id)
         except BaseException as exc:  # reported below: a thread's failure must fail the test
             failures.append(exc)
 
@@ -295,10 +295,12 @@ def test_a_sync_that_read_too_early_writes_again(world: BotWorld) -> None:
     def the_other_sync() -> None:
         gh.set_run_state(gemm_run.id, "completed", "failure")
         with world.client() as client:
-            sync_status_comment(result.comment_id, client=client, run_id=gemm_run.id)
+            sync_status_comment(result.comment_id, client=client, matrix=world.matrix, run_id=gemm_run.id)
 
     with world.client() as client:
-        late = sync_status_comment(result.comment_id, client=_StaleWriter(client, the_other_sync))  # type: ignore[arg-type]
+        late = sync_status_comment(
+            result.comment_id, client=_StaleWriter(client, the_other_sync), matrix=world.matrix
+        )  # type: ignore[arg-type]
 
     assert (
         late.writes == 2
@@ -321,7 +323,7 @@ def test_a_failed_job_shows_before_its_run_completes(world: BotWorld) -> None:
         ],
     )
     with world.client() as client:
-        synced = sync_status_comment(result.comment_id, client=client, run_id=run.id)
+        synced = sync_status_comment(result.comment_id, client=client, matrix=world.matrix, run_id=run.id)
     assert synced.states == {"2-gpu-h100": "failed"}
     gh.set_jobs(
         run.id,
@@ -331,9 +333,9 @@ def test_a_failed_job_shows_before_its_run_completes(world: BotWorld) -> None:
         ],
     )
     with world.client() as client:  # a passing job alone never shows green: only the completed run does
-        assert sync_status_comment(result.comment_id, client=client, run_id=run.id).states == {
-            "2-gpu-h100": "running"
-        }
+        assert sync_status_comment(
+            result.comment_id, client=client, matrix=world.matrix, run_id=run.id
+        ).states == {"2-gpu-h100": "running"}
 
 
 def test_rerun_failed_dispatches_only_failed_and_cancelled_groups(world: BotWorld) -> None:

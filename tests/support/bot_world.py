@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import coverage_reports
 from github_emulator import GitHubEmulator
 from gpumatrix_trees import MATRIX_YAML as BASE_MATRIX_YAML
 from gpumatrix_trees import registered
@@ -72,28 +73,12 @@ def report_json(
     errors: tuple[str, ...] = (),
     skipped: int = 0,
 ) -> str:
-    """A `gpumatrix run --report` JSON document for one test file, in the plugin's shape."""
-    passed_ids = [f"{path}::test_pass_{index}" for index in range(passed)]
-    skips = [
-        {"nodeid": f"{path}::test_skip_{index}", "reason": "not today", "hardware": False}
-        for index in range(skipped)
-    ]
-    outcome = {
-        "ran": passed_ids + list(failed) + list(errors),
-        "passed": passed_ids,
-        "failed": list(failed),
-        "errors": list(errors),
-        "skipped": skips,
-    }
-    return json.dumps(
-        {
-            "hardware": {},
-            "runner": None,
-            "problems": [],
-            "files": {path: outcome},
-            "totals": {"passed": passed, "failed": len(failed), "errors": len(errors), "skipped": skipped},
-        }
-    )
+    """A `gpumatrix run --report` JSON document for one test file, from the plugin's writer."""
+    tests = {f"{path}::test_pass_{index}": "passed" for index in range(passed)}
+    tests |= {nodeid: "failed" for nodeid in failed} | {nodeid: "errors" for nodeid in errors}
+    skips = {f"{path}::test_skip_{index}": "skipped" for index in range(skipped)}
+    reasons = dict.fromkeys(skips, "not today")
+    return json.dumps(coverage_reports.report_json(None, "cpu", 0, tests | skips, reasons=reasons))
 
 
 @dataclass
@@ -125,7 +110,7 @@ class BotWorld:
 
     def sync(self, comment_id: int, *, run_id: int | None = None) -> SyncResult:
         with self.client() as client:
-            return sync_status_comment(comment_id, client=client, run_id=run_id)
+            return sync_status_comment(comment_id, client=client, matrix=self.matrix, run_id=run_id)
 
     def handle(self, event: CommentEvent) -> tuple[HandleResult, int]:
         """Handle `event` with a fresh client; returns the result and the API calls it made."""

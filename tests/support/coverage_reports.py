@@ -1,7 +1,7 @@
 """JSON reports as the gpumatrix plugin writes them, built from a few literals, for the coverage tests.
 
-`report_json` goes through the plugin's own writer (`RunReport.to_json`), so the coverage reader is
-always tested against what the writer produces. `PATHS_YAML` declares the paths these reports name.
+`report_json` goes through the plugin's own writer (`RunOutcomes.to_report`, `report_to_json`), so the
+readers are always tested against what the writer produces. `PATHS_YAML` declares the paths these reports name.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpumatrix.hardware import Hardware
-from gpumatrix.plugin import RunReport
+from gpumatrix.report import FileResult, Report, Skip, report_to_json
+from gpumatrix.report.collect import RunOutcomes
 
-__all__ = ["PATHS_YAML", "report_json"]
+__all__ = ["PATHS_YAML", "report_from_files", "report_json"]
 
 PATHS_YAML = """\
 paths:
@@ -50,7 +51,7 @@ def report_json(
 ) -> dict[str, Any]:
     """A report: `tests` {nodeid: passed|failed|errors|skipped}, `witnessed` {nodeid: [path, ...]},
     `durations` {nodeid: seconds} (1 s unless given), `reasons` {nodeid: skip reason}."""
-    run = RunReport()
+    run = RunOutcomes()
     for nodeid, kind in tests.items():
         reason = reasons.get(nodeid, "needs b200") if kind == "skipped" else ""
         run.add(nodeid, nodeid.split("::")[0], kind, reason)
@@ -63,7 +64,24 @@ def report_json(
         names=(_NAMES[gpu_class],) * gpus,
         capabilities=(_CC.get(gpu_class, (0, 0)),) * gpus,
         source="nvml" if gpus else "none",
+        device_ids=tuple(f"GPU-{index}" for index in range(gpus)),
     )
-    return run.to_json(
-        hardware=hardware, runner=runner, hardware_skips={}, problems=[], est_times=dict(est_times or {})
+    return report_to_json(run.to_report(hardware=hardware, runner=runner, est_times=dict(est_times or {})))
+
+
+def report_from_files(files: Mapping[str, Mapping[str, Any]]) -> Report:
+    """A report of a CPU machine holding `files` written as the JSON's (`{"passed": [...], "skipped":
+    [{"nodeid", "reason", "hardware", "disabled"?}]}`; lists left out are empty)."""
+    return Report(
+        hardware=Hardware("cpu", 0),
+        runner=None,
+        files={
+            path: FileResult(
+                passed=tuple(entry.get("passed", ())),
+                failed=tuple(entry.get("failed", ())),
+                errors=tuple(entry.get("errors", ())),
+                skipped=tuple(Skip(**skip) for skip in entry.get("skipped", ())),
+            )
+            for path, entry in files.items()
+        },
     )

@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "MATRIX_YAML",
+    "RESOLVING_CONFTEST",
     "PytestRun",
     "overlapping_leases",
     "read_jsonl",
@@ -44,6 +45,25 @@ runners:
   - {label: 2-gpu-h100, class: h100, gpus: 2, runs_on: [gpu-h100-2], timeout_minutes: 30}
   - {label: 4-gpu-b200, class: b200, gpus: 4, runs_on: [gpu-b200], timeout_minutes: 30}
   - {label: 4-gpu-gb300, class: gb300, gpus: 4, runs_on: [gpu-gb300], timeout_minutes: 30}
+"""
+
+
+# A root conftest that notes every time a process resolves a session itself (detects the hardware,
+# discovers the registry) instead of being handed the plan.
+RESOLVING_CONFTEST = """
+import json, os
+import gpumatrix.session
+
+def _noting(name, real):
+    def noted(*args, **kwargs):
+        with open(os.environ["RESOLVED"], "a") as stream:
+            stream.write(json.dumps({"call": name, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                                     "child": bool(os.environ.get("GPUMATRIX_HELD_LEASE"))}) + "\\n")
+        return real(*args, **kwargs)
+    return noted
+
+gpumatrix.session.detect = _noting("detect", gpumatrix.session.detect)
+gpumatrix.session.discover = _noting("discover", gpumatrix.session.discover)
 """
 
 

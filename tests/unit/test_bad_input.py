@@ -182,6 +182,20 @@ CASES = {
         cli=("check",),
         says=("ok: 6 runners, 1 registered test files",),
     ),
+    "file-est-time-integer-past-a-float": Case(
+        files={"tests/test_est.py": HEADER + b"register(on=('cpu',), est_time=1" + b"0" * 400 + b")\n"},
+        cli=("check",),
+        exit_code=1,
+        says=(
+            "tests/test_est.py:2: register(est_time=...) must be a positive number of seconds (at most 604800",
+        ),
+    ),
+    "file-est-time-integer-past-the-parser": Case(
+        files={"tests/test_est.py": HEADER + b"register(on=('cpu',), est_time=1" + b"0" * 5000 + b")\n"},
+        cli=("list",),
+        exit_code=1,
+        says=("tests/test_est.py:2: cannot parse test file: Exceeds the limit (4300 digits)",),
+    ),
     # -- gpumatrix run ------------------------------------------------------------------------------------
     "run-tests-file-not-utf8": Case(
         files={"tests/test_cpu.py": CPU_FILE, "list.txt": b"tests/test_\xff.py\n"},
@@ -211,6 +225,12 @@ CASES = {
         env={"GPUMATRIX_HARDWARE": "1xh100"},
         exit_code=5,
         says=("SKIPPED [1] tests/test_either.py: needs 2 x h100 (or no GPU); this machine: 1 x h100",),
+    ),
+    "pytest-est-time-integer-past-a-float": Case(
+        files={"tests/test_est.py": HEADER + b"register(on=('cpu',), est_time=1" + b"0" * 400 + b")\n"},
+        pytest=(),
+        exit_code=2,
+        says=("ERROR tests/test_est.py - tests/test_est.py:2: register(est_time=...) must be",),
     ),
     "pytest-lease-timeout-negative": Case(
         files={"tests/test_gpu.py": registered(("h100",))},

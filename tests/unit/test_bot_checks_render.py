@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from coverage_reports import report_json
+from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
 from gpumatrix.bot.checks import ReportMark, check_spec, read_mark, status_spec
@@ -22,8 +24,11 @@ from gpumatrix.bot.ci_states import (
 from gpumatrix.bot.github import RunInfo
 from gpumatrix.bot.render import GroupStatus, StatusComment
 from gpumatrix.bot.report import MAX_FAILING, ReportSummary, summarize_reports
+from gpumatrix.config import parse_matrix
 
 register(on=("cpu",), est_time=2)
+
+MATRIX = parse_matrix(MATRIX_YAML)
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 OLD = "fedcba9876543210fedcba9876543210fedcba98"
@@ -31,62 +36,78 @@ RUN_URL = "https://github.com/acme/mxfuse/actions/runs/99"
 COMMENT_URL = "https://github.com/acme/mxfuse/pull/7#issuecomment-12"
 
 
-def _report(files: dict[str, dict[str, list]]) -> bytes:
-    return json.dumps({"files": files, "totals": {}}).encode()
+def _report(tests: dict[str, str], name: str = "report.json") -> tuple[str, bytes]:
+    """A report from the plugin's writer: `tests` {nodeid: passed|failed|errors|skipped}."""
+    return name, json.dumps(report_json(None, "cpu", 0, tests)).encode()
+
+
+def _edited(edit) -> tuple[str, bytes]:
+    document = report_json(None, "cpu", 0, {"a.py::1": "passed", "a.py::2": "failed"})
+    edit(document)
+    return "edited.json", json.dumps(document).encode()
 
 
 # -- reports ----------------------------------------------------------------------------------------------------
 
-# (id, documents, expected (passed, failed, skipped, failing, more, reports, unreadable))
+# (id, documents, expected (passed, failed, skipped, failing, more, reports, unreadable), problems)
 REPORTS = [
     (
         "One shard.",
-        [
-            _report(
-                {
-                    "a.py": {
-                        "passed": ["a::1", "a::2"],
-                        "failed": ["a::3"],
-                        "errors": [],
-                        "skipped": [{"nodeid": "a::4"}],
-                    }
-                }
-            )
-        ],
+        [_report({"a::1": "passed", "a::2": "passed", "a::3": "failed", "a::4": "skipped"})],
         (2, 1, 1, ("a::3",), 0, 1, 0),
+        [],
     ),
-    (
-        "Errors count as failed.",
-        [_report({"a.py": {"passed": [], "failed": [], "errors": ["a::e"], "skipped": []}})],
-        (0, 1, 0, ("a::e",), 0, 1, 0),
-    ),
+    ("Errors count as failed.", [_report({"a::e": "errors"})], (0, 1, 0, ("a::e",), 0, 1, 0), []),
     (
         "Shards add up.",
-        [
-            _report({"a.py": {"passed": ["a::1"], "failed": ["a::2"]}}),
-            _report({"b.py": {"passed": ["b::1"], "failed": ["b::2"], "skipped": []}}),
-        ],
+        [_report({"a::1": "passed", "a::2": "failed"}), _report({"b::1": "passed", "b::2": "failed"})],
         (2, 2, 0, ("a::2", "b::2"), 0, 2, 0),
+        [],
     ),
-    ("Not JSON is unreadable, not zero failures.", [b"\x00\xff not json"], (0, 0, 0, (), 0, 0, 1)),
-    ("A list of files is unreadable.", [b'{"files": ["a.py"]}'], (0, 0, 0, (), 0, 0, 1)),
-    ("Outcome lists of the wrong type.", [_report({"a.py": {"passed": "all"}})], (0, 0, 0, (), 0, 0, 1)),
+    (
+        "Not JSON is unreadable, not zero failures.",
+        [("x.json", b"\x00\xff not json")],
+        (0, 0, 0, (), 0, 0, 1),
+        ["report x.json is not a gpumatrix report: it is not JSON"],
+    ),
+    (
+        "A list of files is unreadable.",
+        [_edited(lambda d: d.update(files=["a.py"]))],
+        (0, 0, 0, (), 0, 0, 1),
+        ["report edited.json is not a gpumatrix report: files: must be an object, got a list"],
+    ),
+    (
+        "Outcome lists of the wrong type.",
+        [_edited(lambda d: d["files"]["a.py"].update(passed="all"))],
+        (0, 0, 0, (), 0, 0, 1),
+        ["files['a.py'].passed: must be a list, got the string 'all'"],
+    ),
+    (
+        "A report that contradicts itself is not counted.",
+        [_edited(lambda d: d["files"]["a.py"].update(passed=[]))],
+        (0, 0, 0, (), 0, 0, 1),
+        ["report edited.json contradicts itself: files['a.py'].ran:"],
+    ),
     (
         "An id that is not a short line is counted, not shown.",
-        [_report({"a.py": {"failed": ["a::1\nb", 7, "x" * 400, "ok::id"]}})],
-        (0, 4, 0, ("ok::id",), 0, 1, 0),
+        [_report({"a::" + "x" * 400: "failed", "ok::id": "failed"})],
+        (0, 2, 0, ("ok::id",), 0, 1, 0),
+        [],
     ),
     (
         "A failing id twice is shown once.",
-        [_report({"a.py": {"failed": ["a::1"]}}), _report({"a.py": {"failed": ["a::1"]}})],
+        [_report({"a::1": "failed"}), _report({"a::1": "failed"})],
         (0, 2, 0, ("a::1",), 0, 2, 0),
+        [],
     ),
 ]
 
 
-@pytest.mark.parametrize(("documents", "expected"), [r[1:] for r in REPORTS], ids=[r[0] for r in REPORTS])
-def test_summarize_reports(documents: list[bytes], expected: tuple) -> None:
-    got = summarize_reports(documents)
+@pytest.mark.parametrize(
+    ("documents", "expected", "problems"), [r[1:] for r in REPORTS], ids=[r[0] for r in REPORTS]
+)
+def test_summarize_reports(documents: list[tuple[str, bytes]], expected: tuple, problems: list[str]) -> None:
+    got = summarize_reports(documents, MATRIX)
     assert (
         got.passed,
         got.failed,
@@ -96,11 +117,14 @@ def test_summarize_reports(documents: list[bytes], expected: tuple) -> None:
         got.reports,
         got.unreadable,
     ) == expected
+    assert len(got.problems) == len(problems)
+    for said, fragment in zip(got.problems, problems, strict=True):
+        assert fragment in said
 
 
 def test_failing_ids_beyond_the_limit_are_counted() -> None:
-    ids = [f"a::t{index}" for index in range(MAX_FAILING + 7)]
-    got = summarize_reports([_report({"a.py": {"failed": ids}})])
+    ids = [f"a::t{index:03d}" for index in range(MAX_FAILING + 7)]  # the writer lists ids sorted
+    got = summarize_reports([_report(dict.fromkeys(ids, "failed"))], MATRIX)
     assert (got.failing, got.more_failing, got.failed) == (tuple(ids[:MAX_FAILING]), 7, MAX_FAILING + 7)
 
 
@@ -240,7 +264,7 @@ def test_read_mark(summary: str | None, expected: ReportMark | None) -> None:
 
 def test_a_failing_id_that_imitates_the_marker_is_not_read_as_one() -> None:
     forged = '<!-- gpumatrix:check {"run":99,"attempt":1,"complete":true,"report":null} -->'
-    report = summarize_reports([_report({"a.py": {"failed": [forged]}})])
+    report = summarize_reports([_report({forged: "failed"})], MATRIX)
     assert report.failing == (forged,)
     group = GroupStatus("cpu", ("a",), "failed", 99, RUN_URL)
     spec = check_spec(

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from coverage_reports import report_from_files
+from gpumatrix_trees import RESOLVING_CONFTEST
 
 from gpumatrix import register
 from gpumatrix.cli import main
 from gpumatrix.config import load_matrix
 from gpumatrix.hardware import Hardware
+from gpumatrix.report import Report
 from gpumatrix.run import RunError, evaluate_report, select_files, select_runner
 
 register(on=("cpu",), est_time=30)
@@ -179,8 +182,8 @@ def test_select_runner_auto_without_match_names_machine():
         )
 
 
-def _report(files: dict[str, dict]) -> dict:
-    return {"files": files}
+def _report(files: dict[str, dict]) -> Report:
+    return report_from_files(files)
 
 
 GUARDS = [
@@ -431,3 +434,20 @@ def test_the_exit_code_table_is_in_every_help_and_in_the_readme():
         text = " ".join(invoke(*command).output.split())
         for code, meaning in EXIT_CODES:
             assert f"{code} {meaning}" in text, (command, code)
+
+
+def test_run_hands_pytest_its_plan_and_nothing_is_resolved_again(tmp_path):
+    """`gpumatrix run` detects, loads and discovers once; its pytest and the xdist workers take the plan."""
+    files = {f"tests/test_{i}.py": registered('("cpu",)') for i in range(3)}
+    make_tree(tmp_path, {"conftest.py": RESOLVING_CONFTEST, "pytest.ini": "[pytest]\n", **files})
+    resolved = tmp_path / "resolved.jsonl"
+    result = CliRunner().invoke(
+        main,
+        ["run", "--runner", "cpu", "-n", "2", "--root", str(tmp_path)],
+        env={"GPUMATRIX_HARDWARE": "cpu", "RESOLVED": str(resolved)},
+    )
+    assert result.exit_code == 0, result.output
+    assert not resolved.exists()
+    report = json.loads((tmp_path / "reports" / "gpumatrix-cpu.json").read_text())
+    assert report["totals"]["passed"] == 3 and report["runner"] == "cpu"
+    assert list((tmp_path / "reports").glob(".*plan*")) == []  # the plan lives as long as the run

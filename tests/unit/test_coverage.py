@@ -1,22 +1,21 @@
-"""Merging runner reports into the path x class matrix: states, exit status, duplicates, bad reports.
+"""Merging runner reports into the path x class matrix: states, exit status, duplicates, rejected reports.
 
 Reports are built with the plugin's own writer (tests/support/coverage_reports.py), so reader and writer agree.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from coverage_reports import PATHS_YAML, report_json
 from gpumatrix_trees import MATRIX_YAML
 
-from gpumatrix import UsageError, register
+from gpumatrix import register
 from gpumatrix.config import parse_matrix
-from gpumatrix.coverage import merge_reports, parse_report, read_report
+from gpumatrix.coverage import merge_reports
 from gpumatrix.paths import parse_paths
+from gpumatrix.report import parse_report
 
 register(on=("cpu",), est_time=1)
 
@@ -25,7 +24,7 @@ CATALOG = parse_paths(PATHS_YAML, MATRIX)
 
 
 def merged(*documents: dict[str, Any]):
-    reports = [parse_report(d, source=f"report-{i}.json") for i, d in enumerate(documents)]
+    reports = [parse_report(d, source=f"report-{i}.json", matrix=MATRIX) for i, d in enumerate(documents)]
     return merge_reports(reports, MATRIX, CATALOG)
 
 
@@ -204,49 +203,78 @@ def test_file_cells_carry_durations_and_registered_estimates():
     assert coverage.est_times["tests/unit/test_r.py"] == 8.0
 
 
-def test_a_report_of_a_class_the_matrix_lacks_is_refused():
-    document = report_json("cpu", "cpu", 0, {"tests/unit/test_r.py::t": "passed"})
-    document["hardware"]["gpu_class"] = "h900"
-    with pytest.raises(UsageError, match=r"does not define: report-0.json \(class 'h900'\); its classes"):
-        merged(document)
+# (id, gpus of a machine that ran plain pytest, without --runner: the runner column it lands in)
+PLAIN = [
+    ("one-gpu", 1, "1-gpu-h100"),
+    ("two-gpus", 2, "2-gpu-h100"),  # not the first runner of its class
+    ("eight-gpus", 8, "8 x h100"),  # no runner has 8: a column of its own, still of class h100
+]
 
 
-@pytest.mark.parametrize(
-    ("mutate", "message"),
-    [
-        (lambda d: [], "the top level is not an object"),
-        (lambda d: {**d, "hardware": None}, "'hardware.gpu_class' is missing"),
-        (lambda d: {**d, "hardware": {**d["hardware"], "count": -1}}, "'hardware.count' is not a count"),
-        (lambda d: {**d, "files": []}, "'files' is not an object"),
-        (lambda d: {**d, "runner": 3}, "'runner' is not a label"),
-        (
-            lambda d: {**d, "files": {"a.py": {"passed": "x"}}},
-            "files['a.py'].passed is not a list of node ids",
-        ),
-        (lambda d: {**d, "files": {"a.py": {"skipped": ["x"]}}}, "files['a.py'].skipped is not a list"),
-        (lambda d: {**d, "witnessed": []}, "'witnessed' is not an object"),
-        (lambda d: {**d, "witnessed": {"t": {"paths": []}}}, "witnessed['t'] has no 'paths' object"),
-    ],
-    ids=["list", "no hardware", "count", "files", "runner", "passed", "skipped", "witnessed", "paths"],
-)
-def test_a_malformed_report_is_a_usage_error_naming_the_file(mutate, message):
-    with pytest.raises(UsageError) as caught:
-        parse_report(mutate(CPU_OK), source="r.json")
-    assert str(caught.value).startswith(f"report r.json is not a gpumatrix report: {message}")
-    assert caught.value.exit_code == 2
+@pytest.mark.parametrize(("gpus", "label"), [p[1:] for p in PLAIN], ids=[p[0] for p in PLAIN])
+def test_a_report_without_a_runner_lands_in_the_runner_of_its_class_and_count(gpus: int, label: str):
+    nodeid = "tests/e2e/test_e.py::pair"
+    coverage = merged(report_json(None, "h100", gpus, {nodeid: "passed"}, {nodeid: ["k.pair"]}))
+    assert [(r.label, r.gpu_class) for r in coverage.runners if r.reported] == [(label, "h100")]
+    assert coverage.path_cells[("k.pair", "h100")].passing == (f"{label}: {nodeid}",)
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [(None, "cannot read report"), (b"{not json", "is not JSON"), (json.dumps(CPU_OK).encode(), None)],
-    ids=["missing", "not json", "fine"],
-)
-def test_reading_a_report_file(tmp_path: Path, content, message):
-    path = tmp_path / "r.json"
-    if content is not None:
-        path.write_bytes(content)
-    if message is None:
-        assert read_report(path).outcomes["tests/unit/test_r.py::t"] == ("tests/unit/test_r.py", "passed", "")
-        return
-    with pytest.raises(UsageError, match=message):
-        read_report(path)
+def test_a_path_exercised_by_a_passing_and_a_failing_test_is_passed_listing_both():
+    h100 = report_json(
+        "1-gpu-h100",
+        "h100",
+        1,
+        {"tests/kernels/test_k.py::a": "passed", "tests/kernels/test_k.py::b": "failed"},
+        {"tests/kernels/test_k.py::a": ["k.pair"], "tests/kernels/test_k.py::b": ["k.pair"]},
+    )
+    cell = merged(CPU_OK, h100).path_cells[("k.pair", "h100")]
+    assert (cell.state, cell.passing, cell.failing) == (
+        "passed",
+        ("1-gpu-h100: tests/kernels/test_k.py::a",),
+        ("1-gpu-h100: tests/kernels/test_k.py::b",),
+    )
+
+
+# (id, the test's outcome in one report, in another report of the same runner, the path's cell)
+TWICE = [
+    ("skipped-then-passed", "skipped", "passed", "passed"),
+    ("passed-then-skipped", "passed", "skipped", "passed"),
+    ("passed-then-errors", "passed", "errors", "failing"),
+    ("errors-then-passed", "errors", "passed", "failing"),
+    ("failed-then-passed", "failed", "passed", "failing"),
+]
+
+
+@pytest.mark.parametrize(("first", "second", "state"), [t[1:] for t in TWICE], ids=[t[0] for t in TWICE])
+def test_a_test_in_two_reports_of_a_runner_counts_with_its_worse_outcome(first: str, second: str, state: str):
+    nodeid = "tests/kernels/test_k.py::pair"
+    one, two = (
+        report_json("1-gpu-h100", "h100", 1, {nodeid: o}, {nodeid: ["k.pair"]}) for o in (first, second)
+    )
+    coverage = merged(CPU_OK, one, two)
+    assert coverage.path_cells[("k.pair", "h100")].state == state
+    (column,) = [r for r in coverage.runners if r.label == "1-gpu-h100"]
+    assert sum(column.totals.values()) == 1
+
+
+def test_a_refused_run_counts_for_nothing_and_fails_naming_its_runner():
+    refused = report_json("1-gpu-h100", "h100", 1, {})
+    refused["problems"] = ["this machine cannot run runner '1-gpu-h100'"]
+    coverage = merged(CPU_OK, refused)
+    said = (
+        "report report-1.json: runner 1-gpu-h100 refused to run: this machine cannot run runner '1-gpu-h100'"
+    )
+    assert coverage.rejected == (said,) and coverage.problems()[0] == said and coverage.exit_code == 1
+    (column,) = [r for r in coverage.runners if r.label == "1-gpu-h100"]
+    assert (column.reported, column.reports, column.notes) == (False, 0, (said,))
+    assert coverage.failed(warn_only=True)
+
+
+def test_a_file_in_two_reports_of_a_runner_shows_the_longer_duration():
+    nodeid = "tests/kernels/test_k.py::pair"
+    short, long = (
+        report_json("1-gpu-h100", "h100", 1, {nodeid: "passed"}, durations={nodeid: seconds})
+        for seconds in (4.0, 9.0)
+    )
+    for order in ((short, long), (long, short)):
+        assert merged(*order).file_cells[("tests/kernels/test_k.py", "1-gpu-h100")].duration == 9.0

@@ -100,7 +100,10 @@ def test_coverage_appends_markdown_to_the_step_summary(tmp_path: Path) -> None:
     ("setup", "message"),
     [
         (lambda root, reports: (root / "ci" / "paths.yaml").unlink(), "ci/paths.yaml does not exist"),
-        (lambda root, reports: Path(reports[0]).write_text("[]"), "the top level is not an object"),
+        (
+            lambda root, reports: Path(reports[0]).write_text("[]"),
+            "the top level: must be an object, got a list",
+        ),
         (lambda root, reports: Path(reports[0]).unlink(), "cannot read report"),
         (
             lambda root, reports: (root / "ci" / "paths.yaml").write_text(

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 from coverage_reports import report_json
+from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
-from gpumatrix.coverage import parse_report
+from gpumatrix.config import parse_matrix
 from gpumatrix.estimate import FileEstimate, estimate_files, measured_durations, percentile
 from gpumatrix.registry import Registration
+from gpumatrix.report import parse_report
 from gpumatrix.shard import split_shards
 
 register(on=("cpu",), est_time=2)
+
+MATRIX = parse_matrix(MATRIX_YAML)
 
 
 @pytest.mark.parametrize(
@@ -65,12 +69,12 @@ def test_samples_come_only_from_reports_where_the_file_ran_by_class():
     h100 = report_json(
         "1-gpu-h100", "h100", 1, {"tests/b.py::t": "passed"}, durations={"tests/b.py::t": 50.0}
     )
-    reports = [parse_report(d, source=f"{i}.json") for i, d in enumerate((ran, failed, h100))]
+    reports = [parse_report(d, source=f"{i}.json", matrix=MATRIX) for i, d in enumerate((ran, failed, h100))]
     registrations = [
         Registration("tests/a.py", 1, ("cpu",), 0, 3.0),
         Registration("tests/b.py", 1, ("cpu", "h100"), 1, 40.0, est_times=(("cpu", 9.0), ("h100", 40.0))),
     ]
-    found = {(e.path, e.gpu_class): e for e in estimate_files(reports, registrations)}
+    found = {(e.path, e.gpu_class): e for e in estimate_files(reports, registrations, MATRIX)}
     assert sorted(found) == [("tests/a.py", "cpu"), ("tests/b.py", "cpu"), ("tests/b.py", "h100")]
     a = found["tests/a.py", "cpu"]
     assert (a.samples, a.runners) == ((4.0, 6.0), ("cpu",))

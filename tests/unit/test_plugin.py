@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 from gpumatrix_trees import (
+    RESOLVING_CONFTEST,
     PytestRun,
     overlapping_leases,
     read_jsonl,
@@ -589,6 +590,37 @@ def test_a_test_needing_more_gpus_than_cuda_is_bound_to_runs_in_a_child(tmp_path
     assert (
         "assert ['0', '1'] == ['replayed']" in run.stdout or "assert ['1', '0'] == ['replayed']" in run.stdout
     )
+
+
+def test_the_child_of_a_test_needing_more_gpus_is_handed_the_plan(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "conftest.py": RESOLVING_CONFTEST,
+            "tests/conftest.py": _FAKE_CUDA_CONFTEST,
+            "tests/kernels/test_first.py": registered(("h100",), body="def test_first(cuda):\n    pass\n"),
+            "tests/e2e/test_pair.py": registered(
+                ("h100",), gpus=2, body="def test_pair(cuda):\n    assert len(set(cuda)) == 2\n"
+            ),
+        },
+    )
+    resolved = tmp_path / "resolved.jsonl"
+    run = run_pytest(
+        tmp_path,
+        "tests/kernels/test_first.py",
+        "tests/e2e/test_pair.py",
+        hardware="2xh100",
+        env={"RECORDS": str(tmp_path / "records.jsonl"), "RESOLVED": str(resolved)},
+    )
+    assert run.returncode == 0, run.output
+    assert {r["nodeid"] for r in read_jsonl(tmp_path / "records.jsonl")} >= {
+        "tests/e2e/test_pair.py::test_pair"
+    }
+    # the parent resolved once; its child, narrowed to the two GPUs it leased, resolved nothing
+    assert read_jsonl(resolved) == [
+        {"call": "detect", "worker": None, "child": False},
+        {"call": "discover", "worker": None, "child": False},
+    ]
 
 
 _CHILD_COLLECTS_NOTHING = (

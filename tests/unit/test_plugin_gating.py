@@ -8,9 +8,10 @@ import pytest
 from gpumatrix_trees import read_jsonl, registered, run_pytest, write_tree
 
 from gpumatrix import register
-from gpumatrix.config import Problem, Runner
+from gpumatrix.config import Runner
 from gpumatrix.gating import FileDecision, decide_file, forwarded_options, unplugged_skip_reason
 from gpumatrix.hardware import Hardware
+from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration
 
 register(on=("cpu",), est_time=30)
@@ -192,16 +193,16 @@ def test_xdist_workers_take_the_controllers_registry(tmp_path: Path) -> None:
         {
             "conftest.py": """
 import json, os
-import gpumatrix.plugin
+import gpumatrix.session
 
-_discover = gpumatrix.plugin.discover
+_discover = gpumatrix.session.discover
 
 def _recording(*args, **kwargs):
     with open(os.environ["DISCOVERIES"], "a") as stream:
         stream.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER")}) + "\\n")
     return _discover(*args, **kwargs)
 
-gpumatrix.plugin.discover = _recording
+gpumatrix.session.discover = _recording
 """,
             **{
                 f"tests/test_{i}.py": registered(("cpu",), body="def test_a():\n    pass\n") for i in range(4)

@@ -135,11 +135,11 @@ def test_runners_are_resolved_from_the_matrix_of_each_run(tree: Path, reads: lis
     ids=["corrupt", "other-code", "not-a-mapping", "short-entry", "fields-as-a-dict", "too-few-fields"],
 )
 def test_a_cache_that_cannot_be_used_is_rebuilt(tree: Path, reads: list[str], content: str) -> None:
-    from gpumatrix.registry_cache import _code_key
+    from gpumatrix.registry import reading_code_key
 
     expected = discover(tree, MATRIX, cache=False)
     stat = (tree / "tests" / "test_a.py").stat()
-    content = content.replace("KEY", _code_key()).replace("SIZE", str(stat.st_size))
+    content = content.replace("KEY", reading_code_key()).replace("SIZE", str(stat.st_size))
     content = content.replace("MTIME", str(stat.st_mtime_ns))
     (tree / CACHE_PATH).parent.mkdir(parents=True)
     (tree / CACHE_PATH).write_text(content)

@@ -240,22 +240,47 @@ ERRORS = [
     (
         "est-time-zero-for-a-class",
         _call('on=("h100", "b200"), est_time={"h100": 40, "b200": 0}'),
-        [(2, "register(est_time=...) for 'b200' must be a positive number of seconds, got 0")],
+        [
+            (
+                2,
+                "register(est_time=...) for 'b200' must be a positive number of seconds (at most 604800, a week), got 0",
+            )
+        ],
     ),
     (
         "est-time-bool-for-a-class",
         _call('on=("h100",), est_time={"h100": True}'),
-        [(2, "for 'h100' must be a positive number of seconds, got True")],
+        [(2, "for 'h100' must be a positive number of seconds (at most 604800, a week), got True")],
     ),
     (
         "est-time-text-for-a-class",
         _call('on=("h100",), est_time={"h100": "40"}'),
-        [(2, "for 'h100' must be a positive number of seconds, got '40'")],
+        [(2, "for 'h100' must be a positive number of seconds (at most 604800, a week), got '40'")],
     ),
     (
         "est-time-infinite-for-a-class",
         _call('on=("h100",), est_time={"h100": 1e999}'),
-        [(2, "for 'h100' must be a positive number of seconds, got inf")],
+        [(2, "for 'h100' must be a positive number of seconds (at most 604800, a week), got inf")],
+    ),
+    (
+        "est-time-past-a-week",
+        _call('on=("h100",), est_time=604801'),
+        [(2, "register(est_time=...) must be a positive number of seconds (at most 604800, a week)")],
+    ),
+    (
+        "est-time-integer-past-a-float",
+        _call('on=("h100",), est_time=1' + "0" * 400),
+        [
+            (
+                2,
+                'a week), or seconds per class ({"h100": 40, "b200": 15}), got 10000000000000000000... (401 characters)',
+            )
+        ],
+    ),
+    (
+        "est-time-integer-past-a-float-for-a-class",
+        _call('on=("h100",), est_time={"h100": 1' + "0" * 400 + "}"),
+        [(2, "for 'h100' must be a positive number of seconds (at most 604800, a week), got 1000000000")],
     ),
     (
         "est-time-class-twice",
@@ -266,7 +291,12 @@ ERRORS = [
         "est-time-entry-at-its-own-line",
         HEADER + 'register(\n    on=("h100", "b200"),\n    est_time={\n        "h100": 40,\n'
         '        "b200": -1,\n    },\n)\n',
-        [(6, "register(est_time=...) for 'b200' must be a positive number of seconds, got -1")],
+        [
+            (
+                6,
+                "register(est_time=...) for 'b200' must be a positive number of seconds (at most 604800, a week), got -1",
+            )
+        ],
     ),
     (
         "est-time-list",
@@ -274,7 +304,7 @@ ERRORS = [
         [
             (
                 2,
-                'register(est_time=...) must be a positive number of seconds, or seconds per class ({"h100": 40',
+                'register(est_time=...) must be a positive number of seconds (at most 604800, a week), or seconds per class ({"h100": 40',
             )
         ],
     ),

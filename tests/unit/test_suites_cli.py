@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from coverage_reports import report_from_files
 
 from gpumatrix import register
 from gpumatrix.cli import main
@@ -249,7 +250,7 @@ GUARDS = [
     ("files", "matches", "problems"), [g[1:] for g in GUARDS], ids=[g[0] for g in GUARDS]
 )
 def test_guards_with_disabled_files(files: dict, matches: bool, problems: list[str]) -> None:
-    summary = evaluate_report({"files": files}, runner=H100, hardware_matches=matches)
+    summary = evaluate_report(report_from_files(files), runner=H100, hardware_matches=matches)
     assert len(summary.problems) == len(problems), summary.problems
     for problem, fragment in zip(summary.problems, problems, strict=True):
         assert fragment in problem
@@ -272,7 +273,9 @@ def test_a_target_the_report_does_not_list_is_no_disabled_file() -> None:
         }
     }
     for targets, problems in ((["tests/a.py"], 0), (["tests/a.py", "tests/empty.py"], 1)):
-        summary = evaluate_report({"files": only_off}, runner=H100, hardware_matches=True, targets=targets)
+        summary = evaluate_report(
+            report_from_files(only_off), runner=H100, hardware_matches=True, targets=targets
+        )
         assert len(summary.problems) == problems, (targets, summary.problems)
 
 

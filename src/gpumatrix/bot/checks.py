@@ -27,11 +27,10 @@ from gpumatrix.bot.render import (
     TERMINAL_STATES,
     GroupStatus,
     StatusComment,
-    code_span,
     hidden_json,
-    plain_text,
 )
 from gpumatrix.bot.report import ReportSummary
+from gpumatrix.markdown import code_span, plain_text
 
 __all__ = [
     "CHECK_NAME_PREFIX",
@@ -274,6 +273,8 @@ def _report_lines(report: ReportSummary) -> list[str]:
     if report.unreadable:
         read += f"; {report.unreadable} unreadable, not counted"
     lines += [f"From the run's JSON test reports ({read}).", ""]
+    if report.problems:
+        lines += ["What is wrong with the reports:", *(f"- {plain_text(p)}" for p in report.problems), ""]
     return lines
 
 

@@ -31,11 +31,10 @@ from gpumatrix.bot.render import (
     STATE_EMOJI,
     TERMINAL_STATES,
     StatusComment,
-    code_span,
     hidden_json,
-    plain_text,
     run_state,
 )
+from gpumatrix.markdown import code_span, plain_text
 
 __all__ = [
     "CI_STATES_MARKER",
@@ -238,7 +237,7 @@ def _links(suite: Suite) -> str:
 
 def _cell(text: str) -> str:
     # A workflow's name comes from the PR's own workflow file: plain text, and no `|` to break the table.
-    return plain_text(text).replace("|", "\\|")
+    return plain_text(text, in_table=True)
 
 
 def _dump(states: CiStates) -> dict[str, Any]:

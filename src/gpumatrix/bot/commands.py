@@ -137,7 +137,6 @@ def sync(
 ) -> None:
     """Rewrite a status comment from the current state of every run it references, move those runs' check
     runs, and rewrite the PR's CI-states comment; or, with --pr alone, only the CI-states comment."""
-    del root  # accepted like every command's; sync needs only the comment and the Actions API
     from gpumatrix.bot.ci_states_sync import sync_ci_states
     from gpumatrix.bot.github import GitHubClient, RetryPolicy
     from gpumatrix.bot.render import STATE_EMOJI
@@ -150,6 +149,8 @@ def sync(
             )
         if run_id is not None and comment_id is None:
             raise SyncError("--run-id needs --comment-id: the run's status comment")
+        # The runs' JSON test reports are read against the matrix of this tree (the default branch).
+        _, matrix = _load(root)
         with GitHubClient.from_env(os.environ, retry=RetryPolicy(backoff_base=retry_backoff)) as client:
             if pr_number is not None:
                 summary = sync_ci_states(pr_number, client=client)
@@ -157,7 +158,7 @@ def sync(
                     f"CI states of #{pr_number}: comment {summary.comment_id} ({summary.writes} write(s))"
                 )
                 return
-            result = sync_status_comment(comment_id, client=client, run_id=run_id)
+            result = sync_status_comment(comment_id, client=client, matrix=matrix, run_id=run_id)
         states = ", ".join(f"{label} {STATE_EMOJI[state]} {state}" for label, state in result.states.items())
         click.echo(f"synced comment {comment_id} ({result.writes} write(s)): {states or 'no runs'}")
         if result.publication is not None:

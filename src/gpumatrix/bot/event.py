@@ -30,23 +30,24 @@ class CommentEvent:
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> CommentEvent:
-        """Read an `issue_comment` payload; raises `EventError` naming the first missing field."""
+        """Read an `issue_comment` payload; raises `EventError` naming the first field that is missing or
+        not of its type (a field GitHub may leave out or send as null: of its type when present)."""
         if not isinstance(payload, Mapping):
             raise EventError(f"an issue_comment event must be a JSON object, got {type(payload).__name__}")
         comment = _field(payload, "comment", Mapping)
         user = _field(comment, "user", Mapping, where="comment")
         issue = _field(payload, "issue", Mapping)
-        repository = payload.get("repository")
+        repository = _optional(payload, "repository", Mapping) or {}
         return cls(
             action=_field(payload, "action", str),
             comment_id=_field(comment, "id", int, where="comment"),
-            body=comment.get("body") or "",
+            body=_optional(comment, "body", str, where="comment") or "",
             author=_field(user, "login", str, where="comment.user"),
-            author_type=str(user.get("type") or "User"),
+            author_type=_optional(user, "type", str, where="comment.user") or "User",
             issue_number=_field(issue, "number", int, where="issue"),
             # GitHub sends PR comments as issue comments; only PRs carry `issue.pull_request`.
-            is_pull_request=bool(issue.get("pull_request")),
-            repository=str(repository.get("full_name") or "") if isinstance(repository, Mapping) else "",
+            is_pull_request=bool(_optional(issue, "pull_request", Mapping, where="issue")),
+            repository=_optional(repository, "full_name", str, where="repository") or "",
         )
 
 
@@ -56,9 +57,14 @@ def load_event(path: str | Path) -> CommentEvent:
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise EventError(f"cannot read the event file {path}: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise EventError(f"the event file {path} is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+        raise EventError(f"the event file {path} is not JSON: {type(exc).__name__}: {exc}") from None
     return CommentEvent.from_payload(payload)
+
+
+def _optional(mapping: Mapping[str, Any], key: str, kind: type, *, where: str = "") -> Any:
+    """`mapping[key]` when it is of `kind`, None when it is absent or null; `EventError` otherwise."""
+    return None if mapping.get(key) is None else _field(mapping, key, kind, where=where)
 
 
 def _field(mapping: Mapping[str, Any], key: str, kind: type, *, where: str = "") -> Any:

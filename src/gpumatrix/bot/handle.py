@@ -108,7 +108,7 @@ def handle_event(
     if not first_time or event.action == "edited":
         seen = _existing_status(event, screened.line, client)
         if seen is not None or (not first_time and event.action == "created"):
-            return _already_handled(seen, client)
+            return _already_handled(seen, client, matrix)
 
     facts = _LiveFacts(event, matrix=matrix, client=client, root=Path(root), read_sources=read_sources)
     try:
@@ -158,7 +158,12 @@ def _carry_out(
             groups.append(replace(group, state="queued", run_id=run.run_id, url=run.html_url))
     status = decision.status.with_groups(groups)
     publisher = ChecksPublisher(
-        client, status, comment_id=comment_id, comment_url=posted.html_url or None, look_up=False
+        client,
+        status,
+        comment_id=comment_id,
+        comment_url=posted.html_url or None,
+        matrix=matrix,
+        look_up=False,
     )
     publisher.publish(groups)
     status = replace(status, checks=publisher.result.kind, checks_note=publisher.result.note)
@@ -185,11 +190,11 @@ def _existing_status(event: CommentEvent, line: str, client: HandleClient) -> Co
     return None
 
 
-def _already_handled(seen: CommentData | None, client: HandleClient) -> HandleResult:
+def _already_handled(seen: CommentData | None, client: HandleClient, matrix: Matrix) -> HandleResult:
     if seen is None:
         return HandleResult("ignore", "Comment already handled (👀 is there); nothing dispatched.")
     # Its own status comment and check runs only: handling a comment again adds nothing to the PR.
-    synced = sync_status_comment(seen.id, client=client, ci_states=False)
+    synced = sync_status_comment(seen.id, client=client, matrix=matrix, ci_states=False)
     return HandleResult(
         "ignore",
         "Comment already handled; nothing dispatched, its status comment re-synced.",

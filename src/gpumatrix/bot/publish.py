@@ -28,6 +28,7 @@ from gpumatrix.bot.checks import ReportMark, check_name, check_spec, external_id
 from gpumatrix.bot.github import ArtifactInfo, CheckRunInfo, GitHubApiError, RunInfo
 from gpumatrix.bot.render import TERMINAL_STATES, GroupStatus, StatusComment
 from gpumatrix.bot.report import REPORT_ARTIFACT_PREFIX, summarize_reports
+from gpumatrix.config import Matrix
 
 __all__ = ["CHECK_RUNS", "COMMIT_STATUSES", "ChecksPublisher", "PublishClient", "Publication"]
 
@@ -71,14 +72,17 @@ class ChecksPublisher:
         *,
         comment_id: int,
         comment_url: str | None,
+        matrix: Matrix,
         only_run: int | None = None,
         look_up: bool = True,
     ) -> None:
-        """`only_run`: publish only that run's group. `look_up=False` (a status comment just posted, whose
-        check runs cannot exist yet) creates without listing first."""
+        """`matrix` is the one the runs' reports are read against. `only_run`: publish only that run's
+        group. `look_up=False` (a status comment just posted, whose check runs cannot exist yet) creates
+        without listing first."""
         if not status.sha:
             raise ValueError("status: a status comment without a pinned SHA has nothing to publish on")
         self.client, self.status, self.comment_id, self.comment_url = client, status, comment_id, comment_url
+        self.matrix = matrix
         self.only_run, self.look_up = only_run, look_up
         self.result = Publication(status.checks or CHECK_RUNS, status.checks_note)
         self._known: dict[str, list[CheckRunInfo]] = {}  # label: check runs with its external_id
@@ -178,14 +182,14 @@ class ChecksPublisher:
             for artifact in self.client.run_artifacts(group.run_id):
                 if artifact.name.startswith(REPORT_ARTIFACT_PREFIX) and not artifact.expired:
                     documents += [
-                        data
+                        (f"{artifact.name}/{name}", data)
                         for name, data in self.client.download_artifact(artifact.id).items()
                         if name.endswith(".json")
                     ]
         except GitHubApiError as exc:  # the result still shows; the next sync reads the reports again
             self.result.failures.append(f"{check_name(group.label)}: test reports not read: {exc}")
             return None
-        report = summarize_reports(documents) if documents else None
+        report = summarize_reports(documents, self.matrix) if documents else None
         mark = ReportMark(group.run_id, attempt, complete, report)
         self._marks[group.run_id, attempt] = mark
         return mark

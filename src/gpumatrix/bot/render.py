@@ -11,7 +11,6 @@ code spans or with HTML escaped, so it cannot mention people, inject markup or c
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import shlex
@@ -21,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumatrix.bot.resolve import Refusal
+from gpumatrix.markdown import code_span, plain_text
 
 __all__ = [
     "CHECK_KINDS",
@@ -28,10 +28,8 @@ __all__ = [
     "TERMINAL_STATES",
     "GroupStatus",
     "StatusComment",
-    "code_span",
     "hidden_json",
     "parse_status_comment",
-    "plain_text",
     "render_listing",
     "render_status_comment",
     "run_state",
@@ -55,7 +53,6 @@ REFUSED = "⛔"
 CHECK_KINDS = ("check-runs", "commit-statuses")
 
 _STATE_RE = re.compile(r"<!-- gpumatrix:state (\{.*?\}) -->", re.DOTALL)
-_SPAN_LIMIT = 120
 _SINGLE_LINE_LIMIT = 100  # a longer pytest command is split one test per line
 
 
@@ -112,14 +109,6 @@ def source_marker(comment_id: int) -> str:
     return f"<!-- gpumatrix:source={comment_id} -->"
 
 
-def code_span(text: str) -> str:
-    """`text` as one inline code span: single line, no backticks, bounded length."""
-    flat = " ".join(str(text).replace("`", "'").split())
-    if len(flat) > _SPAN_LIMIT:
-        flat = flat[: _SPAN_LIMIT - 1] + "…"
-    return f"`{flat}`" if flat else "` `"
-
-
 def render_status_comment(status: StatusComment) -> str:
     """The Markdown of a status comment, hidden markers included."""
     lines = [source_marker(status.source_comment_id), _header(status), ""]
@@ -127,8 +116,8 @@ def render_status_comment(status: StatusComment) -> str:
         command = _pytest_command(group.tests, include_disabled=group.include_disabled)
         lines += [_group_line(group), "", "```bash", *command, "```", ""]
     if status.problem:
-        lines += [f"{REFUSED} {code_span(status.command)}: {_escape(status.problem)}", ""]
-    lines += [f"{REFUSED} {code_span(r.spec)}: {_escape(r.message)}" for r in status.refusals]
+        lines += [f"{REFUSED} {code_span(status.command)}: {plain_text(status.problem)}", ""]
+    lines += [f"{REFUSED} {code_span(r.spec)}: {plain_text(r.message)}" for r in status.refusals]
     if status.refusals:
         lines.append("")
     if status.checks is not None and status.groups:
@@ -230,7 +219,9 @@ def _checks_line(status: StatusComment) -> str:
     where = f"on {code_span(status.sha)}" if status.sha else "on the commit"
     if status.checks == "check-runs":
         return f"☑️ Each runner's result is also a check run `rerun / <runner>` {where}."
-    why = f" (check runs could not be written: {_escape(status.checks_note)})" if status.checks_note else ""
+    why = (
+        f" (check runs could not be written: {plain_text(status.checks_note)})" if status.checks_note else ""
+    )
     return f"☑️ Each runner's result is also a commit status `rerun / <runner>` {where}{why}."
 
 
@@ -240,7 +231,7 @@ def _group_line(group: GroupStatus) -> str:
         count += ", disabled ones included"
     emoji = STATE_EMOJI[group.state]
     if group.state == "error":
-        detail = f"dispatch failed: {_escape(group.error or 'unknown error')}"
+        detail = f"dispatch failed: {plain_text(group.error or 'unknown error')}"
     elif group.url:
         detail = f"[View workflow run]({group.url})"
     else:
@@ -255,17 +246,6 @@ def _pytest_command(tests: Sequence[str], *, include_disabled: bool = False) -> 
     if len(single) <= _SINGLE_LINE_LIMIT:
         return [single]
     return ["pytest \\", *(f"  {arg} \\" for arg in args[:-1]), f"  {args[-1]}"]
-
-
-def _escape(text: str) -> str:
-    """Plain text for Markdown: HTML escaped, and a fullwidth at sign so `@name` never mentions anyone."""
-    flat = " ".join(str(text).split())
-    return html.escape(flat[:400], quote=False).replace("@", "\uff20")
-
-
-def plain_text(text: str) -> str:
-    """`text` on one line, safe to show in Markdown: no markup, no HTML, no mention (at most 400 characters)."""
-    return _escape(text)
 
 
 def hidden_json(data: Any) -> str:

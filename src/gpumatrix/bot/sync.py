@@ -31,6 +31,7 @@ from gpumatrix.bot.render import (
     render_status_comment,
     run_state,
 )
+from gpumatrix.config import Matrix
 
 __all__ = ["SyncClient", "SyncError", "SyncResult", "refresh_groups", "sync_status_comment"]
 
@@ -103,10 +104,16 @@ def refresh_groups(
 
 
 def sync_status_comment(
-    comment_id: int, *, client: SyncClient, run_id: int | None = None, ci_states: bool = True
+    comment_id: int,
+    *,
+    client: SyncClient,
+    matrix: Matrix,
+    run_id: int | None = None,
+    ci_states: bool = True,
 ) -> SyncResult:
     """Re-render status comment `comment_id`; `run_id`, when given, must be one of its runs. With
-    `ci_states`, the PR's CI-states comment is rewritten too."""
+    `ci_states`, the PR's CI-states comment is rewritten too. The runs' test reports are read against
+    `matrix`."""
     comment = client.get_comment(comment_id)
     status = parse_status_comment(comment.body)
     if status is None:
@@ -117,7 +124,12 @@ def sync_status_comment(
     runs: dict[int, RunInfo] = {}
     publisher = (
         ChecksPublisher(
-            client, status, comment_id=comment_id, comment_url=comment.html_url or None, only_run=run_id
+            client,
+            status,
+            comment_id=comment_id,
+            comment_url=comment.html_url or None,
+            matrix=matrix,
+            only_run=run_id,
         )
         if status.sha and status.groups
         else None
