@@ -3,6 +3,8 @@ float64 numpy formulation (``wo_a_cases.numpy_wo_a``) and the MXFP8 format rules
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -363,3 +365,68 @@ def test_scale_bytes_reach_every_layout():
         assert_same_bits(
             _numpy_scale_bytes(scale_to_layout(s, scale_layout=layout), layout, 130, 256), s.numpy()
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The CPU path's witness record, field for field, and messages that start with what they name
+
+
+@pytest.mark.parametrize(
+    ("given", "out_layout", "what"),
+    [
+        ("bf16", None, "bf16 z"),
+        ("bf16", "deepgemm", "and quantize_mxfp8 the pair"),
+        ("pair", "swizzled_128x4", "and quantize_mxfp8 the pair"),
+    ],
+)
+def test_the_cpu_path_records_what_ran(given, out_layout, what):
+    w = prepare_wo_a_weight(torch.randn(2, 128, 64, generator=torch.Generator().manual_seed(1)))
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(2)).bfloat16()
+    a = x if given == "bf16" else quantize_mxfp8_reference(x, scale_layout="deepgemm")
+    with witness.capture() as records:
+        grouped_wo_a(a, w, out_scale_layout=out_layout)
+    assert records == [
+        {
+            "path": "einsum.wo_a.reference",
+            "reason": f"CPU tensors: the torch reference ran (dequantize + fp32 einsum, {what})",
+            "backend": "torch",
+            "rows": 3,
+            "groups": 2,
+            "n": 128,
+            "k": 64,
+            "scale_layout": "e8m0" if given == "bf16" else "deepgemm",
+            "out_scale_layout": out_layout,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda w, x: grouped_wo_a(x, "w"),
+            TypeError,
+            "w must be a WoAWeight (see prepare_wo_a_weight); got str",
+        ),
+        (
+            lambda w, x: grouped_wo_a(x, w, scale_layout="e8m0"),
+            ValueError,
+            "scale_layout describes an MXFP8 pair a; a is a plain tensor, so it must be None",
+        ),
+        (
+            lambda w, x: grouped_wo_a(x.int(), w),
+            ValueError,
+            "a must be an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; got torch.int32 (3, 128)",
+        ),
+        (
+            lambda w, x: grouped_wo_a_reference(x, "w"),
+            TypeError,
+            "w must be a WoAWeight (see prepare_wo_a_weight); got str",
+        ),
+    ],
+)
+def test_messages_in_full(call, error, message):
+    w = prepare_wo_a_weight(torch.zeros(2, 128, 64))
+    x = torch.zeros(3, 128, dtype=torch.bfloat16)
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call(w, x)
