@@ -148,6 +148,10 @@ def test_wo_a_input_rows_that_overlap_by_one_element_are_refused():
         ValueError, match=r"a must have contiguous, non-overlapping rows; got strides \(127, 1\)"
     ):
         grouped_wo_a(flat[: 3 * 127 + 128].as_strided((4, 128), (127, 1)), w)
+    with pytest.raises(
+        ValueError, match=r"a must have contiguous, non-overlapping rows; got strides \(127, 1\)"
+    ):
+        grouped_wo_a(flat[: 127 + 128].as_strided((2, 128), (127, 1)), w)  # two rows are enough to overlap
     padded = flat.as_strided((4, 128), (130, 1))
     padded.copy_(x)
     assert_same_bits(grouped_wo_a(padded, w), grouped_wo_a(x, w), name="z of a padded-row input")
