@@ -212,3 +212,52 @@ def test_tf32_is_off_for_the_product_and_restored(monkeypatch, where, product, b
         assert torch.backends.cuda.matmul.allow_tf32 is before
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM arguments: messages name the argument and what was given (mutation survivors)
+
+
+def test_32x32_block_scales_of_a_weight_whose_rows_are_no_multiple_of_33():
+    """66 rows: three 32-row blocks (ceil(66/32)), where ceil(66/33) would say two."""
+    q, scale = _codes(66, 64), _scales(3, 2)
+    w = prepare_mxfp8_weight(q, scale, backend="torch")
+    assert_same_bits(w.scale_e8m0, scale.repeat_interleave(32, dim=0)[:66], name="expanded scales")
+
+
+def test_quantize_weight_rounds_with_rceil_by_default():
+    from mxfuse.formats import quantize_mxfp8_reference
+    from mxfuse.gemm.weights import quantize_weight
+
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(9))
+    q, s = quantize_weight(x)
+    want_q, want_s = quantize_mxfp8_reference(x, rounding="rceil", scale_layout="e8m0")
+    assert_same_bits(q.view(torch.uint8), want_q.view(torch.uint8), name="codes")
+    assert_same_bits(s, want_s, name="scales")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda w: mxfp8_gemm((_codes(2, 64), _scales(2, 2)), "w"),
+            "w must be an MxWeight (see prepare_mxfp8_weight); got str",
+        ),
+        (lambda w: mxfp8_gemm(5, w), "a must be a pair (fp8 [M, K], scale); got int"),
+        (lambda w: mxfp8_gemm(("q", _scales(2, 2)), w), "a[0] must be a torch.Tensor; got str"),
+        (lambda w: mxfp8_gemm((_codes(2, 64), 3), w), "a[1] (scale) must be a torch.Tensor; got int"),
+        (
+            lambda w: mxfp8_gemm((_codes(2, 64), _scales(2, 2)), w, out=7),
+            "out must be a torch.Tensor; got int",
+        ),
+        (lambda w: prepare_mxfp8_weight(7), "weight must be a torch.Tensor; got int"),
+        (lambda w: prepare_mxfp8_weight(_codes(8, 64), 7), "scale must be a torch.Tensor; got int"),
+        (lambda w: backend_status("cpu", n=-1, k=32), "n must be an int >= 0; got -1"),
+        (lambda w: backend_status("cpu", n=4, k=1.5), "k must be an int >= 0; got 1.5"),
+    ],
+)
+def test_gemm_messages_name_the_argument_and_what_was_given(call, message):
+    w = prepare_mxfp8_weight(_codes(8, 64), _scales(8, 2), backend="torch")
+    with pytest.raises((TypeError, ValueError)) as caught:
+        call(w)
+    assert str(caught.value) == message
