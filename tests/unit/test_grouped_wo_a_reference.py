@@ -506,3 +506,11 @@ def test_out_checks_name_their_argument(name, kwargs, message):
     with pytest.raises(ValueError) as caught:
         _out_pair_call(**kwargs)
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+@pytest.mark.parametrize("field", ["qweight", "scale", "tickets"])
+def test_a_weight_field_that_is_no_tensor_is_named(field):
+    w = prepare_wo_a_weight(torch.zeros(1, 128, 64))
+    values = {"qweight": w.qweight, "scale": w.scale, "tickets": w.tickets, field: [0]}
+    with pytest.raises(TypeError, match=rf"^{field} must be a torch.Tensor; got list$"):
+        WoAWeight(**values)
