@@ -10,10 +10,10 @@ its own: ``gpumatrix.compare`` is called by every kernel test, and mutating it a
 would cost hours.
 
 The score of a group is (killed + timed out) / mutants: a timeout is a mutant that made a test hang,
-which a run notices. Every survivor must be listed in docs/mutation.md with its reason (an equivalent
-mutant, with why); the run exits 1 when a group scores under 95% or a survivor is not listed there.
+which a run notices. Every survivor must be listed in docs/mutation.md, its name after the module in
+backticks, with its reason; the run exits 1 when a group scores under 95% or a survivor is not listed.
 
-    python benchmarks/mutation.py                     # every group (about an hour on two cores)
+    python benchmarks/mutation.py                     # every group (hours on a shared two-core machine)
     python benchmarks/mutation.py --group mxfuse.einsum --max-children 2
 """
 
@@ -164,6 +164,26 @@ def run_group(name: str, group: Group, *, max_children: int) -> dict:
     }
 
 
+def describe(name: str, mutant: str) -> str:
+    """The changed lines of one mutant (``mutmut show``), as ``- old`` / ``+ new``."""
+    shown = _mutmut(WORK / name, "show", mutant).stdout.splitlines()
+    changed = [line for line in shown if line[:2] in ("- ", "+ ") or line in ("-", "+")]
+    return " / ".join(" ".join(line.split()) for line in changed) or "(a change to a line mutmut shows empty)"
+
+
+def write_survivors(results: list[dict]) -> Path:
+    """``.mutation/survivors.md``: every survivor of the groups run, with its change, for docs/mutation.md."""
+    lines = []
+    for result in results:
+        lines.append(f"### {result['group']}\n")
+        for mutant in result["survivors"]:
+            lines.append(f"- `{mutant}`: `{describe(result['group'], mutant)}`")
+        lines.append("")
+    path = WORK / "survivors.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--group", action="append", choices=sorted(GROUPS), help="run only this group")
@@ -177,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: mutating {', '.join(GROUPS[name].mutate)}", flush=True)
         result = run_group(name, GROUPS[name], max_children=args.max_children)
         results.append(result)
-        unlisted = [s for s in result["survivors"] if s not in documented]
+        unlisted = [s for s in result["survivors"] if f"`{s.rsplit('.', 1)[-1]}`" not in documented]
         ok = result["score"] >= MIN_SCORE and not unlisted
         failed |= not ok
         print(
@@ -190,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    not listed: {survivor}")
     WORK.mkdir(exist_ok=True)
     (WORK / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(f"results: {WORK / 'results.json'}")
+    print(f"results: {WORK / 'results.json'}; survivors with their changes: {write_survivors(results)}")
     return 1 if failed else 0
 
 

@@ -3,6 +3,8 @@ float64 numpy formulation (``wo_a_cases.numpy_wo_a``) and the MXFP8 format rules
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -363,3 +365,152 @@ def test_scale_bytes_reach_every_layout():
         assert_same_bits(
             _numpy_scale_bytes(scale_to_layout(s, scale_layout=layout), layout, 130, 256), s.numpy()
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The CPU path's witness record, field for field, and messages that start with what they name
+
+
+@pytest.mark.parametrize(
+    ("given", "out_layout", "what"),
+    [
+        ("bf16", None, "bf16 z"),
+        ("bf16", "deepgemm", "and quantize_mxfp8 the pair"),
+        ("pair", "swizzled_128x4", "and quantize_mxfp8 the pair"),
+    ],
+)
+def test_the_cpu_path_records_what_ran(given, out_layout, what):
+    w = prepare_wo_a_weight(torch.randn(2, 128, 64, generator=torch.Generator().manual_seed(1)))
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(2)).bfloat16()
+    a = x if given == "bf16" else quantize_mxfp8_reference(x, scale_layout="deepgemm")
+    with witness.capture() as records:
+        grouped_wo_a(a, w, out_scale_layout=out_layout)
+    assert records == [
+        {
+            "path": "einsum.wo_a.reference",
+            "reason": f"CPU tensors: the torch reference ran (dequantize + fp32 einsum, {what})",
+            "backend": "torch",
+            "rows": 3,
+            "groups": 2,
+            "n": 128,
+            "k": 64,
+            "scale_layout": "e8m0" if given == "bf16" else "deepgemm",
+            "out_scale_layout": out_layout,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda w, x: grouped_wo_a(x, "w"),
+            TypeError,
+            "w must be a WoAWeight (see prepare_wo_a_weight); got str",
+        ),
+        (
+            lambda w, x: grouped_wo_a(x, w, scale_layout="e8m0"),
+            ValueError,
+            "scale_layout describes an MXFP8 pair a; a is a plain tensor, so it must be None",
+        ),
+        (
+            lambda w, x: grouped_wo_a(x.int(), w),
+            ValueError,
+            "a must be an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; got torch.int32 (3, 128)",
+        ),
+        (
+            lambda w, x: grouped_wo_a_reference(x, "w"),
+            TypeError,
+            "w must be a WoAWeight (see prepare_wo_a_weight); got str",
+        ),
+    ],
+)
+def test_messages_in_full(call, error, message):
+    w = prepare_wo_a_weight(torch.zeros(2, 128, 64))
+    x = torch.zeros(3, 128, dtype=torch.bfloat16)
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call(w, x)
+
+
+def _fp8(*shape: int) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=torch.float8_e4m3fn)
+
+
+# Each check of WoAWeight and prepare_wo_a_weight fed the one bad field it exists for, the others good.
+WEIGHT_FIELDS = [
+    ("qweight 2-D", lambda t: WoAWeight(_fp8(128, 64), torch.zeros(1, 2, 128, dtype=torch.uint8), t),
+     "qweight must be a contiguous float8_e4m3fn tensor [G, R, r]"),
+    ("qweight bf16", lambda t: WoAWeight(torch.zeros(1, 128, 64, dtype=torch.bfloat16), torch.zeros(1, 2, 128, dtype=torch.uint8), t),
+     "qweight must be a contiguous float8_e4m3fn tensor [G, R, r]"),
+    ("R = 0", lambda t: WoAWeight(_fp8(1, 0, 64), torch.zeros(1, 2, 0, dtype=torch.uint8), t),
+     "qweight: R (rows per group) must be a positive multiple of 128"),
+    ("r = 48", lambda t: WoAWeight(_fp8(1, 128, 48), torch.zeros(1, 1, 128, dtype=torch.uint8), t),
+     "qweight: r (columns per group) must be a positive multiple of 32 and G >= 1; got G = 1, r = 48"),
+    ("G = 0", lambda t: WoAWeight(_fp8(0, 128, 64), torch.zeros(0, 2, 128, dtype=torch.uint8), t),
+     "qweight: r (columns per group) must be a positive multiple of 32 and G >= 1; got G = 0, r = 64"),
+    ("scale int32", lambda t: WoAWeight(_fp8(1, 128, 64), torch.zeros(1, 2, 128, dtype=torch.int32), t),
+     "scale must be a contiguous uint8 tensor (1, 2, 128) ([G, r/32, R]); got torch.int32 (1, 2, 128)"),
+    ("tickets int64", lambda t: WoAWeight(_fp8(1, 128, 64), torch.zeros(1, 2, 128, dtype=torch.uint8), t.long()),
+     "tickets must be an int32 tensor of"),
+    ("tickets on meta", lambda t: WoAWeight(_fp8(1, 128, 64), torch.zeros(1, 2, 128, dtype=torch.uint8), t.to("meta")),
+     "scale and tickets must be on cpu like qweight; got cpu, meta"),
+    ("weight a str", lambda t: prepare_wo_a_weight("w"), "weight must be a torch.Tensor; got str"),
+    ("3-D R = 96", lambda t: prepare_wo_a_weight(torch.zeros(2, 96, 64)),
+     "weight: R (rows per group) must be a positive multiple of 128 so that no output scale word straddles two groups; got R = 96"),
+    ("3-D R = 0", lambda t: prepare_wo_a_weight(torch.zeros(1, 0, 64)), "weight: R (rows per group) must be"),
+    ("flat rows not a multiple of groups", lambda t: prepare_wo_a_weight(torch.zeros(256, 96), groups=3),
+     "weight.shape[0] (G*R) must be a multiple of groups = 3; got 256"),
+    ("a an int", lambda t: grouped_wo_a_reference(5, prepare_wo_a_weight(torch.zeros(1, 128, 64))),
+     "a must be an MXFP8 pair (fp8 [T, G*r], scale) or a bf16 tensor; got int"),
+    ("a scale a str", lambda t: grouped_wo_a_reference((_fp8(2, 64), "s"), prepare_wo_a_weight(torch.zeros(1, 128, 64))),
+     "a must be a pair of torch.Tensors (fp8 [T, G*r], scale)"),
+    ("a scale int32 1-D", lambda t: grouped_wo_a_reference((_fp8(2, 64), torch.zeros(8, dtype=torch.int32)), prepare_wo_a_weight(torch.zeros(1, 128, 64))),
+     "a[1] must be int32 [M, K/128] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 (swizzled_128x4) scales; got torch.int32 (8,)"),
+    ("a scale for another layout than named", lambda t: grouped_wo_a_reference((_fp8(2, 64), torch.zeros(2, 2, dtype=torch.uint8)), prepare_wo_a_weight(torch.zeros(1, 128, 64)), scale_layout="deepgemm"),
+     "a[1] must have dtype torch.int32"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "call", "message"), WEIGHT_FIELDS, ids=[c[0] for c in WEIGHT_FIELDS])
+def test_each_check_names_its_field(name, call, message):
+    tickets = torch.zeros(4096, dtype=torch.int32)
+    with pytest.raises((ValueError, TypeError)) as caught:
+        call(tickets)
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_one_group_of_a_flat_weight():
+    w = prepare_wo_a_weight(torch.ones(128, 64), groups=1)
+    assert w.groups == 1 and w.n == 128 and w.tickets.device == w.qweight.device
+
+
+def _out_pair_call(**kwargs):
+    w = prepare_wo_a_weight(torch.zeros(2, 128, 64))
+    return grouped_wo_a(torch.zeros(3, 128, dtype=torch.bfloat16), w, **kwargs)
+
+
+OUT_MESSAGES = [
+    ("out and out_pair", {"out": "z", "out_pair": "p"}, "give out (bf16 z) or out_pair (the MXFP8 pair of z), not both"),
+    ("out with out_scale_layout", {"out": torch.zeros(3, 2, 128, dtype=torch.bfloat16), "out_scale_layout": "e8m0"},
+     "out_scale_layout describes out_pair; with out (bf16 z) it must be None"),
+    ("out_pair a str", {"out_pair": "pq"}, "out_pair must be a tuple (q, scale); got str"),
+    ("out_pair scale int64", {"out_pair": (_fp8(3, 256), torch.zeros(3, 8, dtype=torch.int64))},
+     "out_pair[1] must be int32 [M, K/128] (deepgemm)"),
+    ("out_pair with an unknown layout", {"out_pair": (_fp8(3, 256), torch.zeros(3, 8, dtype=torch.uint8)), "out_scale_layout": "x"},
+     "out_scale_layout must be one of"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "kwargs", "message"), OUT_MESSAGES, ids=[c[0] for c in OUT_MESSAGES])
+def test_out_checks_name_their_argument(name, kwargs, message):
+    with pytest.raises(ValueError) as caught:
+        _out_pair_call(**kwargs)
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+@pytest.mark.parametrize("field", ["qweight", "scale", "tickets"])
+def test_a_weight_field_that_is_no_tensor_is_named(field):
+    w = prepare_wo_a_weight(torch.zeros(1, 128, 64))
+    values = {"qweight": w.qweight, "scale": w.scale, "tickets": w.tickets, field: [0]}
+    with pytest.raises(TypeError, match=rf"^{field} must be a torch.Tensor; got list$"):
+        WoAWeight(**values)

@@ -233,12 +233,17 @@ def test_the_kernel_checks_fail_on_a_kernels_typical_errors(error):
 
 def test_the_defaults_are_the_models_scalars():
     inputs = revealing_inputs(MODEL_SCALARS, seed=4, shifted=False, hidden=HIDDEN)
+    inputs.fn *= 100  # logits far from uniform: comb' still moves between the 20th and 21st iteration
+    more = hc.mhc_boundary_reference(*inputs.args(), **{**MODEL_SCALARS, "sinkhorn_iters": 21})
     by_default = hc.mhc_boundary_reference(*inputs.args())
     explicit = hc.mhc_boundary_reference(*inputs.args(), **MODEL_SCALARS, want_y=True, want_pair=True)
     assert by_default.y is not None and by_default.pair is not None
     assert by_default.pair[1].dtype == torch.int32  # deepgemm scales by default
     for name in ("residual", "pre", "post", "comb", "y"):
         assert_same_bits(getattr(by_default, name), getattr(explicit, name), name=name)
+    assert not torch.equal(more.comb, explicit.comb)  # so the default iteration count shows
+    v = hc.hc_collapse(explicit.residual, explicit.pre)
+    assert_same_bits(hc.rmsnorm(v, inputs.norm_weight, eps=1e-6), explicit.y, name="rmsnorm's default scale")
     y, pre, post, comb = hc.hc_pre(inputs.residual, *inputs.args()[4:])
     y2, pre2, post2, comb2 = hc.hc_pre(inputs.residual, *inputs.args()[4:], **MODEL_SCALARS)
     for got, want, name in ((y, y2, "y"), (pre, pre2, "pre"), (post, post2, "post"), (comb, comb2, "comb")):

@@ -18,7 +18,7 @@ from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
 from mxfuse.formats import check_mxfp8_pair, dequantize_mxfp8, scale_from_layout, scale_spec
-from mxfuse.gemm import MxWeight, backend_status, mxfp8_gemm, prepare_mxfp8_weight
+from mxfuse.gemm import MxWeight, backend_status, expand_block_scales, mxfp8_gemm, prepare_mxfp8_weight
 
 register(on=("cpu",), est_time=4)
 
@@ -148,6 +148,10 @@ def test_wo_a_input_rows_that_overlap_by_one_element_are_refused():
         ValueError, match=r"a must have contiguous, non-overlapping rows; got strides \(127, 1\)"
     ):
         grouped_wo_a(flat[: 3 * 127 + 128].as_strided((4, 128), (127, 1)), w)
+    with pytest.raises(
+        ValueError, match=r"a must have contiguous, non-overlapping rows; got strides \(127, 1\)"
+    ):
+        grouped_wo_a(flat[: 127 + 128].as_strided((2, 128), (127, 1)), w)  # two rows are enough to overlap
     padded = flat.as_strided((4, 128), (130, 1))
     padded.copy_(x)
     assert_same_bits(grouped_wo_a(padded, w), grouped_wo_a(x, w), name="z of a padded-row input")
@@ -208,3 +212,149 @@ def test_tf32_is_off_for_the_product_and_restored(monkeypatch, where, product, b
         assert torch.backends.cuda.matmul.allow_tf32 is before
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM arguments: messages name the argument and what was given (mutation survivors)
+
+
+def test_32x32_block_scales_of_a_weight_whose_rows_are_no_multiple_of_33():
+    """66 rows: three 32-row blocks (ceil(66/32)), where ceil(66/33) would say two."""
+    q, scale = _codes(66, 64), _scales(3, 2)
+    w = prepare_mxfp8_weight(q, scale, backend="torch")
+    assert_same_bits(w.scale_e8m0, scale.repeat_interleave(32, dim=0)[:66], name="expanded scales")
+
+
+def test_quantize_weight_rounds_with_rceil_by_default():
+    from mxfuse.formats import quantize_mxfp8_reference
+    from mxfuse.gemm.weights import quantize_weight
+
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(9))
+    q, s = quantize_weight(x)
+    want_q, want_s = quantize_mxfp8_reference(x, rounding="rceil", scale_layout="e8m0")
+    assert_same_bits(q.view(torch.uint8), want_q.view(torch.uint8), name="codes")
+    assert_same_bits(s, want_s, name="scales")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda w: mxfp8_gemm((_codes(2, 64), _scales(2, 2)), "w"),
+            "w must be an MxWeight (see prepare_mxfp8_weight); got str",
+        ),
+        (lambda w: mxfp8_gemm(5, w), "a must be a pair (fp8 [M, K], scale); got int"),
+        (lambda w: mxfp8_gemm(("q", _scales(2, 2)), w), "a[0] must be a torch.Tensor; got str"),
+        (lambda w: mxfp8_gemm((_codes(2, 64), 3), w), "a[1] (scale) must be a torch.Tensor; got int"),
+        (
+            lambda w: mxfp8_gemm((_codes(2, 64), _scales(2, 2)), w, out=7),
+            "out must be a torch.Tensor; got int",
+        ),
+        (lambda w: prepare_mxfp8_weight(7), "weight must be a torch.Tensor; got int"),
+        (lambda w: prepare_mxfp8_weight(_codes(8, 64), 7), "scale must be a torch.Tensor; got int"),
+        (lambda w: backend_status("cpu", n=-1, k=32), "n must be an int >= 0; got -1"),
+        (lambda w: backend_status("cpu", n=4, k=1.5), "k must be an int >= 0; got 1.5"),
+    ],
+)
+def test_gemm_messages_name_the_argument_and_what_was_given(call, message):
+    w = prepare_mxfp8_weight(_codes(8, 64), _scales(8, 2), backend="torch")
+    with pytest.raises((TypeError, ValueError)) as caught:
+        call(w)
+    assert str(caught.value) == message
+
+
+def test_the_torch_backends_answers_in_full():
+    from mxfuse.gemm import Availability
+
+    cpu = torch.device("cpu")
+    assert torch_backend.TORCH.available(cpu) == Availability(
+        True, "dequantize + fp32 matmul runs on any device"
+    )
+    assert torch_backend.TORCH.supports_shape(4, 32) == Availability(
+        True, "any [N, K] weight with K a multiple of 32"
+    )
+    refused = Availability(False, "K must be a positive multiple of 32 (one scale block); got K = 0")
+    assert torch_backend.TORCH.supports_shape(4, 0) == refused
+    assert backend_status("cpu", n=4, k=0)["torch"] == Availability(
+        False, f"[N, K] = [4, 0]: {refused.reason}"
+    )
+
+
+def _deepgemm_weight():
+    q, s = _codes(8, 128), _scales(8, 4)
+    return MxWeight(q, s, s, "deepgemm"), (_codes(2, 128, seed=3), _scales(2, 4, seed=4))
+
+
+def test_a_weight_for_a_backend_that_cannot_run_here():
+    """A deepgemm weight on the CPU: auto falls back to torch and says why; torch may be named; deepgemm
+    named with e8m0 scales is refused for the layout before anything runs."""
+    from mxfuse import witness
+
+    w, a = _deepgemm_weight()
+    want = mxfp8_gemm(a, MxWeight(w.qweight, w.scale_e8m0, w.scale_e8m0, "torch"))
+    with witness.capture() as records:
+        got = mxfp8_gemm(a, w)
+    assert_same_bits(got, want, name="auto on the CPU")
+    assert records[0]["backend"] == "torch" and records[0]["reason"].startswith(
+        "auto: deepgemm cannot run here ("
+    )
+    assert_same_bits(mxfp8_gemm(a, w, backend="torch"), want, name="torch named")
+    with pytest.raises(ValueError) as caught:
+        mxfp8_gemm(a, w, backend="deepgemm")
+    assert str(caught.value) == "a[1] is in e8m0 layout; backend 'deepgemm' reads deepgemm"
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: MxWeight(_codes(2, 64, 32), _scales(2, 2), _scales(2, 2), "torch"),
+            ValueError,
+            "MxWeight.qweight must be a 2-D float8_e4m3fn tensor [N, K]",
+        ),
+        (
+            lambda: MxWeight(_codes(4, 64), _scales(4, 2), _scales(4, 2), "torch", [("a", "b")]),
+            TypeError,
+            "MxWeight.passed_over must be a tuple of (backend, reason) string pairs",
+        ),
+        (
+            lambda: MxWeight(_codes(4, 64), _scales(4, 2), _scales(4, 2), "torch", (("a", 1),)),
+            TypeError,
+            "MxWeight.passed_over must be a tuple",
+        ),
+        (
+            lambda: MxWeight(_codes(4, 64), _scales(4, 2), _scales(4, 2), "torch", (["a", "b"],)),
+            TypeError,
+            "MxWeight.passed_over must be a tuple",
+        ),
+        (
+            lambda: mxfp8_gemm(
+                (_codes(2, 64), torch.zeros(8, dtype=torch.int32)),
+                prepare_mxfp8_weight(_codes(4, 64), _scales(4, 2)),
+            ),
+            ValueError,
+            "a[1] (scale) must be int32 [M, ceil(K/128)] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 (swizzled_128x4); got torch.int32 (8,)",
+        ),
+        (
+            lambda: prepare_mxfp8_weight(_codes(4, 64)),
+            ValueError,
+            "scale is required with an E4M3 weight (E8M0 per 1x32 or 32x32 block)",
+        ),
+        (
+            lambda: prepare_mxfp8_weight(torch.zeros(4, 64), _scales(4, 2)),
+            ValueError,
+            "scale must be None with a float weight (it is quantized here)",
+        ),
+        (
+            lambda: expand_block_scales(
+                torch.zeros(4, 2, dtype=torch.int32), n=4, k=64, argument="weight_scale"
+            ),
+            ValueError,
+            "weight_scale must hold E8M0 bytes",
+        ),
+    ],
+)
+def test_weight_and_layout_messages(call, error, message):
+    with pytest.raises(error) as caught:
+        call()
+    assert str(caught.value).startswith(message), str(caught.value)
