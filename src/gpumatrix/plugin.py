@@ -2,7 +2,8 @@
 
 Active only where the root (the rootdir, or `--gpumatrix-root`) has `ci/matrix.yaml`, or where a
 `--gpumatrix-plan` names a resolved session, so installing the package disturbs no other project's
-pytest. Once active, every `tests/**/test_*.py` is decided on before it is imported
+pytest. Once active, every `test_*.py` under the test roots of ci/matrix.yaml (`test_roots:`, default
+`tests`) is decided on before it is imported
 (`gpumatrix.gating.decide_file`):
 
 - one that is not validly registered is a collection error naming the file and the problem;
@@ -283,7 +284,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
     if state is None or not isinstance(collector, pytest.Module):
         return None
     path = state.relpath(collector.path)
-    if path is None or not _is_registered_kind(path):
+    if path is None or not _is_registered_kind(path, state.plan.test_roots):
         return None
     decision = decide_file(
         path,
@@ -329,9 +330,10 @@ def unplugged_collect_report(collector: pytest.Collector) -> pytest.CollectRepor
     return _skipped_file(collector, reason) if reason is not None else None
 
 
-def _is_registered_kind(path: str) -> bool:
+def _is_registered_kind(path: str, roots: tuple[str, ...]) -> bool:
     name = path.rsplit("/", 1)[-1]
-    return path.startswith("tests/") and name.startswith("test_") and name.endswith(".py")
+    in_roots = any(path.startswith(f"{root}/") for root in roots)
+    return in_roots and name.startswith("test_") and name.endswith(".py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

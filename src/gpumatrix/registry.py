@@ -24,6 +24,7 @@ from typing import Any
 from gpumatrix.config import (
     CPU_CLASS,
     DEFAULT_SUITE,
+    DEFAULT_TEST_ROOTS,
     MAX_SECONDS,
     Matrix,
     Runner,
@@ -183,22 +184,34 @@ class Registry:
         return self
 
 
-def find_test_files(root: str | Path, *, tests_dir: str = "tests") -> list[str]:
-    """Repository-relative paths of every `test_*.py` under `root/tests_dir`, sorted."""
+def find_test_files(root: str | Path, *, roots: Sequence[str] = DEFAULT_TEST_ROOTS) -> list[str]:
+    """Repository-relative paths of every `test_*.py` under the test `roots` of `root`, sorted.
+
+    Symbolic links are not followed, a root that is one included: git and the bot read the tree as
+    stored, and the plugin names a file by its real path, so a linked file would be registered under a
+    name nothing else uses (`gpumatrix check` names such links: `gpumatrix.tree_survey`).
+    """
     root = Path(root)
     found: list[str] = []
-    # os.walk + string checks: about 3x faster than Path.rglob on a 5,000-file tree.
-    for dirpath, dirnames, filenames in os.walk(root / tests_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
-        found.extend(
-            f"{rel}/{name}" for name in filenames if name.startswith("test_") and name.endswith(".py")
-        )
+    for test_root in roots:
+        if os.path.islink(root / test_root):
+            continue
+        # os.walk + string checks: about 3x faster than Path.rglob on a 5,000-file tree.
+        for dirpath, dirnames, filenames in os.walk(root / test_root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+            rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            found.extend(
+                f"{rel}/{name}"
+                for name in filenames
+                if name.startswith("test_")
+                and name.endswith(".py")
+                and not os.path.islink(f"{dirpath}/{name}")
+            )
     return sorted(found)
 
 
-def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cache: bool = True) -> Registry:
-    """Build the registry of a tree on disk.
+def discover(root: str | Path, matrix: Matrix, *, cache: bool = True) -> Registry:
+    """Build the registry of a tree on disk: the test files under the matrix's test roots.
 
     With `cache`, what each file gave is kept in `root/.gpumatrix/` keyed by path, size and
     modification time, and only new or changed files are read again.
@@ -206,7 +219,7 @@ def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cach
     root = Path(root)
     store = RegistrationCache.open(root, key=reading_code_key()) if cache else None
     readings: dict[str, FileReading] = {}
-    for path in find_test_files(root, tests_dir=tests_dir):
+    for path in find_test_files(root, roots=matrix.test_roots):
         full = os.path.join(root, path)
         try:
             stat = os.stat(full)
