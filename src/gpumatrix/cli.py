@@ -9,7 +9,6 @@ Each command computes a result (`gpumatrix.results`, `gpumatrix.run`) and one re
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -285,6 +284,7 @@ def run(
 
     Writes a JUnit XML file, the JSON report and the report page of this runner's slice (the file x
     runner and path x class matrices, `gpumatrix coverage`'s page for one report)."""
+    from gpumatrix.pytest_failure import run_teed
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
     from gpumatrix.run import RunOptions, clean_outputs, finish_run, plan_run, prepare_outputs
 
@@ -316,10 +316,10 @@ def run(
         render_run_start(console, run_plan)
         prepare_outputs(run_plan)
         try:
-            pytest_exit = subprocess.call(run_plan.command, cwd=run_plan.root, env=dict(run_plan.env))
+            pytest_exit, output = run_teed(run_plan.command, cwd=run_plan.root, env=run_plan.env)
         finally:
             clean_outputs(run_plan)
-        result = finish_run(run_plan, pytest_exit)
+        result = finish_run(run_plan, pytest_exit, output)
     else:
         result = finish_run(run_plan, None)
     render_run_result(console, _console(stderr=True), result)
