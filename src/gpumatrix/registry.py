@@ -42,6 +42,7 @@ from gpumatrix.source import (
 )
 
 __all__ = [
+    "NOT_REGISTERED",
     "FileReading",
     "Registration",
     "Registry",
@@ -376,8 +377,10 @@ _BRACKETS = (
     "pytest cannot be given a path holding '[' or ']' (it reads them as a test's parameters), so no "
     "runner could run this file: rename it"
 )
+#: How the problem of a test file without a registration starts (`gpumatrix register --suggest` finds them so).
+NOT_REGISTERED = "test file is not registered"
 _MISSING = (
-    "test file is not registered: add `from gpumatrix import register` and, at module top level, "
+    f"{NOT_REGISTERED}: add `from gpumatrix import register` and, at module top level, "
     '`register(on=("cpu",), est_time=SECONDS)` naming the classes it runs on'
 )
 
