@@ -153,7 +153,9 @@ def page_context(coverage: Coverage, *, title: str, sources: Sequence[str]) -> d
                 "cells": cells,
             }
         )
-    totals = {key: sum(r.totals.get(key, 0) for r in runners) for key in OUTCOMES}
+    totals = {
+        key: sum(r.totals.get(key, 0) for r in runners) for key in OUTCOMES
+    }
     return {
         "title": title,
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
