@@ -3,13 +3,12 @@ same directories, and `check` never says ok about test files it did not see."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from gpumatrix_trees import MATRIX_YAML, registered, run_pytest, write_tree
+from gpumatrix_trees import GIT_ENV, MATRIX_YAML, registered, run_pytest, write_tree
 
 from gpumatrix import register
 from gpumatrix.bot.tree import read_test_sources
@@ -181,15 +180,7 @@ def test_plugin_decides_on_a_file_reached_through_a_link_by_its_real_path(tmp_pa
 
 
 def test_bot_reads_the_roots_of_the_matrix_and_not_a_linked_root(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-    }
+    env = GIT_ENV
     write_tree(tmp_path, {"test/test_a.py": "A\n", "tests/test_b.py": "B\n"}, matrix=None)
     (tmp_path / "linked").symlink_to("test")
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "c"]):
