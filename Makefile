@@ -21,13 +21,14 @@ TEST_REPORT := reports/gpumatrix-test.json
 
 .PHONY: run test lint install browser clean mutation
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml packaging/gpumatrix/pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 ifeq ($(HAS_GPU),)
 	$(PIP) install -q $(CPU_PINS)
 endif
-	$(PIP) install -q -e '.[kernels,test]'
+	# gpumatrix (packaging/gpumatrix) is a distribution of its own; mxfuse's `test` extra needs it.
+	$(PIP) install -q -e ./packaging/gpumatrix -e '.[kernels,test]'
 	@touch $@
 
 install: $(STAMP)

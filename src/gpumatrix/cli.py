@@ -9,16 +9,17 @@ Each command computes a result (`gpumatrix.results`, `gpumatrix.run`) and one re
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import click
 
-from gpumatrix import GpumatrixError
+from gpumatrix import GpumatrixError, __version__
+from gpumatrix.adopt_commands import init
+from gpumatrix.adopt_commands import register as register_command
 from gpumatrix.bot.commands import bot, plan
 
-__all__ = ["EXIT_CODES", "find_root", "main"]
+__all__ = ["EXIT_CODES", "console", "find_root", "main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: The exit status of every gpumatrix command (README.md shows the same table).
@@ -58,6 +59,9 @@ def _console(*, stderr: bool = False):
     # CI logs are not terminals and rich would assume 80 columns, cutting test paths short.
     width = None if stream.isatty() else 160
     return Console(stderr=stderr, highlight=False, width=width)
+
+
+console = _console  # for the commands of other modules (gpumatrix.adopt_commands)
 
 
 class _Group(click.Group):
@@ -106,7 +110,7 @@ root_option = click.option(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
     epilog=_exit_codes_epilog(),
 )
-@click.version_option(package_name="mxfuse", prog_name="gpumatrix")
+@click.version_option(version=__version__, prog_name="gpumatrix")
 def main() -> None:
     """Hardware-gated GPU test matrix: which test file runs on which runner, and running it."""
 
@@ -285,6 +289,7 @@ def run(
 
     Writes a JUnit XML file, the JSON report and the report page of this runner's slice (the file x
     runner and path x class matrices, `gpumatrix coverage`'s page for one report)."""
+    from gpumatrix.pytest_failure import run_teed
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
     from gpumatrix.run import RunOptions, clean_outputs, finish_run, plan_run, prepare_outputs
 
@@ -316,10 +321,10 @@ def run(
         render_run_start(console, run_plan)
         prepare_outputs(run_plan)
         try:
-            pytest_exit = subprocess.call(run_plan.command, cwd=run_plan.root, env=dict(run_plan.env))
+            pytest_exit, output = run_teed(run_plan.command, cwd=run_plan.root, env=run_plan.env)
         finally:
             clean_outputs(run_plan)
-        result = finish_run(run_plan, pytest_exit)
+        result = finish_run(run_plan, pytest_exit, output)
     else:
         result = finish_run(run_plan, None)
     render_run_result(console, _console(stderr=True), result)
@@ -447,6 +452,8 @@ def _append(path: Path, text: str) -> None:
 
 main.add_command(bot)
 main.add_command(plan)
+main.add_command(init)
+main.add_command(register_command)
 
 
 def _add_epilog(group: click.Group) -> None:

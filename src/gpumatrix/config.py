@@ -29,6 +29,8 @@ __all__ = [
     "BUILTIN_SUITES",
     "CPU_CLASS",
     "DEFAULT_SUITE",
+    "DEFAULT_TEST_ROOTS",
+    "VENDORS",
     "MAX_SECONDS",
     "NIGHTLY_SUITE",
     "PERMISSION_LEVELS",
@@ -42,6 +44,11 @@ __all__ = [
 ]
 
 CPU_CLASS = "cpu"
+# Where test files live unless ci/matrix.yaml says otherwise (`test_roots:`).
+DEFAULT_TEST_ROOTS = ("tests",)
+# Who makes a class's GPUs, which says how a device is told to be of it: NVIDIA's by compute capability,
+# AMD's by gfx architecture (gfx942), Intel's by device name ("Data Center GPU Max").
+VENDORS = ("nvidia", "amd", "intel")
 # A file's suite says when CI runs it: `pr` on every pull request (the default), `nightly` on the
 # schedule; ci/matrix.yaml may declare more. `--suite all` selects every suite, so no suite is named so.
 DEFAULT_SUITE = "pr"
@@ -62,6 +69,7 @@ PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 # Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CAPABILITY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
+_GFX_RE = re.compile(r"^gfx[0-9a-f]{3,4}$")
 
 
 class MatrixError(ProblemsError, UsageError):
@@ -72,16 +80,30 @@ class MatrixError(ProblemsError, UsageError):
 
 @dataclass(frozen=True)
 class GpuClass:
-    """A GPU class, defined by compute capability; device names are for display only."""
+    """A GPU class: NVIDIA's defined by compute capability (device names for display only), AMD's by
+    gfx architecture, Intel's by device name (a case-insensitive part of it)."""
 
     name: str
     description: str
     compute_capabilities: tuple[tuple[int, int], ...]
     device_names: tuple[str, ...] = ()
+    vendor: str = "nvidia"
+    architectures: tuple[str, ...] = ()  # AMD: gfx942, gfx950
 
     @property
     def is_cpu(self) -> bool:
-        return not self.compute_capabilities
+        return self.name == CPU_CLASS
+
+    def matches(self, vendor: str, capability: tuple[int, int], arch: str, name: str) -> bool:
+        """Whether a device of `vendor` with this compute capability (NVIDIA), gfx architecture (AMD)
+        or name (Intel) is of this class."""
+        if self.is_cpu or vendor != self.vendor:
+            return False
+        if vendor == "nvidia":
+            return capability in self.compute_capabilities
+        if vendor == "amd":
+            return arch.split(":", 1)[0] in self.architectures
+        return any(pattern.lower() in name.lower() for pattern in self.device_names)
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,8 @@ class Matrix:
     source: str = "ci/matrix.yaml"
     # name: description; the built-in ones always among them
     suites: Mapping[str, str] = field(default_factory=lambda: BUILTIN_SUITES)
+    # Repository-relative directories holding the test files (`test_roots:`), '/'-separated.
+    test_roots: tuple[str, ...] = DEFAULT_TEST_ROOTS
 
     def runner(self, label: str) -> Runner | None:
         for runner in self.runners:
@@ -161,10 +185,27 @@ class Matrix:
         return min(fitting, key=lambda r: r.gpus) if fitting else None
 
     def class_for_capability(self, capability: tuple[int, int]) -> GpuClass | None:
-        for gpu_class in self.classes.values():
-            if capability in gpu_class.compute_capabilities:
-                return gpu_class
-        return None
+        return self.class_for_device("nvidia", capability)
+
+    def class_for_device(
+        self, vendor: str, capability: tuple[int, int] = (0, 0), arch: str = "", name: str = ""
+    ) -> GpuClass | None:
+        """The class a device of `vendor` belongs to (`GpuClass.matches`), or None."""
+        return classify_device(self.classes, vendor, capability, arch, name)
+
+    def in_test_roots(self, path: str) -> bool:
+        """Whether the repository-relative '/'-path lies under one of the test roots."""
+        return any(path.startswith(f"{root}/") for root in self.test_roots)
+
+
+def classify_device(
+    classes: Mapping[str, GpuClass], vendor: str, capability: tuple[int, int], arch: str = "", name: str = ""
+) -> GpuClass | None:
+    """The first class of `classes` the device matches, or None."""
+    for gpu_class in classes.values():
+        if gpu_class.matches(vendor, capability, arch, name):
+            return gpu_class
+    return None
 
 
 def load_matrix(path: str | Path) -> Matrix:
@@ -186,7 +227,9 @@ class _MatrixParser(YamlReader):
         if root is None:
             self.error(None, "the runner matrix is empty (expected 'classes' and 'runners')")
             raise MatrixError(self.problems)
-        top = self.check_keys(root, ("classes", "runners", "suites", "bot"), "the runner matrix")
+        top = self.check_keys(
+            root, ("classes", "runners", "suites", "bot", "test_roots"), "the runner matrix"
+        )
         for required in ("classes", "runners"):
             if required not in top and isinstance(root, yaml.MappingNode):
                 self.error(root, f"missing required key {required!r}")
@@ -194,9 +237,37 @@ class _MatrixParser(YamlReader):
         runners = self.parse_runners(top["runners"], classes) if "runners" in top else ()
         suites = self.parse_suites(top["suites"]) if "suites" in top else BUILTIN_SUITES
         bot = self.parse_bot(top["bot"]) if "bot" in top else BotConfig()
+        roots = self.parse_test_roots(top["test_roots"]) if "test_roots" in top else DEFAULT_TEST_ROOTS
         if self.problems:
             raise MatrixError(sorted(self.problems, key=lambda p: p.line))
-        return Matrix(classes=classes, runners=runners, bot=bot, source=self.source, suites=suites)
+        return Matrix(
+            classes=classes, runners=runners, bot=bot, source=self.source, suites=suites, test_roots=roots
+        )
+
+    def parse_test_roots(self, node: yaml.Node) -> tuple[str, ...]:
+        """`test_roots: [tests]`: directories relative to the repository root, each named once, none
+        inside another (a file would be two roots' at once)."""
+        roots: list[str] = []
+        for text in self.string_list(node, "test_roots"):
+            root = text.strip().rstrip("/")
+            parts = root.split("/")
+            if not root or root.startswith("/") or "\\" in root or any(p in ("", ".", "..") for p in parts):
+                self.error(
+                    node,
+                    f"test root {text!r} must be a directory relative to the repository root, "
+                    f"'/'-separated, without '.' or '..' (such as 'tests' or 'test')",
+                )
+                continue
+            clash = next(
+                (r for r in roots if root == r or root.startswith(f"{r}/") or r.startswith(f"{root}/")), None
+            )
+            if clash is not None:
+                self.error(node, f"test root {root!r} overlaps {clash!r}: name each directory once")
+                continue
+            roots.append(root)
+        if isinstance(node, yaml.SequenceNode) and not node.value:
+            self.error(node, "test_roots must name at least one directory (such as [tests])")
+        return tuple(roots) or DEFAULT_TEST_ROOTS
 
     def parse_suites(self, node: yaml.Node) -> Mapping[str, str]:
         """`suites: {name: description}`: the built-in ones (which may be described again) and more."""
@@ -216,51 +287,100 @@ class _MatrixParser(YamlReader):
 
     def parse_classes(self, node: yaml.Node) -> dict[str, GpuClass]:
         classes: dict[str, GpuClass] = {}
-        owner_of: dict[tuple[int, int], str] = {}
+        owner_of: dict[object, str] = {}  # a capability or a gfx architecture: the class that has it
+        allowed = ("description", "compute_capability", "device_names", "vendor", "gfx")
         for name, key_node, value_node in self.mapping(node, "classes"):
             where = f"class {name!r}"
-            fields = self.check_keys(value_node, ("description", "compute_capability", "device_names"), where)
-            capabilities: list[tuple[int, int]] = []
-            cc_node = fields.get("compute_capability")
-            if cc_node is None:
-                self.error(
-                    value_node if isinstance(value_node, yaml.MappingNode) else key_node,
-                    f"{where} needs 'compute_capability' (a list like [\"9.0\"]; [] for {CPU_CLASS!r})",
-                )
-            else:
-                for text in self.string_list(cc_node, f"{where} compute_capability"):
-                    match = _CAPABILITY_RE.match(text)
-                    if match is None:
-                        self.error(
-                            cc_node, f"{where}: compute capability {text!r} is not of the form 'major.minor'"
-                        )
-                        continue
-                    capability = (int(match[1]), int(match[2]))
-                    if capability in owner_of:
-                        self.error(
-                            cc_node,
-                            f"{where}: compute capability {text} already belongs to class "
-                            f"{owner_of[capability]!r}",
-                        )
-                    owner_of[capability] = name
-                    capabilities.append(capability)
-            if name == CPU_CLASS and capabilities:
-                self.error(cc_node, f"class {CPU_CLASS!r} means no GPU: its compute_capability must be []")
-            if name != CPU_CLASS and cc_node is not None and not capabilities:
-                self.error(cc_node, f"{where} has no compute capability; only {CPU_CLASS!r} may have none")
-            description = fields.get("description")
+            fields = self.check_keys(value_node, allowed, where)
+            here = value_node if isinstance(value_node, yaml.MappingNode) else key_node
+            vendor = self.text(fields["vendor"], f"{where} vendor") if "vendor" in fields else "nvidia"
+            if name == CPU_CLASS and "vendor" in fields:
+                self.error(fields["vendor"], f"class {CPU_CLASS!r} means no GPU: it has no vendor")
+            elif vendor not in VENDORS:
+                self.error(fields["vendor"], f"{where} vendor {vendor!r} is not one of {', '.join(VENDORS)}")
             names_node = fields.get("device_names")
+            device_names = self.string_list(names_node, f"{where} device_names") if names_node else ()
+            capabilities: tuple[tuple[int, int], ...] = ()
+            architectures: tuple[str, ...] = ()
+            if name == CPU_CLASS or vendor == "nvidia":
+                capabilities = self._capabilities(
+                    fields.get("compute_capability"), name, where, here, owner_of
+                )
+            elif "compute_capability" in fields:
+                self.error(
+                    fields["compute_capability"], f"{where}: a {vendor} class has no compute capability"
+                )
+            if vendor == "amd" and name != CPU_CLASS:
+                architectures = self._architectures(fields.get("gfx"), name, where, here, owner_of)
+            elif "gfx" in fields:
+                self.error(fields["gfx"], f"{where}: only an amd class names gfx architectures")
+            if vendor == "intel" and name != CPU_CLASS and not device_names:
+                self.error(
+                    names_node or here,
+                    f"{where} needs 'device_names' (parts of the name its GPUs report, such as "
+                    f'["Data Center GPU Max"]): an intel class is told by name',
+                )
+            description = fields.get("description")
             classes[name] = GpuClass(
                 name=name,
                 description=self.text(description, f"{where} description", default=name)
                 if description is not None
                 else name,
-                compute_capabilities=tuple(capabilities),
-                device_names=self.string_list(names_node, f"{where} device_names") if names_node else (),
+                compute_capabilities=capabilities,
+                device_names=device_names,
+                vendor="none" if name == CPU_CLASS else vendor,
+                architectures=architectures,
             )
         if CPU_CLASS not in classes and isinstance(node, yaml.MappingNode):
             self.error(node, f"the class {CPU_CLASS!r} (no GPU) must be defined")
         return classes
+
+    def _capabilities(
+        self, cc_node: yaml.Node | None, name: str, where: str, here: yaml.Node, owner_of: dict[object, str]
+    ) -> tuple[tuple[int, int], ...]:
+        capabilities: list[tuple[int, int]] = []
+        if cc_node is None:
+            self.error(
+                here, f"{where} needs 'compute_capability' (a list like [\"9.0\"]; [] for {CPU_CLASS!r})"
+            )
+            return ()
+        for text in self.string_list(cc_node, f"{where} compute_capability"):
+            match = _CAPABILITY_RE.match(text)
+            if match is None:
+                self.error(cc_node, f"{where}: compute capability {text!r} is not of the form 'major.minor'")
+                continue
+            capability = (int(match[1]), int(match[2]))
+            if capability in owner_of:
+                self.error(
+                    cc_node,
+                    f"{where}: compute capability {text} already belongs to class {owner_of[capability]!r}",
+                )
+            owner_of[capability] = name
+            capabilities.append(capability)
+        if name == CPU_CLASS and capabilities:
+            self.error(cc_node, f"class {CPU_CLASS!r} means no GPU: its compute_capability must be []")
+        if name != CPU_CLASS and not capabilities:
+            self.error(cc_node, f"{where} has no compute capability; only {CPU_CLASS!r} may have none")
+        return tuple(capabilities)
+
+    def _architectures(
+        self, node: yaml.Node | None, name: str, where: str, here: yaml.Node, owner_of: dict[object, str]
+    ) -> tuple[str, ...]:
+        if node is None:
+            self.error(here, f"{where} needs 'gfx' (its gfx architectures, such as [\"gfx942\"])")
+            return ()
+        found: list[str] = []
+        for text in self.string_list(node, f"{where} gfx"):
+            if not _GFX_RE.match(text):
+                self.error(node, f"{where}: {text!r} is not a gfx architecture such as 'gfx942'")
+                continue
+            if ("gfx", text) in owner_of:
+                self.error(node, f"{where}: {text} already belongs to class {owner_of['gfx', text]!r}")
+            owner_of["gfx", text] = name
+            found.append(text)
+        if not found:
+            self.error(node, f"{where} names no gfx architecture")
+        return tuple(found)
 
     def parse_runners(self, node: yaml.Node, classes: Mapping[str, GpuClass]) -> tuple[Runner, ...]:
         if not isinstance(node, yaml.SequenceNode):

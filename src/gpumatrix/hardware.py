@@ -27,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from gpumatrix import UsageError
-from gpumatrix.config import CPU_CLASS, GpuClass, Matrix, Runner
+from gpumatrix.config import CPU_CLASS, GpuClass, Matrix, Runner, classify_device
+from gpumatrix.devices import Device
+from gpumatrix.devices import Probe as _Probe
+from gpumatrix.vendor_probes import AMD_PROBES, INTEL_PROBES, amd_driver_present, intel_driver_present
 
 __all__ = [
     "BUILTIN_CLASSES",
@@ -45,7 +48,19 @@ __all__ = [
 
 HARDWARE_ENV = "GPUMATRIX_HARDWARE"
 # Where `detect` learnt what it reports, in the order it asks; `none`: no source answered (a CPU machine).
-HARDWARE_SOURCES = ("override", "nvml", "torch", "nvidia-smi", "none")
+HARDWARE_SOURCES = (
+    "override",
+    "nvml",
+    "torch",
+    "nvidia-smi",
+    "amd-smi",
+    "rocm-smi",
+    "torch-hip",
+    "xpu-smi",
+    "sycl-ls",
+    "torch-xpu",
+    "none",
+)
 UNKNOWN_CLASS = "unknown"
 # docs/registry.md's classes, for callers without a matrix (`gpumatrix detect` outside a checkout).
 BUILTIN_CLASSES: Mapping[str, GpuClass] = {
@@ -65,16 +80,6 @@ class HardwareOverrideError(UsageError, ValueError):
 
 
 @dataclass(frozen=True)
-class Device:
-    """One GPU as a probe saw it, before CUDA_VISIBLE_DEVICES narrows the set."""
-
-    index: int  # the probe's own index (NVML and nvidia-smi: PCI order)
-    uuid: str  # 'GPU-…' where known, else the id CUDA_VISIBLE_DEVICES should carry
-    name: str
-    capability: tuple[int, int]
-
-
-@dataclass(frozen=True)
 class Hardware:
     """The visible GPUs of this process, classified; `cpu` with count 0 when there are none."""
 
@@ -85,19 +90,33 @@ class Hardware:
     driver: str | None = None
     source: str = "none"  # one of HARDWARE_SOURCES
     device_ids: tuple[str, ...] = ()  # what CUDA_VISIBLE_DEVICES names each visible device by
+    vendor: str = "nvidia"  # of the GPUs (the first visible device's); see config.VENDORS
+    architectures: tuple[str, ...] = ()  # AMD: each device's gfx architecture; empty for NVIDIA
 
     def describe(self) -> str:
-        """`1 x h100 (NVIDIA H200, sm_90)`, `cpu`; mixed machines list each kind of device."""
+        """`1 x h100 (NVIDIA H200, sm_90)`, `1 x mi300x (AMD Instinct MI300X, gfx942)`, `cpu`; mixed
+        machines list each kind of device."""
         if not self.count:
             return CPU_CLASS
-        kinds = dict.fromkeys(
-            f"{name}, sm_{major}{minor}"
-            for name, (major, minor) in zip(self.names, self.capabilities, strict=True)
-        )
+        if self.vendor == "nvidia":
+            kinds = dict.fromkeys(
+                f"{name}, sm_{major}{minor}"
+                for name, (major, minor) in zip(self.names, self.capabilities, strict=True)
+            )
+        else:
+            arches = self.architectures or ("",) * self.count
+            kinds = dict.fromkeys(
+                f"{name}, {arch}" if arch else name for name, arch in zip(self.names, arches, strict=True)
+            )
         return f"{self.count} x {self.gpu_class} ({'; '.join(kinds)})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        other = (
+            {"vendor": self.vendor, "architectures": list(self.architectures)}
+            if self.vendor != "nvidia"
+            else {}
+        )
+        return other | {
             "gpu_class": self.gpu_class,
             "count": self.count,
             "names": list(self.names),
@@ -121,15 +140,9 @@ class Hardware:
             driver=data.get("driver"),
             source=str(data["source"]),
             device_ids=tuple(data["device_ids"]),
+            vendor=str(data.get("vendor", "nvidia")),
+            architectures=tuple(data.get("architectures", ())),
         )
-
-
-@dataclass(frozen=True)
-class _Probe:
-    source: str
-    driver: str | None
-    devices: tuple[Device, ...]
-    visible_applied: bool = False  # the source already honoured CUDA_VISIBLE_DEVICES (torch does)
 
 
 def detect(matrix: Matrix | None = None, *, environ: Mapping[str, str] | None = None) -> Hardware:
@@ -151,14 +164,18 @@ def detect(matrix: Matrix | None = None, *, environ: Mapping[str, str] | None = 
     )
     if not devices:
         return Hardware(CPU_CLASS, 0, driver=probe.driver, source=probe.source)
+    first = devices[0]
+    owner = classify_device(classes, first.vendor, first.capability, first.arch, first.name)
     return Hardware(
-        gpu_class=_classify(devices[0].capability, classes),
+        gpu_class=owner.name if owner is not None else UNKNOWN_CLASS,
         count=len(devices),
         names=tuple(d.name for d in devices),
         capabilities=tuple(d.capability for d in devices),
         driver=probe.driver,
         source=probe.source,
         device_ids=tuple(d.uuid for d in devices),
+        vendor=first.vendor,
+        architectures=tuple(d.arch for d in devices) if first.vendor != "nvidia" else (),
     )
 
 
@@ -230,17 +247,14 @@ def preflight(
 # -- probes -----------------------------------------------------------------------------------------
 
 
-def _classify(capability: tuple[int, int], classes: Mapping[str, GpuClass]) -> str:
-    for gpu_class in classes.values():
-        if capability in gpu_class.compute_capabilities:
-            return gpu_class.name
-    return UNKNOWN_CLASS
-
-
 def _probe_machine(environ: Mapping[str, str]) -> _Probe | None:
     probes: list[Callable[[Mapping[str, str]], _Probe | None]] = [_probe_nvml]
     if _nvidia_driver_present():  # keeps a CPU machine from paying a torch import on every run
         probes += [_probe_torch, _probe_nvidia_smi]
+    if amd_driver_present():
+        probes += AMD_PROBES
+    if intel_driver_present():
+        probes += INTEL_PROBES
     for probe in probes:
         found = probe(environ)
         if found is not None:
@@ -252,9 +266,15 @@ def _probe_override(text: str, classes: Mapping[str, GpuClass]) -> _Probe:
     name, count = parse_override(text, classes)
     if not count:
         return _Probe("override", None, ())
-    capability = classes[name].compute_capabilities[0]
+    gpu_class = classes[name]
+    capability = gpu_class.compute_capabilities[0] if gpu_class.vendor == "nvidia" else (0, 0)
+    arch = gpu_class.architectures[0] if gpu_class.architectures else ""
+    # An Intel class is told by name: the fake device carries the first of its names.
+    shown = f"fake {name}" if gpu_class.vendor != "intel" else f"fake {name} ({gpu_class.device_names[0]})"
     return _Probe(
-        "override", "fake", tuple(Device(i, str(i), f"fake {name}", capability) for i in range(count))
+        "override",
+        "fake",
+        tuple(Device(i, str(i), shown, capability, gpu_class.vendor, arch) for i in range(count)),
     )
 
 

@@ -2,7 +2,8 @@
 
 Active only where the root (the rootdir, or `--gpumatrix-root`) has `ci/matrix.yaml`, or where a
 `--gpumatrix-plan` names a resolved session, so installing the package disturbs no other project's
-pytest. Once active, every `tests/**/test_*.py` is decided on before it is imported
+pytest. Once active, every `test_*.py` under the test roots of ci/matrix.yaml (`test_roots:`, default
+`tests`) is decided on before it is imported
 (`gpumatrix.gating.decide_file`):
 
 - one that is not validly registered is a collection error naming the file and the problem;
@@ -54,9 +55,11 @@ from gpumatrix.hardware import Hardware, preflight
 from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
 from gpumatrix.paths import PATHS_FILE
 from gpumatrix.problems import Problem
+from gpumatrix.refine import MARKER
+from gpumatrix.refine_items import refine_item
 from gpumatrix.registry import Registration, read_registration
 from gpumatrix.report import dump_report
-from gpumatrix.report.collect import RunOutcomes
+from gpumatrix.report.collect import HARDWARE_SKIP_ATTRIBUTE, RunOutcomes
 from gpumatrix.session import SessionPlan, resolve_session
 from gpumatrix.source import read_source_bytes
 from gpumatrix.witnesses import WitnessHooks
@@ -117,6 +120,8 @@ class _State:
 
 _STATE = pytest.StashKey[_State]()
 _NEED = pytest.StashKey[int]()
+_HARDWARE_SKIP = pytest.StashKey[bool]()  # a refined test this machine cannot run
+_REFINE_ERROR = pytest.StashKey[str]()
 _PLAN = pytest.StashKey[LeasePlan]()  # a test leased in its own process
 
 
@@ -172,6 +177,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(on=CLASSES, gpus=N): narrow where this test runs within its file's registration "
+        "(gpumatrix.refine); read statically, like register(...)",
+    )
     try:  # every problem of configuration is one usage error before any test, never one per test
         plan = _session_plan(config)
         if plan is None:
@@ -283,7 +293,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
     if state is None or not isinstance(collector, pytest.Module):
         return None
     path = state.relpath(collector.path)
-    if path is None or not _is_registered_kind(path):
+    if path is None or not _is_registered_kind(path, state.plan.test_roots):
         return None
     decision = decide_file(
         path,
@@ -329,9 +339,10 @@ def unplugged_collect_report(collector: pytest.Collector) -> pytest.CollectRepor
     return _skipped_file(collector, reason) if reason is not None else None
 
 
-def _is_registered_kind(path: str) -> bool:
+def _is_registered_kind(path: str, roots: tuple[str, ...]) -> bool:
     name = path.rsplit("/", 1)[-1]
-    return path.startswith("tests/") and name.startswith("test_") and name.endswith(".py")
+    in_roots = any(path.startswith(f"{root}/") for root in roots)
+    return in_roots and name.startswith("test_") and name.endswith(".py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -344,11 +355,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         path = state.relpath(item.path)
         registration = state.registrations.get(path) if path else None
-        if state.runner and (registration is None or state.runner.label not in registration.runners):
+        refined = refine_item(registration, item) if registration is not None else None
+        runners = registration.base_runners if registration is not None else ()
+        if refined is not None:
+            registration, runners = refined.registration, refined.runners
+        if state.runner and (registration is None or state.runner.label not in runners):
             deselected.append(item)
             continue
         kept.append(item)
-        if (
+        if refined is not None and refined.error:
+            item.stash[_REFINE_ERROR] = refined.error
+            continue
+        skip = evaluate_hardware(registration, state.hardware) if refined is not None else None
+        if skip is not None:
+            item.add_marker(pytest.mark.skip(reason=f"{skip.reason} ({refined.why})"))
+            item.stash[_HARDWARE_SKIP] = True
+        elif (
             registration is not None
             and state.hardware.count
             and state.hardware.gpu_class in registration.on
@@ -389,9 +411,22 @@ def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
     return True
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A refined test skipped for this machine's hardware says so on its report (it travels to the
+    controller, from xdist workers too), so the JSON report marks the skip `hardware`."""
+    report = yield
+    if item.stash.get(_HARDWARE_SKIP, False) and report.skipped:
+        setattr(report, HARDWARE_SKIP_ATTRIBUTE, True)
+    return report
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Lease before any fixture runs, so fixtures see only the leased GPUs too."""
+    error = item.stash.get(_REFINE_ERROR, None)
+    if error is not None:
+        raise GpumatrixError(error)
     state = _state(item.config)
     need = item.stash.get(_NEED, 0)
     if state is None or state.leases is None or not need:

@@ -24,12 +24,14 @@ from typing import Any
 from gpumatrix.config import (
     CPU_CLASS,
     DEFAULT_SUITE,
+    DEFAULT_TEST_ROOTS,
     MAX_SECONDS,
     Matrix,
     Runner,
     load_matrix,
 )
 from gpumatrix.problems import Problem, ProblemsError
+from gpumatrix.refine import read_refinements
 from gpumatrix.registry_cache import CachedReading, RegistrationCache
 from gpumatrix.source import (
     READ_LIMIT,
@@ -41,6 +43,7 @@ from gpumatrix.source import (
 )
 
 __all__ = [
+    "NOT_REGISTERED",
     "FileReading",
     "Registration",
     "Registry",
@@ -60,7 +63,7 @@ _REASON_LIMIT = 200
 _SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Part of the registry cache's key: raise it when a reading's stored shape changes without this
 # module's or gpumatrix.source's code changing (2: suite, disabled, disabled_on and est_times joined).
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3  # 3: refined tests (`@pytest.mark.gpumatrix`) and own_runners
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,23 @@ class Registration:
     disabled: str | None = None  # why the whole file is switched off, everywhere
     disabled_on: tuple[tuple[str, str], ...] = ()  # (class, why the file is switched off there)
     est_times: tuple[tuple[str, float], ...] = ()  # (class, seconds) as written; empty: est_time everywhere
+    # Tests that narrow where they run (`gpumatrix.refine`), each (on, runners, test, gpus, line): a list
+    # leads each entry so the cache reads it back as tuples. `runners` then serves them too, and
+    # `own_runners` are the runners of the file's other tests.
+    refined: tuple[tuple[tuple[str, ...], tuple[str, ...], str, int, int], ...] = ()
+    own_runners: tuple[str, ...] = ()
+
+    @property
+    def base_runners(self) -> tuple[str, ...]:
+        """The runners of the tests no marker refines."""
+        return self.own_runners if self.refined else self.runners
+
+    def refined_runners(self, test: str) -> tuple[str, ...] | None:
+        """The runners of a refined test (`Class::test` or `test`); None when it is not refined."""
+        for _, runners, name, _, _ in self.refined:
+            if name == test:
+                return runners
+        return None
 
     @property
     def needs_gpu(self) -> bool:
@@ -183,22 +203,34 @@ class Registry:
         return self
 
 
-def find_test_files(root: str | Path, *, tests_dir: str = "tests") -> list[str]:
-    """Repository-relative paths of every `test_*.py` under `root/tests_dir`, sorted."""
+def find_test_files(root: str | Path, *, roots: Sequence[str] = DEFAULT_TEST_ROOTS) -> list[str]:
+    """Repository-relative paths of every `test_*.py` under the test `roots` of `root`, sorted.
+
+    Symbolic links are not followed, a root that is one included: git and the bot read the tree as
+    stored, and the plugin names a file by its real path, so a linked file would be registered under a
+    name nothing else uses (`gpumatrix check` names such links: `gpumatrix.tree_survey`).
+    """
     root = Path(root)
     found: list[str] = []
-    # os.walk + string checks: about 3x faster than Path.rglob on a 5,000-file tree.
-    for dirpath, dirnames, filenames in os.walk(root / tests_dir):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
-        found.extend(
-            f"{rel}/{name}" for name in filenames if name.startswith("test_") and name.endswith(".py")
-        )
+    for test_root in roots:
+        if os.path.islink(root / test_root):
+            continue
+        # os.walk + string checks: about 3x faster than Path.rglob on a 5,000-file tree.
+        for dirpath, dirnames, filenames in os.walk(root / test_root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+            rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            found.extend(
+                f"{rel}/{name}"
+                for name in filenames
+                if name.startswith("test_")
+                and name.endswith(".py")
+                and not os.path.islink(f"{dirpath}/{name}")
+            )
     return sorted(found)
 
 
-def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cache: bool = True) -> Registry:
-    """Build the registry of a tree on disk.
+def discover(root: str | Path, matrix: Matrix, *, cache: bool = True) -> Registry:
+    """Build the registry of a tree on disk: the test files under the matrix's test roots.
 
     With `cache`, what each file gave is kept in `root/.gpumatrix/` keyed by path, size and
     modification time, and only new or changed files are read again.
@@ -206,7 +238,7 @@ def discover(root: str | Path, matrix: Matrix, *, tests_dir: str = "tests", cach
     root = Path(root)
     store = RegistrationCache.open(root, key=reading_code_key()) if cache else None
     readings: dict[str, FileReading] = {}
-    for path in find_test_files(root, tests_dir=tests_dir):
+    for path in find_test_files(root, roots=matrix.test_roots):
         full = os.path.join(root, path)
         try:
             stat = os.stat(full)
@@ -308,9 +340,17 @@ def read_registration(source: str | bytes, path: str, *, size: int | None = None
             *((("gpus", plain.line),) if plain.gpus is not None else ()),
             ("est_time", plain.line),
         )
-        return Registration(
-            path=path, line=plain.line, on=plain.on, gpus=gpus, est_time=plain.est_time, arg_lines=arg_lines
-        ), []
+        return _with_refinements(
+            Registration(
+                path=path,
+                line=plain.line,
+                on=plain.on,
+                gpus=gpus,
+                est_time=plain.est_time,
+                arg_lines=arg_lines,
+            ),
+            source,
+        )
     try:
         body = parse_head(source, path)
     except SourceError as exc:
@@ -356,15 +396,32 @@ def read_registration(source: str | bytes, path: str, *, size: int | None = None
             ),
         ]
     registration, found = _read_call(calls[0], path)
-    return (registration if not problems and not found else None), problems + found
+    if registration is None or problems or found:
+        return None, problems + found
+    return _with_refinements(registration, source)
+
+
+def _with_refinements(registration: Registration, text: str) -> FileReading:
+    """The registration with its refined tests (`gpumatrix.refine`), or the problems of their markers."""
+    found, problems = read_refinements(
+        text, registration.path, file_on=registration.on, file_gpus=registration.gpus
+    )
+    if problems:
+        return None, problems
+    if not found:
+        return registration, []
+    refined = tuple((r.on, (), r.test, r.gpus, r.line) for r in found)
+    return dataclasses.replace(registration, refined=refined), []
 
 
 _BRACKETS = (
     "pytest cannot be given a path holding '[' or ']' (it reads them as a test's parameters), so no "
     "runner could run this file: rename it"
 )
+#: How the problem of a test file without a registration starts (`gpumatrix register --suggest` finds them so).
+NOT_REGISTERED = "test file is not registered"
 _MISSING = (
-    "test file is not registered: add `from gpumatrix import register` and, at module top level, "
+    f"{NOT_REGISTERED}: add `from gpumatrix import register` and, at module top level, "
     '`register(on=("cpu",), est_time=SECONDS)` naming the classes it runs on'
 )
 
@@ -587,7 +644,6 @@ def _resolve_runners(
     registration: Registration, matrix: Matrix, runners: dict[tuple[str, int], Runner | None]
 ) -> FileReading:
     problems: list[Problem] = []
-    labels: list[str] = []
     lines = dict(registration.arg_lines)
     on_line = lines.get("on", registration.line)
     if registration.suite not in matrix.suites:
@@ -599,7 +655,40 @@ def _resolve_runners(
                 f"(known: {', '.join(matrix.suites)}); declare it under suites: in {matrix.source}",
             )
         )
-    for class_name in registration.on:
+    needs = [(registration.on, registration.gpus, on_line)]
+    needs += [(on, gpus, line) for on, _, _, gpus, line in registration.refined]
+    by_need: list[list[str]] = []
+    for need_on, need_gpus, need_line in needs:
+        labels: list[str] = []
+        by_need.append(labels)
+        problems.extend(_need_runners(registration, matrix, runners, need_on, need_gpus, need_line, labels))
+    if problems:
+        return None, problems
+    if not registration.refined:
+        return _assembled({**vars(registration), "runners": tuple(by_need[0])}), []
+    refined = tuple(
+        (on, tuple(labels), test, gpus, line)
+        for (on, _, test, gpus, line), labels in zip(registration.refined, by_need[1:], strict=True)
+    )
+    union = tuple(dict.fromkeys(label for labels in by_need for label in labels))
+    return _assembled(
+        {**vars(registration), "runners": union, "own_runners": tuple(by_need[0]), "refined": refined}
+    ), []
+
+
+def _need_runners(
+    registration: Registration,
+    matrix: Matrix,
+    runners: dict[tuple[str, int], Runner | None],
+    on: tuple[str, ...],
+    gpus: int,
+    on_line: int,
+    labels: list[str],
+) -> list[Problem]:
+    """The problems of one need (the file's, or a refined test's): its runners are added to `labels`."""
+    problems: list[Problem] = []
+    lines = dict(registration.arg_lines)
+    for class_name in on:
         if class_name not in matrix.classes:
             problems.append(
                 Problem(
@@ -610,9 +699,9 @@ def _resolve_runners(
                 )
             )
             continue
-        key = (class_name, registration.gpus)
+        key = (class_name, gpus)
         if key not in runners:
-            runners[key] = matrix.runner_for(class_name, registration.gpus)
+            runners[key] = matrix.runner_for(class_name, gpus)
         runner = runners[key]
         if runner is not None:
             labels.append(runner.label)
@@ -631,12 +720,12 @@ def _resolve_runners(
             problems.append(
                 Problem(
                     registration.path,
-                    lines.get("gpus", on_line),
-                    f"needs {registration.gpus} x {class_name}, but no runner of class "
+                    lines.get("gpus", on_line)
+                    if (on, gpus) == (registration.on, registration.gpus)
+                    else on_line,
+                    f"needs {gpus} x {class_name}, but no runner of class "
                     f"{class_name!r} has that many GPUs (its runners have "
                     f"{', '.join(map(str, offered))} GPU(s))",
                 )
             )
-    if problems:
-        return None, problems
-    return _assembled({**vars(registration), "runners": tuple(labels)}), []
+    return problems

@@ -166,10 +166,17 @@ class CheckResult:
     over_budget: tuple[ShardPlan, ...]
     idle_runners: tuple[str, ...]
     declared_paths: int | None = None  # None: the tree has no ci/paths.yaml
+    # Test files the registry does not see (outside the test roots, behind links), roots that are not
+    # there: `gpumatrix.tree_survey`.
+    unseen: tuple[Problem, ...] = ()
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        return (*self.unseen, *self.registry.problems)
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.registry.ok else 1
+        return 0 if not self.problems else 1
 
 
 def check_tree(root: Path) -> CheckResult:
@@ -177,17 +184,21 @@ def check_tree(root: Path) -> CheckResult:
     `PathsError`), and every registration; plan every suite."""
     from gpumatrix.paths import PATHS_FILE, load_paths
     from gpumatrix.registry import load_tree
+    from gpumatrix.tree_survey import survey_tree
 
     matrix, registry = load_tree(root)
     paths_file = Path(root) / PATHS_FILE
     declared = len(load_paths(paths_file, matrix).paths) if paths_file.is_file() else None
     plans = [plan for suite in matrix.suites for plan in plan_matrix(matrix, registry, suite=suite)]
     idle = tuple(r.label for r in matrix.runners if not registry.for_runner(r.label))
-    return CheckResult(matrix, registry, tuple(p for p in plans if p.over_budget), idle, declared)
+    unseen = survey_tree(root, matrix).problems
+    return CheckResult(matrix, registry, tuple(p for p in plans if p.over_budget), idle, declared, unseen)
 
 
 def render_check(console: Console, errors: Console, result: CheckResult) -> None:
-    render_problems(errors, result.registry.problems, summary=RegistryError.summary)
+    from rich.markup import escape
+
+    render_problems(errors, result.problems, summary=RegistryError.summary)
     for plan in result.over_budget:
         longest = max(shard.est_time for shard in plan.shards)
         console.print(
@@ -197,14 +208,14 @@ def render_check(console: Console, errors: Console, result: CheckResult) -> None
             soft_wrap=True,
         )
     registry = result.registry
-    status = "[green]ok[/green]" if registry.ok else f"[red]{len(registry.problems)} problem(s)[/red]"
+    status = "[green]ok[/green]" if not result.problems else f"[red]{len(result.problems)} problem(s)[/red]"
     suites = {name: sum(f.suite == name for f in registry.files) for name in result.matrix.suites}
     disabled = sum(f.disabled is not None or bool(f.disabled_on) for f in registry.files)
     console.print(
         f"{status}: {len(result.matrix.runners)} runners, {len(registry.files)} registered test files ("
         + ", ".join(f"{count} {name}" for name, count in suites.items())
         + (f"; {disabled} disabled somewhere" if disabled else "")
-        + ")"
+        + f") under {', '.join(escape(r) for r in result.matrix.test_roots)}"
         + (f", {result.declared_paths} declared code paths" if result.declared_paths is not None else "")
         + (f"; runners with no files: {', '.join(result.idle_runners)}" if result.idle_runners else "")
     )

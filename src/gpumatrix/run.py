@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from gpumatrix import UsageError
 from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Runner
+from gpumatrix.pytest_failure import explain_no_report
 from gpumatrix.registry import Registration
 from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
 from gpumatrix.session import SessionPlan, declared_paths
@@ -277,7 +278,9 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     report_path = (options.report or reports_dir / f"gpumatrix-{runner.label}.json").resolve()
     # pytest is handed what was resolved here (the hardware, the runner, the registry) instead of
     # detecting, loading and discovering it again.
-    session = SessionPlan(root, hardware, registry, runner, suite, declared_paths(root, matrix))
+    session = SessionPlan(
+        root, hardware, registry, runner, suite, declared_paths(root, matrix), test_roots=matrix.test_roots
+    )
     session_path = report_path.with_name(f".{report_path.stem}.plan.json")
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
     # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own
@@ -353,8 +356,9 @@ def clean_outputs(plan: RunPlan) -> None:
         plan.session_path.unlink(missing_ok=True)
 
 
-def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:
-    """The result of a run from pytest's exit code and the report it wrote (None: pytest never ran).
+def finish_run(plan: RunPlan, pytest_exit: int | None, output: str = "") -> RunResult:
+    """The result of a run from pytest's exit code, the report it wrote (None: pytest never ran) and the
+    end of what it printed (`output`: says why it wrote no report, such as a conftest's import error).
 
     Exit codes (the table in `gpumatrix.cli`): pytest's usage error (4) becomes 2; any other failure
     of pytest, a guard, or nothing to run, 1.
@@ -365,7 +369,7 @@ def finish_run(plan: RunPlan, pytest_exit: int | None) -> RunResult:
         )
     usage = pytest_exit == _PYTEST_USAGE_ERROR
     if not plan.report_path.is_file():
-        problem = f"pytest (exit {pytest_exit}) wrote no report to {plan.report_path}"
+        problem = explain_no_report(pytest_exit, output, plan.report_path)
         return RunResult(plan, pytest_exit, None, (problem,), 2 if usage else 1)
     try:
         report = read_report(plan.report_path, plan.matrix)

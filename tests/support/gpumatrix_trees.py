@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "GIT_ENV",
     "MATRIX_YAML",
     "RESOLVING_CONFTEST",
     "PytestRun",
@@ -47,6 +48,17 @@ runners:
   - {label: 4-gpu-gb300, class: gb300, gpus: 4, runs_on: [gpu-gb300], timeout_minutes: 30}
 """
 
+
+# git for throwaway repositories: a fixed identity, no user or system configuration.
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 # A root conftest that notes every time a process resolves a session itself (detects the hardware,
 # discovers the registry) instead of being handed the plan.

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from gpumatrix_trees import GIT_ENV
 
 from gpumatrix import register
 from gpumatrix.bot.tree import TreeError, git_head, git_toplevel, read_test_sources
 
 register(on=("cpu",), est_time=20)
-
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -40,7 +40,7 @@ def _executable(path: Path, text: str) -> None:
 
 @pytest.mark.parametrize(("status", "passes"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_ci_run_fails_unless_pytest_passed(tmp_path: Path, status: int, passes: bool) -> None:
-    for relative in ("Makefile", ".ci/run", "pyproject.toml"):
+    for relative in ("Makefile", ".ci/run", "pyproject.toml", "packaging/gpumatrix/pyproject.toml"):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / relative, tmp_path / relative)
     _executable(tmp_path / ".venv" / "bin" / "python", _FAKE_PYTHON.format(status=status))

@@ -240,7 +240,9 @@ class _LiveFacts:
     def head(self) -> Head:
         pull = self.client.pull_head(self.event.issue_number)
         try:
-            sources = self.read_sources(self.root, pull.sha, pr_number=self.event.issue_number)
+            sources = self.read_sources(
+                self.root, pull.sha, pr_number=self.event.issue_number, roots=self.matrix.test_roots
+            )
         except TreeError as exc:
             raise Unavailable(str(exc)) from exc
         return Head(pull.sha, build_registry(sources, self.matrix))

@@ -14,9 +14,11 @@ import os
 import posixpath
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpumatrix import GpumatrixError
+from gpumatrix.config import DEFAULT_TEST_ROOTS
 
 __all__ = ["TreeError", "git_head", "git_toplevel", "read_test_sources"]
 
@@ -50,9 +52,10 @@ def read_test_sources(
     *,
     pr_number: int | None = None,
     token: str | None = None,
-    tests_dir: str = "tests",
+    roots: Sequence[str] = DEFAULT_TEST_ROOTS,
 ) -> dict[str, str]:
-    """{path: text} of every `<tests_dir>/**/test_*.py` blob of commit `sha` in the clone at `root`.
+    """{path: text} of every `test_*.py` blob under the test `roots` of commit `sha` in the clone at
+    `root` (a root that is a symlink holds none, as `gpumatrix.registry.find_test_files` reads it).
 
     When the commit is missing and `pr_number` is given, `refs/pull/<pr_number>/head` is fetched from
     `origin` first (authenticated with `token` when given, as actions/checkout does, but through the
@@ -82,7 +85,7 @@ def read_test_sources(
                 f"not {sha[:12]}; comment again"
             )
 
-    listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", sha, "--", tests_dir)
+    listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", sha, "--", *roots)
     blobs: list[tuple[str, str]] = []
     for entry in listing.decode("utf-8", errors="surrogateescape").split("\0"):
         if not entry:

@@ -21,9 +21,12 @@ from gpumatrix.hardware import Hardware
 from gpumatrix.report.model import OUTCOME_RANK, FileResult, PathRecord, Report, Skip, Witnessed
 from gpumatrix.witnesses import REPORT_ATTRIBUTE, witness_summary
 
-__all__ = ["RunOutcomes"]
+__all__ = ["HARDWARE_SKIP_ATTRIBUTE", "RunOutcomes"]
 
 _MAX_TEXT = 4096  # the reader's limit on a skip reason or a problem
+#: Set by the plugin on the report of a test skipped for this machine's hardware on its own (a refined
+#: test, gpumatrix.refine): it travels with the report from xdist workers and the plugin's child pytest.
+HARDWARE_SKIP_ATTRIBUTE = "gpumatrix_hardware_skip"
 _MAX_SHORT = 200  # on a path name
 
 
@@ -37,6 +40,8 @@ class RunOutcomes:
     durations: dict[str, float] = field(default_factory=dict)  # nodeid: seconds, all phases
     witnessed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # nodeid: its records
     files: dict[str, str] = field(default_factory=dict)  # nodeid: file, of every test seen
+    # Tests skipped for this machine's hardware one by one (a refined test: gpumatrix.refine).
+    hardware_skipped: set[str] = field(default_factory=set)
 
     def add(self, nodeid: str, file: str, kind: str, reason: str = "") -> None:
         self.files.setdefault(nodeid, file)
@@ -70,6 +75,8 @@ class RunOutcomes:
         else:
             return  # a passing setup or teardown says nothing the call does not
         reason = ""
+        if kind == "skipped" and getattr(report, HARDWARE_SKIP_ATTRIBUTE, False):
+            self.hardware_skipped.add(report.nodeid)
         if kind == "skipped":
             wasxfail = getattr(report, "wasxfail", None)
             reason = f"xfail: {wasxfail}" if wasxfail is not None else skip_reason(report)
@@ -101,7 +108,9 @@ class RunOutcomes:
                 continue
             reason = reason[:_MAX_TEXT]
             disabled = bool(disabled_skips) and disabled_skips.get(file) == reason  # type: ignore[union-attr]
-            by_hardware = not disabled and (hardware_skips or {}).get(file) == reason
+            by_hardware = not disabled and (
+                (hardware_skips or {}).get(file) == reason or nodeid in self.hardware_skipped
+            )
             lists["skipped"].append(Skip(nodeid, reason, hardware=by_hardware, disabled=disabled))
         files = {
             file: FileResult(

@@ -225,7 +225,7 @@ class _Reader:
         return report
 
     def hardware(self, value: Any) -> Hardware:
-        data = self.object(value, "hardware", _HARDWARE)
+        data = self.object(value, "hardware", _HARDWARE, optional=("vendor", "architectures"))
         gpu_class = self.text(data["gpu_class"], "hardware.gpu_class", limit=_MAX_SHORT, empty=False)
         if gpu_class not in self.matrix.classes:
             self.bad(
@@ -253,16 +253,26 @@ class _Reader:
                 )
         if (gpu_class == CPU_CLASS) != (count == 0):
             self.contradiction("hardware.count", f"{count} GPU(s) of class {gpu_class}")
+        vendor = self.text(data.get("vendor", "nvidia"), "hardware.vendor", limit=_MAX_SHORT)
+        architectures = self.texts(data.get("architectures", []), "hardware.architectures", short)
+        if vendor != "nvidia" and len(architectures) != count:
+            self.contradiction(
+                "hardware.architectures", f"lists {len(architectures)} GPU(s), but hardware.count is {count}"
+            )
         if count:
-            owner = self.matrix.class_for_capability(capabilities[0])
+            arch = architectures[0] if architectures else ""
+            owner = self.matrix.class_for_device(vendor, capabilities[0], arch, names[0])
             if owner is None or owner.name != gpu_class:
                 major, minor = capabilities[0]
+                shown = f"sm_{major}{minor}" if vendor == "nvidia" else f"{vendor} {arch or names[0]}"
                 self.contradiction(
                     "hardware.gpu_class",
-                    f"is {gpu_class}, but its first GPU (sm_{major}{minor}) is of class "
+                    f"is {gpu_class}, but its first GPU ({shown}) is of class "
                     f"{owner.name if owner else 'none'} in {self.matrix.source}",
                 )
-        hardware = Hardware(gpu_class, count, names, capabilities, driver, source, device_ids)
+        hardware = Hardware(
+            gpu_class, count, names, capabilities, driver, source, device_ids, vendor, tuple(architectures)
+        )
         if description != hardware.describe():
             self.contradiction(
                 "hardware.description", f"says {_shown(description)}, the fields say {hardware.describe()!r}"
