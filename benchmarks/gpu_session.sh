@@ -20,7 +20,8 @@ for arg in "$@"; do
   esac
 done
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 \
+# gpumatrix and mxfuse are two distributions (packaging/gpumatrix and the root): install both, editable.
+python3 -m pip install -q --no-deps --no-build-isolation -e ./packaging/gpumatrix -e . >"$out/install.log" 2>&1 \
   || { echo "editable install failed; using PYTHONPATH"; export PYTHONPATH=$PWD/src PYTEST_PLUGINS=gpumatrix.plugin; }
 gm() { python3 -c 'from gpumatrix.cli import main; main()' "$@"; }
 declare -A rc expect
