@@ -6,7 +6,9 @@ through `MatrixError`, so a maintainer fixes the file in one pass. Whatever the 
 in a `Matrix` or a `MatrixError` (`gpumatrix.yamlfile` reads the file, as it reads ci/paths.yaml: text
 that is not UTF-8, unconvertible tags, nesting too deep, null or empty text fields are problems too).
 The optional `suites` section declares the suites a test file may name in `register(suite=...)`
-besides the built-in `pr` (the default: every pull request) and `nightly` (the scheduled run).
+besides the built-in `pr` (the default: every pull request) and `nightly` (the scheduled run); the
+optional `flaky` section how often a test of a file registered `flaky=` runs again after a failure, and
+`bot.max_repeat` the most runs `/rerun-test --repeat N` may ask (docs/flaky.md).
 The semantics are docs/registry.md's.
 """
 
@@ -28,7 +30,10 @@ __all__ = [
     "ALL_SUITES",
     "BUILTIN_SUITES",
     "CPU_CLASS",
+    "DEFAULT_FLAKY_RERUNS",
     "DEFAULT_SUITE",
+    "MAX_FLAKY_RERUNS",
+    "MAX_REPEAT",
     "MAX_SECONDS",
     "NIGHTLY_SUITE",
     "PERMISSION_LEVELS",
@@ -57,6 +62,14 @@ BUILTIN_SUITES: Mapping[str, str] = MappingProxyType(
         NIGHTLY_SUITE: "once a day, on every runner that has nightly files",
     }
 )
+# A test of a file registered flaky= on the class it runs as runs again after a failure, up to this many times
+# (`flaky: reruns:`); more would hide a test that fails half the time (2 reruns pass it 7 times in 8).
+DEFAULT_FLAKY_RERUNS = 2
+MAX_FLAKY_RERUNS = 5
+# `/rerun-test --repeat N` asks for N runs of each test on the head and on the base: `bot: max_repeat:`
+# bounds N (default 20), never above MAX_REPEAT.
+DEFAULT_MAX_REPEAT = 20
+MAX_REPEAT = 1000
 # Ordered as GitHub's collaborator roles: a level grants everything to its left.
 PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 # Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
@@ -104,6 +117,7 @@ class BotConfig:
     allow_edits: bool = False
     workflow: str = "gpu-tests.yml"
     ref: str = "main"
+    max_repeat: int = DEFAULT_MAX_REPEAT  # the largest N of `/rerun-test --repeat N`
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,8 @@ class Matrix:
     source: str = "ci/matrix.yaml"
     # name: description; the built-in ones always among them
     suites: Mapping[str, str] = field(default_factory=lambda: BUILTIN_SUITES)
+    # reruns after a failure of a test of a file registered flaky= on the class it runs as (`flaky: reruns:`)
+    flaky_reruns: int = DEFAULT_FLAKY_RERUNS
 
     def runner(self, label: str) -> Runner | None:
         for runner in self.runners:
@@ -186,7 +202,7 @@ class _MatrixParser(YamlReader):
         if root is None:
             self.error(None, "the runner matrix is empty (expected 'classes' and 'runners')")
             raise MatrixError(self.problems)
-        top = self.check_keys(root, ("classes", "runners", "suites", "bot"), "the runner matrix")
+        top = self.check_keys(root, ("classes", "runners", "suites", "flaky", "bot"), "the runner matrix")
         for required in ("classes", "runners"):
             if required not in top and isinstance(root, yaml.MappingNode):
                 self.error(root, f"missing required key {required!r}")
@@ -194,9 +210,26 @@ class _MatrixParser(YamlReader):
         runners = self.parse_runners(top["runners"], classes) if "runners" in top else ()
         suites = self.parse_suites(top["suites"]) if "suites" in top else BUILTIN_SUITES
         bot = self.parse_bot(top["bot"]) if "bot" in top else BotConfig()
+        reruns = self.parse_flaky(top["flaky"]) if "flaky" in top else DEFAULT_FLAKY_RERUNS
         if self.problems:
             raise MatrixError(sorted(self.problems, key=lambda p: p.line))
-        return Matrix(classes=classes, runners=runners, bot=bot, source=self.source, suites=suites)
+        return Matrix(
+            classes=classes, runners=runners, bot=bot, source=self.source, suites=suites, flaky_reruns=reruns
+        )
+
+    def parse_flaky(self, node: yaml.Node) -> int:
+        """`flaky: {reruns: K}`: how many times a test of a file registered flaky= runs again after a failure."""
+        fields = self.check_keys(node, ("reruns",), "flaky")
+        if "reruns" not in fields:
+            return DEFAULT_FLAKY_RERUNS
+        reruns = self.positive_int(fields["reruns"], "flaky reruns", allow_zero=True)
+        if reruns > MAX_FLAKY_RERUNS:
+            self.error(
+                fields["reruns"],
+                f"flaky reruns must be at most {MAX_FLAKY_RERUNS}, got {reruns}: more reruns pass a test "
+                "that fails most of the time",
+            )
+        return reruns
 
     def parse_suites(self, node: yaml.Node) -> Mapping[str, str]:
         """`suites: {name: description}`: the built-in ones (which may be described again) and more."""
@@ -329,7 +362,7 @@ class _MatrixParser(YamlReader):
         return tuple(runners)
 
     def parse_bot(self, node: yaml.Node) -> BotConfig:
-        fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref"), "bot")
+        fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref", "max_repeat"), "bot")
         defaults = BotConfig()
         permission = (
             self.text(fields["permission"], "bot permission", default=defaults.permission)
@@ -355,4 +388,13 @@ class _MatrixParser(YamlReader):
             self.text(fields["workflow"], "bot workflow") if "workflow" in fields else defaults.workflow
         )
         ref = self.text(fields["ref"], "bot ref") if "ref" in fields else defaults.ref
-        return BotConfig(permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref)
+        max_repeat = defaults.max_repeat
+        if "max_repeat" in fields:
+            max_repeat = self.positive_int(fields["max_repeat"], "bot max_repeat")
+            if max_repeat > 0 and not 2 <= max_repeat <= MAX_REPEAT:
+                self.error(
+                    fields["max_repeat"], f"bot max_repeat must be from 2 to {MAX_REPEAT}, got {max_repeat}"
+                )
+        return BotConfig(
+            permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref, max_repeat=max_repeat
+        )

@@ -102,7 +102,7 @@ def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None)
 def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
     """One object per file. The fields a registration may leave out appear only when it gives them, so
     plain registrations read as they always did: `suite` (absent: pr), `est_time_by_class` (seconds on
-    each class of `on`, the fallback filled in), `disabled` and `disabled_on`."""
+    each class of `on`, the fallback filled in), `disabled`, `disabled_on` and `flaky`."""
     rows = []
     for f in files:
         row: dict[str, Any] = {
@@ -121,6 +121,8 @@ def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
             row["disabled"] = f.disabled
         if f.disabled_on:
             row["disabled_on"] = dict(f.disabled_on)
+        if f.flaky:
+            row["flaky"] = dict(f.flaky)
         rows.append(row)
     return rows
 
