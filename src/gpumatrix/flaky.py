@@ -47,6 +47,7 @@ __all__ = [
     "Verdict",
     "decide_verdict",
     "difference_interval",
+    "passed_after_reruns",
     "repeated_test",
     "runs_to_decide",
     "wilson_interval",
@@ -277,6 +278,11 @@ def _scaled_difference_low(head_rate: float, base_rate: float, runs: int) -> flo
     base = wilson_interval(base_rate * runs, runs)
     head = wilson_interval(head_rate * runs, runs)
     return base_rate - head_rate - math.sqrt((base_rate - base.low) ** 2 + (head.high - head_rate) ** 2)
+
+
+def passed_after_reruns(reruns: int) -> str:
+    """`passed after 2 reruns`: how a test that passed only after running again is shown, wherever it is."""
+    return f"passed after {reruns} rerun{'s' if reruns != 1 else ''}"
 
 
 def _percent(rate: float) -> str:

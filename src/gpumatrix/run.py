@@ -277,7 +277,15 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     report_path = (options.report or reports_dir / f"gpumatrix-{runner.label}.json").resolve()
     # pytest is handed what was resolved here (the hardware, the runner, the registry) instead of
     # detecting, loading and discovering it again.
-    session = SessionPlan(root, hardware, registry, runner, suite, declared_paths(root, matrix))
+    session = SessionPlan(
+        root,
+        hardware,
+        registry,
+        runner,
+        suite,
+        declared_paths(root, matrix),
+        flaky_reruns=matrix.flaky_reruns,
+    )
     session_path = report_path.with_name(f".{report_path.stem}.plan.json")
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
     # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumatrix import UsageError
-from gpumatrix.config import Matrix, Runner, load_matrix
+from gpumatrix.config import DEFAULT_FLAKY_RERUNS, Matrix, Runner, load_matrix
 from gpumatrix.hardware import Hardware, detect
 from gpumatrix.paths import PATHS_FILE, load_paths
 from gpumatrix.problems import Problem
@@ -39,6 +39,7 @@ class SessionPlan:
     runner: Runner | None = None
     suite: str | None = None  # None: every suite
     declared_paths: frozenset[str] | None = None
+    flaky_reruns: int = DEFAULT_FLAKY_RERUNS  # ci/matrix.yaml `flaky: reruns:`
 
     def narrowed(self, device_ids: Sequence[str]) -> SessionPlan:
         """This plan as a child process bound to `device_ids` (a subset of this machine's GPUs, as
@@ -63,6 +64,7 @@ class SessionPlan:
             "declared_paths": sorted(self.declared_paths) if self.declared_paths is not None else None,
             "files": [r.to_dict() for r in self.registry.files],
             "problems": [[p.source, p.line, p.message] for p in self.registry.problems],
+            "flaky_reruns": self.flaky_reruns,
         }
 
     @classmethod
@@ -83,6 +85,7 @@ class SessionPlan:
                 runner=Runner(**{**runner, "runs_on": tuple(runner["runs_on"])}) if runner else None,
                 suite=data["suite"],
                 declared_paths=frozenset(declared) if declared is not None else None,
+                flaky_reruns=int(data.get("flaky_reruns", DEFAULT_FLAKY_RERUNS)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UsageError(
@@ -140,6 +143,7 @@ def resolve_session(
         runner=chosen,
         suite=chosen_suite,
         declared_paths=declared_paths(root, matrix),
+        flaky_reruns=matrix.flaky_reruns,
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "FAKE_CUDA_CONFTEST",
     "MATRIX_YAML",
     "RESOLVING_CONFTEST",
     "PytestRun",
@@ -64,6 +65,24 @@ def _noting(name, real):
 
 gpumatrix.session.detect = _noting("detect", gpumatrix.session.detect)
 gpumatrix.session.discover = _noting("discover", gpumatrix.session.discover)
+"""
+
+
+# A conftest standing in for CUDA: the first use of the `cuda` fixture fixes the visible devices of the
+# process, as cuInit does, so a test needing more GPUs than that runs in the plugin's child pytest.
+FAKE_CUDA_CONFTEST = """
+import os, pytest
+import gpumatrix.leases
+
+# Stands in for CUDA: the first use fixes the visible devices of the process, as cuInit does.
+_BOUND = []
+gpumatrix.leases.cuda_initialized = lambda **_: bool(_BOUND)
+
+@pytest.fixture
+def cuda():
+    if not _BOUND:
+        _BOUND.append(os.environ["CUDA_VISIBLE_DEVICES"])
+    return _BOUND[0].split(",")
 """
 
 
