@@ -21,10 +21,12 @@ from typing import Any
 __all__ = [
     "FAKE_CUDA_CONFTEST",
     "MATRIX_YAML",
+    "REGISTER_IMPORT",
     "RESOLVING_CONFTEST",
     "PytestRun",
     "overlapping_leases",
     "read_jsonl",
+    "register_call",
     "registered",
     "run_pytest",
     "write_tree",
@@ -84,6 +86,14 @@ def cuda():
         _BOUND.append(os.environ["CUDA_VISIBLE_DEVICES"])
     return _BOUND[0].split(",")
 """
+
+
+REGISTER_IMPORT = "from gpumatrix import register\n"
+
+
+def register_call(arguments: str) -> str:
+    """Source of a test file that is only its registration: `register(ARGUMENTS)`, written as given."""
+    return f"{REGISTER_IMPORT}register({arguments})\n"
 
 
 def registered(on: Sequence[str], *, gpus: int = 1, est_time: float = 1, body: str = "") -> str:

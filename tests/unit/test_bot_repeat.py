@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from coverage_reports import report_json
+from gpumatrix_trees import register_call
 
 from gpumatrix import register
 from gpumatrix.bot.handle import dispatch_inputs
@@ -31,7 +32,6 @@ register(on=("cpu",), est_time=3)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO_ROOT / "ci" / "matrix.yaml")  # 1-gpu-h100: 45 minutes, a budget of 2160 s
-HEADER = "from gpumatrix import register\n"
 K = "tests/kernels/test_k.py"
 SLOW = "tests/kernels/test_slow.py"
 OFF = "tests/kernels/test_off.py"
@@ -64,8 +64,8 @@ def test_parse_repeat(body: str, kind: str, repeat: int | None, problem: str | N
 
 BASE_REGISTRY = build_registry(
     {
-        K: HEADER + 'register(on=("h100", "b200"), est_time=30)\n',
-        OFF: HEADER + 'register(on=("h100",), est_time=30, disabled_on={"h100": "broken on the base"})\n',
+        K: register_call('on=("h100", "b200"), est_time=30'),
+        OFF: register_call('on=("h100",), est_time=30, disabled_on={"h100": "broken on the base"}'),
     },
     MATRIX,
 )
@@ -89,8 +89,8 @@ def test_base_groups_leave_out_what_the_base_lacks_or_cannot_run() -> None:
 def test_a_repeat_that_cannot_fit_the_job_is_refused() -> None:
     registry = build_registry(
         {
-            K: HEADER + 'register(on=("h100",), est_time=30)\n',
-            SLOW: HEADER + 'register(on=("h100",), est_time=600)\n',
+            K: register_call('on=("h100",), est_time=30'),
+            SLOW: register_call('on=("h100",), est_time=600'),
         },
         MATRIX,
     )

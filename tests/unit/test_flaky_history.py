@@ -4,11 +4,11 @@ failed attempts included), with the unregistered failures and the candidates to 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from gpumatrix_trees import register_call, write_tree
 
 from gpumatrix import register
 from gpumatrix.cli import main
@@ -29,12 +29,11 @@ NCCL = "tests/e2e/test_nccl.py"  # flaky on h100
 GEMM = "tests/kernels/test_gemm.py"  # not flaky
 QUIET = "tests/kernels/test_quiet.py"  # flaky on h100, and never failed
 UNIT = "tests/unit/test_unit.py"  # a CPU test: on an H100 machine it runs as cpu
-HEADER = "from gpumatrix import register\n"
 SOURCES = {
-    NCCL: HEADER + 'register(on=("h100",), est_time=1, flaky={"h100": "NCCL timeout, #45"})\n',
-    GEMM: HEADER + 'register(on=("h100",), est_time=1)\n',
-    QUIET: HEADER + 'register(on=("h100", "b200"), est_time=1, flaky={"h100": "was flaky once"})\n',
-    UNIT: HEADER + 'register(on=("cpu",), est_time=1)\n',
+    NCCL: register_call('on=("h100",), est_time=1, flaky={"h100": "NCCL timeout, #45"}'),
+    GEMM: register_call('on=("h100",), est_time=1'),
+    QUIET: register_call('on=("h100", "b200"), est_time=1, flaky={"h100": "was flaky once"}'),
+    UNIT: register_call('on=("cpu",), est_time=1'),
 }
 REGISTRY = build_registry(SOURCES, MATRIX)
 
@@ -126,14 +125,11 @@ def test_every_test_lists_the_clean_ones_too() -> None:
 
 
 def _tree(tmp_path: Path) -> Path:
-    (tmp_path / "ci").mkdir()
-    shutil.copy(REPO_ROOT / "ci" / "matrix.yaml", tmp_path / "ci" / "matrix.yaml")
-    for path, text in SOURCES.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-    for name, report in (("first", FIRST), ("second", SECOND)):
-        (tmp_path / f"{name}.json").write_text(json.dumps(report_to_json(report)))
-    return tmp_path
+    """The tree of SOURCES with this repository's matrix, and FIRST and SECOND as report files."""
+    reports = {
+        f"{name}.json": json.dumps(report_to_json(r)) for name, r in (("first", FIRST), ("second", SECOND))
+    }
+    return write_tree(tmp_path, {**SOURCES, **reports}, matrix=(REPO_ROOT / "ci" / "matrix.yaml").read_text())
 
 
 def test_the_command_in_json(tmp_path: Path) -> None:

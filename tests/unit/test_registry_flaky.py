@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpumatrix_trees import MATRIX_YAML
+from gpumatrix_trees import MATRIX_YAML, REGISTER_IMPORT, register_call
 
 from gpumatrix import register
 from gpumatrix.config import DEFAULT_FLAKY_RERUNS, MatrixError, load_matrix, parse_matrix
@@ -14,35 +14,31 @@ from gpumatrix.registry import build_registry, discover
 
 register(on=("cpu",), est_time=2)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MATRIX = load_matrix(REPO_ROOT / "ci" / "matrix.yaml")
-HEADER = "from gpumatrix import register\n"
+MATRIX = load_matrix(Path(__file__).resolve().parents[2] / "ci" / "matrix.yaml")
 PATH = "tests/kernels/test_k.py"
-
-
-def _call(arguments: str) -> str:
-    return f"{HEADER}register({arguments})\n"
 
 
 # (id, source, flaky as read, (class, why_flaky there) pairs)
 VALID = [
-    ("not flaky", _call('on=("h100",), est_time=40'), (), [("h100", None)]),
+    ("not flaky", register_call('on=("h100",), est_time=40'), (), [("h100", None)]),
     (
         "flaky on one class",
-        _call('on=("h100", "b200"), est_time=40, flaky={"h100": "NCCL timeout on shared runners, #45"}'),
+        register_call(
+            'on=("h100", "b200"), est_time=40, flaky={"h100": "NCCL timeout on shared runners, #45"}'
+        ),
         (("h100", "NCCL timeout on shared runners, #45"),),
         [("h100", "flaky on h100: NCCL timeout on shared runners, #45"), ("b200", None), (None, None)],
     ),
     (
         "flaky on two classes, in order",
-        HEADER
+        REGISTER_IMPORT
         + 'register(\n    on=("h100", "b200"),\n    est_time=4,\n    flaky={"b200": "a", "h100": "b"},\n)\n',
         (("b200", "a"), ("h100", "b")),
         [("b200", "flaky on b200: a"), ("h100", "flaky on h100: b")],
     ),
     (
         "flaky and disabled on another class",
-        _call('on=("h100", "gb300"), est_time=4, flaky={"h100": "x"}, disabled_on={"gb300": "y"}'),
+        register_call('on=("h100", "gb300"), est_time=4, flaky={"h100": "x"}, disabled_on={"gb300": "y"}'),
         (("h100", "x"),),
         [("h100", "flaky on h100: x"), ("gb300", None)],
     ),
@@ -63,33 +59,37 @@ def test_flaky_is_read_per_class(
 ERRORS = [
     (
         "not a mapping",
-        _call('on=("h100",), est_time=1, flaky="h100"'),
+        register_call('on=("h100",), est_time=1, flaky="h100"'),
         [(2, 'register(flaky=...) must map classes to reasons, such as {"h100": "NCCL timeout, #45"}')],
     ),
-    ("empty", _call('on=("h100",), est_time=1, flaky={}'), [(2, "register(flaky=...) names no class")]),
+    (
+        "empty",
+        register_call('on=("h100",), est_time=1, flaky={}'),
+        [(2, "register(flaky=...) names no class")],
+    ),
     (
         "class not in on",
-        _call('on=("h100",), est_time=1, flaky={"gb300": "x"}'),
+        register_call('on=("h100",), est_time=1, flaky={"gb300": "x"}'),
         [(2, "register(flaky=...) names class 'gb300', which is not in on=('h100',)")],
     ),
     (
         "empty reason",
-        _call('on=("h100",), est_time=1, flaky={"h100": " "}'),
+        register_call('on=("h100",), est_time=1, flaky={"h100": " "}'),
         [(2, "register(flaky=...) for 'h100' gives an empty reason: say why")],
     ),
     (
         "reason not a string",
-        _call('on=("h100",), est_time=1, flaky={"h100": True}'),
+        register_call('on=("h100",), est_time=1, flaky={"h100": True}'),
         [(2, "register(flaky=...) for 'h100' must be the reason, a string, got True")],
     ),
     (
         "not a literal",
-        HEADER + 'WHY = {"h100": "x"}\nregister(on=("h100",), est_time=1, flaky=WHY)\n',
+        REGISTER_IMPORT + 'WHY = {"h100": "x"}\nregister(on=("h100",), est_time=1, flaky=WHY)\n',
         [(3, "register(flaky=...) must be a literal, got `WHY`")],
     ),
     (
         "entry at its own line",
-        HEADER + 'register(\n    on=("h100",),\n    est_time=1,\n    flaky={\n        "h100": "a",\n'
+        REGISTER_IMPORT + 'register(\n    on=("h100",),\n    est_time=1,\n    flaky={\n        "h100": "a",\n'
         '        "b200": "b",\n    },\n)\n',
         [(7, "names class 'b200', which is not in on=('h100',)")],
     ),
@@ -109,7 +109,7 @@ def test_each_misuse_is_a_problem_at_its_line(source: str, expected: list[tuple[
 def test_the_cache_keeps_flaky(tmp_path: Path) -> None:
     (tmp_path / "ci").mkdir()
     (tmp_path / "ci" / "matrix.yaml").write_text(MATRIX_YAML)
-    source = _call('on=("h100", "b200"), est_time=4, flaky={"b200": "timeouts"}')
+    source = register_call('on=("h100", "b200"), est_time=4, flaky={"b200": "timeouts"}')
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_k.py").write_text(source)
     matrix = load_matrix(tmp_path / "ci" / "matrix.yaml")

@@ -4,11 +4,11 @@ how a run shows a test that passed only after reruns (terminal, Markdown summary
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from gpumatrix_trees import write_tree
 
 from gpumatrix import register
 from gpumatrix.cli import main
@@ -58,12 +58,7 @@ def test_plain():
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
-    (root / "ci").mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "ci" / "matrix.yaml", root / "ci" / "matrix.yaml")
-    for relative, text in files.items():
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        (root / relative).write_text(text)
-    return root
+    return write_tree(root, files, matrix=(REPO_ROOT / "ci" / "matrix.yaml").read_text())
 
 
 def run(root: Path, *args: str, env: dict[str, str] | None = None):
