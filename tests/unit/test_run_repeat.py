@@ -12,6 +12,8 @@ from gpumatrix_trees import write_tree
 
 from gpumatrix import register
 from gpumatrix.cli import main
+from gpumatrix.coverage import load_coverage
+from gpumatrix.page import render_markdown
 
 register(on=("cpu",), est_time=60)
 
@@ -117,6 +119,10 @@ def test_a_test_that_passed_after_a_rerun_is_never_a_plain_pass(tmp_path: Path) 
     assert 'class="flaky" data-state="flaky"' in page
     assert "2 passed (passed after 1 rerun)" in page
     assert f"{nodeid}: passed after 1 rerun" in page
+    # and the merged matrix's Markdown (`gpumatrix coverage`)
+    coverage = load_coverage(tmp_path, [tmp_path / "reports" / "gpumatrix-cpu.json"], require_paths=False)
+    row = next(line for line in render_markdown(coverage, title="t").splitlines() if "test_flaky.py" in line)
+    assert "🟡 2/2 (1 after 1 rerun)" in row
 
 
 @pytest.mark.parametrize(

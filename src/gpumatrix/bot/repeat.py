@@ -276,7 +276,7 @@ def comparison_lines(status: StatusComment) -> list[str]:
 def check_comparison(status: StatusComment, group: GroupStatus) -> tuple[str, list[str]]:
     """(a title suffix, summary lines) for the head's check run of a repeated command; empty until both runs
     are tallied (the lines then say what is awaited)."""
-    if not status.repeat or group.commit != HEAD:
+    if not status.repeat or group.commit != HEAD or group.state == "error":  # a failed dispatch ran nothing
         return "", []
     comparison = compare(status, group.label)
     if comparison is None:
