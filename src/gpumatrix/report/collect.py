@@ -65,7 +65,8 @@ class RunOutcomes:
             self.witnessed.setdefault(report.nodeid, []).extend(
                 r for r in records if isinstance(r, dict) and isinstance(r.get("path"), str) and r["path"]
             )
-        if getattr(report, "outcome", None) == "rerun":  # a failed attempt; the test runs again (pytest-rerunfailures)
+        # A failed attempt: the test runs again (pytest-rerunfailures), and its last attempt is its outcome.
+        if getattr(report, "outcome", None) == "rerun":
             self.add_rerun(report)
             return
         if report.when == "call":
