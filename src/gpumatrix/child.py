@@ -22,6 +22,7 @@ import pytest
 
 from gpumatrix.gating import forwarded_options
 from gpumatrix.leases import LeasePlan, ProcessLeases
+from gpumatrix.reruns import repeat_options
 from gpumatrix.session import SessionPlan
 
 __all__ = ["HELD_LEASE_ENV", "REPLAY_TO_ENV", "log_setup_error", "run_in_child"]
@@ -122,4 +123,4 @@ def _child_args(item: pytest.Item, scratch: Path, plan_file: Path, include_disab
         args.append("--include-disabled")
     if config.pluginmanager.has_plugin("xdist"):
         args += ["-n", "0"]  # overrides a -n from addopts
-    return args + forwarded_options(list(config.invocation_params.args))
+    return args + repeat_options(config) + forwarded_options(list(config.invocation_params.args))

@@ -1,4 +1,4 @@
-"""The `gpumatrix` command line: detect, list, check, matrix, run, coverage, estimate (and the bot's commands).
+"""The `gpumatrix` command line: detect, list, check, matrix, run, coverage, estimate, flaky (and the bot's commands).
 
 Also `python -m gpumatrix` and `python -m gpumatrix.cli`.
 Each command computes a result (`gpumatrix.results`, `gpumatrix.run`) and one renderer prints it.
@@ -18,6 +18,7 @@ from gpumatrix import GpumatrixError, __version__
 from gpumatrix.adopt_commands import init
 from gpumatrix.adopt_commands import register as register_command
 from gpumatrix.bot.commands import bot, plan
+from gpumatrix.config import MAX_REPEAT
 
 __all__ = ["EXIT_CODES", "console", "find_root", "main"]
 
@@ -265,6 +266,14 @@ def matrix(
     is_flag=True,
     help="Run files registered disabled= (or disabled_on= this runner's class) instead of skipping them.",
 )
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1, max=MAX_REPEAT),
+    default=1,
+    show_default=True,
+    help="Run each test N times (pytest-repeat; no reruns then) and show each test's pass rate with its "
+    "95% interval.",
+)
 @durations_option
 @root_option
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
@@ -280,6 +289,7 @@ def run(
     no_preflight: bool,
     suite_name: str,
     include_disabled: bool,
+    repeat: int,
     duration_reports: tuple[Path, ...],
     root: Path | None,
     pytest_args: tuple[str, ...],
@@ -314,6 +324,7 @@ def run(
         pytest_args=tuple(pytest_args),
         suite=suite_name,
         include_disabled=include_disabled,
+        repeat=repeat,
     )
     run_plan = plan_run(root, options)
     console = _console()
@@ -438,6 +449,28 @@ def estimate(reports: tuple[Path, ...], as_json: bool, root: Path | None) -> Non
         click.echo(json.dumps(estimates_json(found), indent=2))
     else:
         render_estimates(_console(), found)
+
+
+@main.command()
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--all", "every_test", is_flag=True, help="List every test, those that never failed too.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@root_option
+def flaky(reports: tuple[Path, ...], every_test: bool, as_json: bool, root: Path | None) -> None:
+    """Pass rates per test and GPU class over JSON reports (nightly history), the flakiest first, each with
+    its 95% interval; the tests that failed and are not registered flaky there; and the files registered
+    flaky= that passed every run (candidates to drop flaky=).
+
+    Every run counts: each repetition of a repeated run, and each failed attempt of a test that ran again.
+    Exit 0: this reports, it does not judge (a report that contradicts itself exits 1, as everywhere).
+    """
+    from gpumatrix.flaky_history import history_json, load_history, render_history
+
+    history = load_history(root or find_root(), list(reports), every_test=every_test)
+    if as_json:
+        click.echo(json.dumps(history_json(history), indent=2))
+    else:
+        render_history(_console(), history)
 
 
 def _append(path: Path, text: str) -> None:

@@ -6,7 +6,9 @@ through `MatrixError`, so a maintainer fixes the file in one pass. Whatever the 
 in a `Matrix` or a `MatrixError` (`gpumatrix.yamlfile` reads the file, as it reads ci/paths.yaml: text
 that is not UTF-8, unconvertible tags, nesting too deep, null or empty text fields are problems too).
 The optional `suites` section declares the suites a test file may name in `register(suite=...)`
-besides the built-in `pr` (the default: every pull request) and `nightly` (the scheduled run).
+besides the built-in `pr` (the default: every pull request) and `nightly` (the scheduled run); the
+optional `flaky` section how often a test of a file registered `flaky=` runs again after a failure, and
+`bot.max_repeat` the most runs `/rerun-test --repeat N` may ask (docs/flaky.md).
 The semantics are docs/registry.md's.
 """
 
@@ -28,8 +30,11 @@ __all__ = [
     "ALL_SUITES",
     "BUILTIN_SUITES",
     "CPU_CLASS",
+    "DEFAULT_FLAKY_RERUNS",
     "DEFAULT_SUITE",
     "DEFAULT_TEST_ROOTS",
+    "MAX_FLAKY_RERUNS",
+    "MAX_REPEAT",
     "VENDORS",
     "MAX_SECONDS",
     "NIGHTLY_SUITE",
@@ -64,6 +69,14 @@ BUILTIN_SUITES: Mapping[str, str] = MappingProxyType(
         NIGHTLY_SUITE: "once a day, on every runner that has nightly files",
     }
 )
+# A test of a file registered flaky= on the class it runs as runs again after a failure, up to this many times
+# (`flaky: reruns:`); more would hide a test that fails half the time (2 reruns pass it 7 times in 8).
+DEFAULT_FLAKY_RERUNS = 2
+MAX_FLAKY_RERUNS = 5
+# `/rerun-test --repeat N` asks for N runs of each test on the head and on the base: `bot: max_repeat:`
+# bounds N (default 20), never above MAX_REPEAT.
+DEFAULT_MAX_REPEAT = 20
+MAX_REPEAT = 1000
 # Ordered as GitHub's collaborator roles: a level grants everything to its left.
 PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 # Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
@@ -126,6 +139,7 @@ class BotConfig:
     allow_edits: bool = False
     workflow: str = "gpu-tests.yml"
     ref: str = "main"
+    max_repeat: int = DEFAULT_MAX_REPEAT  # the largest N of `/rerun-test --repeat N`
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,8 @@ class Matrix:
     suites: Mapping[str, str] = field(default_factory=lambda: BUILTIN_SUITES)
     # Repository-relative directories holding the test files (`test_roots:`), '/'-separated.
     test_roots: tuple[str, ...] = DEFAULT_TEST_ROOTS
+    # reruns after a failure of a test of a file registered flaky= on the class it runs as (`flaky: reruns:`)
+    flaky_reruns: int = DEFAULT_FLAKY_RERUNS
 
     def runner(self, label: str) -> Runner | None:
         for runner in self.runners:
@@ -228,7 +244,7 @@ class _MatrixParser(YamlReader):
             self.error(None, "the runner matrix is empty (expected 'classes' and 'runners')")
             raise MatrixError(self.problems)
         top = self.check_keys(
-            root, ("classes", "runners", "suites", "bot", "test_roots"), "the runner matrix"
+            root, ("classes", "runners", "suites", "flaky", "bot", "test_roots"), "the runner matrix"
         )
         for required in ("classes", "runners"):
             if required not in top and isinstance(root, yaml.MappingNode):
@@ -238,10 +254,17 @@ class _MatrixParser(YamlReader):
         suites = self.parse_suites(top["suites"]) if "suites" in top else BUILTIN_SUITES
         bot = self.parse_bot(top["bot"]) if "bot" in top else BotConfig()
         roots = self.parse_test_roots(top["test_roots"]) if "test_roots" in top else DEFAULT_TEST_ROOTS
+        reruns = self.parse_flaky(top["flaky"]) if "flaky" in top else DEFAULT_FLAKY_RERUNS
         if self.problems:
             raise MatrixError(sorted(self.problems, key=lambda p: p.line))
         return Matrix(
-            classes=classes, runners=runners, bot=bot, source=self.source, suites=suites, test_roots=roots
+            classes=classes,
+            runners=runners,
+            bot=bot,
+            source=self.source,
+            suites=suites,
+            test_roots=roots,
+            flaky_reruns=reruns,
         )
 
     def parse_test_roots(self, node: yaml.Node) -> tuple[str, ...]:
@@ -268,6 +291,20 @@ class _MatrixParser(YamlReader):
         if isinstance(node, yaml.SequenceNode) and not node.value:
             self.error(node, "test_roots must name at least one directory (such as [tests])")
         return tuple(roots) or DEFAULT_TEST_ROOTS
+
+    def parse_flaky(self, node: yaml.Node) -> int:
+        """`flaky: {reruns: K}`: how many times a test of a file registered flaky= runs again after a failure."""
+        fields = self.check_keys(node, ("reruns",), "flaky")
+        if "reruns" not in fields:
+            return DEFAULT_FLAKY_RERUNS
+        reruns = self.positive_int(fields["reruns"], "flaky reruns", allow_zero=True)
+        if reruns > MAX_FLAKY_RERUNS:
+            self.error(
+                fields["reruns"],
+                f"flaky reruns must be at most {MAX_FLAKY_RERUNS}, got {reruns}: more reruns pass a test "
+                "that fails most of the time",
+            )
+        return reruns
 
     def parse_suites(self, node: yaml.Node) -> Mapping[str, str]:
         """`suites: {name: description}`: the built-in ones (which may be described again) and more."""
@@ -449,7 +486,7 @@ class _MatrixParser(YamlReader):
         return tuple(runners)
 
     def parse_bot(self, node: yaml.Node) -> BotConfig:
-        fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref"), "bot")
+        fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref", "max_repeat"), "bot")
         defaults = BotConfig()
         permission = (
             self.text(fields["permission"], "bot permission", default=defaults.permission)
@@ -475,4 +512,13 @@ class _MatrixParser(YamlReader):
             self.text(fields["workflow"], "bot workflow") if "workflow" in fields else defaults.workflow
         )
         ref = self.text(fields["ref"], "bot ref") if "ref" in fields else defaults.ref
-        return BotConfig(permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref)
+        max_repeat = defaults.max_repeat
+        if "max_repeat" in fields:
+            max_repeat = self.positive_int(fields["max_repeat"], "bot max_repeat")
+            if max_repeat > 0 and not 2 <= max_repeat <= MAX_REPEAT:
+                self.error(
+                    fields["max_repeat"], f"bot max_repeat must be from 2 to {MAX_REPEAT}, got {max_repeat}"
+                )
+        return BotConfig(
+            permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref, max_repeat=max_repeat
+        )

@@ -62,6 +62,7 @@ class FileCell:
     errors: int = 0
     skipped: tuple[tuple[str, str], ...] = ()  # (nodeid, reason)
     duration: float | None = None
+    after_reruns: tuple[tuple[str, int], ...] = ()  # (nodeid, reruns) of passed tests that first failed
 
     @property
     def ran(self) -> int:
@@ -69,8 +70,11 @@ class FileCell:
 
     @property
     def state(self) -> str:
+        """failed, flaky (nothing failed, but some test passed only after running again), passed, ..."""
         if self.failed or self.errors:
             return "failed"
+        if self.after_reruns:
+            return "flaky"
         return "passed" if self.passed else "skipped" if self.skipped else "empty"
 
 
@@ -320,10 +324,15 @@ def _file_cells(
             else:
                 entry[kind] += 1
     durations: dict[tuple[str, str], float] = {}
+    after: dict[tuple[str, str], dict[str, int]] = {}  # passed only after reruns, where that is the outcome
     for label, group in by_runner.items():
         for report in group:  # a file in two reports of one runner (two runs given together): the longer
             for file, result in report.files.items():
                 durations[(file, label)] = max(result.duration, durations.get((file, label), 0.0))
+                for nodeid, reruns in result.passed_after_reruns():
+                    if tests[label][nodeid][1] == "passed":
+                        found = after.setdefault((file, label), {})
+                        found[nodeid] = max(reruns, found.get(nodeid, 0))
     return {
         key: FileCell(
             passed=entry["passed"],
@@ -331,6 +340,7 @@ def _file_cells(
             errors=entry["errors"],
             skipped=tuple(entry["skipped"]),
             duration=durations.get(key),
+            after_reruns=tuple(sorted(after.get(key, {}).items())),
         )
         for key, entry in counts.items()
     }

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumatrix import UsageError
 from gpumatrix.coverage import CELL_STATES, Coverage, FileCell
+from gpumatrix.flaky import passed_after_reruns
 from gpumatrix.markdown import NAME_LIMIT, PROBLEM_LIMIT, code_span, plain_text
 from gpumatrix.report import OUTCOMES
 
@@ -66,6 +67,9 @@ def _file_cell(cell: FileCell | None, served: bool, est_time: float | None, repo
         text = "no result" if reported else "not reported"
         return {"state": "noresult", "text": text, "title": f"registered here; {text}", "sort": -1}
     parts = [f"{cell.passed} passed"] if cell.passed else []
+    if cell.after_reruns:  # an amber cell, never a plain pass
+        (_, reruns), more = cell.after_reruns[0], len(cell.after_reruns)
+        parts[0] += f" ({passed_after_reruns(reruns) if more == 1 else f'{more} passed after reruns'})"
     parts += [f"{cell.failed} failed"] if cell.failed else []
     parts += [f"{cell.errors} errors"] if cell.errors else []
     parts += [f"{len(cell.skipped)} skipped"] if cell.skipped else []
@@ -94,6 +98,9 @@ def _file_cell(cell: FileCell | None, served: bool, est_time: float | None, repo
                 "more": max(0, len(ids) - _MAX_LISTED),
             }
             for reason, ids in sorted(reasons.items())
+        ],
+        "after_reruns": [
+            f"{nodeid}: {passed_after_reruns(n)}" for nodeid, n in cell.after_reruns[:_MAX_LISTED]
         ],
         "sort": (cell.failed + cell.errors) * 1_000_000 + cell.ran,
     }
@@ -153,9 +160,7 @@ def page_context(coverage: Coverage, *, title: str, sources: Sequence[str]) -> d
                 "cells": cells,
             }
         )
-    totals = {
-        key: sum(r.totals.get(key, 0) for r in runners) for key in OUTCOMES
-    }
+    totals = {key: sum(r.totals.get(key, 0) for r in runners) for key in OUTCOMES}
     return {
         "title": title,
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -234,8 +239,10 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
             if cell is None:
                 cells.append("" if not coverage.served.get((file, runner.label)) else "no result")
                 continue
-            icon = {"failed": "❌", "passed": "✅", "skipped": "⏭️"}.get(cell.state, "·")
+            icon = {"failed": "❌", "flaky": "🟡", "passed": "✅", "skipped": "⏭️"}.get(cell.state, "·")
             counts = f"{cell.passed}/{cell.ran}" if cell.ran else f"{len(cell.skipped)} skipped"
+            if cell.after_reruns:
+                counts += f" ({len(cell.after_reruns)} {passed_after_reruns(max(n for _, n in cell.after_reruns)).removeprefix('passed ')})"
             cells.append(f"{icon} {counts} · {_seconds(cell.duration)}")
         name = code_span(file, limit=NAME_LIMIT, in_table=True)
         lines.append(f"| {name} | {_seconds(est)} | " + " | ".join(cells) + " |")

@@ -14,6 +14,8 @@ pytest. Once active, every `test_*.py` under the test roots of ci/matrix.yaml (`
   pre-flight, which a person can waive); with `--suite NAME`, one of another suite is deselected;
 - one disabled where it runs (`register(disabled=...)`, `disabled_on=`) is skipped as a whole with
   its reason, marked `disabled` in the report (never a hardware skip), unless `--include-disabled`;
+- a test runs again after a failure only where its file is registered `flaky=` for the class it runs
+  as, through pytest-rerunfailures (`gpumatrix.reruns`), and never in a repeated run (`--count N`);
 - each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
   only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
   bound to runs in a fresh pytest child (`gpumatrix.child`), whose reports are replayed here;
@@ -60,6 +62,7 @@ from gpumatrix.refine_items import refine_item
 from gpumatrix.registry import Registration, read_registration
 from gpumatrix.report import dump_report
 from gpumatrix.report.collect import HARDWARE_SKIP_ATTRIBUTE, RunOutcomes
+from gpumatrix.reruns import RerunHooks
 from gpumatrix.session import SessionPlan, resolve_session
 from gpumatrix.source import read_source_bytes
 from gpumatrix.witnesses import WitnessHooks
@@ -78,6 +81,7 @@ class _State:
     leases: ProcessLeases | None
     replay_to: Path | None
     include_disabled: bool = False
+    repeat: int = 1  # each test runs this many times (pytest-repeat's --count)
     report: RunOutcomes = field(default_factory=RunOutcomes)
     registrations: dict[str, Registration] = field(default_factory=dict)
     problems: dict[str, list[Problem]] = field(default_factory=dict)
@@ -187,6 +191,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if plan is None:
             return
         leases = _process_leases(config, plan.hardware, lease_settings())
+        reruns = RerunHooks.for_session(config, plan)
     except GpumatrixError as exc:
         raise pytest.UsageError(str(exc)) from None
     report_option = config.getoption("gpumatrix_report")
@@ -197,8 +202,10 @@ def pytest_configure(config: pytest.Config) -> None:
         leases=leases,
         replay_to=Path(replay_to) if replay_to else None,
         include_disabled=config.getoption("include_disabled"),
+        repeat=reruns.repeat,
     )
     config.pluginmanager.register(WitnessHooks(plan.declared_paths, PATHS_FILE), "gpumatrix-witnesses")
+    config.pluginmanager.register(reruns, "gpumatrix-reruns")
     if state.report_path is not None or state.replay_to is not None:
         config.pluginmanager.register(_Recorder(config, state), "gpumatrix-recorder")
 
@@ -503,6 +510,7 @@ def _write_report(state: _State, problems: list[str]) -> None:
         hardware_skips=facts.hardware_skips,
         disabled_skips=facts.disabled_skips,
         est_times=facts.est_times,
+        repeat=state.repeat,
     )
     path = state.report_path
     if path is not None:

@@ -1,7 +1,7 @@
 """The static test registry: which test file runs on which runner, read by parsing, never importing.
 
 Every `tests/**/test_*.py` calls `gpumatrix.register(on=..., gpus=..., est_time=...)` once at module
-top level with literal arguments (and, where it needs them, `suite=`, `disabled=` and `disabled_on=`;
+top level with literal arguments (and, where it needs them, `suite=`, `disabled=`, `disabled_on=` and `flaky=`;
 `est_time` may give seconds per class). This module reads that call with `ast` (`gpumatrix.source` reads
 the file as Python would, only as far as the call), so the registry can be built on a runner
 without torch, over a PR's tree read as data, and in well under a second for thousands of files; a
@@ -56,7 +56,7 @@ __all__ = [
     "reading_code_key",
 ]
 
-_KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on")
+_KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on", "flaky")
 # A reason is shown in a pytest skip line, `gpumatrix list` and the bot's comments: one short line.
 _REASON_LIMIT = 200
 # Suite names travel into workflow inputs, like runner labels (ci/matrix.yaml checks declared ones so).
@@ -86,6 +86,7 @@ class Registration:
     disabled: str | None = None  # why the whole file is switched off, everywhere
     disabled_on: tuple[tuple[str, str], ...] = ()  # (class, why the file is switched off there)
     est_times: tuple[tuple[str, float], ...] = ()  # (class, seconds) as written; empty: est_time everywhere
+    flaky: tuple[tuple[str, str], ...] = ()  # (class, why its tests may run again after a failure there)
     # Tests that narrow where they run (`gpumatrix.refine`), each (on, runners, test, gpus, line): a list
     # leads each entry so the cache reads it back as tuples. `runners` then serves them too, and
     # `own_runners` are the runners of the file's other tests.
@@ -123,6 +124,14 @@ class Registration:
         for name, reason in self.disabled_on:
             if name == class_name:
                 return f"disabled on {name}: {reason}"
+        return None
+
+    def why_flaky(self, class_name: str | None) -> str | None:
+        """`flaky on CLASS: REASON` when the file's tests run again after a failure on `class_name`
+        (`register(flaky=...)`, docs/flaky.md), else None: a file not registered flaky there never reruns."""
+        for name, reason in self.flaky:
+            if name == class_name:
+                return f"flaky on {name}: {reason}"
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -557,6 +566,17 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
                 f"got {values['disabled_on']!r}",
             )
 
+    flaky: list[tuple[str, object]] = []
+    if "flaky" in values:
+        if isinstance(values["flaky"], dict):
+            flaky = _class_mapping("flaky", values["flaky"], nodes["flaky"], classes, _reason_problem, bad)
+        else:
+            bad(
+                nodes["flaky"],
+                f'register(flaky=...) must map classes to reasons, such as {{"h100": "NCCL timeout, #45"}}, '
+                f"got {values['flaky']!r}",
+            )
+
     if problems:
         return None, problems
     return Registration(
@@ -570,6 +590,7 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
         disabled=disabled,
         disabled_on=tuple((name, str(reason)) for name, reason in disabled_on),
         est_times=tuple((name, float(seconds)) for name, seconds in est_times),  # type: ignore[arg-type]
+        flaky=tuple((name, str(reason)) for name, reason in flaky),
     ), []
 
 
@@ -592,7 +613,7 @@ def _reason_problem(value: object) -> str | None:
     if not isinstance(value, str):
         return f"must be the reason, a string, got {value!r}"
     if not value.strip():
-        return "gives an empty reason: say why the file is disabled (and who is on it)"
+        return "gives an empty reason: say why (and who is on it)"
     if len(value) > _REASON_LIMIT or not value.isprintable():
         return f"must be one line of printable text of at most {_REASON_LIMIT} characters"
     return None

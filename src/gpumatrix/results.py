@@ -102,7 +102,7 @@ def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None)
 def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
     """One object per file. The fields a registration may leave out appear only when it gives them, so
     plain registrations read as they always did: `suite` (absent: pr), `est_time_by_class` (seconds on
-    each class of `on`, the fallback filled in), `disabled` and `disabled_on`."""
+    each class of `on`, the fallback filled in), `disabled`, `disabled_on` and `flaky`."""
     rows = []
     for f in files:
         row: dict[str, Any] = {
@@ -121,6 +121,8 @@ def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
             row["disabled"] = f.disabled
         if f.disabled_on:
             row["disabled_on"] = dict(f.disabled_on)
+        if f.flaky:
+            row["flaky"] = dict(f.flaky)
         rows.append(row)
     return rows
 
@@ -286,7 +288,15 @@ def render_run_start(console: Console, plan: RunPlan) -> None:
 def render_run_result(console: Console, errors: Console, result: RunResult) -> None:
     if result.summary is not None:
         _render_summary(console, result.summary)
+        _render_after_reruns(console, result.summary)
         _render_disabled(console, result.summary)
+        if result.summary.pass_rates:
+            from gpumatrix.flaky_history import render_pass_rates
+
+            title = (
+                f"runner {result.summary.runner}: pass rates over {result.summary.repeat} runs of each test"
+            )
+            render_pass_rates(console, result.summary.pass_rates, title=title)
     render_gated(console, result.plan.gated)
     render_problems(errors, result.problems, summary=f"runner {result.plan.runner.label} failed")
 
@@ -298,8 +308,12 @@ def _render_summary(console: Console, summary: RunSummary) -> None:
     table = Table(title=escape(f"runner {summary.runner}: {summary.executed} executed"))
     for column in ("file", *OUTCOMES):
         table.add_column(column, justify="left" if column == "file" else "right")
+    after = _after_reruns_by_file(summary)
     for path, counts in summary.per_file.items():  # file names from the report: text, not markup
-        table.add_row(escape(path), *(str(counts[k]) for k in OUTCOMES))
+        cells = [str(counts[k]) for k in OUTCOMES]
+        if after.get(path):  # never shown as a plain pass
+            cells[0] += f" [yellow]({after[path]} after reruns)[/yellow]"
+        table.add_row(escape(path), *cells)
     table.add_row(
         "[bold]total[/bold]",
         str(summary.passed),
@@ -308,6 +322,29 @@ def _render_summary(console: Console, summary: RunSummary) -> None:
         str(summary.skipped),
     )
     console.print(table)
+
+
+def _after_reruns_by_file(summary: RunSummary) -> dict[str, int]:
+    """How many tests of each file passed only after running again."""
+    counts: dict[str, int] = {}
+    for nodeid, _ in summary.after_reruns:
+        file = nodeid.split("::", 1)[0]
+        counts[file] = counts.get(file, 0) + 1
+    return counts
+
+
+def _render_after_reruns(console: Console, summary: RunSummary) -> None:
+    from rich.markup import escape
+
+    from gpumatrix.flaky import passed_after_reruns
+
+    if summary.after_reruns:
+        console.print(
+            f"[yellow]passed only after running again ({len(summary.after_reruns)} test(s), registered flaky "
+            "here):[/yellow]"
+        )
+    for nodeid, reruns in summary.after_reruns:
+        console.print(f"  [yellow]{escape(nodeid)}: {passed_after_reruns(reruns)}[/yellow]", soft_wrap=True)
 
 
 def _render_disabled(console: Console, summary: RunSummary) -> None:
@@ -351,11 +388,33 @@ def summary_markdown(result: RunResult) -> str:
             "| file | passed | failed | errors | skipped |",
             "| --- | ---: | ---: | ---: | ---: |",
         ]
+        after = _after_reruns_by_file(summary)
         lines += [
-            f"| {code_span(path, limit=NAME_LIMIT, in_table=True)} | {c['passed']} | {c['failed']} | "
-            f"{c['errors']} | {c['skipped']} |"
+            f"| {code_span(path, limit=NAME_LIMIT, in_table=True)} | {c['passed']}"
+            + (f" (🟡 {after[path]} after reruns)" if after.get(path) else "")
+            + f" | {c['failed']} | {c['errors']} | {c['skipped']} |"
             for path, c in summary.per_file.items()
         ]
+        if summary.after_reruns:
+            from gpumatrix.flaky import passed_after_reruns
+
+            lines += [
+                "",
+                f"🟡 Passed only after running again ({len(summary.after_reruns)} test(s), registered flaky here):",
+                "",
+            ]
+            lines += [
+                f"- 🟡 {code_span(nodeid, limit=NAME_LIMIT)}: {passed_after_reruns(reruns)}"
+                for nodeid, reruns in summary.after_reruns
+            ]
+        if summary.pass_rates:
+            lines += ["", f"Pass rates over {summary.repeat} runs of each test (95% interval):", ""]
+            lines += ["| test | class | passed | 95% interval |", "| --- | --- | ---: | --- |"]
+            lines += [
+                f"| {code_span(rate.test, limit=NAME_LIMIT, in_table=True)} | {rate.gpu_class} | "
+                f"{rate.rate.passed}/{rate.rate.runs} | {rate.rate.interval.percent()} |"
+                for rate in summary.pass_rates
+            ]
         if summary.disabled:
             lines += ["", f"Disabled here ({len(summary.disabled)} file(s), skipped):", ""]
             lines += [

@@ -4,7 +4,10 @@ A run fails, whatever pytest says, when it executed zero tests, or when a test w
 hardware reasons on a machine that matches its runner: a mislabelled runner must not go green having
 run nothing. Files disabled where they run (`register(disabled=...)`) are skipped with their reason
 and listed in the summary; they count for neither guard, so a selection of disabled files only runs
-nothing and passes, saying so. `plan_run` decides everything before pytest starts (and raises a `UsageError` for
+nothing and passes, saying so. A test that passed only after running again (a file registered `flaky=`)
+is listed as such, never as a plain pass; a run repeated N times (`--repeat N`, pytest-repeat's `--count`)
+ends with each test's pass rate and its 95% interval (`gpumatrix.flaky_history`).
+`plan_run` decides everything before pytest starts (and raises a `UsageError` for
 anything a person must fix first); `finish_run` reads pytest's report (through `gpumatrix.report`: a
 report that cannot be read or contradicts itself fails the run, naming it) into a `RunResult`. The CLI
 starts pytest between the two and `gpumatrix.results` renders both.
@@ -12,21 +15,23 @@ starts pytest between the two and `gpumatrix.results` renders both.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumatrix import UsageError
-from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Runner
+from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, MAX_REPEAT, Matrix, Runner
 from gpumatrix.pytest_failure import explain_no_report
 from gpumatrix.registry import Registration
 from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
 from gpumatrix.session import SessionPlan, declared_paths
 
 if TYPE_CHECKING:
+    from gpumatrix.flaky_history import PassRecord
     from gpumatrix.hardware import Hardware
     from gpumatrix.shard import Durations
 
@@ -70,6 +75,7 @@ class RunOptions:
     pytest_args: tuple[str, ...] = ()
     suite: str = DEFAULT_SUITE  # a suite of ci/matrix.yaml, or "all"; a --tests-file runs what it names
     include_disabled: bool = False
+    repeat: int = 1  # run each test this many times (pytest-repeat's --count); reruns are then off
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,9 @@ class RunSummary:
     per_file: Mapping[str, Mapping[str, int]]
     problems: tuple[str, ...] = field(default=())
     disabled: tuple[tuple[str, str], ...] = field(default=())  # (file, reason) of each disabled file skipped
+    after_reruns: tuple[tuple[str, int], ...] = field(default=())  # (nodeid, reruns): passed only after them
+    pass_rates: tuple[PassRecord, ...] = field(default=())  # a repeated run's: every test, flakiest first
+    repeat: int = 1
 
     @property
     def ok(self) -> bool:
@@ -198,12 +207,14 @@ def evaluate_report(
     per_file: dict[str, dict[str, int]] = {}
     hardware_skips: list[str] = []
     disabled: list[tuple[str, str]] = []
+    after_reruns: list[tuple[str, int]] = []
     only_disabled = True  # every file of the report is a disabled file, skipped whole
     for path, result in sorted(report.files.items()):
         counts = {outcome: len(result.ids(outcome)) for outcome in OUTCOMES}
         per_file[path] = counts
         hardware_skips.extend(f"{s.nodeid}: {s.reason}" for s in result.skipped if s.hardware)
         disabled.extend((s.nodeid, s.reason) for s in result.skipped if s.disabled)
+        after_reruns.extend(result.passed_after_reruns())
         only_disabled &= not result.ran and all(s.disabled for s in result.skipped)
     totals = {outcome: sum(c[outcome] for c in per_file.values()) for outcome in OUTCOMES}
     executed = sum(totals[outcome] for outcome in RAN)
@@ -224,6 +235,8 @@ def evaluate_report(
         per_file=per_file,
         problems=tuple(problems),
         disabled=tuple(disabled),
+        after_reruns=tuple(after_reruns),
+        repeat=report.repeat,
         **totals,
     )
 
@@ -255,6 +268,12 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
             f"this machine ({hardware.describe()}) is not runner {runner.label} "
             f"({runner.gpus} x {runner.gpu_class}): refusing to run rather than skip everything"
         )
+    if not 1 <= options.repeat <= MAX_REPEAT:
+        raise RunError(f"--repeat must be from 1 to {MAX_REPEAT}, got {options.repeat}")
+    if options.repeat > 1 and importlib.util.find_spec("pytest_repeat") is None:
+        raise RunError(
+            "--repeat runs each test N times through pytest-repeat, which is not installed: pip install pytest-repeat"
+        )
     settings = lease_settings(env)
     if runner.gpus:
         settings.prepare()
@@ -279,7 +298,14 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     # pytest is handed what was resolved here (the hardware, the runner, the registry) instead of
     # detecting, loading and discovering it again.
     session = SessionPlan(
-        root, hardware, registry, runner, suite, declared_paths(root, matrix), test_roots=matrix.test_roots
+        root,
+        hardware,
+        registry,
+        runner,
+        suite,
+        declared_paths(root, matrix),
+        test_roots=matrix.test_roots,
+        flaky_reruns=matrix.flaky_reruns,
     )
     session_path = report_path.with_name(f".{report_path.stem}.plan.json")
     workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
@@ -308,6 +334,8 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         command += ["--suite", suite]
     if options.include_disabled:
         command.append("--include-disabled")
+    if options.repeat > 1:
+        command += ["--count", str(options.repeat)]
     if workers not in ("0", "1"):
         command += ["-n", workers]
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
@@ -378,6 +406,12 @@ def finish_run(plan: RunPlan, pytest_exit: int | None, output: str = "") -> RunR
     summary = evaluate_report(
         report, runner=plan.runner, hardware_matches=plan.hardware_matches, targets=plan.targets
     )
+    if report.repeat > 1:  # what N runs of each test measured here, as `gpumatrix flaky` shows history
+        from gpumatrix.flaky_history import flaky_history
+
+        registrations = plan.session.registry.files if plan.session is not None else ()
+        history = flaky_history([report], registrations, plan.matrix, every_test=True)
+        summary = replace(summary, pass_rates=history.tests)
     problems = list(summary.problems)
     if pytest_exit == _PYTEST_USAGE_ERROR:
         problems.append("pytest refused its options (exit 4): see its message above")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumatrix import UsageError
-from gpumatrix.config import DEFAULT_TEST_ROOTS, Matrix, Runner, load_matrix
+from gpumatrix.config import DEFAULT_FLAKY_RERUNS, DEFAULT_TEST_ROOTS, Matrix, Runner, load_matrix
 from gpumatrix.hardware import Hardware, detect
 from gpumatrix.paths import PATHS_FILE, load_paths
 from gpumatrix.problems import Problem
@@ -40,6 +40,7 @@ class SessionPlan:
     suite: str | None = None  # None: every suite
     declared_paths: frozenset[str] | None = None
     test_roots: tuple[str, ...] = DEFAULT_TEST_ROOTS  # ci/matrix.yaml's: the files the plugin decides on
+    flaky_reruns: int = DEFAULT_FLAKY_RERUNS  # ci/matrix.yaml `flaky: reruns:`
 
     def narrowed(self, device_ids: Sequence[str]) -> SessionPlan:
         """This plan as a child process bound to `device_ids` (a subset of this machine's GPUs, as
@@ -65,6 +66,7 @@ class SessionPlan:
             "files": [r.to_dict() for r in self.registry.files],
             "problems": [[p.source, p.line, p.message] for p in self.registry.problems],
             "test_roots": list(self.test_roots),
+            "flaky_reruns": self.flaky_reruns,
         }
 
     @classmethod
@@ -86,6 +88,7 @@ class SessionPlan:
                 suite=data["suite"],
                 declared_paths=frozenset(declared) if declared is not None else None,
                 test_roots=tuple(str(root) for root in data["test_roots"]),
+                flaky_reruns=int(data.get("flaky_reruns", DEFAULT_FLAKY_RERUNS)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UsageError(
@@ -144,6 +147,7 @@ def resolve_session(
         suite=chosen_suite,
         declared_paths=declared_paths(root, matrix),
         test_roots=matrix.test_roots,
+        flaky_reruns=matrix.flaky_reruns,
     )
 
 

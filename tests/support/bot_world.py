@@ -25,7 +25,16 @@ from gpumatrix.bot.handle import HandleResult, handle_event
 from gpumatrix.bot.sync import SyncResult, sync_status_comment
 from gpumatrix.config import Matrix, load_matrix
 
-__all__ = ["EIGHT_RUNNER_COMMAND", "FILES", "MATRIX_YAML", "PR", "BotWorld", "make_world", "report_json"]
+__all__ = [
+    "EIGHT_RUNNER_COMMAND",
+    "FILES",
+    "MATRIX_YAML",
+    "PR",
+    "BotWorld",
+    "make_based_world",
+    "make_world",
+    "report_json",
+]
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 PR = 7
@@ -88,6 +97,7 @@ class BotWorld:
     sha: str
     matrix: Matrix
     waits: list[float] = field(default_factory=list)  # every retry wait the clients asked for
+    base: str = ""  # make_based_world: the PR's merge base with main (main has moved on since)
 
     def comment(self, body: str, *, login: str = "alice") -> CommentEvent:
         posted = self.gh.add_comment(PR, body, login=login)
@@ -117,6 +127,49 @@ class BotWorld:
         with self.client() as client:
             result = handle_event(event, matrix=self.matrix, client=client, root=self.root)
         return result, client.calls
+
+
+def _commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def make_based_world(
+    gh: GitHubEmulator,
+    directory: Path,
+    *,
+    base_files: dict[str, str],
+    head_files: dict[str, str],
+    later_main_files: dict[str, str],
+) -> BotWorld:
+    """PR #7 as GitHub and the bot's workflow see it: an origin whose main has `base_files` and then, after
+    the PR branched, `later_main_files`; the PR head adds `head_files` to the base; and the bot's clone, a
+    shallow clone of main (as actions/checkout makes it) that holds neither the PR head nor the base."""
+    work, origin, root = directory / "work", directory / "origin.git", directory / "clone"
+    work.mkdir(parents=True)
+    _git(work, "init", "-q", "-b", "main")
+    base = _commit(work, {"ci/matrix.yaml": MATRIX_YAML, **base_files}, "the base")
+    _git(work, "checkout", "-q", "-b", "feature")
+    head = _commit(work, head_files, "the PR head")
+    _git(work, "checkout", "-q", "main")
+    _commit(work, later_main_files, "main moves on")
+    _git(directory, "clone", "-q", "--bare", str(work), str(origin))
+    _git(origin, "update-ref", f"refs/pull/{PR}/head", head)
+    _git(directory, "clone", "-q", "--depth=1", "--branch", "main", f"file://{origin}", str(root))
+    gh.add_pull(
+        PR,
+        head_sha=head,
+        tree={"ci/matrix.yaml": MATRIX_YAML, **base_files, **head_files},
+        files=list(head_files),
+    )
+    gh.set_permission("alice", "write")
+    gh.set_permission("rita", "read")
+    gh.add_workflow_file(REPOSITORY_ROOT / ".github" / "workflows" / "gpu-tests.yml")
+    return BotWorld(gh, root, head, load_matrix(root / "ci" / "matrix.yaml"), base=base)
 
 
 def make_world(
@@ -155,6 +208,7 @@ def make_world(
                 "status_comment_id": False,
                 "suite": False,
                 "include_disabled": False,
+                "repeat": False,
             },
         )
     return BotWorld(gh, root, sha, load_matrix(root / "ci" / "matrix.yaml"))

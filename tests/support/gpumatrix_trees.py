@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "FAKE_CUDA_CONFTEST",
     "GIT_ENV",
     "MATRIX_YAML",
+    "REGISTER_IMPORT",
     "RESOLVING_CONFTEST",
     "PytestRun",
     "overlapping_leases",
     "read_jsonl",
+    "register_call",
     "registered",
     "run_pytest",
     "write_tree",
@@ -77,6 +80,32 @@ def _noting(name, real):
 gpumatrix.session.detect = _noting("detect", gpumatrix.session.detect)
 gpumatrix.session.discover = _noting("discover", gpumatrix.session.discover)
 """
+
+
+# A conftest standing in for CUDA: the first use of the `cuda` fixture fixes the visible devices of the
+# process, as cuInit does, so a test needing more GPUs than that runs in the plugin's child pytest.
+FAKE_CUDA_CONFTEST = """
+import os, pytest
+import gpumatrix.leases
+
+# Stands in for CUDA: the first use fixes the visible devices of the process, as cuInit does.
+_BOUND = []
+gpumatrix.leases.cuda_initialized = lambda **_: bool(_BOUND)
+
+@pytest.fixture
+def cuda():
+    if not _BOUND:
+        _BOUND.append(os.environ["CUDA_VISIBLE_DEVICES"])
+    return _BOUND[0].split(",")
+"""
+
+
+REGISTER_IMPORT = "from gpumatrix import register\n"
+
+
+def register_call(arguments: str) -> str:
+    """Source of a test file that is only its registration: `register(ARGUMENTS)`, written as given."""
+    return f"{REGISTER_IMPORT}register({arguments})\n"
 
 
 def registered(on: Sequence[str], *, gpus: int = 1, est_time: float = 1, body: str = "") -> str:

@@ -311,7 +311,7 @@ ERRORS = [
     (
         "unknown-argument-names-the-new-ones",
         _call('on=("cpu",), est_time=1, nightly=True'),
-        [(2, "unknown argument 'nightly' (expected on, gpus, est_time, suite, disabled, disabled_on)")],
+        [(2, "unknown argument 'nightly' (expected on, gpus, est_time, suite, disabled, disabled_on, flaky")],
     ),
     (
         "repeated-new-argument",

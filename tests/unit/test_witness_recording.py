@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpumatrix_trees import registered, run_pytest, write_tree
+from gpumatrix_trees import FAKE_CUDA_CONFTEST, registered, run_pytest, write_tree
 
 from gpumatrix import register
 
@@ -139,29 +139,13 @@ def test_an_invalid_paths_file_is_a_usage_error_before_any_test(tmp_path: Path) 
     assert "ci/paths.yaml:3: path 'k.pair' required_on names unknown class 'h900'" in run.stderr
 
 
-_FAKE_CUDA_CONFTEST = """
-import os, pytest
-import gpumatrix.leases
-
-# Stands in for CUDA: the first use fixes the visible devices of the process, as cuInit does.
-_BOUND = []
-gpumatrix.leases.cuda_initialized = lambda **_: bool(_BOUND)
-
-@pytest.fixture
-def cuda():
-    if not _BOUND:
-        _BOUND.append(os.environ["CUDA_VISIBLE_DEVICES"])
-    return _BOUND[0].split(",")
-"""
-
-
 def test_records_from_the_plugins_child_pytest_are_replayed(tmp_path: Path) -> None:
     """A 2-GPU test after CUDA was bound to one GPU runs in a fresh pytest; its records come back."""
     write_tree(
         tmp_path,
         {
             "ci/paths.yaml": PATHS_YAML,
-            "tests/conftest.py": _FAKE_CUDA_CONFTEST,
+            "tests/conftest.py": FAKE_CUDA_CONFTEST,
             "tests/kernels/test_first.py": registered(
                 ("h100",),
                 body="from gpumatrix.witnesses import record\n\ndef test_first(cuda):\n"

@@ -38,6 +38,7 @@ GPU_TESTS_INPUTS = {
     "status_comment_id": False,
     "suite": False,
     "include_disabled": False,
+    "repeat": False,
 }
 
 

@@ -9,7 +9,8 @@ One check run per dispatched runner group, on the pinned head SHA the group ran:
     conclusion   success | failure | cancelled, or action_required when the dispatch itself failed
 
 Its output summary says what ran and, once the run is over, how many tests passed, failed and were skipped,
-and which failed, from the run's JSON reports. The summary ends in a hidden marker recording the run, its
+and which failed, from the run's JSON reports; for `/rerun-test --repeat N`, once the base run is over too,
+each test's head and base pass rates and its verdict (`gpumatrix.bot.repeat.check_comparison`). The summary ends in a hidden marker recording the run, its
 attempt, whether the run had completed when its reports were read, and what they held, so later syncs
 neither download the reports again nor lose what they said. Pure: `gpumatrix.bot.publish` does the I/O.
 """
@@ -29,6 +30,7 @@ from gpumatrix.bot.render import (
     StatusComment,
     hidden_json,
 )
+from gpumatrix.bot.repeat import check_comparison
 from gpumatrix.bot.report import ReportSummary
 from gpumatrix.markdown import code_span, plain_text
 
@@ -176,6 +178,8 @@ def check_spec(
         lines += [f"❗ The dispatch failed: {plain_text(group.error or 'unknown error')}", ""]
     else:
         lines += [f"{STATE_EMOJI[group.state]} {_state_words(group.state)}", ""]
+    suffix, comparison = check_comparison(status, group) if terminal else ("", [])
+    lines += comparison
     if report is not None:
         lines += _report_lines(report)
     elif terminal and group.state != "error":
@@ -195,7 +199,7 @@ def check_spec(
         status=_CHECK_STATUS.get(group.state, "completed"),
         conclusion=_CONCLUSION.get(group.state),
         details_url=group.url or comment_url,
-        title=_title(group, report),
+        title=_title(group, report) + suffix,
         summary="\n".join(lines).rstrip("\n"),
     )
 

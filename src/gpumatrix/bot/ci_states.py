@@ -34,6 +34,7 @@ from gpumatrix.bot.render import (
     hidden_json,
     run_state,
 )
+from gpumatrix.bot.repeat import HEAD
 from gpumatrix.markdown import code_span, plain_text
 
 __all__ = [
@@ -121,6 +122,8 @@ def build_ci_states(
     for source in sorted(reruns, key=lambda s: s.comment_id):  # a later command supersedes an earlier one
         for group in source.status.groups:
             if source.status.sha is None or (group.run_id is None and group.state != "error"):
+                continue
+            if group.commit != HEAD:  # a --repeat command's run on the base commit: not a state of the PR
                 continue
             suite = Suite(
                 check_name(group.label),

@@ -22,7 +22,7 @@ from gpumatrix import GpumatrixError
 from gpumatrix.config import PERMISSION_LEVELS, Matrix, MatrixError, load_matrix
 
 if TYPE_CHECKING:  # the bot's modules load when a command runs, not when the CLI is imported
-    from gpumatrix.bot.decide import Head
+    from gpumatrix.bot.decide import Base, Head
     from gpumatrix.bot.publish import Publication
 
 __all__ = ["bot", "plan"]
@@ -92,15 +92,20 @@ def handle(event_path: Path, root: Path | None, retry_backoff: float) -> None:
     from gpumatrix.bot.event import load_event
     from gpumatrix.bot.github import GitHubClient, RetryPolicy
     from gpumatrix.bot.handle import handle_event
-    from gpumatrix.bot.tree import read_test_sources
+    from gpumatrix.bot.tree import merge_base, read_test_sources
 
     with _exit_codes():
         root, matrix = _load(root)
         event = load_event(event_path)
-        # The clone is checked out without credentials; the PR head is fetched with the job's token.
-        read_sources = functools.partial(read_test_sources, token=os.environ.get("GITHUB_TOKEN"))
+        # The clone is checked out without credentials; the PR head (and, for --repeat, the base branch) is
+        # fetched with the job's token.
+        token = os.environ.get("GITHUB_TOKEN")
+        read_sources = functools.partial(read_test_sources, token=token)
+        find_base = functools.partial(merge_base, token=token)
         with GitHubClient.from_env(os.environ, retry=RetryPolicy(backoff_base=retry_backoff)) as client:
-            result = handle_event(event, matrix=matrix, client=client, root=root, read_sources=read_sources)
+            result = handle_event(
+                event, matrix=matrix, client=client, root=root, read_sources=read_sources, find_base=find_base
+            )
         click.echo(f"{result.action}: {result.reason}")
         if result.comment_id is not None:
             click.echo(f"comment: {result.comment_id}")
@@ -226,11 +231,13 @@ def plan(
     click.echo(f"action: {decision.action} ({decision.reason})")
     if decision.sha:
         click.echo(f"sha: {decision.sha}")
-    for group in decision.groups:
-        click.echo(f"runner {group.label}: {len(group.tests)} test(s)")
-        for test in group.tests:
+    document = decision.to_json()
+    for group in document["runners"]:  # a --repeat plan's runners name their commit: head or base
+        where = f" on the {group['commit']}" if "commit" in group else ""
+        click.echo(f"runner {group['label']}{where}: {len(group['tests'])} test(s)")
+        for test in group["tests"]:
             click.echo(f"  {test}")
-    for error in decision.to_json()["errors"]:
+    for error in document["errors"]:
         click.echo(f"refused {error['spec']!r}: {error['message']}")
     if decision.comment is not None:
         click.echo("\n--- comment ---")
@@ -252,6 +259,21 @@ class _OfflineFacts:
         from gpumatrix.registry import discover
 
         return Head(git_head(self.root), discover(self.root, self.matrix))
+
+    def base(self, head: Head) -> Base:
+        """The merge base of the working tree's HEAD with the bot's branch (`bot.ref`), from the local clone."""
+        from gpumatrix.bot.decide import Base, Unavailable
+        from gpumatrix.bot.tree import TreeError, merge_base, read_test_sources
+        from gpumatrix.registry import build_registry
+
+        ref = self.matrix.bot.ref
+        if head.sha is None:
+            raise Unavailable(f"offline: {self.root} is not a git clone, so it has no merge base with {ref}")
+        try:
+            sha = merge_base(self.root, head.sha, ref)
+            return Base(sha, ref, build_registry(read_test_sources(self.root, sha), self.matrix))
+        except TreeError as exc:
+            raise Unavailable(f"offline: {exc}") from None
 
     def latest_status(self) -> None:
         from gpumatrix.bot.decide import Unavailable

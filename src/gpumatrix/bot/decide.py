@@ -1,7 +1,8 @@
 """The comment handler's decisions as one fixed chain of early returns, with I/O behind `Facts`.
 
     screen (event kind, edits, non-PR issues, bots, itself) -> parse -> permission -> usage problem
-    -> PR head (SHA + registry) -> --sha -> list | rerun-failed | resolve -> plan
+    -> --repeat cap -> PR head (SHA + registry) -> --sha -> list | rerun-failed | resolve -> plan
+    -> (--repeat) base commit (merge base + registry) -> the same groups on the base
 
 Every stop carries a reason a person can act on. The facts that cost an API call (permission, PR head,
 latest status comment) are asked for only when the chain gets that far, through the narrow `Facts`
@@ -28,11 +29,12 @@ from gpumatrix.bot.plan import (
     replan_group,
 )
 from gpumatrix.bot.render import GroupStatus, StatusComment, render_listing, render_status_comment
+from gpumatrix.bot.repeat import BASE, HEAD, base_groups, within_budget
 from gpumatrix.bot.resolve import Refusal, resolve_specs
 from gpumatrix.config import Matrix
 from gpumatrix.registry import Registry
 
-__all__ = ["ACTIONS", "Decision", "Facts", "Head", "Unavailable", "decide", "plan_comment", "screen"]
+__all__ = ["ACTIONS", "Base", "Decision", "Facts", "Head", "Unavailable", "decide", "plan_comment", "screen"]
 
 ACTIONS = ("dispatch", "list", "rerun-failed", "ignore", "refuse")
 # A run that failed, was cancelled, or never started because its dispatch failed is worth re-running.
@@ -51,12 +53,25 @@ class Head:
     registry: Registry
 
 
+@dataclass(frozen=True)
+class Base:
+    """The base of a `--repeat` comparison: the merge base of the head with the PR's base branch (`ref`),
+    read once and pinned, and the registry of its tree read as data."""
+
+    sha: str
+    ref: str
+    registry: Registry
+
+
 class Facts(Protocol):
     def permission(self, login: str) -> str | None:
         """The commenter's level in PERMISSION_LEVELS; None when the lookup failed."""
 
     def head(self) -> Head:
         """The PR head, read once; raises `Unavailable` when its tree cannot be read."""
+
+    def base(self, head: Head) -> Base:
+        """The merge base of `head` with the PR's base branch (for `--repeat`); raises `Unavailable`."""
 
     def latest_status(self) -> StatusComment | None:
         """The PR's latest status comment with every run's current state; raises `Unavailable`."""
@@ -82,19 +97,25 @@ class Decision:
         errors = [{"spec": r.spec, "message": r.message} for r in self.refusals]
         if not self.groups and not errors:  # nothing else explains the outcome: the reason does
             errors.append({"spec": self.command.line if self.command else "", "message": self.reason})
-        return {
+        repeated = self.status is not None and bool(self.status.repeat) and bool(self.groups)
+        groups: tuple[RunnerGroup | GroupStatus, ...] = self.status.groups if repeated else self.groups
+        document = {
             "action": self.action,
             "runners": [
                 {
                     "label": g.label,
                     "tests": list(g.tests),
                     **({"include_disabled": True} if g.include_disabled else {}),
+                    **({"commit": g.commit} if repeated else {}),
                 }
-                for g in self.groups
+                for g in groups
             ],
             "errors": errors,
             "comment": self.comment,
         }
+        if repeated:
+            document.update(repeat=self.status.repeat, base=self.status.base_sha)
+        return document
 
 
 def screen(event: CommentEvent, *, matrix: Matrix) -> Ignored | Command:
@@ -130,6 +151,13 @@ def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Fact
     )
     if command.problem:
         return _refuse(command, status, command.problem)
+    if command.repeat is not None and command.repeat > matrix.bot.max_repeat:
+        return _refuse(
+            command,
+            status,
+            f"--repeat {command.repeat} is more runs than this repository allows (bot max_repeat in "
+            f"{matrix.source}: {matrix.bot.max_repeat})",
+        )
 
     try:
         head = facts.head()
@@ -170,7 +198,53 @@ def decide(event: CommentEvent, command: Command, *, matrix: Matrix, facts: Fact
         include_disabled=command.include_disabled,
     )
     refusals = resolution.refusals + plan.refusals
+    if command.repeat is not None and plan.groups:
+        return _dispatch_repeated(command, status, head, plan.groups, refusals, matrix, facts)
     return _dispatch("dispatch", command, status, plan.groups, refusals)
+
+
+def _dispatch_repeated(
+    command: Command,
+    status: StatusComment,
+    head: Head,
+    groups: tuple[RunnerGroup, ...],
+    refusals: tuple[Refusal, ...],
+    matrix: Matrix,
+    facts: Facts,
+) -> Decision:
+    """Each runner's group on the head, then the same tests on the base commit (those it has)."""
+    groups, over = within_budget(groups, head.registry, matrix, repeat=command.repeat or 1)
+    refusals += over
+    if not groups:
+        return _dispatch("dispatch", command, status, groups, refusals)
+    try:
+        base = facts.base(head)
+    except Unavailable as exc:
+        return _refuse(command, status, str(exc))
+    if base.sha == head.sha:
+        return _refuse(
+            command,
+            status,
+            f"the PR head is its own merge base with {base.ref}: there is no change of this PR to compare",
+        )
+    on_base, new, dropped = base_groups(
+        groups, base.registry, matrix, include_disabled=command.include_disabled
+    )
+    status = replace(status, repeat=command.repeat, base_sha=base.sha, base_ref=base.ref, new_tests=new)
+    by_label = {group.label: group for group in on_base}
+    statuses = []
+    for group in groups:
+        statuses.append(
+            GroupStatus(group.label, group.tests, include_disabled=group.include_disabled, commit=HEAD)
+        )
+        twin = by_label.get(group.label)
+        if twin is not None:
+            statuses.append(
+                GroupStatus(twin.label, twin.tests, include_disabled=twin.include_disabled, commit=BASE)
+            )
+    return _dispatch(
+        "dispatch", command, status, groups + on_base, refusals + dropped, statuses=tuple(statuses)
+    )
 
 
 def _rerun_failed(
@@ -186,6 +260,8 @@ def _rerun_failed(
     groups: list[RunnerGroup] = []
     for old in previous.groups:
         if old.state not in _RERUN_STATES or (command.runners and old.label not in command.runners):
+            continue
+        if old.commit == BASE:  # a --repeat command's run on the base measured it; it is not re-run
             continue
         group, dropped = replan_group(
             old.label,
@@ -208,12 +284,12 @@ def _dispatch(
     status: StatusComment,
     groups: tuple[RunnerGroup, ...],
     refusals: tuple[Refusal, ...],
+    *,
+    statuses: tuple[GroupStatus, ...] | None = None,
 ) -> Decision:
-    status = replace(
-        status,
-        groups=tuple(GroupStatus(g.label, g.tests, include_disabled=g.include_disabled) for g in groups),
-        refusals=refusals,
-    )
+    if statuses is None:
+        statuses = tuple(GroupStatus(g.label, g.tests, include_disabled=g.include_disabled) for g in groups)
+    status = replace(status, groups=statuses, refusals=refusals)
     comment = render_status_comment(status)
     if not groups:
         return Decision(

@@ -83,6 +83,7 @@ class PullHead:
     sha: str
     state: str
     html_url: str = ""
+    base_ref: str = ""  # the branch the PR would merge into
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,11 @@ class GitHubClient:
     def pull_head(self, number: int) -> PullHead:
         data = self._json("GET", f"pulls/{int(number)}")
         return PullHead(
-            number, str(data["head"]["sha"]), str(data.get("state") or ""), str(data.get("html_url") or "")
+            number,
+            str(data["head"]["sha"]),
+            str(data.get("state") or ""),
+            str(data.get("html_url") or ""),
+            str((data.get("base") or {}).get("ref") or ""),
         )
 
     def add_reaction(self, comment_id: int, content: str) -> bool:

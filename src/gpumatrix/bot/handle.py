@@ -1,6 +1,7 @@
 """`gpumatrix bot handle`: carry out the decision for one `issue_comment` event.
 
-API calls, in order, for a command that dispatches to N runners (2N + 6 in all):
+API calls, in order, for a command that dispatches to N runners (2N + 6 in all; `--repeat` dispatches each
+runner's group twice, on the head and on its merge base, with a check run for the head's only: 3N + 6):
 
     👀 reaction (receipt, and the idempotency lock)   1
     collaborator permission                            1
@@ -27,13 +28,14 @@ from pathlib import Path
 from typing import Protocol
 
 from gpumatrix.bot.authorize import Ignored, permission_level
-from gpumatrix.bot.decide import Decision, Head, Unavailable, decide, screen
+from gpumatrix.bot.decide import Base, Decision, Head, Unavailable, decide, screen
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.github import CommentData, DispatchedRun, GitHubApiError, JobInfo, PullHead, RunInfo
 from gpumatrix.bot.publish import ChecksPublisher, Publication, PublishClient
 from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment, render_status_comment
+from gpumatrix.bot.repeat import BASE
 from gpumatrix.bot.sync import refresh_groups, sync_status_comment
-from gpumatrix.bot.tree import TreeError, read_test_sources
+from gpumatrix.bot.tree import TreeError, merge_base, read_test_sources
 from gpumatrix.config import Matrix
 from gpumatrix.registry import build_registry
 
@@ -77,16 +79,19 @@ class HandleResult:
 
 def dispatch_inputs(group: GroupStatus, status: StatusComment, comment_id: int) -> dict[str, str]:
     """The workflow inputs of one runner group: only registry paths and validated node ids (and
-    `include_disabled`, only for a group that runs disabled tests, as gpu-tests.yml's boolean)."""
+    `include_disabled`, only for a group that runs disabled tests, as gpu-tests.yml's boolean; `repeat`,
+    only for a `--repeat N` command, whose base group runs at the pinned merge base)."""
     inputs = {
         "runner": group.label,
         "tests": "\n".join(group.tests),
         "pr_number": str(status.pr),
-        "sha": status.sha or "",
+        "sha": (status.base_sha if group.commit == BASE else status.sha) or "",
         "status_comment_id": str(comment_id),
     }
     if group.include_disabled:
         inputs["include_disabled"] = "true"
+    if status.repeat:
+        inputs["repeat"] = str(status.repeat)
     return inputs
 
 
@@ -97,6 +102,7 @@ def handle_event(
     client: HandleClient,
     root: str | Path,
     read_sources: SourceReader = read_test_sources,
+    find_base: Callable[..., str] = merge_base,
 ) -> HandleResult:
     """Handle one comment event end to end; see the module docstring for the calls it makes."""
     screened = screen(event, matrix=matrix)
@@ -110,7 +116,9 @@ def handle_event(
         if seen is not None or (not first_time and event.action == "created"):
             return _already_handled(seen, client, matrix)
 
-    facts = _LiveFacts(event, matrix=matrix, client=client, root=Path(root), read_sources=read_sources)
+    facts = _LiveFacts(
+        event, matrix=matrix, client=client, root=Path(root), read_sources=read_sources, find_base=find_base
+    )
     try:
         decision = decide(event, screened, matrix=matrix, facts=facts)
         return _carry_out(decision, event, matrix=matrix, client=client)
@@ -222,6 +230,7 @@ class _LiveFacts:
         client: HandleClient,
         root: Path,
         read_sources: SourceReader,
+        find_base: Callable[..., str] = merge_base,
     ) -> None:
         self.event, self.matrix, self.client, self.root, self.read_sources = (
             event,
@@ -230,6 +239,8 @@ class _LiveFacts:
             root,
             read_sources,
         )
+        self.find_base = find_base
+        self.pull: PullHead | None = None
 
     def permission(self, login: str) -> str | None:
         try:
@@ -238,7 +249,7 @@ class _LiveFacts:
             return None
 
     def head(self) -> Head:
-        pull = self.client.pull_head(self.event.issue_number)
+        pull = self.pull = self.client.pull_head(self.event.issue_number)
         try:
             sources = self.read_sources(
                 self.root, pull.sha, pr_number=self.event.issue_number, roots=self.matrix.test_roots
@@ -246,6 +257,18 @@ class _LiveFacts:
         except TreeError as exc:
             raise Unavailable(str(exc)) from exc
         return Head(pull.sha, build_registry(sources, self.matrix))
+
+    def base(self, head: Head) -> Base:
+        """The merge base of the head with the PR's base branch, and its registry (from git, as the head's)."""
+        pull = self.pull or self.client.pull_head(self.event.issue_number)
+        if head.sha is None or not pull.base_ref:
+            raise Unavailable("the PR's base branch is not known, so there is no base commit to compare with")
+        try:
+            sha = self.find_base(self.root, head.sha, pull.base_ref, pr_number=self.event.issue_number)
+            sources = self.read_sources(self.root, sha, pr_number=self.event.issue_number)
+        except TreeError as exc:
+            raise Unavailable(str(exc)) from exc
+        return Base(sha, pull.base_ref, build_registry(sources, self.matrix))
 
     def latest_status(self) -> StatusComment | None:
         for _, status in _status_comments(self.client, self.event.issue_number):

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_SPECS",
     "RERUN_FAILED",
     "INCLUDE_DISABLED",
+    "REPEAT",
     "RERUN_TEST",
     "Command",
     "command_lines",
@@ -37,15 +38,18 @@ RERUN_FAILED = "rerun-failed"
 MAX_SPECS = 50
 
 USAGE = (
-    "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA] [--include-disabled]  |  "
+    "/rerun-test <file>[::node]... [--runner LABEL]... [--sha SHORT_SHA] [--include-disabled] [--repeat N]  |  "
     "/rerun-test ?  |  /rerun-failed [--include-disabled]"
 )
+# Runs the selection N times on the PR head and N times on its merge base, and compares (docs/flaky.md).
+REPEAT = "--repeat"
 # Runs files registered disabled= (or disabled_on= a runner's class) instead of refusing them.
 INCLUDE_DISABLED = "--include-disabled"
 
 _COMMAND_RE = re.compile(r"/(rerun-test|rerun-failed)(?=\s|$)")
 _FENCE_RE = re.compile(r"(`{3,}|~{3,})(.*)$")
 _SHA_RE = re.compile(r"[0-9a-f]{7,40}")
+_COUNT_RE = re.compile(r"[0-9]{1,6}")
 _BACKTICKS_RE = re.compile(r"`+")
 _INLINE_OPENER_RE = re.compile(r"`+|<!--")
 
@@ -61,6 +65,7 @@ class Command:
     sha: str | None = None
     problem: str | None = None
     include_disabled: bool = False  # --include-disabled: disabled files run instead of being refused
+    repeat: int | None = None  # --repeat N: N runs on the head and N on the base, compared per test
 
 
 def strip_format_characters(text: str) -> str:
@@ -181,6 +186,7 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
     runners: list[str] = []
     sha: str | None = None
     include_disabled = False
+    repeat: int | None = None
     index = 0
     while index < len(tokens):
         token = tokens[index]
@@ -194,7 +200,7 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
                 return _refused(name, line, f"{INCLUDE_DISABLED} takes no value; usage: {USAGE}")
             include_disabled = True
             continue
-        if option not in ("--runner", "--sha"):
+        if option not in ("--runner", "--sha", REPEAT):
             return _refused(name, line, f"unknown option {token[:40]!r}; usage: {USAGE}")
         if not has_value:
             if index == len(tokens) or tokens[index].startswith("-"):
@@ -203,6 +209,16 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
             index += 1
         if option == "--runner":
             runners.append(value)
+        elif option == REPEAT:
+            if repeat is not None:
+                return _refused(name, line, f"{REPEAT} is given more than once")
+            if not _COUNT_RE.fullmatch(value) or int(value) < 2:
+                return _refused(
+                    name,
+                    line,
+                    f"{REPEAT} {value[:40]!r} is not a number of runs of at least 2 (a plain re-run is 1)",
+                )
+            repeat = int(value)
         elif sha is not None:
             return _refused(name, line, "--sha is given more than once")
         else:
@@ -211,6 +227,9 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
                 return _refused(name, line, f"--sha {value[:40]!r} is not a commit SHA (7 to 40 hex digits)")
     runners = list(dict.fromkeys(runners))
 
+    if repeat is not None and (name == RERUN_FAILED or specs == ["?"]):
+        what = "/rerun-failed" if name == RERUN_FAILED else "/rerun-test ?"
+        return _refused(name if name == RERUN_FAILED else LIST, line, f"{what} takes no {REPEAT}")
     if name == RERUN_FAILED:
         if specs or sha is not None:
             return _refused(
@@ -240,6 +259,7 @@ def _parse_arguments(name: str, line: str, tokens: list[str]) -> Command:
         runners=tuple(runners),
         sha=sha,
         include_disabled=include_disabled,
+        repeat=repeat,
     )
 
 

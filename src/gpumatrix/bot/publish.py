@@ -27,10 +27,18 @@ from typing import Protocol
 from gpumatrix.bot.checks import ReportMark, check_name, check_spec, external_id, read_mark, status_spec
 from gpumatrix.bot.github import ArtifactInfo, CheckRunInfo, GitHubApiError, RunInfo
 from gpumatrix.bot.render import TERMINAL_STATES, GroupStatus, StatusComment
+from gpumatrix.bot.repeat import HEAD, partner
 from gpumatrix.bot.report import REPORT_ARTIFACT_PREFIX, summarize_reports
 from gpumatrix.config import Matrix
 
-__all__ = ["CHECK_RUNS", "COMMIT_STATUSES", "ChecksPublisher", "PublishClient", "Publication"]
+__all__ = [
+    "CHECK_RUNS",
+    "COMMIT_STATUSES",
+    "ChecksPublisher",
+    "PublishClient",
+    "Publication",
+    "run_report_documents",
+]
 
 CHECK_RUNS = "check-runs"
 COMMIT_STATUSES = "commit-statuses"
@@ -94,6 +102,8 @@ class ChecksPublisher:
         `runs` holds what was read of each run (its attempt and completion); missing ones count as attempt 1."""
         runs = runs or {}
         writes = 0
+        # A check run shows the whole comment's state (a --repeat head check run, its base run's tally too).
+        self.status = self.status.with_groups(groups)
         for group in self._targets(groups):
             run = runs.get(group.run_id) if group.run_id else None
             for _ in range(2):  # a second time only after switching to commit statuses
@@ -111,7 +121,18 @@ class ChecksPublisher:
     # -- one group ------------------------------------------------------------------------------------------
 
     def _targets(self, groups: Sequence[GroupStatus]) -> Iterable[GroupStatus]:
-        return [g for g in groups if self.only_run is None or g.run_id == self.only_run]
+        """The groups to publish: every head group, or the one of `only_run`. A `/rerun-test --repeat` base
+        run has no check run of its own (its commit is the base branch's); its sync publishes the head's
+        check run of the same runner, whose verdicts need both runs."""
+        return [
+            g
+            for g in groups
+            if g.commit == HEAD
+            and (
+                self.only_run is None
+                or self.only_run in (g.run_id, getattr(partner(groups, g), "run_id", None))
+            )
+        ]
 
     def _publish_one(self, group: GroupStatus, run: RunInfo | None) -> int:
         if self.result.kind == COMMIT_STATUSES:
@@ -177,15 +198,8 @@ class ChecksPublisher:
             if mark is not None and mark.covers(group.run_id, attempt):
                 self._marks[group.run_id, attempt] = mark
                 return mark
-        documents = []
         try:
-            for artifact in self.client.run_artifacts(group.run_id):
-                if artifact.name.startswith(REPORT_ARTIFACT_PREFIX) and not artifact.expired:
-                    documents += [
-                        (f"{artifact.name}/{name}", data)
-                        for name, data in self.client.download_artifact(artifact.id).items()
-                        if name.endswith(".json")
-                    ]
+            documents = run_report_documents(self.client, group.run_id)
         except GitHubApiError as exc:  # the result still shows; the next sync reads the reports again
             self.result.failures.append(f"{check_name(group.label)}: test reports not read: {exc}")
             return None
@@ -207,6 +221,20 @@ class ChecksPublisher:
         )
         self._posted[group.label] = (spec.state, spec.description)
         return 1
+
+
+def run_report_documents(client: PublishClient, run_id: int) -> list[tuple[str, bytes]]:
+    """(artifact/file name, bytes) of every JSON test report a run uploaded (`gpumatrix-report-*` artifacts
+    that have not expired); a `GitHubApiError` when they cannot be listed or downloaded."""
+    documents = []
+    for artifact in client.run_artifacts(run_id):
+        if artifact.name.startswith(REPORT_ARTIFACT_PREFIX) and not artifact.expired:
+            documents += [
+                (f"{artifact.name}/{name}", data)
+                for name, data in client.download_artifact(artifact.id).items()
+                if name.endswith(".json")
+            ]
+    return documents
 
 
 def _not_allowed(exc: GitHubApiError) -> bool:

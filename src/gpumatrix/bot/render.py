@@ -7,6 +7,10 @@ repeated or cancelled writers lose nothing because nobody edits a part of the co
 
 Text that came from a comment or a PR (specs, the command line, registry messages) is shown only in
 code spans or with HTML escaped, so it cannot mention people, inject markup or close the marker.
+
+A `/rerun-test --repeat N` comment has two groups per runner, one on the head and one on the base
+(`commit`), and once both runs are over, each group's tally of its reports and a verdict table per runner
+(`gpumatrix.bot.repeat`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumatrix.bot.repeat import BASE, HEAD, Tally, comparison_lines
 from gpumatrix.bot.resolve import Refusal
 from gpumatrix.markdown import code_span, plain_text
 
@@ -67,10 +72,14 @@ class GroupStatus:
     url: str | None = None
     error: str | None = None  # why the dispatch failed: "HTTP 422: ..."
     include_disabled: bool = False  # the run runs tests disabled on this runner (--include-disabled)
+    commit: str = HEAD  # `base`: a --repeat command's run on the PR's merge base
+    tally: Tally | None = None  # a --repeat command's run, once over: its tests' passes of their runs
 
     def __post_init__(self) -> None:
         if self.state not in STATE_EMOJI:
             raise ValueError(f"state must be one of {', '.join(STATE_EMOJI)}, got {self.state!r}")
+        if self.commit not in (HEAD, BASE):
+            raise ValueError(f"commit must be {HEAD!r} or {BASE!r}, got {self.commit!r}")
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,10 @@ class StatusComment:
     problem: str | None = None  # the whole command is refused
     checks: str | None = None  # one of CHECK_KINDS once the runs' results were published on the commit
     checks_note: str | None = None  # why commit statuses were used instead of check runs
+    repeat: int | None = None  # --repeat N: every test N times on the head and N times on the base
+    base_sha: str | None = None  # the merge base of the head with `base_ref`, pinned at plan time
+    base_ref: str | None = None
+    new_tests: tuple[str, ...] = ()  # selections the base does not have (the PR adds their files)
 
     def __post_init__(self) -> None:
         if self.checks is not None and self.checks not in CHECK_KINDS:
@@ -113,8 +126,14 @@ def render_status_comment(status: StatusComment) -> str:
     """The Markdown of a status comment, hidden markers included."""
     lines = [source_marker(status.source_comment_id), _header(status), ""]
     for group in status.groups:
-        command = _pytest_command(group.tests, include_disabled=group.include_disabled)
-        lines += [_group_line(group), "", "```bash", *command, "```", ""]
+        command = _pytest_command(group.tests, include_disabled=group.include_disabled, repeat=status.repeat)
+        if group.commit == BASE:
+            command = [f"git checkout {status.base_sha}", *command]
+        lines += [_group_line(group, status.repeat), "", "```bash", *command, "```", ""]
+    if status.new_tests:
+        shown = ", ".join(code_span(test) for test in status.new_tests)
+        lines += [f"🆕 Not on the base (this PR adds them): {shown}", ""]
+    lines += comparison_lines(status)
     if status.problem:
         lines += [f"{REFUSED} {code_span(status.command)}: {plain_text(status.problem)}", ""]
     lines += [f"{REFUSED} {code_span(r.spec)}: {plain_text(r.message)}" for r in status.refusals]
@@ -148,6 +167,8 @@ def parse_status_comment(body: str) -> StatusComment | None:
                     url=str(g["url"]) if g.get("url") else None,
                     error=str(g["error"]) if g.get("error") else None,
                     include_disabled=g.get("include_disabled") is True,
+                    commit=str(g.get("commit", HEAD)),
+                    tally=Tally.from_json(g["tally"]) if g.get("tally") is not None else None,
                 )
                 for g in data.get("groups", ())
             ),
@@ -155,6 +176,10 @@ def parse_status_comment(body: str) -> StatusComment | None:
             problem=str(data["problem"]) if data.get("problem") else None,
             checks=str(data["checks"]) if data.get("checks") else None,
             checks_note=str(data["checks_note"]) if data.get("checks_note") else None,
+            repeat=_optional_int(data.get("repeat")),
+            base_sha=str(data["base_sha"]) if data.get("base_sha") else None,
+            base_ref=str(data["base_ref"]) if data.get("base_ref") else None,
+            new_tests=tuple(str(t) for t in data.get("new_tests", ())),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -212,6 +237,10 @@ def _header(status: StatusComment) -> str:
         parts.append(f"on #{status.pr}")
     if status.sha:
         parts.append(f"at {code_span(status.sha)}")
+    if status.repeat and status.base_sha:
+        parts.append(
+            f"against its base {code_span(status.base_sha)} (the merge base with {code_span(status.base_ref or '')})"
+        )
     return " ".join(parts)
 
 
@@ -225,8 +254,10 @@ def _checks_line(status: StatusComment) -> str:
     return f"☑️ Each runner's result is also a commit status `rerun / <runner>` {where}{why}."
 
 
-def _group_line(group: GroupStatus) -> str:
+def _group_line(group: GroupStatus, repeat: int | None = None) -> str:
     count = f"{len(group.tests)} test{'s' if len(group.tests) != 1 else ''}"
+    if repeat:
+        count += f" × {repeat} on the {group.commit}"
     if group.include_disabled:
         count += ", disabled ones included"
     emoji = STATE_EMOJI[group.state]
@@ -239,9 +270,13 @@ def _group_line(group: GroupStatus) -> str:
     return f"🚀 {group.label} ({count}): {emoji} {detail}"
 
 
-def _pytest_command(tests: Sequence[str], *, include_disabled: bool = False) -> list[str]:
+def _pytest_command(
+    tests: Sequence[str], *, include_disabled: bool = False, repeat: int | None = None
+) -> list[str]:
     # Node ids may hold `[...]`, a shell glob: quote every argument so the line pastes as it ran.
     args = ["--include-disabled"] * include_disabled + [shlex.quote(test) for test in tests]
+    if repeat:
+        args = ["--count", str(repeat), *args]
     single = " ".join(["pytest", *args])
     if len(single) <= _SINGLE_LINE_LIMIT:
         return [single]
@@ -273,6 +308,8 @@ def _dump_state(status: StatusComment) -> str:
                 "error": g.error,
                 # absent unless set, so comments written before it read back the same
                 **({"include_disabled": True} if g.include_disabled else {}),
+                **({"commit": g.commit} if g.commit != HEAD else {}),
+                **({"tally": g.tally.to_json()} if g.tally is not None else {}),
             }
             for g in status.groups
         ],
@@ -281,6 +318,13 @@ def _dump_state(status: StatusComment) -> str:
     }
     if status.checks is not None:  # absent, not null, so comments written before checks read back the same
         data.update(checks=status.checks, checks_note=status.checks_note)
+    if status.repeat:
+        data.update(
+            repeat=status.repeat,
+            base_sha=status.base_sha,
+            base_ref=status.base_ref,
+            new_tests=list(status.new_tests),
+        )
     return hidden_json(data)
 
 

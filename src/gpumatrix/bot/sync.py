@@ -8,7 +8,9 @@ sync started after a run finished reads that run after it finished: once every r
 sync has returned, the comment shows every final state, whatever the interleaving. Check runs follow the
 same rounds (`gpumatrix.bot.publish`), and so does the CI-states comment (`gpumatrix.bot.ci_states_sync`).
 
-The run asking for the sync (`run_id`) publishes only its own check run: every run's own syncs (at its start,
+For `/rerun-test --repeat`, each run over has its reports tallied into the comment once
+(`gpumatrix.bot.repeat.fill_tallies`), so the verdicts appear when a runner's head and base runs are both
+over. The run asking for the sync (`run_id`) publishes only its own check run (a base run: its head's): every run's own syncs (at its start,
 at its end, and when it completes) carry it to the end, and no two runs' syncs write the same check run.
 """
 
@@ -31,6 +33,7 @@ from gpumatrix.bot.render import (
     render_status_comment,
     run_state,
 )
+from gpumatrix.bot.repeat import fill_tallies
 from gpumatrix.config import Matrix
 
 __all__ = ["SyncClient", "SyncError", "SyncResult", "refresh_groups", "sync_status_comment"]
@@ -136,6 +139,8 @@ def sync_status_comment(
     )
     current, writes = comment.body, 0
     groups = refresh_groups(status.groups, client, caller_run_id=run_id, seen=runs)
+    if status.repeat:
+        groups = fill_tallies(groups, client, matrix, runs)
     for _ in range(_MAX_ROUNDS):
         published = publisher.publish(groups, runs) if publisher else 0
         status = status.with_groups(groups)
@@ -157,6 +162,8 @@ def sync_status_comment(
         again = refresh_groups(
             [groups[index] for index in unfinished], client, caller_run_id=run_id, seen=runs
         )
+        if status.repeat:
+            again = fill_tallies(again, client, matrix, runs)
         groups = tuple(
             again[unfinished.index(i)] if i in unfinished else group for i, group in enumerate(groups)
         )

@@ -5,6 +5,10 @@ The bot runs from a clone of the default branch. The PR head commit is fetched i
 with `git ls-tree` and `git cat-file --batch` at exactly the SHA the API reported as the head: no
 REST call per file, and a PR cannot point the bot at anything but blobs of its own commit (symlinks are
 not followed, submodules are skipped).
+
+`/rerun-test --repeat N` also runs the tests on the base commit, the merge base of the head with the PR's
+base branch (`merge_base`): the branch as the origin has it now and the PR head are fetched with the
+history between them (a shallow clone is deepened for it), and git finds their best common ancestor.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from gpumatrix import GpumatrixError
 from gpumatrix.config import DEFAULT_TEST_ROOTS
 
-__all__ = ["TreeError", "git_head", "git_toplevel", "read_test_sources"]
+__all__ = ["TreeError", "git_head", "git_toplevel", "merge_base", "read_test_sources"]
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}")
 
@@ -108,6 +112,53 @@ def read_test_sources(
         sources[path] = out[start : start + size].decode("utf-8", errors="replace")
         offset = start + size + 1  # each object is followed by a newline
     return sources
+
+
+def merge_base(
+    root: str | Path, head: str, base_ref: str, *, pr_number: int | None = None, token: str | None = None
+) -> str:
+    """The merge base of commit `head` with branch `base_ref`, in the clone at `root`.
+
+    With `pr_number` (the bot), `refs/heads/<base_ref>` and `refs/pull/<pr_number>/head` are fetched from
+    `origin` first, with their history (`--unshallow` when the clone is shallow), into refs of the bot's own;
+    if the PR head is then no longer `head`, `TreeError` says so. Without it, the local branch is used.
+    """
+    if not isinstance(head, str) or not _SHA_RE.fullmatch(head):
+        raise ValueError(f"head must be a full 40-character lowercase hex SHA, got {head!r}")
+    root = Path(root)
+    try:  # a name from the API, not from a comment; still, only a valid branch name reaches git as a ref
+        if not isinstance(base_ref, str) or not base_ref or base_ref.startswith("-"):
+            raise TreeError("not a branch name")
+        _git(root, "check-ref-format", "--branch", base_ref)
+    except TreeError:
+        raise TreeError(f"the PR's base branch {base_ref!r} is not a branch name git accepts") from None
+    ref = base_ref
+    if pr_number is not None:
+        shallow = _git(root, "rev-parse", "--is-shallow-repository").decode().strip() == "true"
+        _git(
+            root,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            *(["--unshallow"] if shallow else []),
+            "origin",
+            f"+refs/heads/{base_ref}:refs/gpumatrix/base",
+            f"+refs/pull/{int(pr_number)}/head:refs/gpumatrix/head",
+            config=_auth_config(token),
+        )
+        fetched = _git(root, "rev-parse", "refs/gpumatrix/head").decode().strip()
+        if fetched != head:
+            raise TreeError(
+                f"the PR head moved while planning: #{pr_number} is now at {fetched[:12]}, not {head[:12]}; "
+                "comment again"
+            )
+        ref = "refs/gpumatrix/base"
+    try:
+        return _git(root, "merge-base", head, ref).decode().strip()
+    except TreeError:
+        raise TreeError(
+            f"commit {head[:12]} and {base_ref} have no common ancestor in the clone at {root}"
+        ) from None
 
 
 def _has_commit(root: Path, sha: str) -> bool:

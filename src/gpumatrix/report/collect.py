@@ -3,7 +3,8 @@
 `RunOutcomes` takes pytest's collect and test reports (duck-typed: nothing here imports pytest) from the
 controller, xdist workers and the plugin's child pytest alike: a test's outcome is its worst phase
 (`OUTCOME_RANK`), its seconds add up over its phases, and the code paths it recorded travel on its
-reports (`gpumatrix.witnesses`). `to_report` turns them into the records the reader would return, so
+reports (`gpumatrix.witnesses`). A report pytest-rerunfailures marks `rerun` is a failed attempt of a test
+that then runs again (`register(flaky=...)`): it is recorded as such, never as an outcome. `to_report` turns them into the records the reader would return, so
 what the writer writes always reads back: text is cut to the reader's limits, durations kept finite.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from gpumatrix.config import MAX_SECONDS
 from gpumatrix.hardware import Hardware
-from gpumatrix.report.model import OUTCOME_RANK, FileResult, PathRecord, Report, Skip, Witnessed
+from gpumatrix.report.model import OUTCOME_RANK, FileResult, PathRecord, Report, Rerun, Skip, Witnessed
 from gpumatrix.witnesses import REPORT_ATTRIBUTE, witness_summary
 
 __all__ = ["HARDWARE_SKIP_ATTRIBUTE", "RunOutcomes"]
@@ -42,6 +43,9 @@ class RunOutcomes:
     files: dict[str, str] = field(default_factory=dict)  # nodeid: file, of every test seen
     # Tests skipped for this machine's hardware one by one (a refined test: gpumatrix.refine).
     hardware_skipped: set[str] = field(default_factory=set)
+    reruns: dict[str, dict[int, tuple[str, str]]] = field(
+        default_factory=dict
+    )  # nodeid: {attempt: (when, msg)}
 
     def add(self, nodeid: str, file: str, kind: str, reason: str = "") -> None:
         self.files.setdefault(nodeid, file)
@@ -66,6 +70,10 @@ class RunOutcomes:
             self.witnessed.setdefault(report.nodeid, []).extend(
                 r for r in records if isinstance(r, dict) and isinstance(r.get("path"), str) and r["path"]
             )
+        # A failed attempt: the test runs again (pytest-rerunfailures), and its last attempt is its outcome.
+        if getattr(report, "outcome", None) == "rerun":
+            self.add_rerun(report)
+            return
         if report.when == "call":
             kind = "failed" if report.failed else "skipped" if report.skipped else "passed"
         elif report.failed:
@@ -82,6 +90,15 @@ class RunOutcomes:
             reason = f"xfail: {wasxfail}" if wasxfail is not None else skip_reason(report)
         self.add(report.nodeid, file, kind, reason)
 
+    def add_rerun(self, report: Any) -> None:
+        """A failed attempt: which one (pytest-rerunfailures numbers them from 0 as `rerun`), the phase that
+        failed first, and the first line of what it said."""
+        attempts = self.reruns.setdefault(report.nodeid, {})
+        index = getattr(report, "rerun", None)
+        attempt = index + 1 if isinstance(index, int) and index >= 0 else len(attempts) + 1
+        if attempt not in attempts:  # a later phase of the same attempt failed too: the first one is why
+            attempts[attempt] = (report.when, _first_line(report))
+
     def to_report(
         self,
         *,
@@ -91,11 +108,12 @@ class RunOutcomes:
         hardware_skips: Mapping[str, str] | None = None,
         disabled_skips: Mapping[str, str] | None = None,
         est_times: Mapping[str, float] | None = None,
+        repeat: int = 1,
     ) -> Report:
-        """The report of what was collected. A test that recorded paths but never reported an outcome
-        (a run stopped in its middle) is an error: never a test without an outcome."""
+        """The report of what was collected. A test that recorded paths or failed an attempt but never
+        reported an outcome (a run stopped in its middle) is an error: never a test without an outcome."""
         outcomes = dict(self.outcomes)
-        for nodeid, records in self.witnessed.items():
+        for nodeid, records in (*self.witnessed.items(), *self.reruns.items()):
             if records and nodeid not in outcomes:
                 outcomes[nodeid] = (self.files.get(nodeid, nodeid.split("::", 1)[0]), "errors", "")
         by_file: dict[str, dict[str, list]] = {}
@@ -120,6 +138,13 @@ class RunOutcomes:
                 skipped=tuple(lists["skipped"]),
                 duration=min(round(seconds[file], 3), float(MAX_SECONDS)),
                 est_time=(est_times or {}).get(file),
+                reruns=tuple(
+                    Rerun(nodeid, number, when, message)
+                    for nodeid in sorted(lists["passed"] + lists["failed"] + lists["errors"])
+                    for number, (_, (when, message)) in enumerate(
+                        sorted(self.reruns.get(nodeid, {}).items()), 1
+                    )
+                ),
             )
             for file, lists in by_file.items()
         }
@@ -147,6 +172,7 @@ class RunOutcomes:
             problems=tuple(problem[:_MAX_TEXT] for problem in problems),
             deselected=len(self.deselected),
             finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            repeat=repeat,
         )
 
 
@@ -156,6 +182,13 @@ def skip_reason(report: Any) -> str:
         text = str(report.longrepr[2])
         return text.removeprefix("Skipped: ")
     return str(report.longrepr)
+
+
+def _first_line(report: Any) -> str:
+    """The first line of why an attempt failed (its crash message), one line of printable text."""
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    text = str(getattr(crash, "message", "") or report.longreprtext or "")
+    return _printable(text.strip().split("\n", 1)[0])[:_MAX_SHORT]
 
 
 def _printable(text: str) -> str:

@@ -2,7 +2,8 @@
 
 A report is what one pytest run (`--gpumatrix-report`, `gpumatrix run`) saw: the machine it ran on, the
 `--runner` it was given, every test's outcome by file, each file's measured seconds beside its
-registered estimate, and the code paths each test recorded. The pytest plugin is its one writer
+registered estimate, the code paths each test recorded, each failed attempt of a test that ran again
+(`register(flaky=...)`) and how many times each test was repeated (`--repeat N`). The pytest plugin is its one writer
 (`gpumatrix.report.collect` builds a `Report`, `report_to_json` is its JSON); `gpumatrix.report.read` is
 its one reader. docs/coverage.md lists the fields.
 """
@@ -24,10 +25,12 @@ __all__ = [
     "OUTCOMES",
     "OUTCOME_RANK",
     "RAN",
+    "PHASES",
     "FileResult",
     "PathRecord",
     "Report",
     "ReportError",
+    "Rerun",
     "Skip",
     "Witnessed",
     "distinct_reports",
@@ -46,6 +49,8 @@ RAN = ("passed", "failed", "errors")
 #: How bad an outcome is. A test reported more than once (its phases; two reports of one runner) keeps
 #: the worst: a test that ran outranks one skipped, and a failure an error.
 OUTCOME_RANK: Mapping[str, int] = MappingProxyType({"skipped": 0, "passed": 1, "errors": 2, "failed": 3})
+#: The phases of a test, in order; a failed attempt that ran again names the one that failed.
+PHASES = ("setup", "call", "teardown")
 
 
 def worse(first: str, second: str) -> str:
@@ -88,6 +93,18 @@ class Skip:
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """A failed attempt of a test that then ran again (a file registered `flaky=` on the class it ran as):
+    which attempt (1: the first run), the phase that failed, and the first line of what it said. The test's
+    outcome in its file is that of its last attempt."""
+
+    nodeid: str
+    attempt: int
+    when: str  # one of PHASES
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class FileResult:
     """One test file in one run: its tests by outcome, and the seconds they took beside its estimate."""
 
@@ -95,8 +112,9 @@ class FileResult:
     failed: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     skipped: tuple[Skip, ...] = ()
-    duration: float = 0.0  # setup, call and teardown of its tests, added up
+    duration: float = 0.0  # setup, call and teardown of its tests, added up (failed attempts too)
     est_time: float | None = None  # its registered estimate on the class it ran as; None: not registered
+    reruns: tuple[Rerun, ...] = ()  # failed attempts of its tests that ran again, by test and attempt
 
     def ids(self, outcome: str) -> tuple[str, ...]:
         """The node ids of one outcome."""
@@ -107,6 +125,18 @@ class FileResult:
     @property
     def ran(self) -> int:
         return len(self.passed) + len(self.failed) + len(self.errors)
+
+    def rerun_counts(self) -> dict[str, int]:
+        """{nodeid: how many times it ran again} of every test that did."""
+        counts: dict[str, int] = {}
+        for rerun in self.reruns:
+            counts[rerun.nodeid] = counts.get(rerun.nodeid, 0) + 1
+        return counts
+
+    def passed_after_reruns(self) -> tuple[tuple[str, int], ...]:
+        """(nodeid, reruns) of each test that passed only after running again: never a plain pass."""
+        counts = self.rerun_counts()
+        return tuple((nodeid, counts[nodeid]) for nodeid in self.passed if nodeid in counts)
 
 
 @dataclass(frozen=True)
@@ -144,6 +174,7 @@ class Report:
     note: str = ""
     source: str = ""
     digest: str = ""
+    repeat: int = 1  # each test ran this many times (pytest-repeat's --count; `gpumatrix run --repeat`)
 
     def outcomes(self) -> dict[str, tuple[str, str, str]]:
         """{nodeid: (file, outcome, skip reason)} of every test."""
@@ -197,6 +228,11 @@ def report_to_json(report: Report) -> dict[str, Any]:
             "duration": result.duration,
             "est_time": result.est_time,
         }
+        if result.reruns:  # present only when a test ran again: other files read as they always did
+            files[path]["reruns"] = [
+                {"nodeid": r.nodeid, "attempt": r.attempt, "when": r.when, "message": r.message}
+                for r in result.reruns
+            ]
     document: dict[str, Any] = {
         "format": FORMAT,
         "hardware": report.hardware.to_dict(),
@@ -219,6 +255,8 @@ def report_to_json(report: Report) -> dict[str, Any]:
     }
     if report.note:
         document["note"] = report.note
+    if report.repeat > 1:
+        document["repeat"] = report.repeat
     return document
 
 

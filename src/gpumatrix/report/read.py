@@ -12,7 +12,8 @@ any size. Reading ends in a `Report` or a `ReportError`, never another exception
   capability belongs to in the matrix, a GPU class has GPUs and `cpu` none, and the names, capabilities
   and device ids are one per GPU; the runner label names a runner of the same class and GPU count as
   the hardware (unless the run was refused: then it ran nothing); a test appears once; `ran` and
-  `totals` add up; every witnessed test has that outcome in that file.
+  `totals` add up; every witnessed test has that outcome in that file; a test that ran again (`reruns`)
+  ran in its file, and its failed attempts are numbered 1, 2, ... in order.
 
 A class or runner that ci/matrix.yaml does not define is a usage error (exit 2), as coverage has always
 treated it: the report belongs to another tree.
@@ -29,16 +30,18 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from gpumatrix.config import CPU_CLASS, MAX_SECONDS, Matrix
+from gpumatrix.config import CPU_CLASS, MAX_REPEAT, MAX_SECONDS, Matrix
 from gpumatrix.hardware import HARDWARE_SOURCES, Hardware
 from gpumatrix.report.model import (
     FORMAT,
     OUTCOMES,
+    PHASES,
     RAN,
     FileResult,
     PathRecord,
     Report,
     ReportError,
+    Rerun,
     Skip,
     Witnessed,
     report_digest,
@@ -52,6 +55,7 @@ _MAX_TEXT = 4096  # of a skip reason or a problem
 _MAX_SHORT = 200  # of a GPU name, driver, device id, path name or reason of a witness
 _MAX_GPUS = 1024
 _MAX_REASONS = 3
+_MAX_ATTEMPTS = 100  # a test's failed attempts: far above any rerun count ci/matrix.yaml allows
 _FINISHED_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 _CAPABILITY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
 _TOP = ("format", "hardware", "runner", "finished", "problems", "files", "totals", "witnessed")
@@ -194,7 +198,7 @@ class _Reader:
 
     # -- the report ----------------------------------------------------------------------------------
     def report(self, document: Any, *, digest: str) -> Report:
-        top = self.object(document, "the top level", _TOP, optional=("note",))
+        top = self.object(document, "the top level", _TOP, optional=("note", "repeat"))
         if top["format"] != FORMAT or not _is_count(top["format"]):
             self.bad("format", f"is {_shown(top['format'])}; this gpumatrix reads format {FORMAT}")
         hardware = self.hardware(top["hardware"])
@@ -204,6 +208,9 @@ class _Reader:
             self.bad("finished", f"must be a UTC time such as 2025-01-31T12:00:00Z, got {_shown(finished)}")
         problems = self.texts(top["problems"], "problems", partial(self.text, limit=_MAX_TEXT))
         note = self.text(top.get("note", ""), "note", limit=_MAX_SHORT, line=True)
+        repeat = self.count(top.get("repeat", 1), "repeat", limit=MAX_REPEAT)
+        if "repeat" in top and repeat < 2:
+            self.bad("repeat", f"is given only for a run repeated 2 to {MAX_REPEAT} times, got {repeat}")
         files = self.files(top["files"])
         witnessed = self.witnessed(top["witnessed"])
         totals = self.object(top["totals"], "totals", _TOTALS)
@@ -220,6 +227,7 @@ class _Reader:
             note=note,
             source=self.source,
             digest=digest,
+            repeat=repeat,
         )
         self.consistent(report, totals)
         return report
@@ -302,7 +310,7 @@ class _Reader:
         for path, entry in self.mapping(value, "files").items():
             where = f"files[{_shown(path)}]"
             self.ident(path, where)
-            data = self.object(entry, where, _FILE)
+            data = self.object(entry, where, _FILE, optional=("reruns",))
             ids = {
                 outcome: self.texts(data[outcome], f"{where}.{outcome}", self.ident)
                 for outcome in (*RAN, "ran")
@@ -319,10 +327,37 @@ class _Reader:
                 skipped=skipped,
                 duration=self.seconds(data["duration"], f"{where}.duration"),
                 est_time=None if est is None else self.seconds(est, f"{where}.est_time", positive=True),
+                reruns=self.reruns(data.get("reruns", []), f"{where}.reruns", ran=set(ids["ran"])),
             )
             if sorted(ids["ran"]) != sorted(ids["passed"] + ids["failed"] + ids["errors"]):
                 self.contradiction(f"{where}.ran", "is not the tests that passed, failed and errored")
         return files
+
+    def reruns(self, value: Any, where: str, *, ran: set[str]) -> tuple[Rerun, ...]:
+        """The failed attempts of tests that ran again: each of a test that ran in this file, numbered
+        1, 2, ... per test in order."""
+        found: list[Rerun] = []
+        attempts: dict[str, int] = {}
+        for index, item in enumerate(self.array(value, where)):
+            at = f"{where}[{index}]"
+            data = self.object(item, at, ("nodeid", "attempt", "when", "message"))
+            nodeid = self.ident(data["nodeid"], f"{at}.nodeid")
+            attempt = self.count(data["attempt"], f"{at}.attempt", limit=_MAX_ATTEMPTS)
+            when = data["when"]
+            if when not in PHASES:
+                self.bad(f"{at}.when", f"must be one of {', '.join(PHASES)}, got {_shown(when)}")
+            message = self.text(data["message"], f"{at}.message", limit=_MAX_SHORT, line=True)
+            if nodeid not in ran:
+                self.contradiction(
+                    at, f"{_shown(nodeid)} ran again, but has no outcome among the tests that ran"
+                )
+            if attempt != attempts.get(nodeid, 0) + 1:
+                self.contradiction(
+                    f"{at}.attempt", f"is {attempt}; {_shown(nodeid)}'s failed attempts go 1, 2, ... in order"
+                )
+            attempts[nodeid] = attempt
+            found.append(Rerun(nodeid, attempt, when, message))
+        return tuple(found)
 
     def skip(self, value: Any, where: str) -> Skip:
         data = self.object(value, where, ("nodeid", "reason", "hardware"), optional=("disabled",))
