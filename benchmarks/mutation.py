@@ -137,21 +137,41 @@ def _mutmut(here: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+UNDETECTED = (": survived", ": no tests", ": suspicious", ": not checked")
+
+
+def _undetected(here: Path) -> list[str]:
+    """The mutants of the group's last results that no test detected."""
+    if not (here / "mutants").exists():
+        return []
+    listed = _mutmut(here, "results").stdout
+    return sorted(
+        line.split(":")[0].strip() for line in listed.splitlines() if line.strip().endswith(UNDETECTED)
+    )
+
+
 def run_group(name: str, group: Group, *, max_children: int) -> dict:
     here = _prepare(name, group)
+    # mutmut keeps a verdict as long as the mutated function is unchanged, whatever the tests became: a
+    # survivor of an earlier run would stay one after a test that kills it was written. So the survivors
+    # of the run before are tested again once the new mutants are done. (A killed mutant stays killed:
+    # its killing test still exists unless it was removed; delete .mutation/ for a measurement from scratch.)
+    before = _undetected(here)
     run = _mutmut(here, "run", "--max-children", str(max_children))
-    (here / "run.log").write_text(run.stdout + run.stderr, encoding="utf-8")
+    log = run.stdout + run.stderr
+    again = sorted(set(before) & set(_undetected(here)))
+    if again:
+        rerun = _mutmut(here, "run", "--max-children", str(max_children), *again)
+        log += (
+            f"\n# the {len(again)} survivors of the run before, tested again\n" + rerun.stdout + rerun.stderr
+        )
+    (here / "run.log").write_text(log, encoding="utf-8")
     _mutmut(here, "export-cicd-stats")
     stats_file = here / "mutants" / "mutmut-cicd-stats.json"
     if not stats_file.exists():
         raise SystemExit(f"{name}: mutmut produced no results; see {here / 'run.log'}")
     stats = json.loads(stats_file.read_text(encoding="utf-8"))
-    listed = _mutmut(here, "results").stdout
-    survivors = sorted(
-        line.split(":")[0].strip()
-        for line in listed.splitlines()
-        if line.strip().endswith((": survived", ": no tests", ": suspicious", ": not checked"))
-    )
+    survivors = _undetected(here)
     detected = stats["killed"] + stats["timeout"]
     return {
         "group": name,
