@@ -137,16 +137,17 @@ def _mutmut(here: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-UNDETECTED = (": survived", ": no tests", ": suspicious", ": not checked")
+TESTED_UNDETECTED = (": survived", ": no tests", ": suspicious")
+UNDETECTED = (*TESTED_UNDETECTED, ": not checked")
 
 
-def _undetected(here: Path) -> list[str]:
-    """The mutants of the group's last results that no test detected."""
+def _undetected(here: Path, statuses: tuple[str, ...] = UNDETECTED) -> list[str]:
+    """The mutants of the group's last results that no test detected (in one of ``statuses``)."""
     if not (here / "mutants").exists():
         return []
     listed = _mutmut(here, "results").stdout
     return sorted(
-        line.split(":")[0].strip() for line in listed.splitlines() if line.strip().endswith(UNDETECTED)
+        line.split(":")[0].strip() for line in listed.splitlines() if line.strip().endswith(statuses)
     )
 
 
@@ -156,7 +157,7 @@ def run_group(name: str, group: Group, *, max_children: int) -> dict:
     # survivor of an earlier run would stay one after a test that kills it was written. So the survivors
     # of the run before are tested again once the new mutants are done. (A killed mutant stays killed:
     # its killing test still exists unless it was removed; delete .mutation/ for a measurement from scratch.)
-    before = _undetected(here)
+    before = _undetected(here, TESTED_UNDETECTED)
     run = _mutmut(here, "run", "--max-children", str(max_children))
     log = run.stdout + run.stderr
     again = sorted(set(before) & set(_undetected(here)))
