@@ -562,7 +562,7 @@ BAD_LOAD = [
         lambda: (native_weight(N, K, block_rows=1, seed=0)[0],),
         {},
         ValueError,
-        re.escape("scale is required with a float8_e4m3fn weight (E8M0 per 1x32 or 32x32 block)"),
+        "^" + re.escape("scale is required with a float8_e4m3fn weight (E8M0 per 1x32 or 32x32 block)") + "$",
     ),
     (
         "scale block shape",
@@ -621,13 +621,18 @@ def test_bad_load_names_the_argument_and_keeps_the_ready_layer_intact(args, kwar
             re.escape("bias must be a torch.Tensor [96] (the layer has bias=True); got NoneType"),
         ),
         (
+            [0.0] * N,
+            TypeError,
+            re.escape("bias must be a torch.Tensor [96] (the layer has bias=True); got list"),
+        ),
+        (
             torch.zeros(N + 1),
             ValueError,
             re.escape("bias must be a float tensor of shape [96]; got torch.float32 [97]"),
         ),
         (torch.zeros(N, dtype=torch.int32), ValueError, "got torch.int32 \\[96\\]$"),
     ],
-    ids=["bias missing", "bias shape", "bias dtype"],
+    ids=["bias missing", "bias a list", "bias shape", "bias dtype"],
 )
 def test_bias_is_required_when_asked_for(bias, error, match):
     layer = MxLinear(K, N, bias=True)
