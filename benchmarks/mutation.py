@@ -118,6 +118,14 @@ def _prepare(name: str, group: Group) -> Path:
         if (here / part).exists():
             shutil.rmtree(here / part)
         shutil.copytree(ROOT / part, here / part, ignore=ignore)
+    # mutmut measures coverage on its copies in mutants/ and mutates a source again when the source is
+    # newer than its copy. A copy it mutated before has its functions renamed and its lines moved: the
+    # lines covered there, mapped onto the source, would leave most of the mutants out. Such a copy goes,
+    # so that mutmut copies the source afresh and measures on it (verdicts of unchanged functions stay).
+    for copy in (here / "mutants" / "src").rglob("*.py"):
+        source = here / copy.relative_to(here / "mutants")
+        if not source.exists() or source.stat().st_mtime > copy.stat().st_mtime:
+            copy.unlink()
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     text = re.sub(r"\n\[tool\.mutmut\][^\[]*", "\n", text)
     (here / "pyproject.toml").write_text(text + mutmut_config(group), encoding="utf-8")
