@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from mxfuse.formats import ScaleLayout, dequantize_mxfp8
+from mxfuse.gemm import Availability
+
 SOURCES = ("bf16", "native_1x32", "native_32x32")
 
 
@@ -64,3 +67,39 @@ def data_ptrs(module: torch.nn.Module) -> dict[str, int]:
     tensors = dict(module.named_parameters())
     tensors.update(dict(module.named_buffers()))
     return {name: t.data_ptr() for name, t in tensors.items()}
+
+
+class PackedScalesBackend:
+    """A CPU stand-in for a GPU GEMM backend, as a layer sees one (register it in ``mxfuse.gemm.BACKENDS``).
+
+    Like the GPU backends it reads the weight scales in a layout of its own (int16 here: ``run`` refuses
+    the E8M0 bytes), its shape rule reads N (N % 8, DeepGEMM's rule; its refusal has a "; " in it) and
+    pairs for it are written in the deepgemm layout first. ``run`` computes what the torch backend does,
+    from its own scales, so a layer wired to it must give the torch backend's answer bit for bit.
+    """
+
+    name = "packed"
+    activation_layouts = (ScaleLayout.DEEPGEMM, ScaleLayout.E8M0)
+
+    def available(self, device: torch.device) -> Availability:
+        return Availability(True, "a CPU stand-in for a GPU backend")
+
+    def supports_shape(self, n: int, k: int) -> Availability:
+        if k <= 0 or k % 32:
+            return Availability(False, f"K must be a positive multiple of 32; got K = {k}")
+        if n % 8:
+            return Availability(False, f"N must be a multiple of 8; got N = {n}")
+        return Availability(True, "N % 8 == 0 and K % 32 == 0")
+
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
+        return scale_e8m0.to(torch.int16)
+
+    def run(self, a_q, a_scale, a_layout, w, out) -> None:
+        if w.scale.dtype != torch.int16:
+            raise ValueError(f"w.scale must be the packed backend's int16 scales; got {w.scale.dtype}")
+        a = dequantize_mxfp8(a_q, a_scale, scale_layout=a_layout)
+        b = dequantize_mxfp8(w.qweight, w.scale.to(torch.uint8), scale_layout=ScaleLayout.E8M0)
+        out.copy_(torch.mm(a, b.t()))
+
+
+PACKED = PackedScalesBackend()

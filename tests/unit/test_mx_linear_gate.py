@@ -137,15 +137,52 @@ def test_the_row_limit_is_2048():
         ({"rows": 2.0}, ValueError, "rows must be an int >= 0"),
         ({"n": 0}, ValueError, "n must be an int >= 1"),
         ({"k": None}, ValueError, "k must be an int >= 1"),
-        ({"consumer": "triton"}, TypeError, "consumer must be a Consumer"),
-        ({"context": "decode"}, TypeError, "context must be a ForwardContext or None"),
-        ({"takes_mxfp8_input": 1}, TypeError, "takes_mxfp8_input must be a bool"),
+        (
+            {"consumer": "triton"},
+            TypeError,
+            r"consumer must be a Consumer \(see consuming_backend\); got str$",
+        ),
+        ({"context": "decode"}, TypeError, "context must be a ForwardContext or None; got str$"),
+        ({"takes_mxfp8_input": 1}, TypeError, "takes_mxfp8_input must be a bool; got int$"),
     ],
     ids=["rows < 0", "rows bool", "rows float", "n 0", "k None", "consumer str", "context str", "fact int"],
 )
 def test_gate_bad_input_names_the_argument(changes, error, match):
     with pytest.raises(error, match=match):
         fused_mxfp8_rows(**{**BASE, **changes})
+
+
+# Each rule's words in full, alone and after the others ("; " between rules, in RULES order).
+REASONS = [
+    (
+        {"context": None},
+        "no forward mode given (pass context= to the layer or use mxfuse.layers.forward_context)",
+    ),
+    ({"context": ForwardContext("extend")}, "forward mode extend is not decode or target_verify"),
+    (
+        {"context": ForwardContext("target_verify", sequence_parallel=True)},
+        "sequence parallel: the rows are split across ranks",
+    ),
+    ({"takes_mxfp8_input": False}, "the layer's takes_mxfp8_input is False"),
+    (
+        {"takes_mxfp8_input": False, "fact_reason": "not asked"},
+        "the layer's takes_mxfp8_input is False (not asked)",
+    ),
+    (
+        {"consumer": Consumer("torch", "t"), "k": 48, "rows": 2049},
+        # The backend's own "; " becomes ", ": "; " separates the rules.
+        "torch: K must be a positive multiple of 32 (one scale block), got K = 48; 2049 rows > 2048",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    REASONS,
+    ids=["no mode", "extend", "sequence parallel", "fact", "fact with reason", "alignment and rows"],
+)
+def test_each_rules_reason_in_full(changes, reason):
+    assert fused_mxfp8_rows(**{**BASE, **changes}).reason == reason
 
 
 CONSUMERS = [
@@ -185,6 +222,14 @@ def test_consuming_backend_per_device(device, status, backend, fragments):
     assert consumer.backend == backend and bool(consumer) == (backend is not None)
     for fragment in fragments:
         assert fragment in consumer.reason
+
+
+def test_a_device_without_a_consumer_lists_every_backend_passed_over():
+    status = {"triton": Availability(False, "needs sm_89+"), "torch": OK}
+    assert consuming_backend(torch.device("cuda", 0), status).reason == (
+        "no backend on cuda:0 consumes an MXFP8 pair (triton: needs sm_89+; torch: does not count on cuda "
+        "(dequantize + fp32 matmul is slower than the bf16 path))"
+    )
 
 
 @pytest.mark.parametrize(
@@ -246,6 +291,13 @@ def test_parse_forward_context(value, expected):
     assert parse_forward_context(value) == expected
 
 
+def test_a_mode_given_as_a_string_becomes_a_forward_mode():
+    context = ForwardContext("prefill")
+    assert context.mode is ForwardMode.PREFILL and context.mode.value == "prefill"
+    decision = fused_mxfp8_rows(**{**BASE, "context": ForwardContext("target_verify")})
+    assert decision.fused and decision.reason.startswith("target_verify, 16 rows")
+
+
 def test_resolve_forward_context_prefers_the_argument_then_the_block_then_decode():
     assert resolve_forward_context(None) == (DEFAULT_CONTEXT, "default")
     assert DEFAULT_CONTEXT == ForwardContext(ForwardMode.DECODE)
@@ -258,16 +310,34 @@ def test_resolve_forward_context_prefers_the_argument_then_the_block_then_decode
     ("call", "error", "match"),
     [
         (lambda: parse_forward_context("decoding"), ValueError, "context must be one of 'decode'"),
-        (lambda: parse_forward_context(3), TypeError, "context must be a ForwardContext"),
-        (lambda: ForwardContext("warmup"), ValueError, "mode must be one of"),
+        (
+            lambda: parse_forward_context(3),
+            TypeError,
+            "context must be a ForwardContext, a ForwardMode, one of its string values or None; got int$",
+        ),
+        (
+            lambda: ForwardContext("warmup"),
+            ValueError,
+            "mode must be one of 'decode', 'target_verify', 'prefill', 'extend'; got 'warmup'$",
+        ),
         (
             lambda: ForwardContext("decode", sequence_parallel=1),
             TypeError,
-            "sequence_parallel must be a bool",
+            "sequence_parallel must be a bool; got int$",
         ),
         (lambda: forward_context("idle").__enter__(), ValueError, "mode must be one of"),
+        (lambda: resolve_forward_context("decoding"), ValueError, "^context must be one of 'decode'"),
+        (lambda: resolve_forward_context(3, argument="ctx"), TypeError, "^ctx must be a ForwardContext"),
     ],
-    ids=["unknown mode string", "not a mode", "bad mode", "sequence_parallel int", "context manager"],
+    ids=[
+        "unknown mode string",
+        "not a mode",
+        "bad mode",
+        "sequence_parallel int",
+        "context manager",
+        "resolve names context",
+        "resolve names its argument",
+    ],
 )
 def test_forward_context_bad_input(call, error, match):
     with pytest.raises(error, match=match):

@@ -37,7 +37,8 @@ def test_same_shape_and_dtype_copies_in_place_without_a_record():
     new = torch.arange(32, dtype=torch.float32).view(4, 8)
     with witness.capture() as records:
         update = copy_or_rebind_param(module, "weight", new, site="s")
-    assert update == ParamUpdate("weight", "copied", update.reason) and update.graph_safe
+    assert update == ParamUpdate("weight", "copied", "weight: copied in place (torch.float32 (4, 8) on cpu)")
+    assert update.graph_safe
     assert module.weight is param and module.weight.data_ptr() == ptr
     assert_same_bits(module.weight.detach(), new, name="copied values")
     assert records == []
@@ -80,22 +81,33 @@ def test_a_changed_tensor_is_rebound_reported_and_witnessed(new, changed):
     assert module.weight.shape == new.shape and module.weight.dtype == new.dtype
     assert not module.weight.requires_grad
     (record,) = records
-    assert (
-        record["path"] == "linear.rebind"
-        and record["site"] == "layers.3.wo_b"
-        and record["param"] == "weight"
-    )
+    assert record == {
+        "path": "linear.rebind",
+        "reason": update.reason,
+        "site": "layers.3.wo_b",
+        "param": "weight",
+        "old": "torch.float32 (4, 8) on cpu",
+        "new": f"{new.dtype} {tuple(new.shape)} on {new.device}",
+    }
 
 
 def test_a_missing_or_none_slot_is_registered_new():
     module = nn.Module()
     module.register_parameter("scale", None)
     with witness.capture() as records:
-        assert copy_or_rebind_param(module, "scale", torch.ones(3, dtype=torch.uint8)).action == "new"
+        update = copy_or_rebind_param(module, "scale", torch.ones(3, dtype=torch.uint8))
+        assert update == ParamUpdate("scale", "new", "scale: registered torch.uint8 (3,) on cpu")
         assert copy_or_rebind_param(module, "other", torch.ones(2)).action == "new"
     assert records == []
     assert isinstance(module.scale, nn.Parameter) and module.scale.dtype == torch.uint8
     assert "other" in dict(module.named_parameters())
+
+
+def test_an_empty_buffer_slot_is_filled_as_a_buffer():
+    module = nn.Module()
+    module.register_buffer("table", None)
+    assert copy_or_rebind_param(module, "table", torch.ones(3)).action == "new"
+    assert "table" in dict(module.named_buffers()) and "table" not in dict(module.named_parameters())
 
 
 def test_a_buffer_stays_a_buffer():
@@ -116,10 +128,14 @@ def test_can_copy_into_is_the_rule():
 @pytest.mark.parametrize(
     ("args", "error", "match"),
     [
-        ((object(), "w", torch.zeros(1)), TypeError, "module must be a torch.nn.Module"),
+        ((object(), "w", torch.zeros(1)), TypeError, "module must be a torch.nn.Module; got object$"),
         ((nn.Module(), "not a name", torch.zeros(1)), ValueError, "name must be an attribute name"),
-        ((nn.Module(), "w", [0.0]), TypeError, "value must be a torch.Tensor"),
-        ((nn.Linear(2, 2), "training", torch.zeros(1)), ValueError, "not a tensor slot"),
+        ((nn.Module(), "w", [0.0]), TypeError, "value must be a torch.Tensor; got list$"),
+        (
+            (nn.Linear(2, 2), "training", torch.zeros(1)),
+            ValueError,
+            "name 'training' is an attribute of Linear that is not a tensor slot$",
+        ),
     ],
     ids=["module", "name", "value", "non-tensor attribute"],
 )
@@ -169,6 +185,7 @@ def test_a_format_changing_reload_rebinds_and_says_so():
     assert layer.weight is not old_weight and layer.weight.dtype == torch.float8_e4m3fn
     (record,) = [r for r in records if r["path"] == "linear.rebind"]
     assert record["param"] == "weight" and "dtype changed" in record["reason"]
+    assert record["site"] == "MxLinear[64x96]"  # the layer's default name
 
     load(layer, "bf16", seed=6)
     with witness.capture() as records:
@@ -176,19 +193,31 @@ def test_a_format_changing_reload_rebinds_and_says_so():
     assert result.rebound == ("weight", "weight_scale")
     assert {u.name: u.action for u in result.updates} == {"weight": "rebound", "weight_scale": "removed"}
     assert layer.weight_scale is None and layer.weight.dtype == torch.bfloat16
-    assert [r["param"] for r in records if r["path"] == "linear.rebind"] == ["weight", "weight_scale"]
+    removed = "weight_scale: removed (the new weights do not use it); re-capture CUDA graphs"
+    assert result.updates[1] == ParamUpdate("weight_scale", "removed", removed)
+    rebind = [r for r in records if r["path"] == "linear.rebind"]
+    assert [r["param"] for r in rebind] == ["weight", "weight_scale"]
+    assert rebind[1] == {
+        "path": "linear.rebind",
+        "reason": removed,
+        "site": "MxLinear[64x96]",
+        "param": "weight_scale",
+        "old": "torch.uint8 (64, 3) on cpu",
+        "new": None,
+    }
     x = activations(3, K, seed=7)
     assert_same_bits(layer(x, context="decode"), _fresh("bf16", seed=6)(x, context="decode"), name="reloaded")
 
 
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no bias"])
 @pytest.mark.parametrize("request_pairs", [True, False], ids=["mxfp8 weight", "bf16 weight kept"])
-def test_a_reload_never_writes_into_the_callers_tensors(request_pairs):
-    layer = MxLinear(K, N, mxfp8_input=request_pairs, bias=True)
+def test_a_reload_never_writes_into_the_callers_tensors(request_pairs, bias):
+    layer = MxLinear(K, N, mxfp8_input=request_pairs, bias=bias)
     w1, b1 = bf16_weight(N, K, seed=8), torch.zeros(N, dtype=torch.bfloat16)
     w1_copy, b1_copy = w1.clone(), b1.clone()
-    layer.load_weights(w1, bias=b1)
+    layer.load_weights(w1, bias=b1 if bias else None)
     layer.process_weights_after_loading()
-    layer.load_weights(bf16_weight(N, K, seed=9), bias=torch.ones(N, dtype=torch.bfloat16))
+    layer.load_weights(bf16_weight(N, K, seed=9), bias=torch.ones(N, dtype=torch.bfloat16) if bias else None)
     layer.process_weights_after_loading()
     assert_same_bits(w1, w1_copy, name="caller's weight")
     assert_same_bits(b1, b1_copy, name="caller's bias")

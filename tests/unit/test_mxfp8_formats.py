@@ -311,7 +311,7 @@ def test_representable_blocks_round_trip_exactly(seed, scale, layout, rounding):
 # Bad input
 
 BAD_INPUTS = [
-    ("not a tensor", lambda: [[1.0] * 32], {}, TypeError, "x must be a torch.Tensor"),
+    ("not a tensor", lambda: [[1.0] * 32], {}, TypeError, "x must be a torch.Tensor; got list$"),
     ("integer dtype", lambda: torch.ones(2, 32, dtype=torch.int32), {}, ValueError, "x must be bfloat16"),
     ("float64", lambda: torch.ones(2, 32, dtype=torch.float64), {}, ValueError, "x must be bfloat16"),
     ("1-D", lambda: torch.ones(64), {}, ValueError, "x must be 2-D"),
@@ -335,7 +335,7 @@ BAD_INPUTS = [
         lambda: torch.ones(2, 32),
         {"scale_layout": "cublas"},
         ValueError,
-        "scale_layout must be",
+        "^scale_layout must be one of 'e8m0', 'deepgemm', 'swizzled_128x4'; got 'cublas'$",
     ),
 ]
 
@@ -355,7 +355,12 @@ BAD_CODEC_INPUTS = [
         ValueError,
         "scale must",
     ),
-    ("e8m0_to_float of a list", lambda: e8m0_to_float([1, 2]), TypeError, "scale must be a torch.Tensor"),
+    (
+        "e8m0_to_float of a list",
+        lambda: e8m0_to_float([1, 2]),
+        TypeError,
+        "scale must be a torch.Tensor; got list$",
+    ),
     (
         "float_to_e8m0 of bf16",
         lambda: float_to_e8m0(torch.ones(2, dtype=torch.bfloat16)),
@@ -369,6 +374,26 @@ BAD_CODEC_INPUTS = [
         ),
         ValueError,
         "q must be a 2-D float8_e4m3fn",
+    ),
+    (
+        "dequantize of K = 48",
+        lambda: dequantize_mxfp8(
+            torch.zeros(1, 48, dtype=torch.float8_e4m3fn),
+            torch.zeros(1, 1, dtype=torch.uint8),
+            scale_layout="e8m0",
+        ),
+        ValueError,
+        r"^q must be a 2-D float8_e4m3fn tensor \[M, K\] with K a multiple of 32; got torch.float8_e4m3fn \(1, 48\)$",
+    ),
+    (
+        "dequantize of 3-D",
+        lambda: dequantize_mxfp8(
+            torch.zeros(2, 32, 32, dtype=torch.float8_e4m3fn),
+            torch.zeros(2, 1, dtype=torch.uint8),
+            scale_layout="e8m0",
+        ),
+        ValueError,
+        r"^q must be a 2-D float8_e4m3fn tensor",
     ),
     (
         "dequantize with a short scale",

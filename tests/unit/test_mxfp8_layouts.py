@@ -151,7 +151,14 @@ BAD_PAIRS = [
         "q not contiguous",
         "e8m0",
         lambda: (torch.empty(288, 5, dtype=torch.float8_e4m3fn).t(), _pair("e8m0")[1]),
-        r"out\[0\] must be contiguous",
+        r"^out\[0\] must be contiguous \(strides \(288, 1\)\); got \(1, 5\)$",
+    ),
+    ("not a pair", "e8m0", lambda: "q", r"^out must be a tuple \(q, scale\); got str$"),
+    (
+        "q not a tensor",
+        "e8m0",
+        lambda: ([[0]], _pair("e8m0")[1]),
+        r"^out\[0\] must be a torch.Tensor; got list$",
     ),
     (
         "q on another device",
@@ -216,6 +223,42 @@ def test_check_mxfp8_pair_rejects(name, layout, make, match):
         check_mxfp8_pair(make(), m=5, k=288, scale_layout=layout, device=torch.device("cpu"))
 
 
+def test_a_scale_row_of_two_with_a_gap_is_refused():
+    # Every stride of a dimension longer than 1 counts, a dimension of 2 rows included.
+    q = torch.zeros(2, 288, dtype=torch.float8_e4m3fn)
+    scale = torch.zeros(2, 18, dtype=torch.uint8)[:, :9]
+    with pytest.raises(
+        ValueError,
+        match=r"^s\[1\] must have strides \(9, 1\) for e8m0 scales of an \[M, K\] tensor; got \(18, 1\)$",
+    ):
+        check_mxfp8_pair(
+            (q, scale), m=2, k=288, scale_layout="e8m0", device=torch.device("cpu"), argument="s"
+        )
+
+
+def test_a_padding_short_storage_is_counted_in_whole_elements():
+    # 14 bytes hold 3 int32 words (and 2 bytes): the deepgemm scales of 3 rows need 4, padding included.
+    scale = torch.zeros(14, dtype=torch.uint8)[:12].view(torch.int32).as_strided((3, 1), (1, 4))
+    q = torch.zeros(3, 128, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"must own 4 elements .*; its storage holds 3$"):
+        check_mxfp8_pair((q, scale), m=3, k=128, scale_layout="deepgemm", device=torch.device("cpu"))
+
+
+def test_layouts_are_made_on_the_device_of_their_input():
+    # The meta device stands in for a GPU: nothing may be made on the CPU instead.
+    meta = torch.device("meta")
+    scale = torch.empty(6, 8, dtype=torch.uint8, device=meta)
+    packed = pack_ue8m0_deepgemm(scale)
+    assert (packed.device, tuple(packed.shape), packed.stride()) == (meta, (6, 2), (1, 8))
+    assert unpack_ue8m0_deepgemm(packed, k=256).device == meta
+    swizzled = swizzle_128x4(scale)
+    assert (swizzled.device, tuple(swizzled.shape)) == (meta, (1024,))
+    assert unswizzle_128x4(swizzled, m=6, k=256).device == meta
+    for layout in LAYOUTS:
+        q, s = empty_mxfp8_pair(6, 256, scale_layout=layout, device=meta)
+        assert (q.device, s.device) == (meta, meta)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_check_mxfp8_pair_accepts_what_empty_allocates(layout):
     q, scale = _pair(layout)
@@ -238,7 +281,31 @@ BAD_LAYOUT_CALLS = [
         ValueError,
         "scale must be",
     ),
-    ("pack a list", lambda: pack_ue8m0_deepgemm([[1]]), TypeError, "scale must be a torch.Tensor"),
+    ("pack a list", lambda: pack_ue8m0_deepgemm([[1]]), TypeError, "scale must be a torch.Tensor; got list$"),
+    (
+        "spec m a float",
+        lambda: scale_spec(2.0, 32, scale_layout="e8m0"),
+        ValueError,
+        "^m must be an int >= 0; got 2.0$",
+    ),
+    (
+        "spec m a bool",
+        lambda: scale_spec(True, 32, scale_layout="e8m0"),
+        ValueError,
+        "^m must be an int >= 0",
+    ),
+    (
+        "spec k a float",
+        lambda: scale_spec(4, 64.0, scale_layout="e8m0"),
+        ValueError,
+        "^k must be an int >= 0 and a multiple of 32; got 64.0$",
+    ),
+    (
+        "to a layout from int32",
+        lambda: scale_to_layout(torch.zeros(2, 2, dtype=torch.int32), scale_layout="deepgemm"),
+        ValueError,
+        r"^scale must be a 2-D uint8 tensor \[M, K/32\]; got torch.int32 \(2, 2\)$",
+    ),
     (
         "unpack with the wrong k",
         lambda: unpack_ue8m0_deepgemm(pack_ue8m0_deepgemm(torch.ones(4, 4, dtype=torch.uint8)), k=256),
