@@ -212,14 +212,14 @@ def describe(name: str, mutant: str) -> str:
 
 
 def write_survivors(results: list[dict]) -> Path:
-    """``.mutation/survivors.md``: every survivor of the groups run, with its change, for docs/mutation.md."""
+    """``.mutation/survivors.txt``: every survivor of the groups run, with its change, for docs/mutation.md."""
     lines = []
     for result in results:
         lines.append(f"### {result['group']}\n")
         for mutant in result["survivors"]:
             lines.append(f"- `{mutant}`: `{describe(result['group'], mutant)}`")
         lines.append("")
-    path = WORK / "survivors.md"
+    path = WORK / "survivors.txt"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
