@@ -64,8 +64,16 @@ def floor_bytes(tokens: int, hidden: int) -> int:
     """Bytes a boundary must move: R read + R' written, x, fn, per-token coefficients in and out, pair."""
     n = 4
     pair = tokens * hidden + 4 * scale_spec(tokens, hidden, scale_layout="deepgemm").storage_numel
-    coefficients = 4 * tokens * (n + n * n + n + n + n + n * n)  # post, comb, prev_pre in; pre, post', comb' out
-    return 2 * (2 * tokens * n * hidden) + 2 * tokens * hidden + 4 * n * (n + 2) * n * hidden + coefficients + pair
+    coefficients = (
+        4 * tokens * (n + n * n + n + n + n + n * n)
+    )  # post, comb, prev_pre in; pre, post', comb' out
+    return (
+        2 * (2 * tokens * n * hidden)
+        + 2 * tokens * hidden
+        + 4 * n * (n + 2) * n * hidden
+        + coefficients
+        + pair
+    )
 
 
 def make_set(tokens: int, hidden: int, shifted: bool, seed: int) -> dict[str, torch.Tensor | None]:
@@ -100,10 +108,12 @@ def _args(s: dict) -> tuple:
 def boundary_fp32(x, residual, post, comb, fn, scale, base, w, prev_pre):
     """The boundary as upstream's torch code writes it (fp32 matmul and sums), y in bf16."""
     n, hidden = residual.shape[1], residual.shape[2]
-    new = (post[:, :, None] * x.float()[:, None, :] + torch.einsum("tjk,tjh->tkh", comb, residual.float()))
+    new = post[:, :, None] * x.float()[:, None, :] + torch.einsum("tjk,tjh->tkh", comb, residual.float())
     new = new.bfloat16()
     flat = new.flatten(1).float()
-    m = (flat @ fn.T) * torch.rsqrt(flat.square().sum(-1, keepdim=True) / (n * hidden) + SCALARS["hc_norm_eps"])
+    m = (flat @ fn.T) * torch.rsqrt(
+        flat.square().sum(-1, keepdim=True) / (n * hidden) + SCALARS["hc_norm_eps"]
+    )
     m = m * torch.cat([scale[0].expand(n), scale[1].expand(n), scale[2].expand(n * n)]) + base
     pre = torch.sigmoid(m[:, :n]) + SCALARS["hc_pre_eps"]
     new_post = torch.sigmoid(m[:, n : 2 * n]) * SCALARS["hc_post_scale"]
@@ -159,9 +169,15 @@ def check(s: dict, tokens: int, hidden: int, compiled: Compiled | None) -> dict[
     def ok(out, y, *, ours: bool = True) -> bool:
         # Ours follow the reference's fp32 order (R' within one bf16 step); torch's einsum sums in
         # another order, which near cancellations moves R' by more steps: bf16 tolerance for it.
-        residual = ulp_distance(out.residual, ref.residual).max() <= 1 if ours else close(out.residual, ref.residual, 1.6e-2)
+        residual = (
+            ulp_distance(out.residual, ref.residual).max() <= 1
+            if ours
+            else close(out.residual, ref.residual, 1.6e-2)
+        )
         q, sc = quantize_mxfp8(y)
-        same_pair = torch.equal(q.view(torch.uint8), out.pair[0].view(torch.uint8)) and torch.equal(sc, out.pair[1])
+        same_pair = torch.equal(q.view(torch.uint8), out.pair[0].view(torch.uint8)) and torch.equal(
+            sc, out.pair[1]
+        )
         coefficients = close(out.pre, ref.pre, 1e-5) and close(out.comb, ref.comb, 1e-5)
         return bool(residual) and same_pair and coefficients and close(y, ref.y, 1.6e-2)
 
@@ -251,13 +267,20 @@ def sweep(copy_gbps: float) -> list[dict]:
                 us = statistics.median(bench_us(fns, target_ms=5.0, replays=10) for _ in range(3))
                 rows.append({"T": tokens, "H": hidden, "ordering": "shifted" if shifted else "normal",
                              "config": config.__dict__, "ok": ok, "us": us, "floor_us": moved / copy_gbps / 1e3})  # fmt: skip
-                print(f"  sweep T={tokens:>5} {rows[-1]['ordering']:>7} {us:9.2f} us ok={ok} {config}", flush=True)
+                print(
+                    f"  sweep T={tokens:>5} {rows[-1]['ordering']:>7} {us:9.2f} us ok={ok} {config}",
+                    flush=True,
+                )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", action="store_true", help="also time alternative kernel configs (H = 7168)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sweep", action="store_true", help="also time alternative kernel configs (H = 7168)"
+    )
     parser.add_argument("--compile", choices=("dynamic-tokens", "static", "off"), default="dynamic-tokens")
     parser.add_argument("--hiddens", default=",".join(map(str, HIDDENS)), help="comma-separated hidden sizes")
     parser.add_argument("--json", help="write every number here (default $OUT/hc_boundary.json)")
@@ -292,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps({"env": env, "rows": rows, "sweep": sweep_rows}, indent=1))
     _print_tables(env, rows, sweep_rows, args.compile)
     print(f"JSON: {path}; wall {env['wall_s']:.0f} s")
-    failed = [r for r in rows if not (r["fused_ok"] and r["unfused_ok"] and r["fused_unfused_residual_equal"])]
+    failed = [
+        r for r in rows if not (r["fused_ok"] and r["unfused_ok"] and r["fused_unfused_residual_equal"])
+    ]
     return 1 if failed else 0
 
 
@@ -305,13 +330,17 @@ def _print_tables(env: dict, rows: list[dict], sweep_rows: list[dict], compile_m
             if group:
                 best = min(group, key=lambda r: r["us"])
                 default = next(r for r in sweep_rows if (r["T"], r["ordering"]) == key)
-                print(f"  T={key[0]:>5} {key[1]:>7}: default {default['us']:.2f}, best {best['us']:.2f} {best['config']}")
+                print(
+                    f"  T={key[0]:>5} {key[1]:>7}: default {default['us']:.2f}, best {best['us']:.2f} {best['config']}"
+                )
     print(
         f"\n{env['date']}, {env['gpu']} ({env['sms']} SMs), torch {env['torch']}, Triton {env['triton']}; "
         f"copy {env['copy_GBps']:.0f} GB/s; MXFP8 pair out (deepgemm, RCEIL); us per boundary, median of 3 "
         f"interleaved rounds of CUDA-graph replays, cold L2; compiled = torch.compile ({compile_mode}) + quantize_mxfp8"
     )
-    print("| H | ordering | T | floor | fused | fused / floor | unfused | compiled | vs unfused | vs compiled | checks |")
+    print(
+        "| H | ordering | T | floor | fused | fused / floor | unfused | compiled | vs unfused | vs compiled | checks |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         fused = r["fused_us"]

@@ -38,7 +38,9 @@ ORDERINGS = {"normal": False, "shifted": True}
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_inputs(tokens: int, hidden: int, shifted: bool, seed: int, copies: tuple[int, ...]) -> BoundaryInputs:
+def _cached_inputs(
+    tokens: int, hidden: int, shifted: bool, seed: int, copies: tuple[int, ...]
+) -> BoundaryInputs:
     return make_inputs(tokens, hidden, shifted=shifted, seed=seed, device=DEVICE, copies_of_row0=copies)
 
 
@@ -55,7 +57,9 @@ def _outputs(tokens: int, hidden: int, layout: str = "deepgemm", *, y: bool = Tr
 
 
 def _reference(inputs: BoundaryInputs, layout: str = "deepgemm", rounding: str = "rceil"):
-    return hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs(), scale_layout=layout, rounding=rounding)
+    return hc.mhc_boundary_reference(
+        *inputs.args(), **inputs.kwargs(), scale_layout=layout, rounding=rounding
+    )
 
 
 def _boundary(inputs: BoundaryInputs, out: hc.HcBoundaryOutputs, layout: str = "deepgemm", **kwargs):
@@ -83,7 +87,9 @@ MATRIX = (
 )
 
 
-@pytest.mark.parametrize(("tokens", "hidden", "ordering", "layout"), MATRIX, ids=[" ".join(map(str, c)) for c in MATRIX])
+@pytest.mark.parametrize(
+    ("tokens", "hidden", "ordering", "layout"), MATRIX, ids=[" ".join(map(str, c)) for c in MATRIX]
+)
 def test_fused_kernel_matches_reference(tokens, hidden, ordering, layout):
     inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
     out = _outputs(tokens, hidden, layout)
@@ -152,7 +158,9 @@ def test_rows_copied_from_row_0_give_row_0s_outputs(tokens, copies, ordering):
     for row in copies:
         for name in ("residual", "pre", "post", "comb", "y"):
             assert_same_bits(getattr(out, name)[row], getattr(out, name)[0], name=f"{name} row {row}")
-        assert_same_bits(out.pair[0][row].view(torch.uint8), out.pair[0][0].view(torch.uint8), name=f"q row {row}")
+        assert_same_bits(
+            out.pair[0][row].view(torch.uint8), out.pair[0][0].view(torch.uint8), name=f"q row {row}"
+        )
         assert_same_bits(out.pair[1][row], out.pair[1][0], name=f"scales row {row}")
 
 
@@ -172,7 +180,9 @@ def test_non_finite_tokens_stay_in_their_token(ordering):
     _boundary(inputs, out)
     others = [t for t in range(tokens) if t not in (nan_token, inf_token)]
     for name in ("residual", "pre", "post", "comb", "y"):
-        assert_same_bits(getattr(out, name)[others], getattr(clean, name)[others], name=f"{name}, other tokens")
+        assert_same_bits(
+            getattr(out, name)[others], getattr(clean, name)[others], name=f"{name}, other tokens"
+        )
     assert_same_bits(out.pair[0][others].view(torch.uint8), clean.pair[0][others].view(torch.uint8), name="q")
     assert_same_bits(out.pair[1][others], clean.pair[1][others], name="scales, other tokens")
     for token in (nan_token, inf_token):
@@ -282,11 +292,19 @@ def test_zero_tokens():
     records = _boundary(inputs, out, "swizzled_128x4")
     assert [r["path"] for r in records] == ["hc.boundary.kernel.pair"] and records[0]["rows"] == 0
     fresh = hc.mhc_boundary(*inputs.args(), **inputs.kwargs())
-    assert fresh.residual.is_cuda and tuple(fresh.residual.shape) == (0, 4, 5120) and fresh.pair[0].numel() == 0
+    assert (
+        fresh.residual.is_cuda and tuple(fresh.residual.shape) == (0, 4, 5120) and fresh.pair[0].numel() == 0
+    )
 
 
 def _refused(inputs: BoundaryInputs, out: hc.HcBoundaryOutputs, error: type, match: str, **changes) -> None:
-    args = dict(zip(("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"), inputs.args(), strict=True))
+    args = dict(
+        zip(
+            ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"),
+            inputs.args(),
+            strict=True,
+        )
+    )
     kwargs = inputs.kwargs()
     for key, value in changes.items():
         (args if key in args else kwargs)[key] = value
@@ -331,7 +349,9 @@ def test_out_on_another_device_and_h_not_a_multiple_of_128():
 def test_gpus_without_fp8_conversion_are_refused(monkeypatch):
     inputs = _inputs(3, 5120, True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
-    _refused(inputs, _outputs(3, 5120), MxfuseUnavailableError, r"needs FP8 conversion \(sm_89\+\); .* is sm_86")
+    _refused(
+        inputs, _outputs(3, 5120), MxfuseUnavailableError, r"needs FP8 conversion \(sm_89\+\); .* is sm_86"
+    )
 
 
 def test_gpu_reference_matches_cpu_reference():

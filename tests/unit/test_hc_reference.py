@@ -133,7 +133,10 @@ def test_orderings_differ_only_in_the_collapse_weights():
         assert_same_bits(getattr(b, name), getattr(a, name), name=name)
     s = normal.scalars
     want_b = hc.rmsnorm(
-        hc.hc_collapse(b.residual, shifted.prev_pre), shifted.norm_weight, eps=s["rms_eps"], scale=s["rms_scale"]
+        hc.hc_collapse(b.residual, shifted.prev_pre),
+        shifted.norm_weight,
+        eps=s["rms_eps"],
+        scale=s["rms_scale"],
     )
     assert_same_bits(b.y, want_b, name="shifted y")
     assert not torch.equal(a.y, b.y)  # the inputs are such that the two orderings differ
@@ -261,7 +264,13 @@ def test_a_non_finite_input_stays_in_its_token(shifted, where, value):
 
 def _call(**changes):
     inputs = make_inputs(3, 256, shifted=True, seed=1)
-    args = dict(zip(("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"), inputs.args(), strict=True))
+    args = dict(
+        zip(
+            ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"),
+            inputs.args(),
+            strict=True,
+        )
+    )
     kwargs = inputs.kwargs()
     kwargs.update(changes.pop("kwargs", {}))
     args.update(changes)
