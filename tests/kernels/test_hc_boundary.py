@@ -10,15 +10,16 @@ first run compiles about twenty; keeping this file near two minutes on an H200).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 import torch
 from hc_checks import assert_boundary_matches, poison_outputs, written_buffers
 from hc_inputs import (
-    MODEL_SCALARS,
+    MODEL_PARAMS,
     REVEALING_ROWS,
-    UPSTREAM_SCALARS,
+    UPSTREAM_PARAMS,
     BoundaryInputs,
     make_inputs,
     revealing_inputs,
@@ -29,7 +30,7 @@ from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
 from mxfuse import MxfuseError, MxfuseUnavailableError, hc, witness
 from mxfuse.formats import ScaleLayout, ScaleRounding
 from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcScalars, HcWorkspace
+from mxfuse.kernels.hc_plan import HcWorkspace
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 
@@ -48,7 +49,7 @@ def _inputs(tokens: int, hidden: int, shifted: bool, *, seed: int = 0, copies: t
     """Fresh copies of cached inputs (tests may write into theirs)."""
     cached = _cached_inputs(tokens, hidden, shifted, seed, copies)
     tensors = {k: (None if v is None else v.clone()) for k, v in cached.tensors().items()}
-    return BoundaryInputs(**tensors, scalars=dict(cached.scalars))
+    return BoundaryInputs(**tensors, params=cached.params)
 
 
 def _outputs(tokens: int, hidden: int, layout: str = "deepgemm", *, y: bool = True, pair: bool = True):
@@ -112,15 +113,15 @@ def test_residual_is_bit_identical_to_the_unfused_chain(tokens, hidden, ordering
     assert_boundary_matches(unfused, _reference(inputs), layout="deepgemm")
 
 
-@pytest.mark.parametrize("scalars", ["upstream", "model"])
+@pytest.mark.parametrize("params", ["upstream", "model"])
 @pytest.mark.parametrize("ordering", ORDERINGS)
 @pytest.mark.parametrize("hidden", [256, 5120])
-def test_order_revealing_zero_and_tiny_tokens(hidden, ordering, scalars):
+def test_order_revealing_zero_and_tiny_tokens(hidden, ordering, params):
     """R' bit for bit where any other fp32 order (or an FMA) shows in bf16; zero, tiny (2**-100) and
     eps-sized tokens, whose y eps placement decides, held to their own size (hc_inputs.revealing_inputs)."""
-    s = MODEL_SCALARS if scalars == "model" else UPSTREAM_SCALARS
+    s = MODEL_PARAMS if params == "model" else UPSTREAM_PARAMS
     inputs = revealing_inputs(
-        s, seed=hidden + len(scalars), shifted=ORDERINGS[ordering], hidden=hidden, device=DEVICE
+        s, seed=hidden + len(params), shifted=ORDERINGS[ordering], hidden=hidden, device=DEVICE
     )
     tokens = inputs.x.shape[0]
     for layout in ("deepgemm", "e8m0"):
@@ -248,7 +249,7 @@ def test_hardware_and_integer_rounding_paths_agree(ordering):
     integer = _outputs(tokens, hidden)
     launch_boundary(
         inputs.x, inputs.residual, inputs.post, inputs.comb, inputs.prev_pre, inputs.fn, inputs.scale,
-        inputs.base, inputs.norm_weight, scalars=HcScalars(**inputs.scalars), residual_out=integer.residual,
+        inputs.base, inputs.norm_weight, scalars=inputs.params, residual_out=integer.residual,
         pre_out=integer.pre, post_out=integer.post, comb_out=integer.comb, y_out=integer.y,
         pair_out=integer.pair, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM,
         workspace=HcWorkspace(DEVICE), hw_cvt=False,
@@ -277,7 +278,7 @@ def test_floor_rounding_fp32_weight_model_scalars_in_place():
     """FLOOR scales, an fp32 norm weight, V4.1-Flash's rms_eps = 1e-20, and R' written over residual."""
     tokens, hidden = 64, 5120
     inputs = _inputs(tokens, hidden, False)
-    inputs.scalars = {**MODEL_SCALARS, "rms_eps": 1e-20}
+    inputs.params = dataclasses.replace(MODEL_PARAMS, rms_eps=1e-20)
     inputs.norm_weight = inputs.norm_weight.float() * 1.01
     ref = _reference(inputs, "e8m0", "floor")
     out = _outputs(tokens, hidden, "e8m0")
@@ -326,7 +327,7 @@ BAD = [
     ("fn bf16", lambda: {"fn": _bf16(24, 4 * 5120)}, ValueError, "fn must be torch.float32"),
     ("n = 2", lambda: {"residual": _bf16(3, 2, 5120)}, ValueError, r"residual.shape\[1\] \(n, the number of streams\) must be 4"),
     ("norm_weight strided", lambda: {"norm_weight": _bf16(2 * 5120)[::2]}, ValueError, "norm_weight must be contiguous"),
-    ("sinkhorn_iters 0", lambda: {"sinkhorn_iters": 0}, ValueError, "sinkhorn_iters must be >= 1"),
+    ("params a dict", lambda: {"params": {"sinkhorn_iters": 0}}, TypeError, "params must be an mxfuse.hc.HcParams"),
 ]  # fmt: skip
 
 
@@ -360,7 +361,7 @@ def test_gpu_reference_matches_cpu_reference():
     inputs = _inputs(129, 4096, True)
     gpu = _reference(inputs)
     cpu_inputs = BoundaryInputs(**{k: (None if v is None else v.cpu()) for k, v in inputs.tensors().items()},
-                                scalars=inputs.scalars)  # fmt: skip
+                                params=inputs.params)  # fmt: skip
     cpu = _reference(cpu_inputs)
     assert_same_bits(gpu.residual.cpu(), cpu.residual, name="R'")
     assert_ulp_close(gpu.y.cpu(), cpu.y, max_ulp=1, name="y")

@@ -82,10 +82,10 @@ FAMILIES = {
     from hc_inputs import make_inputs
     from mxfuse.hc import empty_hc_boundary_outputs
     from mxfuse.kernels import hc_boundary as fused, hc_steps as steps
-    from mxfuse.kernels.hc_plan import HcScalars, HcWorkspace
+    from mxfuse.kernels.hc_plan import HcWorkspace
     for t, shifted in ((1, False), (1, True), (129, False), (129, True)):
         inputs = make_inputs(t, 512, shifted=shifted)
-        x, scalars = inputs.tensors(), HcScalars(**inputs.scalars)
+        x, scalars = inputs.tensors(), inputs.params
         out = empty_hc_boundary_outputs(t, 512, device="cpu", y=True, pair=True, scale_layout="deepgemm")
         fused.launch_boundary(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"], x["fn"], x["scale"],
             x["base"], x["norm_weight"], scalars=scalars, residual_out=out.residual, pre_out=out.pre,

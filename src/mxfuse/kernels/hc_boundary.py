@@ -43,7 +43,7 @@ from mxfuse.kernels.hc_plan import (
 )
 from mxfuse.kernels.hc_plan import (
     HcConfig,
-    HcScalars,
+    HcParams,
     HcWorkspace,
     Plan,
     default_config,
@@ -403,7 +403,7 @@ def launch_phases(
     tokens: int,
     hidden: int,
     tensors: dict[str, torch.Tensor | None],
-    scalars: HcScalars,
+    scalars: HcParams,
     workspace: HcWorkspace,
     config: HcConfig,
     a_post: bool = False,
@@ -503,7 +503,7 @@ def launch_boundary(
     base: torch.Tensor,
     norm_weight: torch.Tensor,
     *,
-    scalars: HcScalars,
+    scalars: HcParams,
     residual_out: torch.Tensor,
     pre_out: torch.Tensor,
     post_out: torch.Tensor,
