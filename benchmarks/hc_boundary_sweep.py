@@ -37,7 +37,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import bench_us, rotation_count
-from hc_boundary import SCALARS, _args, floor_bytes, make_set
+from hc_boundary import PARAMS, _args, floor_bytes, make_set
 
 from gpumatrix.compare import assert_close
 from mxfuse import hc
@@ -93,8 +93,8 @@ def _compile_worker(jobs: list[dict]) -> None:
         s = make_set(job["T"], job["H"], job["shifted"], 0)
         config = HcConfig(**job["config"])
         try:
-            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS, config=config, want_y=False)
-            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS, config=config, fused=False)
+            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, want_y=False)
+            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
         except Exception as exc:  # reported by the timing process, which runs the same call
             print(f"compile failed: {job}: {exc!r}"[:400], flush=True)
     torch.cuda.synchronize()
@@ -122,20 +122,25 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path) -> flo
         procs.append(subprocess.Popen([sys.executable, __file__, "--compile-jobs", str(path)]))
     for p in procs:
         p.wait()
-    print(f"precompiled {len(work)} kernels in {jobs} processes: {time.perf_counter() - start:.0f} s", flush=True)
+    print(
+        f"precompiled {len(work)} kernels in {jobs} processes: {time.perf_counter() - start:.0f} s",
+        flush=True,
+    )
     return time.perf_counter() - start
 
 
 def check(s: dict, tokens: int, hidden: int, config: HcConfig) -> str:
     """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
-    fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS, config=config)
-    unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], **SCALARS, config=config, fused=False)
-    ref = hc.mhc_boundary_reference(*_args(s), prev_pre=s["prev_pre"], **SCALARS)
+    fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config)
+    unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
+    ref = hc.mhc_boundary_reference(*_args(s), prev_pre=s["prev_pre"], params=PARAMS)
     for name in ("residual", "pre", "y"):
         if not torch.equal(getattr(fused, name), getattr(unfused, name)):
             return f"fused {name} != unfused"
     q, sc = quantize_mxfp8(fused.y)
-    if not (torch.equal(q.view(torch.uint8), fused.pair[0].view(torch.uint8)) and torch.equal(sc, fused.pair[1])):
+    if not (
+        torch.equal(q.view(torch.uint8), fused.pair[0].view(torch.uint8)) and torch.equal(sc, fused.pair[1])
+    ):
         return "pair != quantize(y)"
     try:
         assert_close(fused.pre, ref.pre, name="pre")
@@ -148,7 +153,7 @@ def check(s: dict, tokens: int, hidden: int, config: HcConfig) -> str:
 
 
 def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0) -> float:
-    fns = [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], **SCALARS, out=o, config=config)
+    fns = [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], params=PARAMS, out=o, config=config)
            for s, o in zip(sets, outs, strict=True)]  # fmt: skip
     return bench_us(fns, target_ms=target_ms, replays=7)
 
@@ -188,9 +193,11 @@ def table_entries(rows: list[dict], measured: list[int]) -> list[dict]:
     entries = []
     top = max(measured)
     buckets = [1 << i for i in range(top.bit_length()) if (1 << i) <= triton.next_power_of_2(top)]
-    for (hidden, ordering) in sorted({(h, o) for h, o, _ in winners}):
+    for hidden, ordering in sorted({(h, o) for h, o, _ in winners}):
         for bucket in buckets:
-            source = min((t for t in measured if t >= bucket and (hidden, ordering, t) in winners), default=None)
+            source = min(
+                (t for t in measured if t >= bucket and (hidden, ordering, t) in winners), default=None
+            )
             if source is None:
                 continue
             w = winners[(hidden, ordering, source)]
@@ -200,14 +207,18 @@ def table_entries(rows: list[dict], measured: list[int]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--hiddens", default=",".join(map(str, HIDDENS)))
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     parser.add_argument("--orderings", default="normal,shifted")
     parser.add_argument("--jobs", type=int, default=16, help="compile processes (0: compile while timing)")
     parser.add_argument("--write", help=f"write the winners as the config table here (e.g. {TABLE})")
     parser.add_argument("--json", help="every timing (default $OUT/hc_boundary_sweep.json)")
-    parser.add_argument("--precompile-only", action="store_true", help="compile every candidate, time nothing")
+    parser.add_argument(
+        "--precompile-only", action="store_true", help="compile every candidate, time nothing"
+    )
     parser.add_argument("--compile-jobs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.compile_jobs:

@@ -10,15 +10,16 @@ first run compiles about twenty; keeping this file near two minutes on an H200).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 import torch
 from hc_checks import assert_boundary_matches, poison_outputs, written_buffers
 from hc_inputs import (
-    MODEL_SCALARS,
+    MODEL_PARAMS,
     REVEALING_ROWS,
-    UPSTREAM_SCALARS,
+    UPSTREAM_PARAMS,
     BoundaryInputs,
     make_inputs,
     revealing_inputs,
@@ -29,7 +30,7 @@ from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
 from mxfuse import MxfuseError, MxfuseUnavailableError, hc, witness
 from mxfuse.formats import ScaleLayout, ScaleRounding
 from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcScalars, HcWorkspace
+from mxfuse.kernels.hc_plan import HcWorkspace
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 
@@ -38,7 +39,9 @@ ORDERINGS = {"normal": False, "shifted": True}
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_inputs(tokens: int, hidden: int, shifted: bool, seed: int, copies: tuple[int, ...]) -> BoundaryInputs:
+def _cached_inputs(
+    tokens: int, hidden: int, shifted: bool, seed: int, copies: tuple[int, ...]
+) -> BoundaryInputs:
     return make_inputs(tokens, hidden, shifted=shifted, seed=seed, device=DEVICE, copies_of_row0=copies)
 
 
@@ -46,7 +49,7 @@ def _inputs(tokens: int, hidden: int, shifted: bool, *, seed: int = 0, copies: t
     """Fresh copies of cached inputs (tests may write into theirs)."""
     cached = _cached_inputs(tokens, hidden, shifted, seed, copies)
     tensors = {k: (None if v is None else v.clone()) for k, v in cached.tensors().items()}
-    return BoundaryInputs(**tensors, scalars=dict(cached.scalars))
+    return BoundaryInputs(**tensors, params=cached.params)
 
 
 def _outputs(tokens: int, hidden: int, layout: str = "deepgemm", *, y: bool = True, pair: bool = True):
@@ -55,7 +58,9 @@ def _outputs(tokens: int, hidden: int, layout: str = "deepgemm", *, y: bool = Tr
 
 
 def _reference(inputs: BoundaryInputs, layout: str = "deepgemm", rounding: str = "rceil"):
-    return hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs(), scale_layout=layout, rounding=rounding)
+    return hc.mhc_boundary_reference(
+        *inputs.args(), **inputs.kwargs(), scale_layout=layout, rounding=rounding
+    )
 
 
 def _boundary(inputs: BoundaryInputs, out: hc.HcBoundaryOutputs, layout: str = "deepgemm", **kwargs):
@@ -83,7 +88,9 @@ MATRIX = (
 )
 
 
-@pytest.mark.parametrize(("tokens", "hidden", "ordering", "layout"), MATRIX, ids=[" ".join(map(str, c)) for c in MATRIX])
+@pytest.mark.parametrize(
+    ("tokens", "hidden", "ordering", "layout"), MATRIX, ids=[" ".join(map(str, c)) for c in MATRIX]
+)
 def test_fused_kernel_matches_reference(tokens, hidden, ordering, layout):
     inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
     out = _outputs(tokens, hidden, layout)
@@ -106,15 +113,15 @@ def test_residual_is_bit_identical_to_the_unfused_chain(tokens, hidden, ordering
     assert_boundary_matches(unfused, _reference(inputs), layout="deepgemm")
 
 
-@pytest.mark.parametrize("scalars", ["upstream", "model"])
+@pytest.mark.parametrize("params", ["upstream", "model"])
 @pytest.mark.parametrize("ordering", ORDERINGS)
 @pytest.mark.parametrize("hidden", [256, 5120])
-def test_order_revealing_zero_and_tiny_tokens(hidden, ordering, scalars):
+def test_order_revealing_zero_and_tiny_tokens(hidden, ordering, params):
     """R' bit for bit where any other fp32 order (or an FMA) shows in bf16; zero, tiny (2**-100) and
     eps-sized tokens, whose y eps placement decides, held to their own size (hc_inputs.revealing_inputs)."""
-    s = MODEL_SCALARS if scalars == "model" else UPSTREAM_SCALARS
+    s = MODEL_PARAMS if params == "model" else UPSTREAM_PARAMS
     inputs = revealing_inputs(
-        s, seed=hidden + len(scalars), shifted=ORDERINGS[ordering], hidden=hidden, device=DEVICE
+        s, seed=hidden + len(params), shifted=ORDERINGS[ordering], hidden=hidden, device=DEVICE
     )
     tokens = inputs.x.shape[0]
     for layout in ("deepgemm", "e8m0"):
@@ -152,7 +159,9 @@ def test_rows_copied_from_row_0_give_row_0s_outputs(tokens, copies, ordering):
     for row in copies:
         for name in ("residual", "pre", "post", "comb", "y"):
             assert_same_bits(getattr(out, name)[row], getattr(out, name)[0], name=f"{name} row {row}")
-        assert_same_bits(out.pair[0][row].view(torch.uint8), out.pair[0][0].view(torch.uint8), name=f"q row {row}")
+        assert_same_bits(
+            out.pair[0][row].view(torch.uint8), out.pair[0][0].view(torch.uint8), name=f"q row {row}"
+        )
         assert_same_bits(out.pair[1][row], out.pair[1][0], name=f"scales row {row}")
 
 
@@ -172,7 +181,9 @@ def test_non_finite_tokens_stay_in_their_token(ordering):
     _boundary(inputs, out)
     others = [t for t in range(tokens) if t not in (nan_token, inf_token)]
     for name in ("residual", "pre", "post", "comb", "y"):
-        assert_same_bits(getattr(out, name)[others], getattr(clean, name)[others], name=f"{name}, other tokens")
+        assert_same_bits(
+            getattr(out, name)[others], getattr(clean, name)[others], name=f"{name}, other tokens"
+        )
     assert_same_bits(out.pair[0][others].view(torch.uint8), clean.pair[0][others].view(torch.uint8), name="q")
     assert_same_bits(out.pair[1][others], clean.pair[1][others], name="scales, other tokens")
     for token in (nan_token, inf_token):
@@ -238,7 +249,7 @@ def test_hardware_and_integer_rounding_paths_agree(ordering):
     integer = _outputs(tokens, hidden)
     launch_boundary(
         inputs.x, inputs.residual, inputs.post, inputs.comb, inputs.prev_pre, inputs.fn, inputs.scale,
-        inputs.base, inputs.norm_weight, scalars=HcScalars(**inputs.scalars), residual_out=integer.residual,
+        inputs.base, inputs.norm_weight, scalars=inputs.params, residual_out=integer.residual,
         pre_out=integer.pre, post_out=integer.post, comb_out=integer.comb, y_out=integer.y,
         pair_out=integer.pair, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM,
         workspace=HcWorkspace(DEVICE), hw_cvt=False,
@@ -267,7 +278,7 @@ def test_floor_rounding_fp32_weight_model_scalars_in_place():
     """FLOOR scales, an fp32 norm weight, V4.1-Flash's rms_eps = 1e-20, and R' written over residual."""
     tokens, hidden = 64, 5120
     inputs = _inputs(tokens, hidden, False)
-    inputs.scalars = {**MODEL_SCALARS, "rms_eps": 1e-20}
+    inputs.params = dataclasses.replace(MODEL_PARAMS, rms_eps=1e-20)
     inputs.norm_weight = inputs.norm_weight.float() * 1.01
     ref = _reference(inputs, "e8m0", "floor")
     out = _outputs(tokens, hidden, "e8m0")
@@ -282,11 +293,19 @@ def test_zero_tokens():
     records = _boundary(inputs, out, "swizzled_128x4")
     assert [r["path"] for r in records] == ["hc.boundary.kernel.pair"] and records[0]["rows"] == 0
     fresh = hc.mhc_boundary(*inputs.args(), **inputs.kwargs())
-    assert fresh.residual.is_cuda and tuple(fresh.residual.shape) == (0, 4, 5120) and fresh.pair[0].numel() == 0
+    assert (
+        fresh.residual.is_cuda and tuple(fresh.residual.shape) == (0, 4, 5120) and fresh.pair[0].numel() == 0
+    )
 
 
 def _refused(inputs: BoundaryInputs, out: hc.HcBoundaryOutputs, error: type, match: str, **changes) -> None:
-    args = dict(zip(("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"), inputs.args(), strict=True))
+    args = dict(
+        zip(
+            ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"),
+            inputs.args(),
+            strict=True,
+        )
+    )
     kwargs = inputs.kwargs()
     for key, value in changes.items():
         (args if key in args else kwargs)[key] = value
@@ -308,7 +327,7 @@ BAD = [
     ("fn bf16", lambda: {"fn": _bf16(24, 4 * 5120)}, ValueError, "fn must be torch.float32"),
     ("n = 2", lambda: {"residual": _bf16(3, 2, 5120)}, ValueError, r"residual.shape\[1\] \(n, the number of streams\) must be 4"),
     ("norm_weight strided", lambda: {"norm_weight": _bf16(2 * 5120)[::2]}, ValueError, "norm_weight must be contiguous"),
-    ("sinkhorn_iters 0", lambda: {"sinkhorn_iters": 0}, ValueError, "sinkhorn_iters must be >= 1"),
+    ("params a dict", lambda: {"params": {"sinkhorn_iters": 0}}, TypeError, "params must be an mxfuse.hc.HcParams"),
 ]  # fmt: skip
 
 
@@ -331,7 +350,9 @@ def test_out_on_another_device_and_h_not_a_multiple_of_128():
 def test_gpus_without_fp8_conversion_are_refused(monkeypatch):
     inputs = _inputs(3, 5120, True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
-    _refused(inputs, _outputs(3, 5120), MxfuseUnavailableError, r"needs FP8 conversion \(sm_89\+\); .* is sm_86")
+    _refused(
+        inputs, _outputs(3, 5120), MxfuseUnavailableError, r"needs FP8 conversion \(sm_89\+\); .* is sm_86"
+    )
 
 
 def test_gpu_reference_matches_cpu_reference():
@@ -340,7 +361,7 @@ def test_gpu_reference_matches_cpu_reference():
     inputs = _inputs(129, 4096, True)
     gpu = _reference(inputs)
     cpu_inputs = BoundaryInputs(**{k: (None if v is None else v.cpu()) for k, v in inputs.tensors().items()},
-                                scalars=inputs.scalars)  # fmt: skip
+                                params=inputs.params)  # fmt: skip
     cpu = _reference(cpu_inputs)
     assert_same_bits(gpu.residual.cpu(), cpu.residual, name="R'")
     assert_ulp_close(gpu.y.cpu(), cpu.y, max_ulp=1, name="y")

@@ -111,20 +111,21 @@ def oracle_step(
     an explicit softmax for the attention, per-group matmuls for wo_a. The boundaries are the hc
     reference (``mhc_boundary_reference``, tested on its own). Returns attn_out (float64) and the second
     boundary's residual and y (bf16, from the bf16-rounded attn_out)."""
-    from mxfuse.hc import mhc_boundary_reference
+    from mxfuse.hc import HcParams, mhc_boundary_reference
 
     c = config
     dev = state.x.device
     w = {k.removeprefix("layers.0."): v.to(dev) for k, v in tensors.items()}
-    hc = {
-        "hc_norm_eps": c.rms_norm_eps,
-        "hc_pre_eps": c.hc_eps,
-        "hc_post_scale": 2.0,
-        "sinkhorn_eps": c.hc_eps,
-        "sinkhorn_iters": c.hc_sinkhorn_iters,
-        "rms_eps": c.rms_norm_eps,
-        "want_pair": False,
-    }
+    # Spelt out from the config's fields (not Dsv41Config.hc_params), so the oracle checks that mapping too.
+    params = HcParams(
+        hc_norm_eps=c.rms_norm_eps,
+        hc_pre_eps=c.hc_eps,
+        hc_post_scale=2.0,
+        sinkhorn_eps=c.hc_eps,
+        sinkhorn_iters=c.hc_sinkhorn_iters,
+        rms_eps=c.rms_norm_eps,
+        rms_scale=1.0,
+    )
 
     def norm(v: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
         out = v * torch.rsqrt(v.square().mean(-1, keepdim=True) + c.rms_norm_eps)
@@ -140,7 +141,8 @@ def oracle_step(
         w["hc_attn_base"],
         w["attn_norm.weight"],
         prev_pre=state.prev_pre,
-        **hc,
+        params=params,
+        want_pair=False,
     )
     wqkv = torch.cat(
         [
@@ -180,7 +182,8 @@ def oracle_step(
         w["hc_ffn_base"],
         w["ffn_norm.weight"],
         prev_pre=b1.pre,
-        **hc,
+        params=params,
+        want_pair=False,
     )
     return {"attn_out": attn_out, "residual": b2.residual, "y": b2.y}
 

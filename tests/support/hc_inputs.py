@@ -3,44 +3,46 @@
 Recipe from vllm-project/DeepGEMM ``tests/test_mega_mhc.py`` (the Mega-mHC reference test): x and the
 residual are standard normal bf16; post and the previous pre are sigmoid(normal); comb is uniform, then
 three alternating row/column normalisations; fn is normal * 1e-2; scale and base are normal * 0.1; the
-norm weight is 1 + 0.1 * normal in bf16. Its scalars (``UPSTREAM_SCALARS``) are deliberately not the
-model's, so a kernel that hard-codes a model constant fails; ``MODEL_SCALARS`` are V4's.
+norm weight is 1 + 0.1 * normal in bf16. Its scalars (``UPSTREAM_PARAMS``) are deliberately not the
+model's, so a kernel that hard-codes a model constant fails; ``MODEL_PARAMS`` are V4's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from mxfuse.hc import HcParams
+
 __all__ = [
-    "MODEL_SCALARS",
+    "MODEL_PARAMS",
     "REVEALING_ROWS",
-    "UPSTREAM_SCALARS",
+    "UPSTREAM_PARAMS",
     "BoundaryInputs",
     "make_inputs",
     "revealing_inputs",
 ]
 
-UPSTREAM_SCALARS = {
-    "hc_norm_eps": 2e-5,
-    "hc_pre_eps": 3e-4,
-    "hc_post_scale": 1.25,
-    "sinkhorn_eps": 2e-6,
-    "sinkhorn_iters": 10,
-    "rms_eps": 7e-6,
-    "rms_scale": 1.25,
-}
-MODEL_SCALARS = {
-    "hc_norm_eps": 1e-6,
-    "hc_pre_eps": 1e-6,
-    "hc_post_scale": 2.0,
-    "sinkhorn_eps": 1e-6,
-    "sinkhorn_iters": 20,
-    "rms_eps": 1e-6,
-    "rms_scale": 1.0,
-}
+UPSTREAM_PARAMS = HcParams(
+    hc_norm_eps=2e-5,
+    hc_pre_eps=3e-4,
+    hc_post_scale=1.25,
+    sinkhorn_eps=2e-6,
+    sinkhorn_iters=10,
+    rms_eps=7e-6,
+    rms_scale=1.25,
+)
+MODEL_PARAMS = HcParams(
+    hc_norm_eps=1e-6,
+    hc_pre_eps=1e-6,
+    hc_post_scale=2.0,
+    sinkhorn_eps=1e-6,
+    sinkhorn_iters=20,
+    rms_eps=1e-6,
+    rms_scale=1.0,
+)  # spelt out, not HcParams(): a test of the defaults compares against these values
 
 
 @dataclass
@@ -54,17 +56,17 @@ class BoundaryInputs:
     scale: torch.Tensor
     base: torch.Tensor
     norm_weight: torch.Tensor
-    scalars: dict[str, float] = field(default_factory=lambda: dict(UPSTREAM_SCALARS))
+    params: HcParams = UPSTREAM_PARAMS
 
     def args(self) -> tuple[torch.Tensor, ...]:
         """Positional arguments of ``mhc_boundary`` and ``mhc_boundary_reference``."""
         return (self.x, self.residual, self.post, self.comb, self.fn, self.scale, self.base, self.norm_weight)
 
     def kwargs(self) -> dict[str, object]:
-        return {"prev_pre": self.prev_pre, **self.scalars}
+        return {"prev_pre": self.prev_pre, "params": self.params}
 
     def tensors(self) -> dict[str, torch.Tensor | None]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "scalars"}
+        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "params"}
 
 
 def make_inputs(
@@ -75,7 +77,7 @@ def make_inputs(
     seed: int = 0,
     device: torch.device | str = "cpu",
     copies_of_row0: tuple[int, ...] = (),
-    scalars: dict[str, float] | None = None,
+    params: HcParams = UPSTREAM_PARAMS,
 ) -> BoundaryInputs:
     """Inputs of one boundary; rows listed in ``copies_of_row0`` repeat row 0 in every per-token input."""
     g = torch.Generator(device=device).manual_seed(seed)
@@ -98,7 +100,7 @@ def make_inputs(
         scale=normal(3) * 0.1,
         base=normal(n * (n + 2)) * 0.1,
         norm_weight=(1 + 0.1 * normal(hidden)).to(torch.bfloat16),
-        scalars=dict(scalars or UPSTREAM_SCALARS),
+        params=params,
     )
     if shifted:  # drawn last, so the two orderings share every other input for a seed
         inputs.prev_pre = torch.sigmoid(normal(tokens, n))
@@ -136,7 +138,7 @@ def _bf16_tensor(values: np.ndarray) -> torch.Tensor:
 
 
 def revealing_inputs(
-    scalars: dict[str, float], *, seed: int, shifted: bool, hidden: int = 256, device: str = "cpu"
+    params: HcParams, *, seed: int, shifted: bool, hidden: int = 256, device: str = "cpu"
 ) -> BoundaryInputs:
     """A batch of ``REVEALING_TOKENS`` tokens, rows by kind (``REVEALING_ROWS``):
 
@@ -175,7 +177,7 @@ def revealing_inputs(
         r[t] = _round_bf16(rng.standard_normal((n, hidden)) * 2.0**-100)
         x[t], comb[t] = 0.0, np.eye(n, dtype=f32)
     for t in REVEALING_ROWS["eps_scale"]:
-        eps = min(scalars["rms_eps"], scalars["hc_norm_eps"])
+        eps = min(params.rms_eps, params.hc_norm_eps)
         r[t] = _round_bf16(rng.standard_normal((n, hidden)) * np.sqrt(eps) / 2)
         x[t], comb[t] = 0.0, np.eye(n, dtype=f32)
     fn = (rng.standard_normal((n * (n + 2), n * hidden)) * 1e-2).astype(f32)
@@ -189,7 +191,7 @@ def revealing_inputs(
         scale=torch.from_numpy((rng.standard_normal(3) * 0.1).astype(f32)),
         base=torch.from_numpy((rng.standard_normal(n * (n + 2)) * 0.1).astype(f32)),
         norm_weight=_bf16_tensor(_round_bf16(1 + 0.1 * rng.standard_normal(hidden))),
-        scalars=dict(scalars),
+        params=params,
     )
     tensors = {k: (None if v is None else v.to(device)) for k, v in inputs.tensors().items()}
-    return BoundaryInputs(**tensors, scalars=dict(scalars))
+    return BoundaryInputs(**tensors, params=params)

@@ -11,6 +11,7 @@ here, which is what the multi-block cases (several blocks, lags 1 and 2) would s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 import torch
 from filelock import FileLock
 from hc_checks import assert_boundary_matches
-from hc_inputs import MODEL_SCALARS, REVEALING_TOKENS, UPSTREAM_SCALARS, make_inputs, revealing_inputs
+from hc_inputs import MODEL_PARAMS, REVEALING_TOKENS, UPSTREAM_PARAMS, make_inputs, revealing_inputs
 
 import mxfuse
 from gpumatrix import register
@@ -56,12 +57,11 @@ class Case:
     seed: int = field(default=0)
 
     def inputs(self):
+        params = MODEL_PARAMS if self.model_scalars else UPSTREAM_PARAMS
         if self.revealing:
-            s = MODEL_SCALARS if self.model_scalars else UPSTREAM_SCALARS
-            return revealing_inputs(s, seed=self.seed, shifted=self.shifted, hidden=self.hidden)
-        s = MODEL_SCALARS if self.model_scalars else None
+            return revealing_inputs(params, seed=self.seed, shifted=self.shifted, hidden=self.hidden)
         inputs = make_inputs(self.tokens, self.hidden, shifted=self.shifted, seed=self.seed,
-                             copies_of_row0=self.copies_of_row0, scalars=s)  # fmt: skip
+                             copies_of_row0=self.copies_of_row0, params=params)  # fmt: skip
         if self.fp32_weight:
             inputs.norm_weight = inputs.norm_weight.float() * 1.01
         if self.nonfinite is not None:
@@ -117,7 +117,7 @@ _WORKER = """
 import importlib, sys, torch
 from mxfuse.formats import ScaleLayout, ScaleRounding, scale_spec, scale_storage_view
 from mxfuse.hc import empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcScalars, HcWorkspace
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace
 fused = importlib.import_module("mxfuse.kernels.hc_boundary")
 steps = importlib.import_module("mxfuse.kernels.hc_steps")
 quantize = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
@@ -135,7 +135,7 @@ for c in cases:
         written += [out.pair[0], scale_storage_view(out.pair[1], spec)]
     for buf in written:
         buf.view(torch.uint8).fill_(c["poison"])
-    scalars = HcScalars(**c["scalars"])
+    scalars = HcParams(**c["params"])
     ws = HcWorkspace("cpu")
     config = None if c["config"] is None else HcConfig(*c["config"])
     if c["kind"] == "fused":
@@ -177,7 +177,7 @@ def _payload(case: Case) -> dict:
         "rounding": case.rounding,
         "config": case.config,
         "poison": case.poison,
-        "scalars": inputs.scalars,
+        "params": dataclasses.asdict(inputs.params),
         "inputs": inputs.tensors(),
     }
 

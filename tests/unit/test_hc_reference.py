@@ -7,12 +7,14 @@ the reference's fp32 ones) and rounds to bf16 where the specification does, by i
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 
 import numpy as np
 import pytest
 import torch
-from hc_inputs import MODEL_SCALARS, UPSTREAM_SCALARS, make_inputs
+from hc_inputs import MODEL_PARAMS, UPSTREAM_PARAMS, make_inputs
 
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
@@ -52,23 +54,23 @@ def numpy_sinkhorn(logits: np.ndarray, eps: float, iters: int) -> np.ndarray:
     return c
 
 
-def numpy_boundary(inputs, s: dict[str, float]) -> dict[str, np.ndarray]:
+def numpy_boundary(inputs, s: hc.HcParams) -> dict[str, np.ndarray]:
     x, r, post, comb = _f64(inputs.x), _f64(inputs.residual), _f64(inputs.post), _f64(inputs.comb)
     tokens, n, hidden = r.shape
     new_r = _bf16(post[:, :, None] * x[:, None, :] + np.einsum("tjk,tjh->tkh", comb, r))
     flat = new_r.reshape(tokens, n * hidden)
-    rs = 1.0 / np.sqrt((flat**2).sum(-1) / (n * hidden) + s["hc_norm_eps"])
+    rs = 1.0 / np.sqrt((flat**2).sum(-1) / (n * hidden) + s.hc_norm_eps)
     scales = np.concatenate([np.full(n, v) for v, k in zip(_f64(inputs.scale), (n, n, n * n), strict=True)
                              for _ in range(k // n)])  # fmt: skip
     m = (flat @ _f64(inputs.fn).T) * rs[:, None] * scales + _f64(inputs.base)
-    pre = _sigmoid(m[:, :n]) + s["hc_pre_eps"]
-    new_post = _sigmoid(m[:, n : 2 * n]) * s["hc_post_scale"]
-    new_comb = numpy_sinkhorn(m[:, 2 * n :].reshape(tokens, n, n), s["sinkhorn_eps"], s["sinkhorn_iters"])
+    pre = _sigmoid(m[:, :n]) + s.hc_pre_eps
+    new_post = _sigmoid(m[:, n : 2 * n]) * s.hc_post_scale
+    new_comb = numpy_sinkhorn(m[:, 2 * n :].reshape(tokens, n, n), s.sinkhorn_eps, s.sinkhorn_iters)
     p = pre if inputs.prev_pre is None else _f64(inputs.prev_pre)
     v = _bf16(np.einsum("ti,tih->th", p, new_r))
     mean_square = (v**2).mean(-1)
-    w = _f64(inputs.norm_weight) * s["rms_scale"]
-    y = _bf16(v / np.sqrt(mean_square + s["rms_eps"])[:, None] * w)
+    w = _f64(inputs.norm_weight) * s.rms_scale
+    y = _bf16(v / np.sqrt(mean_square + s.rms_eps)[:, None] * w)
     return {"residual": new_r, "pre": pre, "post": new_post, "comb": new_comb, "v": v, "y": y}
 
 
@@ -80,12 +82,12 @@ def _as(t: np.ndarray, like: torch.Tensor) -> torch.Tensor:
 # Reference against numpy
 
 
-@pytest.mark.parametrize("scalars", ["upstream", "model"])
+@pytest.mark.parametrize("params", ["upstream", "model"])
 @pytest.mark.parametrize("shifted", [False, True], ids=["normal", "shifted"])
 @pytest.mark.parametrize(("tokens", "hidden"), [(1, 128), (7, 512), (33, 256)])
-def test_reference_matches_float64_numpy(tokens, hidden, shifted, scalars):
-    s = UPSTREAM_SCALARS if scalars == "upstream" else MODEL_SCALARS
-    inputs = make_inputs(tokens, hidden, shifted=shifted, seed=tokens + hidden, scalars=s)
+def test_reference_matches_float64_numpy(tokens, hidden, shifted, params):
+    s = UPSTREAM_PARAMS if params == "upstream" else MODEL_PARAMS
+    inputs = make_inputs(tokens, hidden, shifted=shifted, seed=tokens + hidden, params=s)
     ref = hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs())
     want = numpy_boundary(inputs, s)
     # R' rounds an fp32 sum of five terms once: within one bf16 step of the exactly rounded value.
@@ -104,9 +106,8 @@ def test_reference_matches_float64_numpy(tokens, hidden, shifted, scalars):
 @pytest.mark.parametrize("iters", [1, 2, 20])
 def test_sinkhorn_ends_on_a_column_normalisation(iters):
     logits = torch.randn(64, 24, generator=torch.Generator().manual_seed(iters))
-    pre, post, comb = hc.hc_sinkhorn(
-        logits, hc_pre_eps=1e-6, hc_post_scale=2.0, sinkhorn_eps=1e-6, sinkhorn_iters=iters
-    )
+    params = hc.HcParams(hc_pre_eps=1e-6, hc_post_scale=2.0, sinkhorn_eps=1e-6, sinkhorn_iters=iters)
+    pre, post, comb = hc.hc_sinkhorn(logits, params=params)
     want = numpy_sinkhorn(logits[:, 8:].double().numpy().reshape(64, 4, 4), 1e-6, iters)
     assert_close(comb, torch.from_numpy(want).float(), name="comb'")
     # Every column of comb' sums to S / (S + eps) for its sum S before the last step: within 1e-5 of 1
@@ -118,9 +119,8 @@ def test_sinkhorn_ends_on_a_column_normalisation(iters):
 
 
 def test_sinkhorn_of_equal_logits_is_uniform():
-    _, _, comb = hc.hc_sinkhorn(
-        torch.zeros(2, 24), hc_pre_eps=0.0, hc_post_scale=2.0, sinkhorn_eps=0.0, sinkhorn_iters=20
-    )
+    params = hc.HcParams(hc_pre_eps=0.0, hc_post_scale=2.0, sinkhorn_eps=0.0, sinkhorn_iters=20)
+    _, _, comb = hc.hc_sinkhorn(torch.zeros(2, 24), params=params)
     assert_close(comb, torch.full((2, 4, 4), 0.25), rtol=0.0, atol=0.0, name="comb'")
 
 
@@ -131,9 +131,9 @@ def test_orderings_differ_only_in_the_collapse_weights():
     b = hc.mhc_boundary_reference(*shifted.args(), **shifted.kwargs())
     for name in ("residual", "pre", "post", "comb"):
         assert_same_bits(getattr(b, name), getattr(a, name), name=name)
-    s = normal.scalars
+    s = normal.params
     want_b = hc.rmsnorm(
-        hc.hc_collapse(b.residual, shifted.prev_pre), shifted.norm_weight, eps=s["rms_eps"], scale=s["rms_scale"]
+        hc.hc_collapse(b.residual, shifted.prev_pre), shifted.norm_weight, eps=s.rms_eps, scale=s.rms_scale
     )
     assert_same_bits(b.y, want_b, name="shifted y")
     assert not torch.equal(a.y, b.y)  # the inputs are such that the two orderings differ
@@ -261,7 +261,13 @@ def test_a_non_finite_input_stays_in_its_token(shifted, where, value):
 
 def _call(**changes):
     inputs = make_inputs(3, 256, shifted=True, seed=1)
-    args = dict(zip(("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"), inputs.args(), strict=True))
+    args = dict(
+        zip(
+            ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"),
+            inputs.args(),
+            strict=True,
+        )
+    )
     kwargs = inputs.kwargs()
     kwargs.update(changes.pop("kwargs", {}))
     args.update(changes)
@@ -290,11 +296,8 @@ BAD = [
     ("scale [4]", {"scale": torch.zeros(4)}, ValueError, r"scale must have shape \[3\]"),
     ("base fp64", {"base": torch.zeros(24, dtype=torch.float64)}, ValueError, "base must be torch.float32"),
     ("norm_weight fp16", {"norm_weight": torch.zeros(256, dtype=torch.float16)}, ValueError, "norm_weight must be torch.bfloat16 or torch.float32"),
-    ("sinkhorn_iters 0", {"kwargs": {"sinkhorn_iters": 0}}, ValueError, "sinkhorn_iters must be >= 1"),
-    ("sinkhorn_iters 2.5", {"kwargs": {"sinkhorn_iters": 2.5}}, TypeError, "sinkhorn_iters must be an int"),
-    ("rms_eps < 0", {"kwargs": {"rms_eps": -1e-6}}, ValueError, "rms_eps must be >= 0"),
-    ("hc_norm_eps NaN", {"kwargs": {"hc_norm_eps": math.nan}}, TypeError, "hc_norm_eps must be a finite real number"),
-    ("hc_post_scale a str", {"kwargs": {"hc_post_scale": "2"}}, TypeError, "hc_post_scale must be a finite real number"),
+    ("params a dict", {"kwargs": {"params": {"rms_eps": 1e-6}}}, TypeError, r"params must be an mxfuse.hc.HcParams \(the boundary's scalar settings\); got dict"),
+    ("params None", {"kwargs": {"params": None}}, TypeError, "params must be an mxfuse.hc.HcParams"),
     ("rounding", {"kwargs": {"rounding": "ceil"}}, ValueError, "rounding must be one of"),
     ("scale_layout", {"kwargs": {"scale_layout": "rows"}}, ValueError, "scale_layout must be one of"),
     ("nothing wanted", {"kwargs": {"want_y": False, "want_pair": False}}, ValueError, "at least one of y and the MXFP8 pair"),
@@ -364,3 +367,124 @@ def test_want_flags_must_agree_with_out():
     args, kwargs = _call()
     with pytest.raises(ValueError, match="want_pair=False disagrees with out.pair"):
         hc.mhc_boundary(**args, **kwargs, want_pair=False, out=_poisoned(3, 256))
+
+
+# ---------------------------------------------------------------------------------------------
+# HcParams: the seven scalars, validated once when made
+
+SCALAR_FIELDS = ("hc_norm_eps", "hc_pre_eps", "hc_post_scale", "sinkhorn_eps", "sinkhorn_iters", "rms_eps", "rms_scale")  # fmt: skip
+
+
+def test_params_default_to_v4_and_are_what_the_entry_points_default_to():
+    assert hc.HcParams() == hc.HcParams(
+        hc_norm_eps=1e-6,
+        hc_pre_eps=1e-6,
+        hc_post_scale=2.0,
+        sinkhorn_eps=1e-6,
+        sinkhorn_iters=20,
+        rms_eps=1e-6,
+        rms_scale=1.0,
+    )
+    assert tuple(f.name for f in dataclasses.fields(hc.HcParams)) == SCALAR_FIELDS
+    for entry in (hc.mhc_boundary, hc.mhc_boundary_reference, hc.hc_pre):
+        assert inspect.signature(entry).parameters["params"].default == hc.HcParams(), entry.__name__
+
+
+# (id, fields changed from the defaults, error, match): every message names the field and what it expects.
+BAD_PARAMS = [
+    ("hc_norm_eps NaN", {"hc_norm_eps": math.nan}, TypeError, r"HcParams.hc_norm_eps must be a finite real number; got nan"),
+    ("hc_norm_eps < 0", {"hc_norm_eps": -1e-6}, ValueError, r"HcParams.hc_norm_eps must be >= 0; got -1e-06"),
+    ("hc_pre_eps inf", {"hc_pre_eps": math.inf}, TypeError, r"HcParams.hc_pre_eps must be a finite real number; got inf"),
+    ("hc_pre_eps < 0", {"hc_pre_eps": -0.5}, ValueError, r"HcParams.hc_pre_eps must be >= 0"),
+    ("hc_post_scale a str", {"hc_post_scale": "2"}, TypeError, r"HcParams.hc_post_scale must be a finite real number; got '2'"),
+    ("hc_post_scale -inf", {"hc_post_scale": -math.inf}, TypeError, r"HcParams.hc_post_scale must be a finite real number"),
+    ("sinkhorn_eps < 0", {"sinkhorn_eps": -1e-6}, ValueError, r"HcParams.sinkhorn_eps must be >= 0"),
+    ("sinkhorn_eps None", {"sinkhorn_eps": None}, TypeError, r"HcParams.sinkhorn_eps must be a finite real number; got None"),
+    ("sinkhorn_iters 0", {"sinkhorn_iters": 0}, ValueError, r"HcParams.sinkhorn_iters must be >= 1; got 0"),
+    ("sinkhorn_iters -3", {"sinkhorn_iters": -3}, ValueError, r"HcParams.sinkhorn_iters must be >= 1"),
+    ("sinkhorn_iters 2.5", {"sinkhorn_iters": 2.5}, TypeError, r"HcParams.sinkhorn_iters must be an int; got 2.5"),
+    ("sinkhorn_iters 20.0", {"sinkhorn_iters": 20.0}, TypeError, r"HcParams.sinkhorn_iters must be an int"),
+    ("sinkhorn_iters True", {"sinkhorn_iters": True}, TypeError, r"HcParams.sinkhorn_iters must be an int; got True"),
+    ("rms_eps < 0", {"rms_eps": -1e-20}, ValueError, r"HcParams.rms_eps must be >= 0"),
+    ("rms_eps True", {"rms_eps": True}, TypeError, r"HcParams.rms_eps must be a finite real number; got True"),
+    ("rms_scale NaN", {"rms_scale": math.nan}, TypeError, r"HcParams.rms_scale must be a finite real number"),
+    ("rms_scale a tensor", {"rms_scale": torch.tensor(1.0)}, TypeError, r"HcParams.rms_scale must be a finite real number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "changes", "error", "match"), BAD_PARAMS, ids=[c[0] for c in BAD_PARAMS])
+def test_bad_params_are_refused_naming_the_field(name, changes, error, match):
+    with pytest.raises(error, match=match):
+        hc.HcParams(**changes)
+    with pytest.raises(error, match=match):  # replace() validates the same way
+        dataclasses.replace(hc.HcParams(), **changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "allowed"),
+    [
+        ({"hc_norm_eps": 0.0, "hc_pre_eps": 0, "sinkhorn_eps": 0.0, "rms_eps": 0.0}, "eps values of 0"),
+        ({"hc_post_scale": -2.0, "rms_scale": 0.0}, "scales of any sign"),
+        ({"rms_eps": 1e-20, "sinkhorn_iters": 1}, "V4.1-Flash's rms_eps, one Sinkhorn step"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_edge_params_are_accepted(changes, allowed):
+    params = hc.HcParams(**changes)
+    for field, value in changes.items():
+        assert getattr(params, field) == value, allowed
+
+
+def test_params_hold_python_floats_and_ints():
+    """Other real numbers are converted, so equal settings compare and hash equal and the launchers get
+    plain Python scalars."""
+    params = hc.HcParams(
+        hc_norm_eps=np.float32(0.5), hc_post_scale=2, sinkhorn_iters=np.int64(7), rms_scale=1
+    )
+    assert type(params.hc_norm_eps) is float and params.hc_norm_eps == 0.5
+    assert type(params.hc_post_scale) is float and type(params.rms_scale) is float
+    assert type(params.sinkhorn_iters) is int and params.sinkhorn_iters == 7
+    assert params == hc.HcParams(hc_norm_eps=0.5, hc_post_scale=2.0, sinkhorn_iters=7, rms_scale=1.0)
+
+
+def test_params_are_frozen_and_hash_by_value():
+    params = hc.HcParams(rms_eps=1e-20)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.rms_eps = 1e-6
+    same, other = hc.HcParams(rms_eps=1e-20), hc.HcParams(rms_eps=1e-6)
+    assert params == same and hash(params) == hash(same)
+    assert params != other and params != dataclasses.asdict(params)
+    assert len({params, same, other, hc.HcParams()}) == 2
+
+
+@pytest.mark.parametrize("field", SCALAR_FIELDS)
+def test_the_old_scalar_keywords_are_refused(field):
+    """The seven scalars travel only inside ``params``: the entry points no longer take them one by one."""
+    args, kwargs = _call()
+    value = getattr(hc.HcParams(), field)
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{field}'"):
+        hc.mhc_boundary(**args, **kwargs, **{field: value})
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{field}'"):
+        hc.mhc_boundary_reference(*args.values(), **kwargs, **{field: value})
+
+
+def test_every_params_field_reaches_the_cpu_boundary():
+    """Changing any one field changes the boundary's outputs (nothing is dropped on the way)."""
+    inputs = make_inputs(4, 256, shifted=False, seed=9)
+    base = hc.mhc_boundary(*inputs.args(), prev_pre=None, params=hc.HcParams(), want_pair=False)
+    changed = {
+        "hc_norm_eps": 1.0,
+        "hc_pre_eps": 0.25,
+        "hc_post_scale": 1.5,
+        "sinkhorn_eps": 0.25,
+        "sinkhorn_iters": 2,
+        "rms_eps": 1.0,
+        "rms_scale": 1.5,
+    }
+    assert tuple(changed) == SCALAR_FIELDS
+    for field, value in changed.items():
+        params = dataclasses.replace(hc.HcParams(), **{field: value})
+        got = hc.mhc_boundary(*inputs.args(), prev_pre=None, params=params, want_pair=False)
+        assert any(
+            not torch.equal(getattr(got, k), getattr(base, k)) for k in ("pre", "post", "comb", "y")
+        ), field

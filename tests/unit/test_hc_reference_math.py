@@ -22,11 +22,13 @@ and the exactly rounded sum must differ from the documented order's bf16 result 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 from hc_checks import assert_boundary_matches
-from hc_inputs import MODEL_SCALARS, REVEALING_ROWS, REVEALING_TOKENS, UPSTREAM_SCALARS, revealing_inputs
+from hc_inputs import MODEL_PARAMS, REVEALING_ROWS, REVEALING_TOKENS, UPSTREAM_PARAMS, revealing_inputs
 
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
@@ -42,15 +44,15 @@ F32 = np.float32
 ROWS, TOKENS = REVEALING_ROWS, REVEALING_TOKENS
 
 
-def make_inputs(scalars: dict[str, float], *, seed: int) -> dict[str, torch.Tensor]:
+def make_inputs(params: hc.HcParams, *, seed: int) -> dict[str, torch.Tensor]:
     """The revealing batch (tests/support/hc_inputs.py) as a dict; ``prev_pre`` always present."""
-    return revealing_inputs(scalars, seed=seed, shifted=True, hidden=HIDDEN).tensors()
+    return revealing_inputs(params, seed=seed, shifted=True, hidden=HIDDEN).tensors()
 
 
-def _reference(inputs: dict[str, torch.Tensor], scalars: dict[str, float], *, shifted: bool):
+def _reference(inputs: dict[str, torch.Tensor], params: hc.HcParams, *, shifted: bool):
     args = [inputs[k] for k in ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight")]
     prev_pre = inputs["prev_pre"] if shifted else None
-    return hc.mhc_boundary_reference(*args, prev_pre=prev_pre, **scalars, want_pair=False)
+    return hc.mhc_boundary_reference(*args, prev_pre=prev_pre, params=params, want_pair=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,26 +101,26 @@ def mixes_f64(r_prime: np.ndarray, inputs, s) -> np.ndarray:
     fn = inputs["fn"].double().numpy()
     scale, base = inputs["scale"].double().numpy(), inputs["base"].double().numpy()
     per_logit = np.concatenate([np.full(N, scale[0]), np.full(N, scale[1]), np.full(N * N, scale[2])])
-    norm = 1.0 / np.sqrt((flat**2).sum(-1) / (N * HIDDEN) + s["hc_norm_eps"])
+    norm = 1.0 / np.sqrt((flat**2).sum(-1) / (N * HIDDEN) + s.hc_norm_eps)
     return (flat @ fn.T) * norm[:, None] * per_logit + base
 
 
 def coefficients_f64(m: np.ndarray, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    pre = 1.0 / (1.0 + np.exp(-m[:, :N])) + s["hc_pre_eps"]
-    post = s["hc_post_scale"] / (1.0 + np.exp(-m[:, N : 2 * N]))
+    pre = 1.0 / (1.0 + np.exp(-m[:, :N])) + s.hc_pre_eps
+    post = s.hc_post_scale / (1.0 + np.exp(-m[:, N : 2 * N]))
     logits = m[:, 2 * N :].reshape(TOKENS, N, N)
     c = np.exp(logits - logits.max(-1, keepdims=True))
-    c = c / c.sum(-1, keepdims=True) + s["sinkhorn_eps"]
-    c = c / (c.sum(-2, keepdims=True) + s["sinkhorn_eps"])
-    for _ in range(s["sinkhorn_iters"] - 1):
-        c = c / (c.sum(-1, keepdims=True) + s["sinkhorn_eps"])
-        c = c / (c.sum(-2, keepdims=True) + s["sinkhorn_eps"])
+    c = c / c.sum(-1, keepdims=True) + s.sinkhorn_eps
+    c = c / (c.sum(-2, keepdims=True) + s.sinkhorn_eps)
+    for _ in range(s.sinkhorn_iters - 1):
+        c = c / (c.sum(-1, keepdims=True) + s.sinkhorn_eps)
+        c = c / (c.sum(-2, keepdims=True) + s.sinkhorn_eps)
     return pre, post, c
 
 
 def rmsnorm_f64(v: np.ndarray, weight: np.ndarray, s) -> np.ndarray:
     v = v.astype(np.float64)
-    return v / np.sqrt((v**2).mean(-1) + s["rms_eps"])[:, None] * (weight.astype(np.float64) * s["rms_scale"])
+    return v / np.sqrt((v**2).mean(-1) + s.rms_eps)[:, None] * (weight.astype(np.float64) * s.rms_scale)
 
 
 def _round_bf16(v: np.ndarray) -> np.ndarray:
@@ -138,13 +140,13 @@ def _differing(a: np.ndarray, b: np.ndarray) -> int:
 # ---------------------------------------------------------------------------------------------
 # Tests
 
-SCALARS = {"model": MODEL_SCALARS, "upstream": UPSTREAM_SCALARS}
+PARAMS = {"model": MODEL_PARAMS, "upstream": UPSTREAM_PARAMS}
 
 
-@pytest.mark.parametrize("scalars", SCALARS)
-def test_the_inputs_make_the_order_visible_in_bf16(scalars):
+@pytest.mark.parametrize("params", PARAMS)
+def test_the_inputs_make_the_order_visible_in_bf16(params):
     """Without this, the bit checks below could pass for any order."""
-    inputs = make_inputs(SCALARS[scalars], seed=1)
+    inputs = make_inputs(PARAMS[params], seed=1)
     x, r, post, comb = (_np(inputs[k]) for k in ("x", "residual", "post", "comb"))
     rows = ROWS["post_order"]
     documented = post_fp32(x, r, post, comb, "documented")[rows]
@@ -163,9 +165,9 @@ def test_the_inputs_make_the_order_visible_in_bf16(scalars):
 
 
 @pytest.mark.parametrize("shifted", [False, True], ids=["normal", "shifted"])
-@pytest.mark.parametrize("scalars", SCALARS)
-def test_reference_matches_the_math_written_here(scalars, shifted):
-    s = SCALARS[scalars]
+@pytest.mark.parametrize("params", PARAMS)
+def test_reference_matches_the_math_written_here(params, shifted):
+    s = PARAMS[params]
     inputs = make_inputs(s, seed=2)
     ref = _reference(inputs, s, shifted=shifted)
     x, r, post, comb = (_np(inputs[k]) for k in ("x", "residual", "post", "comb"))
@@ -206,7 +208,7 @@ def _with(out: hc.HcBoundaryOutputs, **fields) -> hc.HcBoundaryOutputs:
     "error", ["R' one ulp", "tiny token's y doubled", "zero token's y not zero", "one token's y"]
 )
 def test_the_kernel_checks_fail_on_a_kernels_typical_errors(error):
-    s = MODEL_SCALARS
+    s = MODEL_PARAMS
     inputs = revealing_inputs(s, seed=3, shifted=True, hidden=HIDDEN)
     ref = hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs(), scale_layout="e8m0")
     assert_boundary_matches(ref, ref, layout="e8m0")
@@ -232,11 +234,12 @@ def test_the_kernel_checks_fail_on_a_kernels_typical_errors(error):
 
 
 def test_the_defaults_are_the_models_scalars():
-    inputs = revealing_inputs(MODEL_SCALARS, seed=4, shifted=False, hidden=HIDDEN)
+    assert hc.HcParams() == MODEL_PARAMS
+    inputs = revealing_inputs(MODEL_PARAMS, seed=4, shifted=False, hidden=HIDDEN)
     inputs.fn *= 100  # logits far from uniform: comb' still moves between the 20th and 21st iteration
-    more = hc.mhc_boundary_reference(*inputs.args(), **{**MODEL_SCALARS, "sinkhorn_iters": 21})
+    more = hc.mhc_boundary_reference(*inputs.args(), params=replace(MODEL_PARAMS, sinkhorn_iters=21))
     by_default = hc.mhc_boundary_reference(*inputs.args())
-    explicit = hc.mhc_boundary_reference(*inputs.args(), **MODEL_SCALARS, want_y=True, want_pair=True)
+    explicit = hc.mhc_boundary_reference(*inputs.args(), params=MODEL_PARAMS, want_y=True, want_pair=True)
     assert by_default.y is not None and by_default.pair is not None
     assert by_default.pair[1].dtype == torch.int32  # deepgemm scales by default
     for name in ("residual", "pre", "post", "comb", "y"):
@@ -245,7 +248,7 @@ def test_the_defaults_are_the_models_scalars():
     v = hc.hc_collapse(explicit.residual, explicit.pre)
     assert_same_bits(hc.rmsnorm(v, inputs.norm_weight, eps=1e-6), explicit.y, name="rmsnorm's default scale")
     y, pre, post, comb = hc.hc_pre(inputs.residual, *inputs.args()[4:])
-    y2, pre2, post2, comb2 = hc.hc_pre(inputs.residual, *inputs.args()[4:], **MODEL_SCALARS)
+    y2, pre2, post2, comb2 = hc.hc_pre(inputs.residual, *inputs.args()[4:], params=MODEL_PARAMS)
     for got, want, name in ((y, y2, "y"), (pre, pre2, "pre"), (post, post2, "post"), (comb, comb2, "comb")):
         assert_same_bits(got, want, name=f"hc_pre {name}")
 
@@ -253,7 +256,7 @@ def test_the_defaults_are_the_models_scalars():
 @pytest.mark.parametrize("iters", [1, 3])
 def test_sinkhorn_scalars_reach_the_boundary(iters):
     """A large sinkhorn_eps (0.25) and few iterations: eps's sign and every scalar show in comb'."""
-    s = {**UPSTREAM_SCALARS, "sinkhorn_eps": 0.25, "sinkhorn_iters": iters}
+    s = replace(UPSTREAM_PARAMS, sinkhorn_eps=0.25, sinkhorn_iters=iters)
     inputs = make_inputs(s, seed=5)
     ref = _reference(inputs, s, shifted=False)
     r_prime = _bf16_from_fp32(
@@ -264,7 +267,7 @@ def test_sinkhorn_scalars_reach_the_boundary(iters):
 
 
 def test_want_flags_and_rounding_reach_the_outputs():
-    inputs = revealing_inputs(MODEL_SCALARS, seed=6, shifted=True, hidden=HIDDEN)
+    inputs = revealing_inputs(MODEL_PARAMS, seed=6, shifted=True, hidden=HIDDEN)
     only_y = hc.mhc_boundary_reference(*inputs.args(), **inputs.kwargs(), want_pair=False)
     only_pair = hc.mhc_boundary_reference(
         *inputs.args(), **inputs.kwargs(), want_y=False, rounding="floor", scale_layout="e8m0"

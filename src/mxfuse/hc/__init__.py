@@ -17,6 +17,8 @@ DeepGEMM's Mega-mHC test reference):
    boundary's ``pre`` passed in as ``prev_pre`` (shifted ordering, V4.1; the new ``pre`` is an output).
 5. ``y = bf16(v * rsqrt(mean(v^2) + rms_eps) * (w * rms_scale))``; the pair is ``quantize_mxfp8(y)``.
 
+The scalars (``hc_norm_eps`` ... ``rms_scale``) are the fields of one frozen ``HcParams`` (V4's values by
+default), validated when it is made and passed whole to the entry points, the reference and the kernels.
 ``mxfuse.hc.reference`` holds the steps in plain torch; ``mhc_boundary`` runs the fused Triton kernel
 (``mxfuse.kernels.hc_boundary``) on CUDA tensors and the reference on CPU tensors.
 """
@@ -42,13 +44,14 @@ from mxfuse.hc.reference import (
 )
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace, choose_config, sm_count, workspace_for
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, choose_config, sm_count, workspace_for
 from mxfuse.kernels.hc_steps import launch_mixes, launch_norm, launch_post
 
 __all__ = [
     "N_STREAMS",
     "HcBoundaryOutputs",
     "HcConfig",
+    "HcParams",
     "HcWorkspace",
     "empty_hc_boundary_outputs",
     "hc_collapse",
@@ -73,13 +76,7 @@ def mhc_boundary(
     norm_weight: torch.Tensor,
     *,
     prev_pre: torch.Tensor | None = None,
-    hc_norm_eps: float = 1e-6,
-    hc_pre_eps: float = 1e-6,
-    hc_post_scale: float = 2.0,
-    sinkhorn_eps: float = 1e-6,
-    sinkhorn_iters: int = 20,
-    rms_eps: float = 1e-6,
-    rms_scale: float = 1.0,
+    params: HcParams = HcParams(),
     want_y: bool | None = None,
     want_pair: bool | None = None,
     rounding: ScaleRounding | str = ScaleRounding.RCEIL,
@@ -96,8 +93,9 @@ def mhc_boundary(
     sublayer's coefficients); ``fn`` [n(n+2), n*H], ``scale`` [3], ``base`` [n(n+2)] fp32 (the next
     sublayer's mixing parameters); ``norm_weight`` [H] bf16 or fp32 (its RMSNorm). ``prev_pre`` [T, n]
     fp32 selects the shifted ordering (V4.1): the collapse uses it, and the new ``pre`` is returned for
-    the next boundary; None is the normal ordering (V4), which collapses with the new ``pre``. Scalars
-    as in the V4 configs (``hc_eps`` = 1e-6, ``rms_norm_eps`` = 1e-6; V4.1-Flash has rms_eps 1e-20).
+    the next boundary; None is the normal ordering (V4), which collapses with the new ``pre``.
+    ``params``: the scalars (``HcParams``; its defaults are V4's, ``hc_eps`` = ``rms_norm_eps`` = 1e-6;
+    V4.1-Flash has ``rms_eps`` 1e-20).
 
     Outputs (``HcBoundaryOutputs``): R', pre, post', comb', and y (bf16) and/or the MXFP8 pair of y
     (``rounding``, scales in ``scale_layout``), bit for bit ``quantize_mxfp8(y)``. With ``out`` the
@@ -117,7 +115,26 @@ def mhc_boundary(
     kernel is measured against, whose R' is bit-identical to the fused kernel's. It allocates a
     temporary y when ``out.y`` is None.
     """
-    call = check_call(locals())
+    call = check_call(
+        x,
+        residual,
+        post,
+        comb,
+        fn,
+        scale,
+        base,
+        norm_weight,
+        prev_pre=prev_pre,
+        params=params,
+        want_y=want_y,
+        want_pair=want_pair,
+        rounding=rounding,
+        scale_layout=scale_layout,
+        out=out,
+        workspace=workspace,
+        config=config,
+        fused=fused,
+    )
     if call.device.type == "cpu":
         _run_reference(call)
         witness.emit(
@@ -144,7 +161,7 @@ def mhc_boundary(
             call.scale,
             call.base,
             call.norm_weight,
-            scalars=call.scalars,
+            scalars=call.params,
             residual_out=call.out.residual,
             pre_out=call.out.pre,
             post_out=call.out.post,
@@ -175,7 +192,7 @@ def _run_unfused(call: Call, workspace: HcWorkspace, config: HcConfig | None) ->
         call.fn,
         call.scale,
         call.base,
-        scalars=call.scalars,
+        scalars=call.params,
         pre_out=out.pre,
         post_out=out.post,
         comb_out=out.comb,
@@ -185,14 +202,19 @@ def _run_unfused(call: Call, workspace: HcWorkspace, config: HcConfig | None) ->
     y = out.y if out.y is not None else torch.empty_like(call.x)
     weights = out.pre if call.prev_pre is None else call.prev_pre
     launch_norm(
-        out.residual, weights, call.norm_weight, scalars=call.scalars, y_out=y, workspace=workspace, config=config
+        out.residual,
+        weights,
+        call.norm_weight,
+        scalars=call.params,
+        y_out=y,
+        workspace=workspace,
+        config=config,
     )
     if out.pair is not None:
         quantize_mxfp8(y, rounding=call.rounding, scale_layout=call.layout, out=out.pair)
 
 
 def _run_reference(call: Call) -> None:
-    s = call.scalars
     ref = mhc_boundary_reference(
         call.x,
         call.residual,
@@ -203,13 +225,7 @@ def _run_reference(call: Call) -> None:
         call.base,
         call.norm_weight,
         prev_pre=call.prev_pre,
-        hc_norm_eps=s.hc_norm_eps,
-        hc_pre_eps=s.hc_pre_eps,
-        hc_post_scale=s.hc_post_scale,
-        sinkhorn_eps=s.sinkhorn_eps,
-        sinkhorn_iters=s.sinkhorn_iters,
-        rms_eps=s.rms_eps,
-        rms_scale=s.rms_scale,
+        params=call.params,
         want_y=call.out.y is not None,
         want_pair=call.out.pair is not None,
         rounding=call.rounding,

@@ -5,8 +5,6 @@ Errors are ValueError or TypeError naming the argument and what was expected.
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +20,7 @@ from mxfuse.formats import (
     scale_storage_view,
 )
 from mxfuse.hc.reference import N_STREAMS, HcBoundaryOutputs, empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcScalars, HcWorkspace
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace
 from mxfuse.memory import tensors_overlap
 
 __all__ = ["Call", "check_call"]
@@ -41,7 +39,7 @@ class Call:
     scale: torch.Tensor
     base: torch.Tensor
     norm_weight: torch.Tensor
-    scalars: HcScalars
+    params: HcParams
     rounding: ScaleRounding
     layout: ScaleLayout
     out: HcBoundaryOutputs
@@ -86,39 +84,23 @@ def _tensor(value: object, name: str, what: str, shape: tuple[int, ...], dtypes:
     return value
 
 
-def _real(value: object, name: str, *, at_least: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise TypeError(f"{name} must be a finite real number; got {value!r}")
-    if at_least is not None and float(value) < at_least:
-        raise ValueError(f"{name} must be >= {at_least}; got {value!r}")
-    return float(value)
-
-
 def _flag(value: object, name: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"{name} must be True, False or None; got {value!r}")
     return value
 
 
-def _check_scalars(p: dict[str, object]) -> HcScalars:
-    iters = p["sinkhorn_iters"]
-    if isinstance(iters, bool) or not isinstance(iters, numbers.Integral):
-        raise TypeError(f"sinkhorn_iters must be an int; got {iters!r}")
-    if iters < 1:
-        raise ValueError(f"sinkhorn_iters must be >= 1; got {iters}")
-    return HcScalars(
-        hc_norm_eps=_real(p["hc_norm_eps"], "hc_norm_eps", at_least=0.0),
-        hc_pre_eps=_real(p["hc_pre_eps"], "hc_pre_eps", at_least=0.0),
-        hc_post_scale=_real(p["hc_post_scale"], "hc_post_scale"),
-        sinkhorn_eps=_real(p["sinkhorn_eps"], "sinkhorn_eps", at_least=0.0),
-        sinkhorn_iters=int(iters),
-        rms_eps=_real(p["rms_eps"], "rms_eps", at_least=0.0),
-        rms_scale=_real(p["rms_scale"], "rms_scale"),
-    )
-
-
-def _check_out(p: dict[str, object], tokens: int, hidden: int, layout: ScaleLayout, device: torch.device):
-    want_y, want_pair, out = _flag(p["want_y"], "want_y"), _flag(p["want_pair"], "want_pair"), p["out"]
+def _check_out(
+    out: object,
+    want_y: object,
+    want_pair: object,
+    *,
+    tokens: int,
+    hidden: int,
+    layout: ScaleLayout,
+    device: torch.device,
+) -> HcBoundaryOutputs:
+    want_y, want_pair = _flag(want_y, "want_y"), _flag(want_pair, "want_pair")
     if out is None:
         want_y = True if want_y is None else want_y
         want_pair = True if want_pair is None else want_pair
@@ -171,8 +153,28 @@ def _check_overlaps(inputs: dict[str, torch.Tensor | None], out: HcBoundaryOutpu
         seen[name] = t
 
 
-def check_call(p: dict[str, object]) -> Call:
-    x = p["x"]
+def check_call(
+    x: object,
+    residual: object,
+    post: object,
+    comb: object,
+    fn: object,
+    scale: object,
+    base: object,
+    norm_weight: object,
+    *,
+    prev_pre: object,
+    params: object,
+    want_y: object,
+    want_pair: object,
+    rounding: object,
+    scale_layout: object,
+    out: object,
+    workspace: object,
+    config: object,
+    fused: object,
+) -> Call:
+    """The arguments of ``mhc_boundary``, checked in order, as a ``Call`` (outputs allocated if not given)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
     if x.dim() != 2:
@@ -184,7 +186,6 @@ def check_call(p: dict[str, object]) -> Call:
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"x must be on a CUDA device or the CPU; got {device}")
     _tensor(x, "x", "[T, H]", (tokens, hidden), _BF16, device)
-    residual = p["residual"]
     if isinstance(residual, torch.Tensor) and residual.dim() == 3 and residual.shape[1] != N_STREAMS:
         raise ValueError(
             f"residual.shape[1] (n, the number of streams) must be {N_STREAMS}; got {residual.shape[1]}"
@@ -193,32 +194,36 @@ def check_call(p: dict[str, object]) -> Call:
     inputs = {
         "x": x,
         "residual": _tensor(residual, "residual", "[T, n, H]", (tokens, n, hidden), _BF16, device),
-        "post": _tensor(p["post"], "post", "[T, n]", (tokens, n), _F32, device),
-        "comb": _tensor(p["comb"], "comb", "[T, n, n]", (tokens, n, n), _F32, device),
+        "post": _tensor(post, "post", "[T, n]", (tokens, n), _F32, device),
+        "comb": _tensor(comb, "comb", "[T, n, n]", (tokens, n, n), _F32, device),
         "prev_pre": None
-        if p["prev_pre"] is None
-        else _tensor(p["prev_pre"], "prev_pre", "[T, n]", (tokens, n), _F32, device),
-        "fn": _tensor(p["fn"], "fn", "[n(n+2), n*H]", (mix, n * hidden), _F32, device),
-        "scale": _tensor(p["scale"], "scale", "[3]", (3,), _F32, device),
-        "base": _tensor(p["base"], "base", "[n(n+2)]", (mix,), _F32, device),
-        "norm_weight": _tensor(p["norm_weight"], "norm_weight", "[H]", (hidden,), (*_BF16, *_F32), device),
+        if prev_pre is None
+        else _tensor(prev_pre, "prev_pre", "[T, n]", (tokens, n), _F32, device),
+        "fn": _tensor(fn, "fn", "[n(n+2), n*H]", (mix, n * hidden), _F32, device),
+        "scale": _tensor(scale, "scale", "[3]", (3,), _F32, device),
+        "base": _tensor(base, "base", "[n(n+2)]", (mix,), _F32, device),
+        "norm_weight": _tensor(norm_weight, "norm_weight", "[H]", (hidden,), (*_BF16, *_F32), device),
     }
-    scalars = _check_scalars(p)
-    rounding = parse_scale_rounding(p["rounding"])
-    layout = parse_scale_layout(p["scale_layout"])
-    if not isinstance(p["fused"], bool):
-        raise TypeError(f"fused must be a bool; got {p['fused']!r}")
-    if p["workspace"] is not None and not isinstance(p["workspace"], HcWorkspace):
-        raise TypeError(f"workspace must be an HcWorkspace or None; got {type(p['workspace']).__name__}")
-    if p["config"] is not None:
-        if not isinstance(p["config"], HcConfig):
-            raise TypeError(f"config must be an HcConfig or None; got {type(p['config']).__name__}")
-        p["config"].check(hidden)
+    if not isinstance(params, HcParams):  # HcParams validated its fields when it was made
+        raise TypeError(
+            "params must be an mxfuse.hc.HcParams (the boundary's scalar settings); "
+            f"got {type(params).__name__}"
+        )
+    rounding = parse_scale_rounding(rounding)
+    layout = parse_scale_layout(scale_layout)
+    if not isinstance(fused, bool):
+        raise TypeError(f"fused must be a bool; got {fused!r}")
+    if workspace is not None and not isinstance(workspace, HcWorkspace):
+        raise TypeError(f"workspace must be an HcWorkspace or None; got {type(workspace).__name__}")
+    if config is not None:
+        if not isinstance(config, HcConfig):
+            raise TypeError(f"config must be an HcConfig or None; got {type(config).__name__}")
+        config.check(hidden)
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < _MIN_CAPABILITY:
         major, minor = torch.cuda.get_device_capability(device)
         raise MxfuseUnavailableError(
             f"mhc_boundary needs FP8 conversion (sm_89+); {device} is sm_{major}{minor}"
         )
-    out = _check_out(p, tokens, hidden, layout, device)
+    out = _check_out(out, want_y, want_pair, tokens=tokens, hidden=hidden, layout=layout, device=device)
     _check_overlaps(inputs, out, scale_spec(tokens, hidden, scale_layout=layout))
-    return Call(**inputs, scalars=scalars, rounding=rounding, layout=layout, out=out)
+    return Call(**inputs, params=params, rounding=rounding, layout=layout, out=out)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference
+from mxfuse.kernels.hc_plan import HcParams
 
 __all__ = [
     "N_STREAMS",
@@ -77,36 +78,32 @@ def hc_post(x: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
 
 
 def hc_mixes(
-    residual: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, *, hc_norm_eps: float
+    residual: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, *, params: HcParams
 ) -> torch.Tensor:
-    """Step 2: the n(n+2) scaled and biased logits of each token of ``residual`` [T, n, H], fp32."""
+    """Step 2: the n(n+2) scaled and biased logits of each token of ``residual`` [T, n, H], fp32
+    (``params.hc_norm_eps``)."""
     tokens, n, hidden = residual.shape
     flat = residual.reshape(tokens, n * hidden).double()
     proj = (flat @ fn.double().T).float()
     sumsq = flat.square().sum(-1).float()
-    m = proj * torch.rsqrt(sumsq / (n * hidden) + hc_norm_eps)[:, None]
+    m = proj * torch.rsqrt(sumsq / (n * hidden) + params.hc_norm_eps)[:, None]
     scales = torch.cat([scale[0].expand(n), scale[1].expand(n), scale[2].expand(n * n)])
     return m * scales + base
 
 
-def hc_sinkhorn(
-    mixes: torch.Tensor,
-    *,
-    hc_pre_eps: float,
-    hc_post_scale: float,
-    sinkhorn_eps: float,
-    sinkhorn_iters: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Step 3: ``(pre, post', comb')`` from the logits [T, n(n+2)]; comb' ends on a column normalisation."""
+def hc_sinkhorn(mixes: torch.Tensor, *, params: HcParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step 3: ``(pre, post', comb')`` from the logits [T, n(n+2)]; comb' ends on a column normalisation
+    (``params``: hc_pre_eps, hc_post_scale, sinkhorn_eps, sinkhorn_iters)."""
     tokens = mixes.shape[0]
     n = N_STREAMS
-    pre = torch.sigmoid(mixes[:, :n]) + hc_pre_eps
-    post = torch.sigmoid(mixes[:, n : 2 * n]) * hc_post_scale
-    comb = torch.softmax(mixes[:, 2 * n :].reshape(tokens, n, n), dim=-1) + sinkhorn_eps
-    comb = comb / (comb.sum(-2, keepdim=True) + sinkhorn_eps)
-    for _ in range(sinkhorn_iters - 1):
-        comb = comb / (comb.sum(-1, keepdim=True) + sinkhorn_eps)
-        comb = comb / (comb.sum(-2, keepdim=True) + sinkhorn_eps)
+    eps = params.sinkhorn_eps
+    pre = torch.sigmoid(mixes[:, :n]) + params.hc_pre_eps
+    post = torch.sigmoid(mixes[:, n : 2 * n]) * params.hc_post_scale
+    comb = torch.softmax(mixes[:, 2 * n :].reshape(tokens, n, n), dim=-1) + eps
+    comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    for _ in range(params.sinkhorn_iters - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + eps)
     return pre, post, comb
 
 
@@ -133,25 +130,13 @@ def hc_pre(
     norm_weight: torch.Tensor,
     *,
     prev_pre: torch.Tensor | None = None,
-    hc_norm_eps: float = 1e-6,
-    hc_pre_eps: float = 1e-6,
-    hc_post_scale: float = 2.0,
-    sinkhorn_eps: float = 1e-6,
-    sinkhorn_iters: int = 20,
-    rms_eps: float = 1e-6,
-    rms_scale: float = 1.0,
+    params: HcParams = HcParams(),
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Steps 2-5 on the streams ``residual``: ``(y, pre, post', comb')``; collapses with ``prev_pre`` if given."""
-    mixes = hc_mixes(residual, fn, scale, base, hc_norm_eps=hc_norm_eps)
-    pre, post, comb = hc_sinkhorn(
-        mixes,
-        hc_pre_eps=hc_pre_eps,
-        hc_post_scale=hc_post_scale,
-        sinkhorn_eps=sinkhorn_eps,
-        sinkhorn_iters=sinkhorn_iters,
-    )
+    mixes = hc_mixes(residual, fn, scale, base, params=params)
+    pre, post, comb = hc_sinkhorn(mixes, params=params)
     v = hc_collapse(residual, pre if prev_pre is None else prev_pre)
-    return rmsnorm(v, norm_weight, eps=rms_eps, scale=rms_scale), pre, post, comb
+    return rmsnorm(v, norm_weight, eps=params.rms_eps, scale=params.rms_scale), pre, post, comb
 
 
 def mhc_boundary_reference(
@@ -165,13 +150,7 @@ def mhc_boundary_reference(
     norm_weight: torch.Tensor,
     *,
     prev_pre: torch.Tensor | None = None,
-    hc_norm_eps: float = 1e-6,
-    hc_pre_eps: float = 1e-6,
-    hc_post_scale: float = 2.0,
-    sinkhorn_eps: float = 1e-6,
-    sinkhorn_iters: int = 20,
-    rms_eps: float = 1e-6,
-    rms_scale: float = 1.0,
+    params: HcParams = HcParams(),
     want_y: bool = True,
     want_pair: bool = True,
     rounding: ScaleRounding | str = ScaleRounding.RCEIL,
@@ -186,13 +165,7 @@ def mhc_boundary_reference(
         base,
         norm_weight,
         prev_pre=prev_pre,
-        hc_norm_eps=hc_norm_eps,
-        hc_pre_eps=hc_pre_eps,
-        hc_post_scale=hc_post_scale,
-        sinkhorn_eps=sinkhorn_eps,
-        sinkhorn_iters=sinkhorn_iters,
-        rms_eps=rms_eps,
-        rms_scale=rms_scale,
+        params=params,
     )
     pair = quantize_mxfp8_reference(y, rounding=rounding, scale_layout=scale_layout) if want_pair else None
     return HcBoundaryOutputs(new_residual, pre, new_post, new_comb, y if want_y else None, pair)

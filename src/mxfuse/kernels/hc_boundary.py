@@ -44,7 +44,7 @@ from mxfuse.kernels.hc_plan import (
 )
 from mxfuse.kernels.hc_plan import (
     HcConfig,
-    HcScalars,
+    HcParams,
     HcWorkspace,
     Plan,
     choose_config,
@@ -398,7 +398,9 @@ def _hc_kernel(
     if TICKETS:
         ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
         if ticket == total - 1:
-            tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")  # every ticket taken: ready for the next launch
+            tl.atomic_xchg(
+                cnt_ptr, 0, sem="relaxed", scope="gpu"
+            )  # every ticket taken: ready for the next launch
     else:
         ticket = tl.program_id(0)
     rnd = ticket // round_size
@@ -454,7 +456,7 @@ def launch_phases(
     tokens: int,
     hidden: int,
     tensors: dict[str, torch.Tensor | None],
-    scalars: HcScalars,
+    scalars: HcParams,
     workspace: HcWorkspace,
     config: HcConfig,
     a_post: bool = False,
@@ -501,7 +503,7 @@ def _launch(
     tokens: int,
     hidden: int,
     tensors: dict[str, torch.Tensor | None],
-    scalars: HcScalars,
+    scalars: HcParams,
     workspace: HcWorkspace,
     config: HcConfig,
     a_post: bool = False,
@@ -525,7 +527,9 @@ def _launch(
     words = hidden // 128
     f_chunks = -(-words // config.words_f)
     need_v = norm and f_chunks > 1 and tensors.get("v") is None
-    counters, scratch, v_ws = workspace.buffers(plan.n_counters, plan.n_scratch, tokens * hidden if need_v else 0)
+    counters, scratch, v_ws = workspace.buffers(
+        plan.n_counters, plan.n_scratch, tokens * hidden if need_v else 0
+    )
     dummy = counters
     ptrs = {name: (dummy if tensors.get(name) is None else tensors[name]) for name in _POINTERS}
     if need_v:
@@ -599,7 +603,7 @@ def launch_boundary(
     base: torch.Tensor,
     norm_weight: torch.Tensor,
     *,
-    scalars: HcScalars,
+    scalars: HcParams,
     residual_out: torch.Tensor,
     pre_out: torch.Tensor,
     post_out: torch.Tensor,

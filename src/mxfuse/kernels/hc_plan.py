@@ -2,12 +2,16 @@
 
 ``default_config`` picks tiles per shape; ``Plan`` turns a config into item counts, the ticket layout
 of the phases (see ``hc_boundary``) and workspace sizes; ``HcWorkspace`` owns the counters and scratch.
+``HcParams``, the boundary's scalar parameters, lives here so the launchers can take it; it is public
+as ``mxfuse.hc.HcParams``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +23,7 @@ from mxfuse import MxfuseError
 __all__ = [
     "RECORD",
     "HcConfig",
-    "HcScalars",
+    "HcParams",
     "HcWorkspace",
     "Plan",
     "choose_config",
@@ -34,16 +38,47 @@ _TABLE = Path(__file__).with_name("hc_configs.json")
 
 
 @dataclass(frozen=True)
-class HcScalars:
-    """The boundary's scalar parameters (see ``mxfuse.hc.mhc_boundary``)."""
+class HcParams:
+    """The boundary's scalar parameters, validated once here (the defaults are DeepSeek-V4's).
 
-    hc_norm_eps: float
-    hc_pre_eps: float
-    hc_post_scale: float
-    sinkhorn_eps: float
-    sinkhorn_iters: int
-    rms_eps: float
-    rms_scale: float
+    hc_norm_eps: added to the mean square of R' before the mixes' rsqrt (step 2). hc_pre_eps: added to
+    ``sigmoid`` of the pre logits (step 3). hc_post_scale: multiplies ``sigmoid`` of the post logits
+    (2.0 in every V4/V4.1 config). sinkhorn_eps: added to the softmax and to every row/column sum of
+    the Sinkhorn normalisation. sinkhorn_iters: Sinkhorn iterations (the first is a column step alone).
+    rms_eps, rms_scale: the RMSNorm's eps and the factor on its weight (step 5). V4's configs set
+    ``hc_eps`` = 1e-6 and ``rms_norm_eps`` = 1e-6 (V4.1-Flash: 1e-20). Fields hold Python ``float``
+    and ``int`` (other real numbers are converted); eps values must be finite and >= 0, the scales
+    finite, sinkhorn_iters an int >= 1. Bad values raise TypeError or ValueError naming the field.
+    """
+
+    hc_norm_eps: float = 1e-6
+    hc_pre_eps: float = 1e-6
+    hc_post_scale: float = 2.0
+    sinkhorn_eps: float = 1e-6
+    sinkhorn_iters: int = 20
+    rms_eps: float = 1e-6
+    rms_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("hc_norm_eps", "hc_pre_eps", "sinkhorn_eps", "rms_eps"):
+            object.__setattr__(self, name, _finite_real(self, name, non_negative=True))
+        for name in ("hc_post_scale", "rms_scale"):
+            object.__setattr__(self, name, _finite_real(self, name, non_negative=False))
+        iters = self.sinkhorn_iters
+        if isinstance(iters, bool) or not isinstance(iters, numbers.Integral):
+            raise TypeError(f"HcParams.sinkhorn_iters must be an int; got {iters!r}")
+        if iters < 1:
+            raise ValueError(f"HcParams.sinkhorn_iters must be >= 1; got {iters!r}")
+        object.__setattr__(self, "sinkhorn_iters", int(iters))
+
+
+def _finite_real(params: HcParams, name: str, *, non_negative: bool) -> float:
+    value = getattr(params, name)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise TypeError(f"HcParams.{name} must be a finite real number; got {value!r}")
+    if non_negative and value < 0:
+        raise ValueError(f"HcParams.{name} must be >= 0; got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)

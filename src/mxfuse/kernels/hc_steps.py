@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from mxfuse.kernels.hc_boundary import launch_phases
-from mxfuse.kernels.hc_plan import HcConfig, HcScalars, HcWorkspace, choose_config
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, choose_config
 from mxfuse.kernels.hc_tile import load_post_coefs, post_tile
 
 __all__ = ["launch_mixes", "launch_norm", "launch_post"]
@@ -62,7 +62,7 @@ def launch_mixes(
     scale: torch.Tensor,
     base: torch.Tensor,
     *,
-    scalars: HcScalars,
+    scalars: HcParams,
     pre_out: torch.Tensor,
     post_out: torch.Tensor,
     comb_out: torch.Tensor,
@@ -102,7 +102,7 @@ def launch_norm(
     weights: torch.Tensor,
     norm_weight: torch.Tensor,
     *,
-    scalars: HcScalars,
+    scalars: HcParams,
     y_out: torch.Tensor,
     workspace: HcWorkspace,
     config: HcConfig | None = None,

@@ -18,6 +18,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+from mxfuse.hc import HcParams
+
 __all__ = ["CONFIGS", "Dsv41Config", "config_by_name"]
 
 # Multiples the pieces need: the boundary and wo_a's epilogue write whole 128-column scale words; MXFP8
@@ -114,6 +116,21 @@ class Dsv41Config:
     @property
     def softmax_scale(self) -> float:
         return self.head_dim**-0.5
+
+    @property
+    def hc_params(self) -> HcParams:
+        """The hyper-connection boundary's scalars, as upstream's ``hc_pre`` passes them: ``hc_eps`` for
+        the pre eps and Sinkhorn, ``rms_norm_eps`` for the mixes' norm and the RMSNorm, post scale 2
+        (``2 * sigmoid``: every V4/V4.1 config)."""
+        return HcParams(
+            hc_norm_eps=self.rms_norm_eps,
+            hc_pre_eps=self.hc_eps,
+            hc_post_scale=2.0,
+            sinkhorn_eps=self.hc_eps,
+            sinkhorn_iters=self.hc_sinkhorn_iters,
+            rms_eps=self.rms_norm_eps,
+            rms_scale=1.0,
+        )
 
     # ---- serialization (the checkpoint's config.json) ---------------------------------------------
 

@@ -79,7 +79,6 @@ _PLAIN = {
     "ffn_norm.weight": "ffn_norm",
     **{f"hc_{sub}_{part}": f"hc_{sub}_{part}" for sub in ("attn", "ffn") for part in ("fn", "base", "scale")},
 }
-_HC_POST_SCALE = 2.0  # 2 * sigmoid: every V4/V4.1 config
 
 
 class SublayerPath(str, Enum):
@@ -134,6 +133,7 @@ class AttentionSublayer(nn.Module):
         if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
             raise ValueError(f"layer must be an int >= 0; got {layer!r}")
         self.config = config
+        self.hc_params = config.hc_params  # both boundaries' scalars, made once
         self.layer = layer
         self.device = _canonical(torch.device(device))
         self.next_pair_layout = None if next_pair_layout is None else parse_scale_layout(next_pair_layout)
@@ -263,14 +263,6 @@ class AttentionSublayer(nn.Module):
         tokens = self._check_inputs(state, cache)
         c = self.config
         fused = self.path is SublayerPath.FUSED
-        hc = {
-            "hc_norm_eps": c.rms_norm_eps,
-            "hc_pre_eps": c.hc_eps,
-            "hc_post_scale": _HC_POST_SCALE,
-            "sinkhorn_eps": c.hc_eps,
-            "sinkhorn_iters": c.hc_sinkhorn_iters,
-            "rms_eps": c.rms_norm_eps,
-        }
 
         # Boundary 1: the previous sublayer's post, then this sublayer's pre; its y feeds wqkv_a.
         pair_in = fused and self.wqkv_a.gate(tokens, context=context).fused
@@ -286,7 +278,7 @@ class AttentionSublayer(nn.Module):
             prev_pre=state.prev_pre,
             want_y=not pair_in,
             want_pair=pair_in,
-            **hc,
+            params=self.hc_params,
             **self._pair_format(self.wqkv_a, pair_in),
         )
         qkv = self.wqkv_a(b1.pair if pair_in else b1.y, context=context)
@@ -321,7 +313,7 @@ class AttentionSublayer(nn.Module):
             prev_pre=b1.pre,
             want_y=True,
             want_pair=fused and pair_next,
-            **hc,
+            params=self.hc_params,
             scale_layout=self.next_pair_layout or ScaleLayout.DEEPGEMM,
             rounding=self.wqkv_a.rounding,
         )

@@ -101,13 +101,7 @@ def random_state(
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=g)
 
-    _, _, comb = hc_sinkhorn(
-        randn(tokens, n * (n + 2)),
-        hc_pre_eps=config.hc_eps,
-        hc_post_scale=2.0,
-        sinkhorn_eps=config.hc_eps,
-        sinkhorn_iters=config.hc_sinkhorn_iters,
-    )
+    _, _, comb = hc_sinkhorn(randn(tokens, n * (n + 2)), params=config.hc_params)
     state = HcState(
         x=randn(tokens, h).to(torch.bfloat16),
         residual=randn(tokens, n, h).to(torch.bfloat16),
