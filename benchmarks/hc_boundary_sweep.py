@@ -1,6 +1,6 @@
 """Choose the mHC boundary kernel's configuration per (H, token bucket, ordering) on one GPU, in one run.
 
-    python benchmarks/hc_boundary_sweep.py [--hiddens 5120,7168] [--tokens 1,16,64,128,512,2048]
+    python benchmarks/hc_boundary_sweep.py [--hiddens 5120,7168] [--tokens 1,4,16,64,128,512,2048]
         [--jobs 16] [--write src/mxfuse/kernels/hc_configs.json] [--json PATH]
 
 For every shape, every candidate of ``candidates`` (tile sizes, phase-A split, warps, finish step,
@@ -14,7 +14,8 @@ on disk, so the timing process only loads), then checked and timed here:
     calls cycling through enough input sets to miss the L2 (``gpu_timing.bench_us``); the three
     fastest of a shape are timed again in three interleaved rounds and the median decides.
 
-The winners go to ``--write`` (the table ``mxfuse.kernels.hc_plan.choose_config`` reads): one entry
+The shifted ordering is timed on the default and the normal ordering's six fastest of the same shape
+(``--full-shifted``: the whole grid). The winners go to ``--write`` (the table ``mxfuse.kernels.hc_plan.choose_config`` reads): one entry
 per measured T, and each power-of-two bucket between two measured T takes the larger one's winner.
 Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/).
 """
@@ -44,7 +45,7 @@ from mxfuse import hc
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.hc_plan import HcConfig, default_config, sm_count
 
-TOKENS = (1, 16, 64, 128, 512, 2048)
+TOKENS = (1, 4, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
 TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "hc_configs.json"
 
@@ -53,32 +54,54 @@ def _divisor_at_least(n: int, quotient_at_most: int) -> int:
     return next(d for d in range(1, n + 1) if n % d == 0 and n // d <= max(quotient_at_most, 1))
 
 
+def _steps(hidden: int, block_h: int, blocks: int, target: int) -> int:
+    """Steps per A item so that blocks x items is about ``target``."""
+    return _divisor_at_least(hidden // block_h, round(target / blocks))
+
+
 def candidates(tokens: int, hidden: int, sms: int = 132) -> list[HcConfig]:
     """The configurations tried for one shape: the default first, then a grid around the design.
 
-    Up to 16 tokens (one block of 16): the phase-A split (32-, 64- and 128-column steps, about 1x and
-    2x the SMs), 4 or 8 warps, a one-step or 32-word finish, one launch or two. Above: blocks of 16 or
-    32 (T <= 128) or 32 or 64 tokens, 32- or 64-column steps, about 1x and 2x the SMs in A items, one
-    launch with lag 0 or 1, or two launches.
+    Up to 16 tokens: phase A on the CUDA cores (blocks of the next power of two of T, at most 16;
+    256 or 128 values per step) and on the tensor cores (a block of 16; 16-column steps on 4 warps,
+    32-column on 8, pipelined or not), with about 1x and 2x the SMs in A items, 4 or 8 warps, a one-step
+    or 32-word finish, one launch or two. Above: tensor cores, blocks of 16 or 32 (T <= 128) or 32 or
+    64 tokens, 32-column steps, about 1x and 2x the SMs in A items, pipelined (3 stages) or not, one
+    launch with lag 0 or 1, or two launches. Static facts behind the grid (registers and spills of the
+    sm_90 build, benchmarks/RESULTS.md): a tensor-core step of 64 columns spills at 16 tokens.
     """
     words = hidden // 128
     one_step = min(64, triton.next_power_of_2(words))
     found = [default_config(tokens, hidden, sms=sms)]
-    block_ts = (16,) if tokens <= 16 else (16, 32) if tokens <= 128 else (32, 64)
-    for bt in block_ts:
+    if tokens <= 16:
+        bt = min(16, triton.next_power_of_2(tokens))
         blocks = -(-tokens // bt)
-        splits = set()
-        for bh in (32, 64, 128) if tokens <= 16 else ((32,) if bt == 64 else (64,)):
+        for bh in sorted({min(128, 256 // bt), max(16, min(128, 128 // bt))}):
             for target in (sms, 2 * sms):
-                splits.add((bh, _divisor_at_least(hidden // bh, round(target / blocks))))
-        for bh, steps in sorted(splits):
-            for warps in (4, 8) if bt <= 32 else (8,):
-                for cw in sorted({one_step, 32}) if tokens <= 16 else ((one_step,) if warps == 8 else (32,)):
-                    if cw * 128 // (32 * warps) > 64:
-                        continue  # a finish step of more than 64 values per thread per stream spills
-                    lags = (0,) if blocks <= 2 else (0, 1)
-                    for launches, lag in [(1, lg) for lg in lags] + [(2, 0)]:
-                        found.append(HcConfig(bt, bh, steps, min(bt, 32), cw, lag, warps, launches))
+                steps = _steps(hidden, bh, blocks, target)
+                for warps in (4, 8):
+                    for cw in sorted({one_step, 32}):
+                        for launches in (1, 2):
+                            found.append(HcConfig(bt, bh, steps, bt, cw, 0, warps, launches, "fma", 1))
+        for bh, warps in ((16, 4), (32, 8)):
+            for target in (sms, 2 * sms):
+                steps = _steps(hidden, bh, 1, target)
+                for stages in (1, 2):
+                    for launches in (1, 2):
+                        found.append(HcConfig(16, bh, steps, 16, 32, 0, warps, launches, "dot", stages))
+    else:
+        for bt in (16, 32) if tokens <= 128 else (32, 64):
+            blocks = -(-tokens // bt)
+            warps = 4 if bt == 16 else 8
+            cw = 32 if warps == 4 else one_step
+            for target in (sms, 2 * sms):
+                steps = _steps(hidden, 32, blocks, target)
+                for stages in (1, 3):
+                    variants = [(1, 0), (2, 0)] + ([(1, 1)] if blocks > 2 else [])
+                    for launches, lag in variants:
+                        found.append(
+                            HcConfig(bt, 32, steps, min(bt, 32), cw, lag, warps, launches, "dot", stages)
+                        )
     unique = []
     for c in found:
         c.check(hidden)
@@ -108,11 +131,13 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path) -> flo
     for tokens, hidden, shifted in shapes:
         for config in candidates(tokens, hidden):
             # T is not specialized: one small T per compile class (block size, ordering, hidden) will do.
-            key = (hidden, shifted, config.block_t, config.block_h, config.words_f, config.num_warps,
-                   config.launches, min(tokens, 2 * config.block_t))  # fmt: skip
+            # Only constexprs make another kernel: steps_a, lag, T and the ordering are runtime values,
+            # and H only through the number of finish steps.
+            key = (-(-hidden // 128 // config.words_f), config.block_t, config.block_h, config.rows_s,
+                   config.words_f, config.num_warps, config.launches, config.mix, config.stages)  # fmt: skip
             if key not in seen:
                 seen.add(key)
-                work.append({"T": min(tokens, 2 * config.block_t), "H": hidden, "shifted": shifted,
+                work.append({"T": min(tokens, 3 * config.block_t), "H": hidden, "shifted": shifted,
                              "config": config.to_json()})  # fmt: skip
     shards = [work[i::jobs] for i in range(jobs)]
     procs = []
@@ -158,13 +183,13 @@ def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: fl
     return bench_us(fns, target_ms=target_ms, replays=7)
 
 
-def sweep_shape(tokens: int, hidden: int, shifted: bool) -> list[dict]:
+def sweep_shape(tokens: int, hidden: int, shifted: bool, only: list[HcConfig] | None = None) -> list[dict]:
     moved = floor_bytes(tokens, hidden)
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
     outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     ordering = "shifted" if shifted else "normal"
     rows = []
-    for config in candidates(tokens, hidden):
+    for config in only or candidates(tokens, hidden):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}
         try:
             row["check"] = check(sets[0], tokens, hidden, config)
@@ -243,9 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.precompile_only:
         return 0
     rows = []
+    shapes.sort(key=lambda shape: shape[2])  # every normal shape before the shifted ones
     for t, h, s in shapes:
         start = time.perf_counter()
-        shape_rows = sweep_shape(t, h, s)
+        only = None
+        normal = [
+            r for r in rows if (r["T"], r["H"], r["ordering"]) == (t, h, "normal") and r["check"] == "ok"
+        ]
+        if s and normal and not args.full_shifted:
+            # The shifted ordering differs from the normal one only in where the collapse weights come
+            # from: its candidates are the default and the normal ordering's six fastest.
+            best = sorted(normal, key=lambda r: r["us"])[:6]
+            only = [default_config(t, h)] + [HcConfig(**r["config"]) for r in best]
+            only = list(dict.fromkeys(only))
+        shape_rows = sweep_shape(t, h, s, only)
         rows += shape_rows
         good = sorted((r for r in shape_rows if "final_us" in r), key=lambda r: r["final_us"])
         default = shape_rows[0]

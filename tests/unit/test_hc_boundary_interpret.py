@@ -93,6 +93,11 @@ CASES += [
     # Two blocks of 32, lag 2, one-word finish steps (four), deepgemm padding rows, 16-wide A steps.
     Case("T37 shifted deepgemm, 2 blocks, lag 2", 37, 512, True, "deepgemm",
          config=(32, 16, 4, 8, 1, 2), copies_of_row0=(5, 16, 33), seed=7),
+    # Phase A on the CUDA cores: blocks of one row (three blocks, lag 1), and of four rows in two launches.
+    Case("T3 normal deepgemm, fma rows of 1, lag 1", 3, 256, False, config=(1, 64, 2, 1, 2, 1, 4, 1, "fma", 1),
+         seed=3),
+    Case("T6 shifted e8m0, fma blocks of 4, two launches", 6, 384, True, "e8m0",
+         config=(4, 32, 3, 2, 4, 0, 4, 2, "fma", 2), copies_of_row0=(5,), seed=6),
     # Two launches: A items, then the finishes and Sinkhorn (no programmatic launch in the interpreter).
     Case("T5 normal e8m0, two launches", 5, 384, False, "e8m0", config=(16, 64, 2, 16, 4, 0, 4, 2), seed=5),
     Case("T5 shifted swizzled, two launches, pair only, two-step finish", 5, 384, True, "swizzled_128x4",

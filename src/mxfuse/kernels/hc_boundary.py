@@ -116,7 +116,8 @@ def _store_scales(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, layo
 
 @triton.jit
 def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
-             A_POST: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr):  # fmt: skip
+             A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
+             BH: tl.constexpr):  # fmt: skip
     """Post step (or a load of R'), partial mixes and sum of squares for BT rows x one column chunk."""
     rows = b * BT + tl.arange(0, BT)
     row_ok = rows < T
@@ -152,10 +153,22 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
         sq = sq + g3 * g3
         sumsq += tl.sum(sq, axis=1)
         fcols = fn_ptr + fn_rows + cols[None, :]
-        acc = mix_dot(acc, b0, fcols, fn_mask, HW_CVT)
-        acc = mix_dot(acc, b1, fcols + H, fn_mask, HW_CVT)
-        acc = mix_dot(acc, b2, fcols + 2 * H, fn_mask, HW_CVT)
-        acc = mix_dot(acc, b3, fcols + 3 * H, fn_mask, HW_CVT)
+        if MIX_FMA:
+            # [BT, 32, BH] products of the four streams, summed over the columns in one reduction.
+            f0 = tl.load(fcols, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f1 = tl.load(fcols + H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f2 = tl.load(fcols + 2 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f3 = tl.load(fcols + 3 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            part = g0[:, None, :] * f0[None, :, :]
+            part = part + g1[:, None, :] * f1[None, :, :]
+            part = part + g2[:, None, :] * f2[None, :, :]
+            part = part + g3[:, None, :] * f3[None, :, :]
+            acc += tl.sum(part, axis=2)
+        else:
+            acc = mix_dot(acc, b0, fcols, fn_mask, HW_CVT)
+            acc = mix_dot(acc, b1, fcols + H, fn_mask, HW_CVT)
+            acc = mix_dot(acc, b2, fcols + 2 * H, fn_mask, HW_CVT)
+            acc = mix_dot(acc, b3, fcols + 3 * H, fn_mask, HW_CVT)
     col = tl.arange(0, _RECORD)[None, :]
     record = tl.where(col == 24, sumsq[:, None], acc)
     slot = (b * S_A + s).to(tl.int64) * BT + tl.arange(0, BT)[:, None]
@@ -172,7 +185,7 @@ def _pick(v, col, j):
 @triton.jit
 def _phase_f(t, part_ptr, mix_ptr, ro_ptr, pp_ptr, pre_ptr, scale_ptr, base_ptr, w_ptr, v_ptr, y_ptr, q_ptr,
              s_ptr, T, H, S_A, f_steps, rows_padded, norm_eps, pre_eps, rms_eps, rms_scale, floor,
-             layout, COEF: tl.constexpr, NORM: tl.constexpr, SELF_PRE: tl.constexpr, W_BF16: tl.constexpr,
+             layout, COEF: tl.constexpr, NORM: tl.constexpr, W_BF16: tl.constexpr,
              WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
              SB: tl.constexpr, CW: tl.constexpr, F_CHUNKS: tl.constexpr):  # fmt: skip
     """Row ``t``: logits and ``pre`` (COEF), then the collapse, RMSNorm, y and/or the pair (NORM)."""
@@ -198,16 +211,12 @@ def _phase_f(t, part_ptr, mix_ptr, ro_ptr, pp_ptr, pre_ptr, scale_ptr, base_ptr,
         pre = 1.0 / (1.0 + tl.exp(-logit)) + pre_eps
         tl.store(pre_ptr + t64 * 4 + col, pre, mask=col < 4)
     if NORM:
-        if SELF_PRE:
-            p0 = _pick(pre, col, 0)
-            p1 = _pick(pre, col, 1)
-            p2 = _pick(pre, col, 2)
-            p3 = _pick(pre, col, 3)
-        else:
-            p0 = tl.load(pp_ptr + t64 * 4, cache_modifier=".cg")
-            p1 = tl.load(pp_ptr + t64 * 4 + 1, cache_modifier=".cg")
-            p2 = tl.load(pp_ptr + t64 * 4 + 2, cache_modifier=".cg")
-            p3 = tl.load(pp_ptr + t64 * 4 + 3, cache_modifier=".cg")
+        if COEF:
+            tl.debug_barrier()  # the pre this program stored, when pp is pre (the normal ordering)
+        p0 = tl.load(pp_ptr + t64 * 4, cache_modifier=".cg")
+        p1 = tl.load(pp_ptr + t64 * 4 + 1, cache_modifier=".cg")
+        p2 = tl.load(pp_ptr + t64 * 4 + 2, cache_modifier=".cg")
+        p3 = tl.load(pp_ptr + t64 * 4 + 3, cache_modifier=".cg")
         rbase = ro_ptr + t64 * (4 * H)
         if F_CHUNKS == 1:
             vb, ok, cols = _collapse_chunk(rbase, 0, p0, p1, p2, p3, H, HW_CVT, CW)
@@ -385,8 +394,8 @@ def _hc_kernel(
     cnt_ptr, part_ptr, mix_ptr,
     T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps, f_steps,
     norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
-    HAS_A: tl.constexpr, A_POST: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr,
-    SELF_PRE: tl.constexpr, HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
+    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr,
+    HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
     PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
     CW: tl.constexpr, F_CHUNKS: tl.constexpr,
@@ -411,7 +420,7 @@ def _hc_kernel(
             b = rnd
             if b < NB:
                 _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
-                         A_POST, HW_CVT, BT, BH)  # fmt: skip
+                         A_POST, MIX_FMA, HW_CVT, BT, BH)  # fmt: skip
                 if TICKETS:
                     _arrive(blocks + b * 3)
     elif pos < off_s:
@@ -423,7 +432,7 @@ def _hc_kernel(
                     _wait(blocks + b * 3, S_A)
                 _phase_f(t, part_ptr, mix_ptr, ro_ptr, pp_ptr, pre_ptr, scale_ptr, base_ptr, w_ptr, v_ptr, y_ptr,
                          q_ptr, s_ptr, T, H, S_A, f_steps, rows_padded, norm_eps, pre_eps, rms_eps,
-                         rms_scale, floor, layout, COEF, NORM, SELF_PRE, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, BT,
+                         rms_scale, floor, layout, COEF, NORM, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, BT,
                          SB, CW, F_CHUNKS)  # fmt: skip
                 old = _arrive(blocks + b * 3 + 1)
                 if not HAS_S:
@@ -462,7 +471,6 @@ def launch_phases(
     a_post: bool = False,
     coef: bool = False,
     norm: bool = False,
-    self_pre: bool = False,
     write_y: bool = False,
     write_pair: bool = False,
     floor: bool = False,
@@ -477,8 +485,8 @@ def launch_phases(
     ``scale``, ``base``, ``w``, ``ro``, ``pre``, ``posto``, ``combo``, ``v``, ``y``, ``q``, ``s``) to
     validated tensors; an item that is off never touches its pointers, and missing ones get a dummy.
     ``v`` None means: the workspace's collapse buffer (only a finish of more than one step uses it).
-    ``coef``/``norm``: what an F item does (logits and pre; collapse, norm and outputs); ``self_pre``:
-    the collapse takes the pre it computed. ``config.launches == 2`` with A and F both on runs A as
+    ``coef``/``norm``: what an F item does (logits and pre; collapse, norm and outputs); the collapse
+    weights are ``pp``, which may be ``pre`` itself (the row's own, stored first). ``config.launches == 2`` with A and F both on runs A as
     one launch and F and S as a second (a programmatic dependent launch when ``pdl``).
     """
     config.check(hidden)
@@ -487,13 +495,13 @@ def launch_phases(
                       hw_cvt=hw_cvt)  # fmt: skip
         one = dataclasses.replace(config, launches=1)
         _launch(phases=(1, 0, 0), config=one, a_post=a_post, pdl_signal=pdl, **common)
-        _launch(phases=(0, phases[1], phases[2]), config=one, coef=coef, norm=norm, self_pre=self_pre,
+        _launch(phases=(0, phases[1], phases[2]), config=one, coef=coef, norm=norm,
                 write_y=write_y, write_pair=write_pair, floor=floor, layout_code=layout_code,
                 rows_padded=rows_padded, pdl_wait=pdl, a_plan=Plan.make(tokens, hidden, one, phases=(1, 0, 0)),
                 **common)  # fmt: skip
         return
     _launch(phases=phases, tokens=tokens, hidden=hidden, tensors=tensors, scalars=scalars, workspace=workspace,
-            config=config, a_post=a_post, coef=coef, norm=norm, self_pre=self_pre, write_y=write_y,
+            config=config, a_post=a_post, coef=coef, norm=norm, write_y=write_y,
             write_pair=write_pair, floor=floor, layout_code=layout_code, rows_padded=rows_padded, hw_cvt=hw_cvt)  # fmt: skip
 
 
@@ -509,7 +517,6 @@ def _launch(
     a_post: bool = False,
     coef: bool = False,
     norm: bool = False,
-    self_pre: bool = False,
     write_y: bool = False,
     write_pair: bool = False,
     floor: bool = False,
@@ -564,10 +571,10 @@ def _launch(
         layout_code,
         HAS_A=bool(phases[0]),
         A_POST=a_post,
+        MIX_FMA=config.mix == "fma",
         HAS_F=bool(phases[1]),
         COEF=coef,
         NORM=norm,
-        SELF_PRE=self_pre,
         HAS_S=bool(phases[2]),
         TICKETS=tickets,
         PDL_SIGNAL=pdl_signal,
@@ -583,6 +590,7 @@ def _launch(
         CW=config.words_f,
         F_CHUNKS=f_chunks,
         num_warps=config.num_warps,
+        num_stages=config.stages,
         enable_fp_fusion=False,
         **({"launch_pdl": True} if pdl_wait else {}),
     )
@@ -628,7 +636,7 @@ def launch_boundary(
         return
     shifted = prev_pre is not None
     tensors = {
-        "x": x, "r": residual, "post": post, "comb": comb, "pp": prev_pre, "fn": fn,
+        "x": x, "r": residual, "post": post, "comb": comb, "pp": prev_pre if shifted else pre_out, "fn": fn,
         "scale": scale, "base": base, "w": norm_weight, "ro": residual_out, "pre": pre_out, "posto": post_out,
         "combo": comb_out, "v": y_out, "y": y_out,
     }  # fmt: skip
@@ -651,7 +659,6 @@ def launch_boundary(
         a_post=True,
         coef=True,
         norm=True,
-        self_pre=not shifted,
         write_y=y_out is not None,
         write_pair=pair_out is not None,
         floor=rounding is ScaleRounding.FLOOR,

@@ -85,13 +85,18 @@ def _finite_real(params: HcParams, name: str, *, non_negative: bool) -> float:
 class HcConfig:
     """Tile sizes and work split of the boundary kernel (``choose_config`` picks one per shape).
 
-    block_t: tokens per block (the M of the mixes dot; 16, 32, 64 or 128). block_h: columns per step
-    of phase A (the dot's K, a power of two 16..128). steps_a: steps per A item (block_h * steps_a
-    must divide H). rows_s: rows per Sinkhorn item (a power of two <= block_t). words_f: 128-column
+    block_t: tokens per block (the M of the mixes dot: 16, 32, 64 or 128; 1 to 16 with ``mix="fma"``).
+    block_h: columns per step of phase A (the dot's K, a power of two 16..128). steps_a: steps per A
+    item (block_h * steps_a must divide H). rows_s: rows per Sinkhorn item (a power of two <= block_t). words_f: 128-column
     words per step of a row's finish (a power of two <= 64; the row takes ceil(H / 128 / words_f)
     steps, and keeps the collapse in registers when it takes one). lag: blocks between a block's
     phase A and its finish in ticket order. launches: 1 (every phase in one launch, the finish waits on
     counters) or 2 (phase A, then the finish and Sinkhorn as a programmatic dependent launch).
+    mix: how phase A multiplies R' by the projection weight: ``"dot"`` (three bf16 tensor-core
+    products, exact; a block of at least 16 tokens) or ``"fma"`` (fp32 multiply-adds on the CUDA cores
+    for blocks of 1 to 16 tokens: no operand staging, at most block_t * block_h = 256). stages: the
+    software pipelining of phase A's steps (Triton's ``num_stages``; 1 turns it off and frees the shared
+    memory its buffers hold).
     """
 
     block_t: int
@@ -102,6 +107,8 @@ class HcConfig:
     lag: int
     num_warps: int = 4
     launches: int = 1
+    mix: str = "dot"
+    stages: int = 3
 
     def check(self, hidden: int) -> None:
         """ValueError naming the field that does not fit ``hidden`` (a positive multiple of 128)."""
@@ -110,8 +117,16 @@ class HcConfig:
             return isinstance(v, int) and v >= 1 and v & (v - 1) == 0
 
         problems = []
-        if self.block_t not in (16, 32, 64, 128):
-            problems.append(f"block_t must be 16, 32, 64 or 128; got {self.block_t}")
+        if self.mix not in ("dot", "fma"):
+            problems.append(f"mix must be 'dot' or 'fma'; got {self.mix!r}")
+        elif self.mix == "dot" and self.block_t not in (16, 32, 64, 128):
+            problems.append(f"block_t must be 16, 32, 64 or 128 with mix='dot'; got {self.block_t}")
+        elif self.mix == "fma" and not (pow2(self.block_t) and self.block_t <= 16):
+            problems.append(f"block_t must be a power of two <= 16 with mix='fma'; got {self.block_t}")
+        elif self.mix == "fma" and self.block_t * self.block_h > 256:
+            problems.append(
+                f"block_t * block_h must be <= 256 with mix='fma'; got {self.block_t} * {self.block_h}"
+            )
         if not (pow2(self.block_h) and 16 <= self.block_h <= 128):
             problems.append(f"block_h must be a power of two in [16, 128]; got {self.block_h}")
         elif self.steps_a < 1 or hidden % (self.block_h * self.steps_a):
@@ -128,6 +143,8 @@ class HcConfig:
             )
         if self.launches not in (1, 2):
             problems.append(f"launches must be 1 or 2; got {self.launches}")
+        if self.stages not in (1, 2, 3, 4):
+            problems.append(f"stages must be 1, 2, 3 or 4; got {self.stages}")
         if problems:
             raise ValueError("config: " + "; ".join(problems))
 
@@ -141,18 +158,23 @@ def _divisor_at_least(n: int, quotient_at_most: int) -> int:
 
 
 def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
-    """The config used when the table has none: about two phase-A items per SM.
+    """The config used when the table has none, chosen from the sm_90 build's registers and spills.
 
-    Up to 16 tokens one block of 16 holds them all, and the projection weight is spread over about
-    2 x SMs items; larger T takes blocks of 32 or 64 tokens with fewer, longer A items. A row's finish
-    takes H in steps of at most 32 words (4096 columns: 16 values per thread per stream at 8 warps).
+    Up to 4 tokens: phase A on the CUDA cores, blocks of 1, 2 or 4 rows and 64-column steps (128 to 168
+    registers, no spills). Up to 16: a tensor-core block of 16 with 16-column steps on 4 warps, not
+    pipelined (128 registers; 64-column steps spill). Larger T: blocks of 32 or 64 tokens with 32-column
+    steps on 8 warps, pipelined, and above 64 tokens two launches, so that the finish items run in a
+    kernel of their own (80 registers instead of the 255 of phase A). About two A items per SM.
     """
-    block_t = 16 if tokens <= 16 else 32 if tokens <= 64 else 64
-    blocks = -(-max(tokens, 1) // block_t)
-    block_h, num_warps = (32, 8) if block_t == 64 else (64, 8)
-    want = max(1, round(2 * sms / blocks))
-    steps_a = _divisor_at_least(hidden // block_h, want)
     words = hidden // 128
+    if tokens <= 4:
+        block_t, block_h, num_warps, mix, stages = triton.next_power_of_2(max(tokens, 1)), 64, 4, "fma", 1
+    elif tokens <= 16:
+        block_t, block_h, num_warps, mix, stages = 16, 16, 4, "dot", 1
+    else:
+        block_t, block_h, num_warps, mix, stages = (32 if tokens <= 64 else 64), 32, 8, "dot", 3
+    blocks = -(-max(tokens, 1) // block_t)
+    steps_a = _divisor_at_least(hidden // block_h, max(1, round(2 * sms / blocks)))
     return HcConfig(
         block_t=block_t,
         block_h=block_h,
@@ -161,7 +183,9 @@ def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
         words_f=min(32, triton.next_power_of_2(words)),
         lag=0 if blocks <= 2 else 1,
         num_warps=num_warps,
-        launches=1,
+        launches=1 if tokens <= 64 else 2,
+        mix=mix,
+        stages=stages,
     )
 
 
