@@ -278,6 +278,17 @@ def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, 
     return row
 
 
+def environment() -> dict[str, object]:
+    """Date, GPU, versions and SM count of this run."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "sms": sm_count(torch.device("cuda")),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -288,13 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     torch._dynamo.config.recompile_limit = 64
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "sms": sm_count(torch.device("cuda")),
-    }
+    env = environment()
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
     copy_gbps = copy_bandwidth() / 1e9  # bytes read + written per second, of a 512 MB copy
     env["copy_GBps"] = copy_gbps

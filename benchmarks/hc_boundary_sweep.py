@@ -23,7 +23,6 @@ Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/)
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
 import os
@@ -38,12 +37,12 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import bench_us, rotation_count
-from hc_boundary import PARAMS, _args, floor_bytes, make_set
+from hc_boundary import PARAMS, _args, environment, floor_bytes, make_set
 
 from gpumatrix.compare import assert_close
 from mxfuse import hc
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_plan import HcConfig, default_config, sm_count
+from mxfuse.kernels.hc_plan import HcConfig, default_config
 
 TOKENS = (1, 4, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
@@ -255,13 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [(t, h, s) for h in hiddens for s in orderings for t in tokens]
     out_dir = Path(os.environ.get("OUT", "reports"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "sms": sm_count(torch.device("cuda")),
-    }
+    env = environment()
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
     if args.jobs:
         env["precompile_s"] = precompile(shapes, args.jobs, out_dir)

@@ -464,45 +464,36 @@ def launch_phases(
     phases: tuple[int, int, int],
     tokens: int,
     hidden: int,
-    tensors: dict[str, torch.Tensor | None],
-    scalars: HcParams,
-    workspace: HcWorkspace,
     config: HcConfig,
-    a_post: bool = False,
-    coef: bool = False,
-    norm: bool = False,
-    write_y: bool = False,
-    write_pair: bool = False,
-    floor: bool = False,
-    layout_code: int = 1,
-    rows_padded: int = 0,
-    hw_cvt: bool = True,
     pdl: bool = False,
+    **options: object,
 ) -> None:
     """Run the items switched on in ``phases`` (A, F, S) over ``tokens`` rows of ``hidden`` columns.
 
-    ``tensors`` maps the kernel's pointer names (``x``, ``r``, ``post``, ``comb``, ``pp``, ``fn``,
-    ``scale``, ``base``, ``w``, ``ro``, ``pre``, ``posto``, ``combo``, ``v``, ``y``, ``q``, ``s``) to
-    validated tensors; an item that is off never touches its pointers, and missing ones get a dummy.
-    ``v`` None means: the workspace's collapse buffer (only a finish of more than one step uses it).
-    ``coef``/``norm``: what an F item does (logits and pre; collapse, norm and outputs); the collapse
-    weights are ``pp``, which may be ``pre`` itself (the row's own, stored first). ``config.launches == 2`` with A and F both on runs A as
-    one launch and F and S as a second (a programmatic dependent launch when ``pdl``).
+    ``options`` are ``_launch``'s: ``tensors`` maps the kernel's pointer names (``x``, ``r``, ``post``,
+    ``comb``, ``pp``, ``fn``, ``scale``, ``base``, ``w``, ``ro``, ``pre``, ``posto``, ``combo``, ``v``,
+    ``y``, ``q``, ``s``) to validated tensors (an item that is off never touches its pointers; missing
+    ones get a dummy; ``v`` None: the workspace's collapse buffer, which only a finish of more than one
+    step uses); ``scalars`` and ``workspace``; ``a_post`` (A computes R' from x and R, else reads it);
+    ``coef``/``norm``: what an F item does (logits and pre; collapse, norm and outputs, the collapse
+    weights being ``pp``, which may be ``pre`` itself: the row's own, stored first); ``write_y``,
+    ``write_pair``, ``floor``, ``layout_code``, ``rows_padded`` and ``hw_cvt``. ``config.launches == 2``
+    with A and F both on runs A as one launch and F and S as a second (a programmatic dependent launch
+    when ``pdl``).
     """
     config.check(hidden)
     if config.launches == 2 and phases[0] and (phases[1] or phases[2]):
-        common = dict(tokens=tokens, hidden=hidden, tensors=tensors, scalars=scalars, workspace=workspace,
-                      hw_cvt=hw_cvt)  # fmt: skip
         one = dataclasses.replace(config, launches=1)
-        _launch(phases=(1, 0, 0), config=one, a_post=a_post, pdl_signal=pdl, **common)
-        _launch(phases=(0, phases[1], phases[2]), config=one, coef=coef, norm=norm,
-                write_y=write_y, write_pair=write_pair, floor=floor, layout_code=layout_code,
-                rows_padded=rows_padded, pdl_wait=pdl, a_plan=Plan.make(tokens, hidden, one, phases=(1, 0, 0)),
-                **common)  # fmt: skip
+        a_options = {
+            k: options[k] for k in ("tensors", "scalars", "workspace", "a_post", "hw_cvt") if k in options
+        }
+        _launch(phases=(1, 0, 0), tokens=tokens, hidden=hidden, config=one, pdl_signal=pdl, **a_options)
+        a_plan = Plan.make(tokens, hidden, one, phases=(1, 0, 0))
+        rest = {k: v for k, v in options.items() if k != "a_post"}
+        _launch(phases=(0, phases[1], phases[2]), tokens=tokens, hidden=hidden, config=one, pdl_wait=pdl,
+                a_plan=a_plan, **rest)  # fmt: skip
         return
-    _launch(phases=phases, tokens=tokens, hidden=hidden, tensors=tensors, scalars=scalars, workspace=workspace,
-            config=config, a_post=a_post, coef=coef, norm=norm, write_y=write_y,
-            write_pair=write_pair, floor=floor, layout_code=layout_code, rows_padded=rows_padded, hw_cvt=hw_cvt)  # fmt: skip
+    _launch(phases=phases, tokens=tokens, hidden=hidden, config=config, **options)
 
 
 def _launch(
