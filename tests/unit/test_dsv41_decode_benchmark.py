@@ -1,0 +1,97 @@
+"""benchmarks/dsv41_decode.py on the CPU (--dry-run: the tiny config, eager steps, host times).
+
+The GPU run measures; this keeps the script, its per-stage attribution (the model's profiler ranges) and
+the per-stage byte floors working in CI, and checks the floors against bytes counted independently here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumatrix import register
+
+register(on=("cpu",), est_time=40)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "dsv41_decode.py"
+STAGES = ["boundary_in", "wqkv_a", "wq_b", "attention", "wo_a", "wo_b", "boundary_out"]
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp_path_factory.mktemp("dsv41_decode")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--dry-run",
+            "--tokens",
+            "1,4",
+            "--stage-tokens",
+            "4",
+            "--replays",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "OUT": str(out)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, json.loads((out / "dsv41_decode.json").read_text())
+
+
+def test_every_stage_of_every_path_has_a_time_and_a_floor(dry_run):
+    done, result = dry_run
+    assert "dry run on the CPU" in done.stdout
+    (row,) = result["stages"]
+    assert row["tokens"] == 4
+    for path in ("fused", "unfused", "bf16"):
+        assert list(row["us"][path]) == STAGES and list(row["floor_us"][path]) == STAGES
+        # Host time of a stage that ran is positive: each range saw its stage.
+        assert all(row["us"][path][s] > 0 for s in STAGES), row["us"][path]
+        assert all(row["floor_us"][path][s] > 0 for s in STAGES)
+    table = [
+        line for line in done.stdout.splitlines() if line.startswith(("| boundary", "| wq", "| wo", "| att"))
+    ]
+    assert [line.split("|")[1].strip() for line in table] == STAGES
+
+
+def test_stage_floors_count_the_bytes_each_path_moves(dry_run):
+    """The floors against bytes counted here from the tiny config: the fused path's MXFP8 pairs
+    (1 + 1/32 bytes an element) where the unfused path also reads y and writes and reads its pair,
+    and the bf16 path reads bf16 weights."""
+    _, result = dry_run
+    bandwidth = result["meta"]["copy_bandwidth"]
+    floors = {
+        p: {s: us * bandwidth / 1e6 for s, us in v.items()}
+        for p, v in result["stages"][0]["floor_us"].items()
+    }
+    t, h = 4, 256  # the tiny config's hidden size
+    pair, bf16 = t * h + t * h // 32, 2 * t * h
+    # boundary_in writes the pair on the fused path and y on the others; everything else is the same.
+    assert floors["unfused"]["boundary_in"] - floors["fused"]["boundary_in"] == pytest.approx(
+        bf16 - pair, rel=1e-9
+    )
+    assert floors["bf16"]["boundary_in"] == pytest.approx(floors["unfused"]["boundary_in"], rel=1e-9)
+    # wqkv_a's input: the unfused path reads y, writes the pair and reads it back (the quantize kernel).
+    assert floors["unfused"]["wqkv_a"] - floors["fused"]["wqkv_a"] == pytest.approx(bf16 + pair, rel=1e-9)
+    # Stages without an MXFP8 operand move the same bytes on every path.
+    for stage in ("wq_b", "attention", "boundary_out"):
+        assert floors["fused"][stage] == pytest.approx(floors["bf16"][stage], rel=1e-9), stage
+    # The attention floor holds the KV the four sequences read (KV 64 on the dry run, head_dim 64, bf16).
+    assert floors["fused"]["attention"] > t * 64 * 64 * 2
+
+
+def test_targets_are_reported_for_every_row(dry_run):
+    done, _ = dry_run
+    targets = [line for line in done.stdout.splitlines() if line.startswith("target ")]
+    # T = 1 and 4: 1.05x unfused and 1.2x bf16 (T <= 16), never slower than unfused, and the floor at T = 1.
+    assert len(targets) == 7, targets
+    assert all(line.endswith((" met", " MISSED")) for line in targets)
