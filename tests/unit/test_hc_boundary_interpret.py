@@ -96,6 +96,8 @@ CASES += [
     # Phase A on the CUDA cores: blocks of one row (three blocks, lag 1), and of four rows in two launches.
     Case("T3 normal deepgemm, fma rows of 1, lag 1", 3, 256, False, config=(1, 64, 2, 1, 2, 1, 4, 1, "fma", 1),
          seed=3),
+    Case("T9 normal swizzled, fma rows of 1, 9 blocks, lag 2", 9, 128, False, "swizzled_128x4",
+         config=(1, 64, 1, 1, 1, 2, 4, 1, "fma", 1), copies_of_row0=(4, 8), seed=9),
     Case("T6 shifted e8m0, fma blocks of 4, two launches", 6, 384, True, "e8m0",
          config=(4, 32, 3, 2, 4, 0, 4, 2, "fma", 2), copies_of_row0=(5,), seed=6),
     # Two launches: A items, then the finishes and Sinkhorn (no programmatic launch in the interpreter).
