@@ -1069,3 +1069,38 @@ def test_row_rms_bound_edges(lib, monkeypatch, case, expected, actual_ok, actual
         assert_close, make(lib, [actual_over], "float64"), e, rtol=0.0, atol_of_row_rms=factor
     )
     assert f"  outside tolerance: 1 pairs of finite values (first at (0, {i}))" in message.splitlines()
+
+
+_WITHOUT_NUMPY = textwrap.dedent(
+    """
+    import importlib.abc, sys, warnings
+
+    class BlockNumpy(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name in ("numpy", "ml_dtypes") or name.startswith(("numpy.", "ml_dtypes.")):
+                raise ModuleNotFoundError("numpy is blocked")
+            return None
+
+    sys.meta_path.insert(0, BlockNumpy())
+    warnings.simplefilter("ignore")
+    import torch
+    import gpumatrix.compare as compare
+
+    compare.assert_close(torch.tensor(2.0), 2.0)
+    compare.assert_close(torch.tensor([1, 2]), torch.tensor([1, 2]))
+    try:
+        compare.assert_close(torch.tensor(2.5, dtype=torch.float64), 2.0)
+    except AssertionError as exc:
+        print("scalar compared:", "expected: Python float" in str(exc))
+    print("numpy loaded:", "numpy" in sys.modules)
+    """
+)
+
+
+def test_tensors_and_scalars_work_where_numpy_cannot_be_imported():
+    # A scalar beside a tensor is made by torch itself: GPU-only environments need no numpy.
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_NUMPY], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["scalar compared: True", "numpy loaded: False"]
