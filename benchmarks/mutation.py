@@ -225,11 +225,41 @@ def group_section(doc: str, name: str) -> str:
     return match.group(0) if match else ""
 
 
-def describe(name: str, mutant: str) -> str:
-    """The changed lines of one mutant (``mutmut show``), as ``- old`` / ``+ new``."""
-    shown = _mutmut(WORK / name, "show", mutant).stdout.splitlines()
-    changed = [line for line in shown if line[:2] in ("- ", "+ ") or line in ("-", "+")]
-    return " / ".join(" ".join(line.split()) for line in changed) or "(a change to a line mutmut shows empty)"
+# One process shows every survivor of a group: ``mutmut show`` per mutant starts mutmut (and reads the
+# group's results) once each, seconds apiece on a loaded machine.
+_SHOW = """
+import sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+for name in sys.argv[1:]:
+    try:
+        diff = get_diff_for_mutant(name)
+    except Exception as exc:  # a mutant whose function is gone: say so, show the rest
+        diff = f"(no diff: {exc})"
+    print("\\0" + name)
+    print(diff)
+"""
+
+
+def describe(name: str, mutants: list[str]) -> dict[str, str]:
+    """The changed lines of each mutant (as ``mutmut show`` gives them), as ``- old`` / ``+ new``."""
+    if not mutants:
+        return {}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    shown = subprocess.run(
+        [sys.executable, "-c", _SHOW, *mutants],
+        cwd=WORK / name,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    described = {}
+    for block in shown.split("\0")[1:]:
+        mutant, _, diff = block.partition("\n")
+        changed = [line for line in diff.splitlines() if line[:2] in ("- ", "+ ") or line in ("-", "+")]
+        described[mutant] = " / ".join(" ".join(line.split()) for line in changed)
+    return {m: described.get(m) or "(a change to a line mutmut shows empty)" for m in mutants}
 
 
 def write_survivors(results: list[dict]) -> Path:
@@ -237,8 +267,9 @@ def write_survivors(results: list[dict]) -> Path:
     lines = []
     for result in results:
         lines.append(f"### {result['group']}\n")
+        changes = describe(result["group"], result["survivors"])
         for mutant in result["survivors"]:
-            lines.append(f"- `{mutant}`: `{describe(result['group'], mutant)}`")
+            lines.append(f"- `{mutant}`: `{changes[mutant]}`")
         lines.append("")
     path = WORK / "survivors.txt"
     path.write_text("\n".join(lines), encoding="utf-8")
