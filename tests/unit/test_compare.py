@@ -1104,3 +1104,91 @@ def test_tensors_and_scalars_work_where_numpy_cannot_be_imported():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["scalar compared: True", "numpy loaded: False"]
+
+
+def test_assert_close_message_of_given_tolerances_and_nonfinite_sides():
+    # 0 against 0 is no relative difference; 3 against 2 is 1 apart, half of 2.
+    actual = np.array([0.0, 3.0, INF, 1.0], dtype=np.float32)
+    expected = np.array([0.0, 2.0, 5.0, NAN], dtype=np.float32)
+    assert failure_message(assert_close, actual, expected, rtol=0.0, atol=0.5).splitlines() == [
+        "output: not close: 3 / 4 (75%) elements mismatched (max_mismatch=0)",
+        "  NaN/Inf failures, which no tolerance or max_mismatch absorbs: 2",
+        "    actual:   0 unexpected NaN, 1 unmatched Inf (first at (2,))",
+        "    expected: 1 unexpected NaN (first at (3,)), 0 unmatched Inf",
+        "  outside tolerance: 1 pairs of finite values (first at (1,))",
+        "  worst absolute difference: 1.0 at (1,): actual 3.0, expected 2.0",
+        "  worst relative difference: 0.5 at (1,): actual 3.0, expected 2.0",
+        "  actual: numpy float32; expected: numpy float32; shape (4,)",
+        "  tolerance: |actual - expected| <= atol + rtol * |expected|, rtol=0.0, atol=0.5 (given), "
+        "equal_nan=False",
+    ]
+
+
+def test_a_worst_difference_of_zero_is_still_reported():
+    lines = failure_message(assert_close, np.array([NAN, 2.0]), np.array([1.0, 2.0])).splitlines()
+    assert lines[5:7] == [
+        "  worst absolute difference: 0.0 at (1,): actual 2.0, expected 2.0",
+        "  worst relative difference: 0.0 at (1,): actual 2.0, expected 2.0",
+    ]
+
+
+def test_firsts_and_ties_across_chunks(lib, monkeypatch):
+    # Chunks of 2: the first NaN is in the first chunk, at index 0; the worst differences tie across
+    # chunks, and the earliest is reported.
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", 2)
+    actual = make(lib, [NAN, 3.0, 0.0, NAN, 3.0, 0.0], "float64")
+    expected = make(lib, [0.0, 2.0, 0.0, 0.0, 2.0, 0.0], "float64")
+    lines = failure_message(assert_close, actual, expected, rtol=0.0, atol=0.5).splitlines()
+    assert lines[2] == "    actual:   2 unexpected NaN (first at (0,)), 0 unmatched Inf"
+    assert lines[4] == "  outside tolerance: 2 pairs of finite values (first at (1,))"
+    assert lines[5] == "  worst absolute difference: 1.0 at (1,): actual 3.0, expected 2.0"
+
+
+@pytest.mark.parametrize("chunk", [3, 4096])
+def test_exact_integer_comparison_across_chunks(lib, monkeypatch, chunk):
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", chunk)
+    expected = make(lib, list(range(10)), "int64")
+    assert_close(make(lib, list(range(10)), "int64"), expected)
+    message = failure_message(assert_close, make(lib, [*range(9), 10], "int64"), expected)
+    assert "  outside tolerance: 1 pairs of finite values (first at (9,))" in message.splitlines()
+    assert "(exact for int64)" in message
+
+
+def test_unsigned_integers_compare_exactly(lib):
+    assert_close(make(lib, [1, 255], "uint8"), make(lib, [1, 255], "uint8"))
+    assert "(exact for uint8)" in failure_message(
+        assert_close, make(lib, [1, 2], "uint8"), make(lib, [1, 3], "uint8")
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected_dtype", "message"),
+    [
+        ({"atol": 1e-3}, "float32", "rtol and atol must be given together; rtol is missing"),
+        ({"rtol": 1e-3}, "float32", "rtol and atol must be given together; atol is missing"),
+        (
+            {},
+            "float8_e4m3fnuz",
+            "expected has dtype float8_e4m3fnuz, which has no default tolerance; pass rtol= and atol= "
+            "(defaults exist for float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+            "integers and bool)",
+        ),
+    ],
+)
+def test_tolerance_messages_in_full(kwargs, expected_dtype, message):
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    with pytest.raises(ValueError) as caught:
+        assert_close(x, x.astype(_numpy_dtype(expected_dtype)), **kwargs)
+    assert str(caught.value) == message
+
+
+def test_row_local_atol_of_a_scalar_and_of_a_3d_tensor(lib):
+    # A 0-d tensor is one row of one element; a [2, 2, 3] tensor has rows of 3.
+    assert_close(make(lib, 1.05, "float64"), make(lib, 1.0, "float64"), rtol=0.0, atol_of_row_rms=0.1)
+    expected = [[[1.0, 1.0, 1.0], [100.0, 100.0, 100.0]], [[3.0, 4.0, 0.0], [0.0, 0.0, 0.0]]]
+    actual = [[[1.05, 1.0, 1.0], [100.0, 105.0, 100.0]], [[3.0, 4.0, 0.0], [0.0, 0.0, 0.0]]]
+    e = make(lib, expected, "float64")
+    assert_close(make(lib, actual, "float64"), e, rtol=0.0, atol_of_row_rms=0.051)
+    actual[1][0][2] = 0.3  # the row's rms is sqrt(25 / 3) = 2.89: 0.3 is outside 0.051 of it
+    message = failure_message(assert_close, make(lib, actual, "float64"), e, rtol=0.0, atol_of_row_rms=0.051)
+    assert "  outside tolerance: 1 pairs of finite values (first at (1, 0, 2))" in message.splitlines()
