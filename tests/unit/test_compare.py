@@ -1192,3 +1192,82 @@ def test_row_local_atol_of_a_scalar_and_of_a_3d_tensor(lib):
     actual[1][0][2] = 0.3  # the row's rms is sqrt(25 / 3) = 2.89: 0.3 is outside 0.051 of it
     message = failure_message(assert_close, make(lib, actual, "float64"), e, rtol=0.0, atol_of_row_rms=0.051)
     assert "  outside tolerance: 1 pairs of finite values (first at (1, 0, 2))" in message.splitlines()
+
+
+def test_integers_beside_floats_compare_in_float64(torch_path):
+    # torch compares int64 with float32 in float32, where 2**24 + 1 reads as 2**24; float64 holds both.
+    big, near = torch_path.tensor([16777217]), torch_path.tensor([16777216.0])
+    assert "(exact for int64)" in failure_message(assert_close, near, big)
+    assert "rtol=0.0, atol=0.0 (given)" in failure_message(assert_close, big, near, rtol=0.0, atol=0.0)
+
+
+def test_tolerances_apply_unless_both_sides_are_integers_compared_exactly(lib):
+    # One side float, or a tolerance given: the comparison is |a - e| <= atol + rtol * |e|, not equality.
+    assert_close(make(lib, [1.0 + 1e-9], "float64"), make(lib, [1.0], "float64"), rtol=1e-6, atol=0.0)
+    assert_close(make(lib, [1], "int64"), make(lib, [1.0000001], "float32"))
+    assert_close(make(lib, [100], "int64"), make(lib, [101], "int64"), rtol=0.0, atol=1.0)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_a_tensor_numpy_cannot_hold_is_refused_whichever_path(lib):
+    torch = pytest.importorskip("torch")
+    x = torch.ones(2, dtype=torch.complex32)
+    with pytest.raises(TypeError) as caught:
+        assert_close(x, x)
+    assert str(caught.value) == "actual must have a float, integer or bool dtype, got complex32"
+
+
+@pytest.mark.parametrize("where", ["numpy", "torch"])
+def test_an_int_too_large_for_int64_is_named(where, monkeypatch):
+    if where == "torch":
+        monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+        actual = pytest.importorskip("torch").tensor(1)
+    else:
+        actual = np.int64(1)
+    with pytest.raises(ValueError) as caught:
+        assert_close(actual, 2**70)
+    assert str(caught.value) == f"expected must fit in int64, got {2**70}"
+
+
+def test_big_endian_arrays_are_read_by_value():
+    big = np.array([1.0, -2.5, NAN], dtype=">f4")
+    native = np.array([1.0, -2.5, NAN], dtype="<f4")
+    assert_same_bits(big, native)
+    assert ulp_distance(big[:2], native[:2]).tolist() == [0.0, 0.0]
+
+
+def test_unsupported_numpy_arrays_are_named_whichever_path(monkeypatch):
+    x = np.ones(2, dtype=np.complex64)
+    with pytest.raises(TypeError) as caught:
+        assert_close(x, np.ones(2))
+    assert str(caught.value) == "actual must have a float, integer or bool dtype, got complex64"
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+    with pytest.raises(TypeError) as caught:
+        assert_close(torch.ones(2), x)
+    assert str(caught.value) == "expected must have a float, integer or bool dtype, got complex64"
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda x: assert_close(x, x, max_mismatch=1.5), TypeError, "max_mismatch must be an int, got float"),
+        (lambda x: assert_close(x, x, equal_nan=1), TypeError, "equal_nan must be a bool, got int"),
+        (lambda x: assert_close(x, x, name=3), TypeError, "name must be a str, got int"),
+        (
+            lambda x: assert_close(x, x, atol_of_row_rms=1e-3),
+            ValueError,
+            "atol_of_row_rms needs rtol and replaces atol: give rtol= and atol_of_row_rms=",
+        ),
+    ],
+)
+def test_assert_close_argument_messages_in_full(call, error, message):
+    with pytest.raises(error) as caught:
+        call(np.array([1.0, 2.0], dtype=np.float32))
+    assert str(caught.value) == message
+
+
+def test_row_local_atol_shape_mismatch_carries_the_name():
+    x = np.ones((2, 3), dtype=np.float32)
+    message = failure_message(assert_close, x, x[:1], rtol=0.0, atol_of_row_rms=1e-3, name="logits")
+    assert message.startswith("logits: shape mismatch: actual (2, 3) vs expected (1, 3)")
