@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -1271,3 +1272,43 @@ def test_row_local_atol_shape_mismatch_carries_the_name():
     x = np.ones((2, 3), dtype=np.float32)
     message = failure_message(assert_close, x, x[:1], rtol=0.0, atol_of_row_rms=1e-3, name="logits")
     assert message.startswith("logits: shape mismatch: actual (2, 3) vs expected (1, 3)")
+
+
+def test_packed_fp4_tensors_are_refused():
+    torch = pytest.importorskip("torch")
+    packed = getattr(torch, "float4_e2m1fn_x2", None)
+    if packed is None:
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    x = torch.zeros(2, dtype=torch.uint8).view(packed)
+    with pytest.raises(TypeError) as caught:
+        assert_close(x, x)
+    assert str(caught.value) == "actual must have a float, integer or bool dtype, got float4_e2m1fn_x2"
+
+
+def test_inputs_without_data_and_of_other_types_are_named_in_full():
+    torch = pytest.importorskip("torch")
+    meta = torch.empty(2, device="meta")
+    with pytest.raises(TypeError) as caught:
+        assert_close(torch.ones(2), meta)
+    assert str(caught.value) == (
+        "expected is a meta tensor, which holds no data to compare; compare tensors with values"
+    )
+    with pytest.raises(TypeError) as caught:
+        assert_close([1.0], np.ones(1))
+    assert str(caught.value) == (
+        "actual must be a torch.Tensor, a numpy array or a Python bool/int/float, got list"
+    )
+
+
+def test_numpy_floating_point_warnings_stay_inside(lib):
+    # inf - inf, 0 / 0 and NaN comparisons are expected inside every scan: none may reach the caller.
+    actual = make(lib, [[INF, 0.0, NAN], [1.0, -INF, 0.0]], "float32")
+    expected = make(lib, [[INF, 0.0, 1.0], [1.0, INF, 0.0]], "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        failure_message(assert_close, actual, expected)
+        failure_message(assert_close, actual, expected, rtol=0.0, atol_of_row_rms=1e-3)
+        failure_message(assert_diff, actual, expected, max_diff=1.0)
+        failure_message(assert_diff, actual, expected, max_diff=1.0, per_row=True)
+        assert math.isnan(rel_error(actual, expected)) and math.isnan(calc_diff(actual, expected))
+        assert math.isinf(float(ulp_distance(actual, expected)[0][2]))
