@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -1099,10 +1101,23 @@ _WITHOUT_NUMPY = textwrap.dedent(
 )
 
 
+def _importing_this_package() -> dict[str, str]:
+    """The environment of a child Python that imports the gpumatrix this test imported."""
+    import gpumatrix
+
+    here = str(Path(gpumatrix.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+
+
 def test_tensors_and_scalars_work_where_numpy_cannot_be_imported():
     # A scalar beside a tensor is made by torch itself: GPU-only environments need no numpy.
     result = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_NUMPY], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", _WITHOUT_NUMPY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=_importing_this_package(),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["scalar compared: True", "numpy loaded: False"]
@@ -1313,3 +1328,13 @@ def test_numpy_floating_point_warnings_stay_inside(lib):
         failure_message(assert_diff, actual, expected, max_diff=1.0, per_row=True)
         assert math.isnan(rel_error(actual, expected)) and math.isnan(calc_diff(actual, expected))
         assert math.isinf(float(ulp_distance(actual, expected)[0][2]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float8_e4m3fn", "int64", "uint8", "bool"])
+def test_cpu_tensors_are_read_through_numpy_sharing_their_memory(dtype):
+    # CPU_TENSORS_VIA_NUMPY: numpy (with ml_dtypes) computes for CPU tensors it can hold, without a copy.
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((2, 3), dtype=getattr(torch, dtype))
+    a, e = compare_arrays.read_pair(x, x)
+    assert (a.lib, a.device, a.dtype, a.shape) == ("numpy", "cpu", dtype, (2, 3)) and e.lib == "numpy"
+    assert a.flat.ctypes.data == x.data_ptr() and a.source == f"torch.{dtype} on cpu"
