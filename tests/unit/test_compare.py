@@ -1109,8 +1109,11 @@ def _importing_this_package() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
 
 
-def test_tensors_and_scalars_work_where_numpy_cannot_be_imported():
-    # A scalar beside a tensor is made by torch itself: GPU-only environments need no numpy.
+def test_tensors_and_scalars_work_where_numpy_cannot_be_imported(monkeypatch):
+    # A scalar beside a tensor is made by torch itself: GPU-only environments need no numpy. The same
+    # comparison here first, on the torch path the child takes (numpy importable).
+    monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+    assert_close(pytest.importorskip("torch").tensor(2.0), 2.0)
     result = subprocess.run(
         [sys.executable, "-c", _WITHOUT_NUMPY],
         capture_output=True,
