@@ -304,6 +304,20 @@ def test_a_weight_for_a_backend_that_cannot_run_here():
     assert str(caught.value) == "a[1] is in e8m0 layout; backend 'deepgemm' reads deepgemm"
 
 
+def test_a_backend_named_for_a_device_it_cannot_run_on_says_which_device():
+    """deepgemm named with a pair in its own layout passes the layout check; on the CPU it is refused
+    for the weight's device, which the message names with deepgemm's own reason."""
+    from mxfuse import MxfuseUnavailableError
+    from mxfuse.formats import pack_ue8m0_deepgemm
+
+    w, (a_q, a_scale) = _deepgemm_weight()
+    with pytest.raises(MxfuseUnavailableError) as caught:
+        mxfp8_gemm((a_q, pack_ue8m0_deepgemm(a_scale)), w, backend="deepgemm")
+    assert str(caught.value) == (
+        "backend 'deepgemm' cannot run on cpu: needs a CUDA device of sm_100 or sm_103; got cpu"
+    )
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
