@@ -21,6 +21,7 @@ group scores under 95% or a survivor is not listed. A re-run tests the survivors
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -132,6 +133,25 @@ def _prepare(name: str, group: Group) -> Path:
     return here
 
 
+def _forget_stale_test_map(here: Path) -> None:
+    """Make mutmut map functions to tests afresh when a test file changed since it last did.
+
+    mutmut records which tests call each function once per test *name* (``mutants/mutmut-stats.json``)
+    and afterwards only maps tests it has not seen: a test whose body changed keeps the functions it
+    called before, and a mutant of a function it calls now is never run against it (a survivor that
+    test kills stays a survivor). Removing the map makes mutmut run every test once to rebuild it; the
+    verdicts stay.
+    """
+    digest = hashlib.sha256()
+    for path in sorted((here / "tests").rglob("*.py")):
+        digest.update(str(path.relative_to(here)).encode() + b"\0" + path.read_bytes() + b"\0")
+    marker = here / "tests.sha256"
+    if marker.exists() and marker.read_text(encoding="utf-8") == digest.hexdigest():
+        return
+    (here / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    marker.write_text(digest.hexdigest(), encoding="utf-8")
+
+
 def _mutmut(here: Path, *args: str) -> subprocess.CompletedProcess:
     # mutmut forks a worker per mutant from the process that ran the tests once; a child forked after
     # torch's OpenMP pool ran hangs on its first parallel op (mutants of mxfuse.hc "timed out" at 0% CPU).
@@ -162,6 +182,7 @@ def _undetected(here: Path, statuses: tuple[str, ...] = UNDETECTED) -> list[str]
 
 def run_group(name: str, group: Group, *, max_children: int) -> dict:
     here = _prepare(name, group)
+    _forget_stale_test_map(here)
     # mutmut keeps a verdict as long as the mutated function is unchanged, whatever the tests became: a
     # survivor of an earlier run would stay one after a test that kills it was written. So the survivors
     # of the run before are tested again once the new mutants are done. (A killed mutant stays killed:
@@ -204,11 +225,41 @@ def group_section(doc: str, name: str) -> str:
     return match.group(0) if match else ""
 
 
-def describe(name: str, mutant: str) -> str:
-    """The changed lines of one mutant (``mutmut show``), as ``- old`` / ``+ new``."""
-    shown = _mutmut(WORK / name, "show", mutant).stdout.splitlines()
-    changed = [line for line in shown if line[:2] in ("- ", "+ ") or line in ("-", "+")]
-    return " / ".join(" ".join(line.split()) for line in changed) or "(a change to a line mutmut shows empty)"
+# One process shows every survivor of a group: ``mutmut show`` per mutant starts mutmut (and reads the
+# group's results) once each, seconds apiece on a loaded machine.
+_SHOW = """
+import sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+for name in sys.argv[1:]:
+    try:
+        diff = get_diff_for_mutant(name)
+    except Exception as exc:  # a mutant whose function is gone: say so, show the rest
+        diff = f"(no diff: {exc})"
+    print("\\0" + name)
+    print(diff)
+"""
+
+
+def describe(name: str, mutants: list[str]) -> dict[str, str]:
+    """The changed lines of each mutant (as ``mutmut show`` gives them), as ``- old`` / ``+ new``."""
+    if not mutants:
+        return {}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    shown = subprocess.run(
+        [sys.executable, "-c", _SHOW, *mutants],
+        cwd=WORK / name,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    described = {}
+    for block in shown.split("\0")[1:]:
+        mutant, _, diff = block.partition("\n")
+        changed = [line for line in diff.splitlines() if line[:2] in ("- ", "+ ") or line in ("-", "+")]
+        described[mutant] = " / ".join(" ".join(line.split()) for line in changed)
+    return {m: described.get(m) or "(a change to a line mutmut shows empty)" for m in mutants}
 
 
 def write_survivors(results: list[dict]) -> Path:
@@ -216,8 +267,9 @@ def write_survivors(results: list[dict]) -> Path:
     lines = []
     for result in results:
         lines.append(f"### {result['group']}\n")
+        changes = describe(result["group"], result["survivors"])
         for mutant in result["survivors"]:
-            lines.append(f"- `{mutant}`: `{describe(result['group'], mutant)}`")
+            lines.append(f"- `{mutant}`: `{changes[mutant]}`")
         lines.append("")
     path = WORK / "survivors.txt"
     path.write_text("\n".join(lines), encoding="utf-8")

@@ -28,7 +28,12 @@ SHAPES = ((1792, 5120), (5120, 2048), (7168, 16384), (1056, 2048), (2048, 2080),
 def _operands(m: int, n: int, k: int, *, seed: int, limit: float = 448.0):
     aq = random_codes(m, k, seed=seed, device="cuda", limit=limit)
     wq = random_codes(n, k, seed=seed + 1, device="cuda", limit=limit)
-    return aq, random_scales(m, k, seed=seed + 2, device="cuda"), wq, random_scales(n, k, seed=seed + 3, device="cuda")
+    return (
+        aq,
+        random_scales(m, k, seed=seed + 2, device="cuda"),
+        wq,
+        random_scales(n, k, seed=seed + 3, device="cuda"),
+    )
 
 
 def _gemm(aq, as_, w, *, m: int, backend: str = "flashinfer") -> torch.Tensor:

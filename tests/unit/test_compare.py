@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import textwrap
+import warnings
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -762,3 +765,579 @@ def test_assert_diff_per_row_arguments():
         assert_diff(x, x, max_diff=1.0, per_row=1)
     with pytest.raises(AssertionError, match="shape mismatch"):
         assert_diff(x, x[:1], max_diff=1.0, per_row=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure messages line by line, argument messages word for word
+
+
+def _codes_as(dtype: str, codes: list[list[int]]) -> np.ndarray:
+    unsigned = _CODE_VIEWS[_numpy_dtype(dtype).itemsize][0]
+    return np.array(codes, dtype=unsigned).view(_numpy_dtype(dtype))
+
+
+def test_assert_diff_message_of_a_finite_pair_carries_every_field():
+    # 1.5 against 1.0 is inside rtol=1 or atol=1: the differing count must come from an exact comparison.
+    actual = np.array([[1.5, 1.0], [2.0, 2.0]], dtype=np.float32)
+    expected = np.array([[1.0, 1.0], [2.0, 2.0]], dtype=np.float32)
+    value = 1.0 - 2.0 * (1.5 + 1.0 + 4.0 + 4.0) / (2.25 + 1.0 + 1.0 + 1.0 + 4.0 + 4.0 + 4.0 + 4.0)
+    assert failure_message(assert_diff, actual, expected, max_diff=1e-3).splitlines() == [
+        f"output: calc_diff {value!r} > max_diff 0.001",
+        "  NaN/Inf on either side (any of them makes calc_diff NaN):",
+        "    actual:   0 NaN, 0 Inf",
+        "    expected: 0 NaN, 0 Inf",
+        "  differing: 1 pairs of finite values (first at (0, 0))",
+        "  worst absolute difference: 0.5 at (0, 0): actual 1.5, expected 1.0",
+        "  worst relative difference: 0.5 at (0, 0): actual 1.5, expected 1.0",
+        "  actual: numpy float32; expected: numpy float32; shape (2, 2)",
+        f"  metric: calc_diff = 1 - 2*sum(a*e) / sum(a*a + e*e) = {value!r}, max_diff=0.001",
+    ]
+
+
+def test_assert_diff_message_of_nan_and_inf_carries_every_field():
+    # A NaN on both sides at the same place is a NaN on each side: assert_diff has no equal_nan.
+    actual = np.array([[NAN, 1.0], [INF, 2.0]], dtype=np.float32)
+    expected = np.array([[NAN, 1.0], [1.0, 2.5]], dtype=np.float32)
+    assert failure_message(assert_diff, actual, expected, max_diff=1.0, name="logits").splitlines() == [
+        "logits: 2 / 4 (50%) elements hold NaN or Inf on a side (calc_diff is NaN, never within max_diff)",
+        "  NaN/Inf on either side (any of them makes calc_diff NaN):",
+        "    actual:   1 NaN (first at (0, 0)), 1 Inf (first at (1, 0))",
+        "    expected: 1 NaN (first at (0, 0)), 0 Inf",
+        "  differing: 1 pairs of finite values (first at (1, 1))",
+        "  worst absolute difference: 0.5 at (1, 1): actual 2.0, expected 2.5",
+        "  worst relative difference: 0.2 at (1, 1): actual 2.0, expected 2.5",
+        "  actual: numpy float32; expected: numpy float32; shape (2, 2)",
+        "  metric: calc_diff = 1 - 2*sum(a*e) / sum(a*a + e*e) = nan, max_diff=1.0",
+    ]
+
+
+def _row_diff(a: list[float], e: list[float]) -> float:
+    return 1.0 - 2.0 * sum(x * y for x, y in zip(a, e, strict=True)) / sum(
+        x * x + y * y for x, y in zip(a, e, strict=True)
+    )
+
+
+def test_assert_diff_per_row_message_names_rows_of_a_3d_tensor():
+    # Rows (0, 1) and (1, 0) fail: a NaN row first, then a finite one below 1, which must be the worst
+    # finite row although a NaN row sorts anywhere.
+    expected = [[[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], [[2.0, 2.0, 2.0], [3.0, 3.0, 3.0]]]
+    actual = [[[1.0, 2.0, 3.0], [1.0, NAN, 1.0]], [[2.5, 2.0, 2.0], [3.0, 3.0, 3.0]]]
+    value = _row_diff([2.5, 2.0, 2.0], [2.0, 2.0, 2.0])
+    message = failure_message(
+        assert_diff, np.array(actual), np.array(expected), max_diff=1e-3, per_row=True, name="logits"
+    )
+    assert message.splitlines() == [
+        "logits: calc_diff over max_diff 0.001 in 2 / 4 (50%) rows "
+        "(rows run along the last dimension, 3 elements each)",
+        "  first failing row: (0, 1), calc_diff nan",
+        "  rows holding NaN or Inf on a side (calc_diff NaN): 1",
+        f"  worst finite row: (1, 0), calc_diff {value!r}",
+        "  actual: numpy float64; expected: numpy float64; shape (2, 2, 3)",
+    ]
+
+
+def test_assert_diff_per_row_message_without_a_finite_row_or_of_a_scalar():
+    message = failure_message(
+        assert_diff, np.array([[NAN, 1.0]]), np.array([[1.0, 1.0]]), max_diff=1.0, per_row=True
+    )
+    assert message.splitlines() == [
+        "output: calc_diff over max_diff 1.0 in 1 / 1 (100%) rows (rows run along the last dimension, "
+        "2 elements each)",
+        "  first failing row: (0,), calc_diff nan",
+        "  rows holding NaN or Inf on a side (calc_diff NaN): 1",
+        "  actual: numpy float64; expected: numpy float64; shape (1, 2)",
+    ]
+    value = _row_diff([2.0], [1.0])
+    message = failure_message(assert_diff, np.array(2.0), np.array(1.0), max_diff=1e-3, per_row=True)
+    assert message.splitlines() == [
+        "output: calc_diff over max_diff 0.001 in 1 / 1 (100%) rows (rows run along the last dimension, "
+        "1 elements each)",
+        f"  first failing row: (0,), calc_diff {value!r}",
+        "  rows holding NaN or Inf on a side (calc_diff NaN): 0",
+        f"  worst finite row: (0,), calc_diff {value!r}",
+        "  actual: numpy float64; expected: numpy float64; shape ()",
+    ]
+
+
+def test_assert_diff_per_row_bound_is_inclusive(lib):
+    # Orthogonal rows: calc_diff exactly 1.0, which max_diff=1.0 admits (as the whole-tensor check does).
+    actual, expected = make(lib, [[1.0, 0.0]], "float32"), make(lib, [[0.0, 1.0]], "float32")
+    assert_diff(actual, expected, max_diff=1.0, per_row=True)
+    assert_diff(actual, expected, max_diff=1.0)
+    assert "in 1 / 1 (100%) rows" in failure_message(
+        assert_diff, actual, expected, max_diff=0.999, per_row=True
+    )
+
+
+def test_assert_ulp_close_message_carries_every_field():
+    # float16 codes: 1.0 = 0x3C00 two steps from 0x3C02, NaN 0x7E00, 2.0 0x4000, 5.0 0x4500,
+    # 65504 = 0x7BFF (the largest finite, one step below Inf 0x7C00).
+    actual = _codes_as("float16", [[0x3C00, 0x7E00], [0x4500, 0x7BFF]])
+    expected = _codes_as("float16", [[0x3C02, 0x4000], [0x7E00, 0x7C00]])
+    assert failure_message(assert_ulp_close, actual, expected).splitlines() == [
+        "output: not within 1 ulp: 4 / 4 (100%) elements",
+        "  infinite distances (a NaN, or an Inf not met by the same Inf): 3 elements (first at (0, 1))",
+        "    actual:   1 NaN (first at (0, 1)), 0 Inf",
+        "    expected: 1 NaN (first at (1, 0)), 1 Inf (first at (1, 1))",
+        "  worst distance: inf ulp at (0, 1): actual nan [0x7e00], expected 2.0 [0x4000]",
+        "  actual: numpy float16; expected: numpy float16; shape (2, 2); max_ulp=1",
+    ]
+    assert_ulp_close(actual[0, :1], expected[0, :1], max_ulp=2)
+
+
+def test_assert_same_bits_message_carries_every_field():
+    actual = np.array([1, 2, 3, 4], dtype=np.uint8)
+    expected = np.array([1, 2, 5, 4], dtype=np.uint8)
+    assert failure_message(assert_same_bits, actual, expected).splitlines() == [
+        "output: bits differ in 1 / 4 (25%) elements",
+        "  first 1 differing (index: actual vs expected):",
+        "    (2,): 0x03 (3) vs 0x05 (5)",
+        "  actual: numpy uint8; expected: numpy uint8; shape (4,)",
+    ]
+
+
+@pytest.mark.parametrize("chunk", [3, 4, 4096])
+def test_assert_same_bits_lists_the_first_ten_across_chunks(lib, monkeypatch, chunk):
+    # From index 1 on every element differs: with chunks of 3 or 4 the list fills up inside a chunk.
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", chunk)
+    expected = make(lib, list(range(16)), "int32")
+    actual = make(lib, [0] + [v + 100 for v in range(1, 16)], "int32")
+    lines = failure_message(assert_same_bits, actual, expected).splitlines()
+    assert lines[:2] == [
+        "output: bits differ in 15 / 16 (93.75%) elements",
+        "  first 10 differing (index: actual vs expected):",
+    ]
+    shown = [f"    ({i},): 0x{i + 100:08x} ({i + 100}) vs 0x{i:08x} ({i})" for i in range(1, 11)]
+    assert lines[2:12] == shown and len(lines) == 13
+
+
+@pytest.mark.parametrize(
+    ("check", "kwargs"),
+    [
+        (assert_close, {}),
+        (assert_diff, {"max_diff": 1.0}),
+        (assert_diff, {"max_diff": 1.0, "per_row": True}),
+        (assert_ulp_close, {}),
+        (assert_same_bits, {}),
+    ],
+    ids=["assert_close", "assert_diff", "assert_diff-per_row", "assert_ulp_close", "assert_same_bits"],
+)
+def test_shape_and_dtype_mismatches_carry_the_name(check, kwargs):
+    x = np.ones((2, 3), dtype=np.float32)
+    message = failure_message(check, x, x[:1], name="logits", **kwargs)
+    assert message.startswith("logits: shape mismatch: actual (2, 3) vs expected (1, 3)"), message
+    if check in (assert_ulp_close, assert_same_bits):
+        message = failure_message(check, x, x.astype(np.float16), name="logits")
+        assert message == "logits: dtype mismatch: actual float32 vs expected float16"
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda x: assert_close(x, x, rtol="0.1", atol=0.0),
+            TypeError,
+            "rtol must be a real number, got str",
+        ),
+        (
+            lambda x: assert_diff(x, x, max_diff=NAN),
+            ValueError,
+            "max_diff must be a number >= 0 (inf allowed), got nan",
+        ),
+        (lambda x: assert_ulp_close(x, x, max_ulp=-1), ValueError, "max_ulp must be >= 0, got -1"),
+        (
+            lambda x: assert_ulp_close(x, x.astype(np.float64)),
+            TypeError,
+            "expected must have one of the dtypes ['bfloat16', 'float16', 'float32', 'float8_e4m3fn', "
+            "'float8_e5m2'], got float64",
+        ),
+        (
+            lambda x: ulp_distance(x.astype(np.float64), x.astype(np.float64)),
+            TypeError,
+            "expected must have one of the dtypes ['bfloat16', 'float16', 'float32', 'float8_e4m3fn', "
+            "'float8_e5m2'], got float64",
+        ),
+        (lambda x: worst(), ValueError, "worst() needs at least one value"),
+        (lambda x: best(), ValueError, "best() needs at least one value"),
+        (
+            lambda x: worst(1.0, "2.0"),
+            TypeError,
+            "worst() values must be real numbers, passed as separate arguments; argument 1 is a str",
+        ),
+        (
+            lambda x: best([1.0, 2.0]),
+            TypeError,
+            "best() values must be real numbers, passed as separate arguments; argument 0 is a list",
+        ),
+    ],
+)
+def test_argument_messages_in_full(call, error, message):
+    with pytest.raises(error) as caught:
+        call(np.array([1.0, 2.0], dtype=np.float32))
+    assert str(caught.value) == message
+
+
+def test_a_value_of_more_than_one_number_is_named_by_position():
+    with pytest.raises(TypeError, match=r"^worst\(\) argument 1 is not a single number: ") as caught:
+        worst(0.0, np.array([1.0, 2.0]))
+    assert isinstance(caught.value.__cause__, TypeError | ValueError)
+
+
+# ---------------------------------------------------------------------------------------------
+# The torch path (GPU tensors take it; here CPU tensors with CPU_TENSORS_VIA_NUMPY off)
+
+
+@pytest.fixture
+def torch_path(monkeypatch):
+    monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+    return pytest.importorskip("torch")
+
+
+def test_a_numpy_array_beside_a_tensor_keeps_its_shape_and_source(torch_path):
+    actual = torch_path.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    expected = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 7.0]], dtype=np.float32)
+    message = failure_message(assert_close, actual, expected)
+    assert "  outside tolerance: 1 pairs of finite values (first at (1, 2))" in message.splitlines()
+    assert "  actual: torch.float32 on cpu; expected: numpy float32; shape (2, 3)" in message.splitlines()
+    message = failure_message(assert_close, expected, actual)
+    assert "  actual: numpy float32; expected: torch.float32 on cpu; shape (2, 3)" in message.splitlines()
+
+
+def test_a_python_scalar_beside_a_tensor_keeps_its_dtype(torch_path):
+    # A float is float64 (float64's tolerances: 1e-6 is outside them, inside float32's); an int is
+    # int64 (exact: 10**8 + 1 is not 10**8, which float64's rtol would let through).
+    message = failure_message(assert_close, torch_path.tensor(1.0 + 1e-6, dtype=torch_path.float64), 1.0)
+    assert "atol=1e-07 (defaults for float64)" in message and "expected: Python float" in message
+    message = failure_message(assert_close, torch_path.tensor(10**8 + 1), 10**8)
+    assert "(exact for int64)" in message and "expected: Python int" in message
+
+
+def test_a_python_int_is_compared_exactly(lib):
+    actual = make(lib, 10**8 + 1, "int64")
+    assert "(exact for int64)" in failure_message(assert_close, actual, 10**8)
+    assert "(exact for int64)" in failure_message(assert_close, 10**8 + 1, 10**8)
+
+
+def test_a_tensor_of_an_unsupported_dtype_is_named(torch_path):
+    x = torch_path.ones(2, dtype=torch_path.complex64)
+    with pytest.raises(TypeError) as caught:
+        assert_close(x, torch_path.ones(2))
+    assert str(caught.value) == "actual must have a float, integer or bool dtype, got complex64"
+
+
+def test_a_numpy_dtype_torch_lacks_is_named(torch_path):
+    expected = np.ones(2, dtype=ml_dtypes.float8_e4m3b11fnuz)
+    with pytest.raises(TypeError) as caught:
+        assert_close(torch_path.ones(2), expected, rtol=0.0, atol=0.0)
+    assert str(caught.value) == (
+        "expected has dtype float8_e4m3b11fnuz, which torch has no equivalent of; compare it as numpy"
+    )
+
+
+@pytest.mark.parametrize("chunk", [3, 4096])
+def test_ulp_distance_across_chunks(lib, monkeypatch, chunk):
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", chunk)
+    # float16 codes 0x3C00 + i against 0x3C00 + 2i: i steps apart, for i = 0..7.
+    expected = _codes_as("float16", [[0x3C00 + 2 * i for i in range(8)]])
+    actual = _codes_as("float16", [[0x3C00 + i for i in range(8)]])
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        expected, actual = torch.from_numpy(expected.copy()), torch.from_numpy(actual.copy())
+    got = ulp_distance(actual, expected)
+    assert tuple(got.shape) == (1, 8) and got.tolist() == [[float(i) for i in range(8)]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The rms of each row (assert_close(atol_of_row_rms=)) at the edge of its bound
+
+
+@pytest.mark.parametrize(
+    ("case", "expected", "actual_ok", "actual_over", "rms"),
+    [
+        # Only finite values count, and only they are in the mean: sqrt((9 + 16) / 2).
+        ("inf-in-the-row", [3.0, INF, 4.0], [3.35, INF, 4.0], [3.36, INF, 4.0], math.sqrt(12.5)),
+        # One finite value: its own magnitude.
+        ("one-finite-value", [INF, 2.0], [INF, 2.19], [INF, 2.21], 2.0),
+        # Elements of different size: each counted once, wherever the chunks (of 1) start.
+        ("uneven-row", [0.0, 0.0, 0.0, 4.0], [0.0, 0.0, 0.0, 4.19], [0.0, 0.0, 0.0, 4.21], 2.0),
+    ],
+)
+def test_row_rms_bound_edges(lib, monkeypatch, case, expected, actual_ok, actual_over, rms):
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", 1)
+    factor = 0.1
+    (i,) = [i for i, (x, y) in enumerate(zip(actual_over, expected, strict=True)) if x != y]
+    assert abs(actual_ok[i] - expected[i]) <= factor * rms < abs(actual_over[i] - expected[i])
+    e = make(lib, [expected], "float64")
+    assert_close(make(lib, [actual_ok], "float64"), e, rtol=0.0, atol_of_row_rms=factor)
+    message = failure_message(
+        assert_close, make(lib, [actual_over], "float64"), e, rtol=0.0, atol_of_row_rms=factor
+    )
+    assert f"  outside tolerance: 1 pairs of finite values (first at (0, {i}))" in message.splitlines()
+
+
+_WITHOUT_NUMPY = textwrap.dedent(
+    """
+    import importlib.abc, sys, warnings
+
+    class BlockNumpy(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name in ("numpy", "ml_dtypes") or name.startswith(("numpy.", "ml_dtypes.")):
+                raise ModuleNotFoundError("numpy is blocked")
+            return None
+
+    sys.meta_path.insert(0, BlockNumpy())
+    warnings.simplefilter("ignore")
+    import torch
+    import gpumatrix.compare as compare
+
+    compare.assert_close(torch.tensor(2.0), 2.0)
+    compare.assert_close(torch.tensor([1, 2]), torch.tensor([1, 2]))
+    try:
+        compare.assert_close(torch.tensor(2.5, dtype=torch.float64), 2.0)
+    except AssertionError as exc:
+        print("scalar compared:", "expected: Python float" in str(exc))
+    print("numpy loaded:", "numpy" in sys.modules)
+    """
+)
+
+
+def _importing_this_package() -> dict[str, str]:
+    """The environment of a child Python that imports the gpumatrix this test imported."""
+    import gpumatrix
+
+    here = str(Path(gpumatrix.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+
+
+def test_tensors_and_scalars_work_where_numpy_cannot_be_imported(monkeypatch):
+    # A scalar beside a tensor is made by torch itself: GPU-only environments need no numpy. The same
+    # comparison here first, on the torch path the child takes (numpy importable).
+    monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+    assert_close(pytest.importorskip("torch").tensor(2.0), 2.0)
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_NUMPY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=_importing_this_package(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["scalar compared: True", "numpy loaded: False"]
+
+
+def test_assert_close_message_of_given_tolerances_and_nonfinite_sides():
+    # 0 against 0 is no relative difference; 3 against 2 is 1 apart, half of 2.
+    actual = np.array([0.0, 3.0, INF, 1.0], dtype=np.float32)
+    expected = np.array([0.0, 2.0, 5.0, NAN], dtype=np.float32)
+    assert failure_message(assert_close, actual, expected, rtol=0.0, atol=0.5).splitlines() == [
+        "output: not close: 3 / 4 (75%) elements mismatched (max_mismatch=0)",
+        "  NaN/Inf failures, which no tolerance or max_mismatch absorbs: 2",
+        "    actual:   0 unexpected NaN, 1 unmatched Inf (first at (2,))",
+        "    expected: 1 unexpected NaN (first at (3,)), 0 unmatched Inf",
+        "  outside tolerance: 1 pairs of finite values (first at (1,))",
+        "  worst absolute difference: 1.0 at (1,): actual 3.0, expected 2.0",
+        "  worst relative difference: 0.5 at (1,): actual 3.0, expected 2.0",
+        "  actual: numpy float32; expected: numpy float32; shape (4,)",
+        "  tolerance: |actual - expected| <= atol + rtol * |expected|, rtol=0.0, atol=0.5 (given), "
+        "equal_nan=False",
+    ]
+
+
+def test_a_worst_difference_of_zero_is_still_reported():
+    lines = failure_message(assert_close, np.array([NAN, 2.0]), np.array([1.0, 2.0])).splitlines()
+    assert lines[5:7] == [
+        "  worst absolute difference: 0.0 at (1,): actual 2.0, expected 2.0",
+        "  worst relative difference: 0.0 at (1,): actual 2.0, expected 2.0",
+    ]
+
+
+def test_firsts_and_ties_across_chunks(lib, monkeypatch):
+    # Chunks of 2: the first NaN is in the first chunk, at index 0; the worst differences tie across
+    # chunks, and the earliest is reported.
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", 2)
+    actual = make(lib, [NAN, 3.0, 0.0, NAN, 3.0, 0.0], "float64")
+    expected = make(lib, [0.0, 2.0, 0.0, 0.0, 2.0, 0.0], "float64")
+    lines = failure_message(assert_close, actual, expected, rtol=0.0, atol=0.5).splitlines()
+    assert lines[2] == "    actual:   2 unexpected NaN (first at (0,)), 0 unmatched Inf"
+    assert lines[4] == "  outside tolerance: 2 pairs of finite values (first at (1,))"
+    assert lines[5] == "  worst absolute difference: 1.0 at (1,): actual 3.0, expected 2.0"
+
+
+@pytest.mark.parametrize("chunk", [3, 4096])
+def test_exact_integer_comparison_across_chunks(lib, monkeypatch, chunk):
+    monkeypatch.setattr(compare_arrays, "CHUNK_ELEMENTS", chunk)
+    expected = make(lib, list(range(10)), "int64")
+    assert_close(make(lib, list(range(10)), "int64"), expected)
+    message = failure_message(assert_close, make(lib, [*range(9), 10], "int64"), expected)
+    assert "  outside tolerance: 1 pairs of finite values (first at (9,))" in message.splitlines()
+    assert "(exact for int64)" in message
+
+
+def test_unsigned_integers_compare_exactly(lib):
+    assert_close(make(lib, [1, 255], "uint8"), make(lib, [1, 255], "uint8"))
+    assert "(exact for uint8)" in failure_message(
+        assert_close, make(lib, [1, 2], "uint8"), make(lib, [1, 3], "uint8")
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected_dtype", "message"),
+    [
+        ({"atol": 1e-3}, "float32", "rtol and atol must be given together; rtol is missing"),
+        ({"rtol": 1e-3}, "float32", "rtol and atol must be given together; atol is missing"),
+        (
+            {},
+            "float8_e4m3fnuz",
+            "expected has dtype float8_e4m3fnuz, which has no default tolerance; pass rtol= and atol= "
+            "(defaults exist for float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+            "integers and bool)",
+        ),
+    ],
+)
+def test_tolerance_messages_in_full(kwargs, expected_dtype, message):
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    with pytest.raises(ValueError) as caught:
+        assert_close(x, x.astype(_numpy_dtype(expected_dtype)), **kwargs)
+    assert str(caught.value) == message
+
+
+def test_row_local_atol_of_a_scalar_and_of_a_3d_tensor(lib):
+    # A 0-d tensor is one row of one element; a [2, 2, 3] tensor has rows of 3.
+    assert_close(make(lib, 1.05, "float64"), make(lib, 1.0, "float64"), rtol=0.0, atol_of_row_rms=0.1)
+    expected = [[[1.0, 1.0, 1.0], [100.0, 100.0, 100.0]], [[3.0, 4.0, 0.0], [0.0, 0.0, 0.0]]]
+    actual = [[[1.05, 1.0, 1.0], [100.0, 105.0, 100.0]], [[3.0, 4.0, 0.0], [0.0, 0.0, 0.0]]]
+    e = make(lib, expected, "float64")
+    assert_close(make(lib, actual, "float64"), e, rtol=0.0, atol_of_row_rms=0.051)
+    actual[1][0][2] = 0.3  # the row's rms is sqrt(25 / 3) = 2.89: 0.3 is outside 0.051 of it
+    message = failure_message(assert_close, make(lib, actual, "float64"), e, rtol=0.0, atol_of_row_rms=0.051)
+    assert "  outside tolerance: 1 pairs of finite values (first at (1, 0, 2))" in message.splitlines()
+
+
+def test_integers_beside_floats_compare_in_float64(torch_path):
+    # torch compares int64 with float32 in float32, where 2**24 + 1 reads as 2**24; float64 holds both.
+    big, near = torch_path.tensor([16777217]), torch_path.tensor([16777216.0])
+    assert "(exact for int64)" in failure_message(assert_close, near, big)
+    assert "rtol=0.0, atol=0.0 (given)" in failure_message(assert_close, big, near, rtol=0.0, atol=0.0)
+
+
+def test_tolerances_apply_unless_both_sides_are_integers_compared_exactly(lib):
+    # One side float, or a tolerance given: the comparison is |a - e| <= atol + rtol * |e|, not equality.
+    assert_close(make(lib, [1.0 + 1e-9], "float64"), make(lib, [1.0], "float64"), rtol=1e-6, atol=0.0)
+    assert_close(make(lib, [1], "int64"), make(lib, [1.0000001], "float32"))
+    assert_close(make(lib, [100], "int64"), make(lib, [101], "int64"), rtol=0.0, atol=1.0)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_a_tensor_numpy_cannot_hold_is_refused_whichever_path(lib):
+    torch = pytest.importorskip("torch")
+    x = torch.ones(2, dtype=torch.complex32)
+    with pytest.raises(TypeError) as caught:
+        assert_close(x, x)
+    assert str(caught.value) == "actual must have a float, integer or bool dtype, got complex32"
+
+
+@pytest.mark.parametrize("where", ["numpy", "torch"])
+def test_an_int_too_large_for_int64_is_named(where, monkeypatch):
+    if where == "torch":
+        monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+        actual = pytest.importorskip("torch").tensor(1)
+    else:
+        actual = np.int64(1)
+    with pytest.raises(ValueError) as caught:
+        assert_close(actual, 2**70)
+    assert str(caught.value) == f"expected must fit in int64, got {2**70}"
+
+
+def test_big_endian_arrays_are_read_by_value():
+    big = np.array([1.0, -2.5, NAN], dtype=">f4")
+    native = np.array([1.0, -2.5, NAN], dtype="<f4")
+    assert_same_bits(big, native)
+    assert ulp_distance(big[:2], native[:2]).tolist() == [0.0, 0.0]
+
+
+def test_unsupported_numpy_arrays_are_named_whichever_path(monkeypatch):
+    x = np.ones(2, dtype=np.complex64)
+    with pytest.raises(TypeError) as caught:
+        assert_close(x, np.ones(2))
+    assert str(caught.value) == "actual must have a float, integer or bool dtype, got complex64"
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(compare_arrays, "CPU_TENSORS_VIA_NUMPY", False)
+    with pytest.raises(TypeError) as caught:
+        assert_close(torch.ones(2), x)
+    assert str(caught.value) == "expected must have a float, integer or bool dtype, got complex64"
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda x: assert_close(x, x, max_mismatch=1.5), TypeError, "max_mismatch must be an int, got float"),
+        (lambda x: assert_close(x, x, equal_nan=1), TypeError, "equal_nan must be a bool, got int"),
+        (lambda x: assert_close(x, x, name=3), TypeError, "name must be a str, got int"),
+        (
+            lambda x: assert_close(x, x, atol_of_row_rms=1e-3),
+            ValueError,
+            "atol_of_row_rms needs rtol and replaces atol: give rtol= and atol_of_row_rms=",
+        ),
+    ],
+)
+def test_assert_close_argument_messages_in_full(call, error, message):
+    with pytest.raises(error) as caught:
+        call(np.array([1.0, 2.0], dtype=np.float32))
+    assert str(caught.value) == message
+
+
+def test_row_local_atol_shape_mismatch_carries_the_name():
+    x = np.ones((2, 3), dtype=np.float32)
+    message = failure_message(assert_close, x, x[:1], rtol=0.0, atol_of_row_rms=1e-3, name="logits")
+    assert message.startswith("logits: shape mismatch: actual (2, 3) vs expected (1, 3)")
+
+
+def test_packed_fp4_tensors_are_refused():
+    torch = pytest.importorskip("torch")
+    packed = getattr(torch, "float4_e2m1fn_x2", None)
+    if packed is None:
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    x = torch.zeros(2, dtype=torch.uint8).view(packed)
+    with pytest.raises(TypeError) as caught:
+        assert_close(x, x)
+    assert str(caught.value) == "actual must have a float, integer or bool dtype, got float4_e2m1fn_x2"
+
+
+def test_inputs_without_data_and_of_other_types_are_named_in_full():
+    torch = pytest.importorskip("torch")
+    meta = torch.empty(2, device="meta")
+    with pytest.raises(TypeError) as caught:
+        assert_close(torch.ones(2), meta)
+    assert str(caught.value) == (
+        "expected is a meta tensor, which holds no data to compare; compare tensors with values"
+    )
+    with pytest.raises(TypeError) as caught:
+        assert_close([1.0], np.ones(1))
+    assert str(caught.value) == (
+        "actual must be a torch.Tensor, a numpy array or a Python bool/int/float, got list"
+    )
+
+
+def test_numpy_floating_point_warnings_stay_inside(lib):
+    # inf - inf, 0 / 0 and NaN comparisons are expected inside every scan: none may reach the caller.
+    actual = make(lib, [[INF, 0.0, NAN], [1.0, -INF, 0.0]], "float32")
+    expected = make(lib, [[INF, 0.0, 1.0], [1.0, INF, 0.0]], "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        failure_message(assert_close, actual, expected)
+        failure_message(assert_close, actual, expected, rtol=0.0, atol_of_row_rms=1e-3)
+        failure_message(assert_diff, actual, expected, max_diff=1.0)
+        failure_message(assert_diff, actual, expected, max_diff=1.0, per_row=True)
+        assert math.isnan(rel_error(actual, expected)) and math.isnan(calc_diff(actual, expected))
+        assert math.isinf(float(ulp_distance(actual, expected)[0][2]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float8_e4m3fn", "int64", "uint8", "bool"])
+def test_cpu_tensors_are_read_through_numpy_sharing_their_memory(dtype):
+    # CPU_TENSORS_VIA_NUMPY: numpy (with ml_dtypes) computes for CPU tensors it can hold, without a copy.
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((2, 3), dtype=getattr(torch, dtype))
+    a, e = compare_arrays.read_pair(x, x)
+    assert (a.lib, a.device, a.dtype, a.shape) == ("numpy", "cpu", dtype, (2, 3)) and e.lib == "numpy"
+    assert a.flat.ctypes.data == x.data_ptr() and a.source == f"torch.{dtype} on cpu"

@@ -19,6 +19,7 @@ from gpumatrix.compare import assert_same_bits
 from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
 from mxfuse.formats import check_mxfp8_pair, dequantize_mxfp8, scale_from_layout, scale_spec
 from mxfuse.gemm import MxWeight, backend_status, expand_block_scales, mxfp8_gemm, prepare_mxfp8_weight
+from mxfuse.memory import tensors_overlap
 
 register(on=("cpu",), est_time=4)
 
@@ -304,6 +305,20 @@ def test_a_weight_for_a_backend_that_cannot_run_here():
     assert str(caught.value) == "a[1] is in e8m0 layout; backend 'deepgemm' reads deepgemm"
 
 
+def test_a_backend_named_for_a_device_it_cannot_run_on_says_which_device():
+    """deepgemm named with a pair in its own layout passes the layout check; on the CPU it is refused
+    for the weight's device, which the message names with deepgemm's own reason."""
+    from mxfuse import MxfuseUnavailableError
+    from mxfuse.formats import pack_ue8m0_deepgemm
+
+    w, (a_q, a_scale) = _deepgemm_weight()
+    with pytest.raises(MxfuseUnavailableError) as caught:
+        mxfp8_gemm((a_q, pack_ue8m0_deepgemm(a_scale)), w, backend="deepgemm")
+    assert str(caught.value) == (
+        "backend 'deepgemm' cannot run on cpu: needs a CUDA device of sm_100 or sm_103; got cpu"
+    )
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -358,3 +373,15 @@ def test_weight_and_layout_messages(call, error, message):
     with pytest.raises(error) as caught:
         call()
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+# tensors_overlap, which every out= check uses: one shared element overlaps, adjacent ranges do not.
+def test_tensors_overlap_at_one_shared_element_and_not_when_adjacent():
+    flat = torch.zeros(64, dtype=torch.bfloat16)
+    assert tensors_overlap(flat[:33], flat[32:])  # element 32 in both
+    assert not tensors_overlap(flat[:32], flat[32:])  # adjacent, nothing shared
+    assert tensors_overlap(flat[10:11], flat[10:11])
+    # Strided views: their first-to-last spans decide, in elements of their own size.
+    assert tensors_overlap(flat.as_strided((2, 4), (8, 1)), flat[11:12])  # inside the span
+    assert not tensors_overlap(flat.as_strided((2, 4), (8, 1)), flat[12:20])
+    assert not tensors_overlap(flat[:0], flat)  # an empty tensor addresses nothing

@@ -40,7 +40,14 @@ CASES = {
     "two output parts": ([33, 2], 2, 8, 64, None, dict(block_n=16, block_m=16, d_parts=2, splits=4)),
     "two row blocks, S = 4": ([21, 0], 4, 8, 32, None, dict(block_n=16, block_m=16, d_parts=2, splits=2)),
     "more splits than tiles": ([3, 50], 2, 4, 32, None, dict(block_n=16, block_m=16, d_parts=1, splits=9)),
-    "at least 2 tiles a split": ([3, 90], 1, 4, 32, None, dict(block_n=16, block_m=16, splits=5, min_tiles=2)),
+    "at least 2 tiles a split": (
+        [3, 90],
+        1,
+        4,
+        32,
+        None,
+        dict(block_n=16, block_m=16, splits=5, min_tiles=2),
+    ),
     "head_dim 48 (masked dims)": ([30], 1, 4, 48, None, dict(block_n=16, block_m=16, d_parts=2, splits=2)),
     "duplicated sequence": ([60, 60], 1, 4, 32, None, dict(block_n=16, block_m=16, d_parts=1, splits=3)),
     "lens past capacity, clamped": (

@@ -77,3 +77,20 @@ def test_the_command_is_wired_and_documented():
     assert "make mutation" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert '"mutmut>=' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert (ROOT / "docs" / "mutation.md").exists()
+
+
+def test_a_changed_test_file_makes_mutmut_map_its_tests_again(mutation, tmp_path):
+    # mutmut maps a test name to the functions it calls once; an edited test must be mapped again.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "mutants").mkdir()
+    test_file, stats = tmp_path / "tests" / "test_a.py", tmp_path / "mutants" / "mutmut-stats.json"
+    test_file.write_text("def test_a(): pass\n")
+    stats.write_text("{}")
+    mutation._forget_stale_test_map(tmp_path)  # no record of the tests yet: the map goes
+    assert not stats.exists()
+    stats.write_text("{}")
+    mutation._forget_stale_test_map(tmp_path)  # the same tests: the map stays
+    assert stats.exists()
+    test_file.write_text("def test_a(): assert f() == 1\n")
+    mutation._forget_stale_test_map(tmp_path)
+    assert not stats.exists()

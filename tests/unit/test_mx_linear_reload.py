@@ -13,6 +13,7 @@ from gpumatrix.compare import assert_same_bits
 from mxfuse import witness
 from mxfuse.formats import pack_ue8m0_deepgemm
 from mxfuse.layers import MxLinear, ParamUpdate, can_copy_into, copy_or_rebind_param
+from mxfuse.layers.mx_linear import _same_tensor
 
 register(on=("cpu",), est_time=3)
 
@@ -238,3 +239,17 @@ def test_a_native_reload_never_writes_into_the_callers_tensors():
 def test_processing_again_without_a_load_returns_the_same_result():
     layer = _fresh("bf16", seed=12, mxfp8_input=True)
     assert layer.process_weights_after_loading() is layer.processed
+
+
+def test_a_second_view_of_the_same_scales_is_not_a_second_tensor():
+    # process_weights_after_loading keeps no weight_scale_packed when a backend's weight scales are the E8M0
+    # scales themselves; a backend may hand them back as another view of the same memory, not the same object.
+    scales = torch.randint(0, 255, (N, K // 32), dtype=torch.uint8)
+    assert _same_tensor(scales, scales)
+    assert _same_tensor(scales, scales.view(torch.uint8)) and scales.view(torch.uint8) is not scales
+    assert _same_tensor(scales, scales[:])
+    assert not _same_tensor(scales, scales.clone())  # equal values, other memory
+    assert not _same_tensor(scales, scales[: N // 2])  # a part of it
+    assert not _same_tensor(scales, scales.view(torch.int8))  # another dtype
+    square = scales[:3, :3]
+    assert not _same_tensor(square, square.t())  # the same memory read in another order

@@ -171,6 +171,7 @@ def test_interpreted_gemm_matches_a_float64_reference(interpreted, key):
         got, want = got[keep], want[keep]
     # The kernel sums exact E4M3 products in fp32 and rounds once to bf16. The interpreter's fp32 -> bf16
     # cast truncates (the GPU rounds to nearest), so allow one bf16 ulp (2**-7 relative) plus fp32
-    # summation error, which for outputs that cancel to near zero is bounded by 1e-6 of the largest.
-    atol = 1e-6 * float(want.abs().max())
-    assert_close(got, want, rtol=2**-7, atol=atol, name="out")
+    # summation error, which for outputs that cancel to near zero is bounded by 1e-6 of the row's rms:
+    # row-local, so a row of subnormal or tiny operands is held to its own size (a whole-tensor atol
+    # let a kernel that flushes E4M3 subnormals pass).
+    assert_close(got, want, rtol=2**-7, atol_of_row_rms=1e-6, name="out")

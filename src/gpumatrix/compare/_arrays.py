@@ -324,7 +324,7 @@ def _torch_operand(value: object, arg: str, device: str, source: str) -> Operand
 
         try:
             tensor = torch.tensor(value, dtype=getattr(torch, _scalar_dtype(value)))
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:  # torch 2.13 raises ValueError here
             raise ValueError(f"{arg} must fit in int64, got {value}") from exc
         return _from_torch(tensor, arg=arg, device=device, source=source)
     return _numpy_to_torch(_numpy_array(value, arg=arg), arg=arg, device=device, source=source)
