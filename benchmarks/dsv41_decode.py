@@ -66,17 +66,22 @@ TARGETS = (
 )  # fmt: skip
 
 
+def _nbytes(*tensors: torch.Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _linear_weight(layer) -> int:
+    """A linear's weight and the scales its GEMM reads."""
+    scale = layer.weight_scale_packed if layer.weight_scale_packed is not None else layer.weight_scale
+    return _nbytes(layer.weight, scale)
+
+
 def weight_bytes(model: AttentionSublayer) -> int:
     """Bytes of weights one step reads: each linear's weight and the scales its GEMM reads, wo_a, wq_b,
     the norms and the hc parameters."""
-    tensors = []
-    for layer in (model.wqkv_a, model.wo_b):
-        scale = layer.weight_scale_packed if layer.weight_scale_packed is not None else layer.weight_scale
-        tensors += [layer.weight, scale]
-    if model.wo_a is not None:
-        tensors += [model.wo_a.qweight, model.wo_a.scale]
-    own = [t for name, t in model.named_parameters(recurse=False)]
-    return sum(t.numel() * t.element_size() for t in tensors + own if t is not None)
+    wo_a = _nbytes(model.wo_a.qweight, model.wo_a.scale) if model.wo_a is not None else 0
+    own = _nbytes(*(t for _, t in model.named_parameters(recurse=False)))
+    return _linear_weight(model.wqkv_a) + _linear_weight(model.wo_b) + wo_a + own
 
 
 def step(model: AttentionSublayer, state, cache) -> StepOutputs:
@@ -158,15 +163,6 @@ def profile(models: dict[str, AttentionSublayer], state, cache, *, steps: int = 
 
 
 STAGES = ("boundary_in", "wqkv_a", "wq_b", "attention", "wo_a", "wo_b", "boundary_out")
-
-
-def _nbytes(*tensors: torch.Tensor | None) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
-def _linear_weight(layer) -> int:
-    scale = layer.weight_scale_packed if layer.weight_scale_packed is not None else layer.weight_scale
-    return _nbytes(layer.weight, scale)
 
 
 def stage_bytes(model: AttentionSublayer, tokens: int, kv: int) -> dict[str, int]:
