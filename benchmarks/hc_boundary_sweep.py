@@ -153,11 +153,10 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path) -> flo
     return time.perf_counter() - start
 
 
-def check(s: dict, tokens: int, hidden: int, config: HcConfig) -> str:
+def check(s: dict, ref, config: HcConfig) -> str:
     """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
     fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config)
     unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
-    ref = hc.mhc_boundary_reference(*_args(s), prev_pre=s["prev_pre"], params=PARAMS)
     for name in ("residual", "pre", "y"):
         if not torch.equal(getattr(fused, name), getattr(unfused, name)):
             return f"fused {name} != unfused"
@@ -187,11 +186,12 @@ def sweep_shape(tokens: int, hidden: int, shifted: bool, only: list[HcConfig] | 
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
     outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     ordering = "shifted" if shifted else "normal"
+    ref = hc.mhc_boundary_reference(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], params=PARAMS)
     rows = []
     for config in only or candidates(tokens, hidden):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}
         try:
-            row["check"] = check(sets[0], tokens, hidden, config)
+            row["check"] = check(sets[0], ref, config)
             row["us"] = time_config(sets, outs, config)
         except Exception as exc:
             row["check"], row["us"] = f"error: {exc!r}"[:200], float("nan")
@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.precompile_only:
         return 0
     rows = []
+    path = Path(args.json or out_dir / "hc_boundary_sweep.json")
     shapes.sort(key=lambda shape: shape[2])  # every normal shape before the shifted ones
     for t, h, s in shapes:
         start = time.perf_counter()
@@ -287,7 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         for r in shape_rows:
             if r["check"] != "ok":
                 print(f"    FAILED {r['config']}: {r['check']}", flush=True)
-    path = Path(args.json or out_dir / "hc_boundary_sweep.json")
+        write(args, env, rows, tokens, path)  # after every shape: a run cut short keeps what it measured
+    print(f"JSON: {path}")
+    return 0
+
+
+def write(args: argparse.Namespace, env: dict, rows: list[dict], tokens: list[int], path: Path) -> None:
     path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
     if args.write:
         entries = table_entries(rows, tokens)
@@ -297,9 +303,6 @@ def main(argv: list[str] | None = None) -> int:
             "entries": entries,
         }
         Path(args.write).write_text(json.dumps(data, indent=1) + "\n")
-        print(f"table: {args.write} ({len(entries)} entries)")
-    print(f"JSON: {path}")
-    return 0
 
 
 if __name__ == "__main__":
