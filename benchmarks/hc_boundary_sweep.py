@@ -64,8 +64,8 @@ def candidates(tokens: int, hidden: int, sms: int = 132) -> list[HcConfig]:
     Up to 16 tokens: phase A on the CUDA cores (blocks of the next power of two of T, at most 16;
     256 or 128 values per step) and on the tensor cores (a block of 16; 16-column steps on 4 warps,
     32-column on 8, pipelined or not), with about 1x and 2x the SMs in A items, 4 or 8 warps, a one-step
-    or 32-word finish, one launch or two. Above: tensor cores, blocks of 16 or 32 (T <= 128) or 32 or
-    64 tokens, 32-column steps, about 1x and 2x the SMs in A items, pipelined (3 stages) or not, one
+    or 32-word finish, one launch or two. Above: tensor cores, blocks of 16 or 32 (T <= 128) or 16, 32
+    or 64 tokens, 32-column steps, about 1x and 2x the SMs in A items, pipelined (3 stages) or not, one
     launch with lag 0 or 1, or two launches. Static facts behind the grid (registers and spills of the
     sm_90 build, benchmarks/RESULTS.md): a tensor-core step of 64 columns spills at 16 tokens.
     """
@@ -89,7 +89,7 @@ def candidates(tokens: int, hidden: int, sms: int = 132) -> list[HcConfig]:
                     for launches in (1, 2):
                         found.append(HcConfig(16, bh, steps, 16, 32, 0, warps, launches, "dot", stages))
     else:
-        for bt in (16, 32) if tokens <= 128 else (32, 64):
+        for bt in (16, 32) if tokens <= 128 else (16, 32, 64):
             blocks = -(-tokens // bt)
             warps = 4 if bt == 16 else 8
             cw = 32 if warps == 4 else one_step

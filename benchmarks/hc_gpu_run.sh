@@ -5,9 +5,11 @@
 #          candidates compile in the background (Triton's cache on disk is shared)
 #   sweep  benchmarks/hc_boundary_sweep.py: check and time every candidate, write the table to
 #          src/mxfuse/kernels/hc_configs.json and a copy to $OUT
-#   bench  benchmarks/hc_boundary.py on that table (fused, unfused chain, torch.compile, floor)
+#   phases benchmarks/hc_phases.py: each kernel's device time, fused and unfused, T = 1 ... 2048
+#   bench  benchmarks/hc_boundary.py on that table (fused, unfused chain, torch.compile, floor);
+#          HC_COMPILE=off leaves torch.compile out (its compiles take minutes)
 #   step   benchmarks/dsv41_decode.py at T = 1, 4, 16, 64
-# Usage: bash benchmarks/hc_gpu_run.sh [tests] [sweep] [bench] [step]   (default: tests sweep)
+# Usage: bash benchmarks/hc_gpu_run.sh [tests] [sweep] [phases] [bench] [step]   (default: tests sweep)
 set -u
 out=${OUT:-reports}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -33,8 +35,11 @@ if has sweep; then
   python3 benchmarks/hc_boundary_sweep.py --jobs $jobs --write src/mxfuse/kernels/hc_configs.json || status=1
   cp src/mxfuse/kernels/hc_configs.json "$out/" 2>/dev/null
 fi
+if has phases; then
+  python3 benchmarks/hc_phases.py --hiddens 5120,7168 || status=1
+fi
 if has bench; then
-  python3 benchmarks/hc_boundary.py --compile dynamic-tokens || status=1
+  python3 benchmarks/hc_boundary.py --compile "${HC_COMPILE:-dynamic-tokens}" || status=1
 fi
 if has step; then
   python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --replays 50 || status=1

@@ -10,18 +10,24 @@ grid, per block of ``BT`` tokens:
 
   A   post step on a column chunk of the block's rows: R' written, partial mixes and the partial sum
       of squares of R' into a record (the projection weight is spread over every A item)
-  F   one row's finish: its records summed in split order into the 24 logits and sum(R'^2) (kept for
-      S), ``pre``; the collapse v = bf16(sum_i p_i R'_i) over the whole row from R' (p = this ``pre``,
-      or ``prev_pre`` in the shifted ordering), its sum of squares, then y and/or the MXFP8 pair
-  S   Sinkhorn of ``rows_s`` rows from their logits: post' and comb' (nothing waits on it)
+  F   one row's finish: its records summed into the 24 logits and sum(R'^2) (kept for S), ``pre``;
+      then (S may start now) the collapse v = bf16(sum_i p_i R'_i) over the whole row from R' (p = this
+      ``pre``, kept in registers, or ``prev_pre`` in the shifted ordering), its sum of squares, then y
+      and/or the MXFP8 pair
+  S   Sinkhorn of ``rows_s`` rows from their logits: post' and comb' (nothing waits on it); it waits
+      only for its rows' logits, so it runs beside the F items' norm
 
 so the residual is read once and R' written once and read back once, from L2; only one hand-off (A to
 F) is on the path to y. Programs take tickets from an atomic counter in launch order, and an item of
 block b waits (spinning on an acquire load) only for items with smaller tickets: those are already
 running and never wait on it, so the kernel cannot deadlock whatever the GPU schedules (the "dynamic
 tile index" rule of single-pass scans). A block's F and S items are issued with the A items of block
-b + lag. Every sum has a fixed order (records in split order, no float atomics), so reruns are bitwise
-identical and a token's result does not depend on its position or on the other tokens. The counters
+b + lag. No float atomics, and every reduction whose result another kernel must match bit for bit (the
+partial sums of squares and CUDA-core mixes, the records' sum, the norm's sum of squares) goes through
+``exact_sum`` (hc_tile): its bits do not depend on the order of the additions, which ``tl.sum`` takes
+from whatever register layout the surrounding code leads Triton to pick. So reruns are bitwise
+identical, the fused kernel matches the unfused steps, and a token's result does not depend on its
+position or on the other tokens. The counters
 reset themselves (the last item of a block zeroes its counters; the last ticket zeroes the ticket
 counter), so a launch needs no memset and a CUDA graph can capture it. With ``launches=2`` the A items
 run as one launch and F and S as a second, programmatic dependent launch that waits for the first
@@ -54,6 +60,8 @@ from mxfuse.kernels.hc_tile import (
     bf16_bits,
     bits_to_bf16,
     bits_to_f32,
+    exact_sum,
+    exact_total3,
     load_bf16_bits,
     load_post_coefs,
     mix_dot,
@@ -151,7 +159,7 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
         sq = sq + g1 * g1
         sq = sq + g2 * g2
         sq = sq + g3 * g3
-        sumsq += tl.sum(sq, axis=1)
+        sumsq += exact_sum(sq, 1)
         fcols = fn_ptr + fn_rows + cols[None, :]
         if MIX_FMA:
             # [BT, 32, BH] products of the four streams, summed over the columns in one reduction.
@@ -163,7 +171,7 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
             part = part + g1[:, None, :] * f1[None, :, :]
             part = part + g2[:, None, :] * f2[None, :, :]
             part = part + g3[:, None, :] * f3[None, :, :]
-            acc += tl.sum(part, axis=2)
+            acc += exact_sum(part, 2)
         else:
             acc = mix_dot(acc, b0, fcols, fn_mask, HW_CVT)
             acc = mix_dot(acc, b1, fcols + H, fn_mask, HW_CVT)
@@ -183,71 +191,83 @@ def _pick(v, col, j):
 
 
 @triton.jit
-def _phase_f(t, part_ptr, mix_ptr, ro_ptr, pp_ptr, pre_ptr, scale_ptr, base_ptr, w_ptr, v_ptr, y_ptr, q_ptr,
-             s_ptr, T, H, S_A, f_steps, rows_padded, norm_eps, pre_eps, rms_eps, rms_scale, floor,
-             layout, COEF: tl.constexpr, NORM: tl.constexpr, W_BF16: tl.constexpr,
-             WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
-             SB: tl.constexpr, CW: tl.constexpr, F_CHUNKS: tl.constexpr):  # fmt: skip
-    """Row ``t``: logits and ``pre`` (COEF), then the collapse, RMSNorm, y and/or the pair (NORM)."""
+def _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps, norm_eps, pre_eps,
+                  BT: tl.constexpr, SB: tl.constexpr):  # fmt: skip
+    """Row ``t``'s records summed into its 24 logits and sum(R'^2) (stored for S), and ``pre`` (stored
+    and returned: [32], the four values first)."""
     t64 = t.to(tl.int64)
     col = tl.arange(0, _RECORD)
-    if COEF:
-        b = t // BT
-        lr = t % BT
-        si = tl.arange(0, SB)[:, None]
-        acc = tl.zeros((SB, _RECORD), dtype=tl.float32)
-        for i in range(f_steps):
-            sp = i * SB + si
-            ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr) * _RECORD + col[None, :]
-            acc += tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg")
-        mix = tl.sum(acc, axis=0)  # [32]: the 24 logits, sum(R'^2) at 24
-        tl.store(mix_ptr + t64 * _RECORD + col, mix)
-        one = tl.full((1,), 1.0, dtype=tl.float32)
-        sumsq = _pick(mix, col, 24) + tl.zeros((1,), dtype=tl.float32)
-        rs = tl.div_rn(one, tl.sqrt_rn(tl.div_rn(sumsq, one * (4 * H)) + norm_eps))
-        s0 = tl.load(scale_ptr)
-        bv = tl.load(base_ptr + col, mask=col < 4, other=0.0)
-        logit = (mix * rs) * s0 + bv
-        pre = 1.0 / (1.0 + tl.exp(-logit)) + pre_eps
-        tl.store(pre_ptr + t64 * 4 + col, pre, mask=col < 4)
-    if NORM:
-        if COEF:
-            tl.debug_barrier()  # the pre this program stored, when pp is pre (the normal ordering)
+    b = t // BT
+    lr = t % BT
+    si = tl.arange(0, SB)[:, None]
+    acc = tl.zeros((SB, _RECORD), dtype=tl.float32)
+    for i in range(f_steps):
+        sp = i * SB + si
+        ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr) * _RECORD + col[None, :]
+        acc += tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg")
+    mix = exact_sum(acc, 0)  # [32]: the 24 logits, sum(R'^2) at 24
+    tl.store(mix_ptr + t64 * _RECORD + col, mix)
+    one = tl.full((1,), 1.0, dtype=tl.float32)
+    sumsq = _pick(mix, col, 24) + tl.zeros((1,), dtype=tl.float32)
+    rs = tl.div_rn(one, tl.sqrt_rn(tl.div_rn(sumsq, one * (4 * H)) + norm_eps))
+    s0 = tl.load(scale_ptr)
+    bv = tl.load(base_ptr + col, mask=col < 4, other=0.0)
+    logit = (mix * rs) * s0 + bv
+    pre = 1.0 / (1.0 + tl.exp(-logit)) + pre_eps
+    tl.store(pre_ptr + t64 * 4 + col, pre, mask=col < 4)
+    return pre
+
+
+@triton.jit
+def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps,
+                  rms_scale, floor, layout, PP_OWN: tl.constexpr, W_BF16: tl.constexpr,
+                  WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr, CW: tl.constexpr,
+                  F_CHUNKS: tl.constexpr):  # fmt: skip
+    """Row ``t``'s collapse, RMSNorm, y and/or the pair. The collapse weights are ``pre`` (this row's own,
+    computed by this program: PP_OWN) or read from ``pp``; the same values either way."""
+    t64 = t.to(tl.int64)
+    if PP_OWN:
+        col = tl.arange(0, _RECORD)
+        p0 = _pick(pre, col, 0)
+        p1 = _pick(pre, col, 1)
+        p2 = _pick(pre, col, 2)
+        p3 = _pick(pre, col, 3)
+    else:
         p0 = tl.load(pp_ptr + t64 * 4, cache_modifier=".cg")
         p1 = tl.load(pp_ptr + t64 * 4 + 1, cache_modifier=".cg")
         p2 = tl.load(pp_ptr + t64 * 4 + 2, cache_modifier=".cg")
         p3 = tl.load(pp_ptr + t64 * 4 + 3, cache_modifier=".cg")
-        rbase = ro_ptr + t64 * (4 * H)
-        if F_CHUNKS == 1:
-            vb, ok, cols = _collapse_chunk(rbase, 0, p0, p1, p2, p3, H, HW_CVT, CW)
+    rbase = ro_ptr + t64 * (4 * H)
+    if F_CHUNKS == 1:
+        vb, ok, cols = _collapse_chunk(rbase, 0, p0, p1, p2, p3, H, HW_CVT, CW)
+        vf = bits_to_f32(vb)
+        ss = exact_total3(vf * vf)
+        rf = _rms_factor(ss, H, rms_eps)
+        _emit_chunk(vb, ok, cols, 0, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor,
+                    layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+    else:
+        ss = 0.0
+        for c in tl.static_range(F_CHUNKS):
+            vb, ok, cols = _collapse_chunk(rbase, c, p0, p1, p2, p3, H, HW_CVT, CW)
+            tl.store(v_ptr + t64 * H + cols, bits_to_bf16(vb), mask=ok)
             vf = bits_to_f32(vb)
-            ss = tl.sum(tl.sum(tl.sum(vf * vf, axis=2), axis=1), axis=0)
-            rf = _rms_factor(ss, H, rms_eps)
-            _emit_chunk(vb, ok, cols, 0, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor,
-                        layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
-        else:
-            ss = 0.0
-            for c in tl.static_range(F_CHUNKS):
-                vb, ok, cols = _collapse_chunk(rbase, c, p0, p1, p2, p3, H, HW_CVT, CW)
-                tl.store(v_ptr + t64 * H + cols, bits_to_bf16(vb), mask=ok)
-                vf = bits_to_f32(vb)
-                ss += tl.sum(tl.sum(tl.sum(vf * vf, axis=2), axis=1), axis=0)
-            rf = _rms_factor(ss, H, rms_eps)
-            tl.debug_barrier()  # every thread's v is stored before any is read back
-            for c in tl.static_range(F_CHUNKS):
-                cols, ok = _chunk_cols(c, H, CW)
-                vb = load_bf16_bits(v_ptr + t64 * H + cols, ok, True)
-                _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale,
-                            floor, layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
-        if WRITE_PAIR:
-            if t == T - 1:
-                # Scale rows past the last token up to the layout's row alignment are 0.
-                zr = tl.arange(0, 16)
-                for z0 in range(T, rows_padded, 16):
-                    for c in tl.static_range(F_CHUNKS):
-                        zero = tl.zeros((16, CW, 4), dtype=tl.int32)
-                        _store_scales(s_ptr, zero, z0 + zr, c * CW + tl.arange(0, CW), T, rows_padded, H // 32,
-                                      H // 128, layout)  # fmt: skip
+            ss += exact_total3(vf * vf)
+        rf = _rms_factor(ss, H, rms_eps)
+        tl.debug_barrier()  # every thread's v is stored before any is read back
+        for c in tl.static_range(F_CHUNKS):
+            cols, ok = _chunk_cols(c, H, CW)
+            vb = load_bf16_bits(v_ptr + t64 * H + cols, ok, True)
+            _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale,
+                        floor, layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+    if WRITE_PAIR:
+        if t == T - 1:
+            # Scale rows past the last token up to the layout's row alignment are 0.
+            zr = tl.arange(0, 16)
+            for z0 in range(T, rows_padded, 16):
+                for c in tl.static_range(F_CHUNKS):
+                    zero = tl.zeros((16, CW, 4), dtype=tl.int32)
+                    _store_scales(s_ptr, zero, z0 + zr, c * CW + tl.arange(0, CW), T, rows_padded, H // 32,
+                                  H // 128, layout)  # fmt: skip
 
 
 @triton.jit
@@ -394,7 +414,7 @@ def _hc_kernel(
     cnt_ptr, part_ptr, mix_ptr,
     T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps, f_steps,
     norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
-    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr,
+    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr, PP_OWN: tl.constexpr,
     HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
     PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
@@ -430,14 +450,21 @@ def _hc_kernel(
             if (b >= 0) & (t < T):
                 if HAS_A:
                     _wait(blocks + b * 3, S_A)
-                _phase_f(t, part_ptr, mix_ptr, ro_ptr, pp_ptr, pre_ptr, scale_ptr, base_ptr, w_ptr, v_ptr, y_ptr,
-                         q_ptr, s_ptr, T, H, S_A, f_steps, rows_padded, norm_eps, pre_eps, rms_eps,
-                         rms_scale, floor, layout, COEF, NORM, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, BT,
-                         SB, CW, F_CHUNKS)  # fmt: skip
-                old = _arrive(blocks + b * 3 + 1)
-                if not HAS_S:
-                    if old == tl.minimum(T - b * BT, BT) - 1:
-                        _reset(blocks + b * 3)
+                pre = tl.zeros((_RECORD,), dtype=tl.float32)
+                if COEF:
+                    pre = _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps,
+                                        norm_eps, pre_eps, BT, SB)  # fmt: skip
+                    if HAS_S:
+                        _arrive(blocks + b * 3 + 1)  # S needs only the logits: it runs beside the norm
+                if NORM:
+                    _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded,
+                                  rms_eps, rms_scale, floor, layout, PP_OWN, W_BF16, WRITE_Y, WRITE_PAIR,
+                                  HW_CVT, CW, F_CHUNKS)  # fmt: skip
+                if not (COEF and HAS_S):
+                    old = _arrive(blocks + b * 3 + 1)
+                    if not HAS_S:
+                        if old == tl.minimum(T - b * BT, BT) - 1:
+                            _reset(blocks + b * 3)
     else:
         if HAS_S:
             b = rnd - lag
@@ -566,6 +593,9 @@ def _launch(
         HAS_F=bool(phases[1]),
         COEF=coef,
         NORM=norm,
+        PP_OWN=bool(
+            coef and norm and tensors.get("pp") is not None and tensors.get("pp") is tensors.get("pre")
+        ),
         HAS_S=bool(phases[2]),
         TICKETS=tickets,
         PDL_SIGNAL=pdl_signal,

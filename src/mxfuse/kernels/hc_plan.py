@@ -158,32 +158,36 @@ def _divisor_at_least(n: int, quotient_at_most: int) -> int:
 
 
 def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
-    """The config used when the table has none, chosen from the sm_90 build's registers and spills.
+    """The config used when the table has none: the shape of the winners measured on an H200 at H = 5120
+    (normal ordering, T = 1, 4, 16, 64; benchmarks/hc_boundary_sweep.py, RESULTS.md), carried to the
+    other hiddens, orderings and token counts.
 
-    Up to 4 tokens: phase A on the CUDA cores, blocks of 1, 2 or 4 rows and 64-column steps (128 to 168
-    registers, no spills). Up to 16: a tensor-core block of 16 with 16-column steps on 4 warps, not
-    pipelined (128 registers; 64-column steps spill). Larger T: blocks of 32 or 64 tokens with 32-column
-    steps on 8 warps, pipelined, and above 64 tokens two launches, so that the finish items run in a
-    kernel of their own (80 registers instead of the 255 of phase A). About two A items per SM.
+    All of them launch twice (the A items, then the F and S items as a programmatic dependent launch)
+    on 4 warps. Up to 4 tokens: phase A on the CUDA cores, blocks of 1, 2 or 4 rows, 128 values a step
+    (one step an item), the finish in one step (v kept in registers). Up to 16: a tensor-core block of
+    16 with 16-column steps, two pipeline stages, about two A items per SM. Larger T: tensor-core blocks
+    of 16 with 32-column steps, three stages, about one A item per SM; the finish in 32-word steps.
     """
     words = hidden // 128
+    one_step = min(64, triton.next_power_of_2(words))
     if tokens <= 4:
-        block_t, block_h, num_warps, mix, stages = triton.next_power_of_2(max(tokens, 1)), 64, 4, "fma", 1
+        block_t = triton.next_power_of_2(max(tokens, 1))
+        block_h, mix, stages, words_f, target = 128 // block_t, "fma", 1, one_step, 2 * sms
     elif tokens <= 16:
-        block_t, block_h, num_warps, mix, stages = 16, 16, 4, "dot", 1
+        block_t, block_h, mix, stages, words_f, target = 16, 16, "dot", 2, min(32, one_step), 2 * sms
     else:
-        block_t, block_h, num_warps, mix, stages = (32 if tokens <= 64 else 64), 32, 8, "dot", 3
+        block_t, block_h, mix, stages, words_f, target = 16, 32, "dot", 3, min(32, one_step), sms
     blocks = -(-max(tokens, 1) // block_t)
-    steps_a = _divisor_at_least(hidden // block_h, max(1, round(2 * sms / blocks)))
+    steps_a = _divisor_at_least(hidden // block_h, max(1, round(target / blocks)))
     return HcConfig(
         block_t=block_t,
         block_h=block_h,
         steps_a=steps_a,
-        rows_s=min(block_t, 32),
-        words_f=min(32, triton.next_power_of_2(words)),
-        lag=0 if blocks <= 2 else 1,
-        num_warps=num_warps,
-        launches=1 if tokens <= 64 else 2,
+        rows_s=block_t,
+        words_f=words_f,
+        lag=0,
+        num_warps=4,
+        launches=2,
         mix=mix,
         stages=stages,
     )
