@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,11 +59,11 @@ def _steps(hidden: int, block_h: int, blocks: int, target: int) -> int:
     return _divisor_at_least(hidden // block_h, round(target / blocks))
 
 
-def candidates(tokens: int, hidden: int, sms: int = 132) -> list[HcConfig]:
+def candidates(tokens: int, hidden: int, sms: int = 132, *, quick: bool = False) -> list[HcConfig]:
     """The configurations tried for one shape: the default first, then a grid around the design.
 
     Up to 16 tokens: phase A on the CUDA cores (blocks of the next power of two of T, at most 16;
-    256 or 128 values per step) and on the tensor cores (a block of 16; 16-column steps on 4 warps,
+    256, 128 or 32 values per step) and on the tensor cores (a block of 16; 16-column steps on 4 warps,
     32-column on 8, pipelined or not), with about 1x and 2x the SMs in A items, 4 or 8 warps, a one-step
     or 32-word finish, one launch or two. Above: tensor cores, blocks of 16 or 32 (T <= 128) or 16, 32
     or 64 tokens, 32-column steps, about 1x and 2x the SMs in A items, pipelined (3 stages) or not, one
@@ -75,7 +76,8 @@ def candidates(tokens: int, hidden: int, sms: int = 132) -> list[HcConfig]:
     if tokens <= 16:
         bt = min(16, triton.next_power_of_2(tokens))
         blocks = -(-tokens // bt)
-        for bh in sorted({min(128, 256 // bt), max(16, min(128, 128 // bt))}):
+        widths = {min(128, 256 // bt), max(16, min(128, 128 // bt))} | ({32} if bt * 32 <= 256 else set())
+        for bh in sorted(widths):
             for target in (sms, 2 * sms):
                 steps = _steps(hidden, bh, blocks, target)
                 for warps in (4, 8):
@@ -102,9 +104,11 @@ def candidates(tokens: int, hidden: int, sms: int = 132) -> list[HcConfig]:
                             HcConfig(bt, 32, steps, min(bt, 32), cw, lag, warps, launches, "dot", stages)
                         )
     unique = []
-    for c in found:
+    for i, c in enumerate(found):
         c.check(hidden)
-        if c not in unique:
+        if c not in unique and (
+            i == 0 or not quick or (c.launches == 2 and (c.num_warps == 4 or c.block_t > 16))
+        ):
             unique.append(c)
     return unique
 
@@ -122,13 +126,13 @@ def _compile_worker(jobs: list[dict]) -> None:
     torch.cuda.synchronize()
 
 
-def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path) -> float:
+def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, quick: bool = False) -> float:
     """Compile every candidate of every shape in ``jobs`` processes; seconds taken."""
     start = time.perf_counter()
     work = []
     seen = set()
     for tokens, hidden, shifted in shapes:
-        for config in candidates(tokens, hidden):
+        for config in candidates(tokens, hidden, quick=quick):
             # T is not specialized: one small T per compile class (block size, ordering, hidden) will do.
             # Only constexprs make another kernel: steps_a, lag, T and the ordering are runtime values,
             # and H only through the number of finish steps.
@@ -181,14 +185,16 @@ def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: fl
     return bench_us(fns, target_ms=target_ms, replays=7)
 
 
-def sweep_shape(tokens: int, hidden: int, shifted: bool, only: list[HcConfig] | None = None) -> list[dict]:
+def sweep_shape(
+    tokens: int, hidden: int, shifted: bool, only: list[HcConfig] | None = None, *, quick: bool = False
+) -> list[dict]:
     moved = floor_bytes(tokens, hidden)
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
     outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     ordering = "shifted" if shifted else "normal"
     ref = hc.mhc_boundary_reference(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], params=PARAMS)
     rows = []
-    for config in only or candidates(tokens, hidden):
+    for config in only or candidates(tokens, hidden, quick=quick):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}
         try:
             row["check"] = check(sets[0], ref, config)
@@ -243,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--precompile-only", action="store_true", help="compile every candidate, time nothing"
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="two launches only, on 4 warps for blocks of 16 or fewer"
+    )
     parser.add_argument("--compile-jobs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.compile_jobs:
@@ -257,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
     if args.jobs:
-        env["precompile_s"] = precompile(shapes, args.jobs, out_dir)
+        with tempfile.TemporaryDirectory() as tmp:
+            env["precompile_s"] = precompile(shapes, args.jobs, Path(tmp), quick=args.quick)
     if args.precompile_only:
         return 0
     rows = []
@@ -275,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             best = sorted(normal, key=lambda r: r["us"])[:6]
             only = [default_config(t, h)] + [HcConfig(**r["config"]) for r in best]
             only = list(dict.fromkeys(only))
-        shape_rows = sweep_shape(t, h, s, only)
+        shape_rows = sweep_shape(t, h, s, only, quick=args.quick)
         rows += shape_rows
         good = sorted((r for r in shape_rows if "final_us" in r), key=lambda r: r["final_us"])
         default = shape_rows[0]

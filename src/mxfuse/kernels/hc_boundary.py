@@ -137,8 +137,13 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
     m = tl.arange(0, 32)
     fn_mask = (m < 24)[:, None]  # rows 24..31 of the dot's N are padding: masked loads read nothing
     fn_rows = m.to(tl.int64)[:, None] * (4 * H)
+    # Each step's sums start from zero and are added to the running ones with Kahan's compensation
+    # (the kernel runs without FMA contraction, so the correction terms are kept): the error of a record
+    # stays that of one step's sums, however many steps an item takes (224 at T = 2048, H = 7168).
     acc = tl.zeros((BT, 32), dtype=tl.float32)
+    acc_c = tl.zeros((BT, 32), dtype=tl.float32)
     sumsq = tl.zeros((BT,), dtype=tl.float32)
+    sumsq_c = tl.zeros((BT,), dtype=tl.float32)
     for i in range(a_steps):
         cols = (s * a_steps + i) * BH + tl.arange(0, BH)
         rbase = rows64[:, None] * (4 * H) + cols[None, :]
@@ -159,7 +164,7 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
         sq = sq + g1 * g1
         sq = sq + g2 * g2
         sq = sq + g3 * g3
-        sumsq += exact_sum(sq, 1)
+        sumsq, sumsq_c = _kahan(sumsq, sumsq_c, exact_sum(sq, 1))
         fcols = fn_ptr + fn_rows + cols[None, :]
         if MIX_FMA:
             # [BT, 32, BH] products of the four streams, summed over the columns in one reduction.
@@ -171,16 +176,25 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
             part = part + g1[:, None, :] * f1[None, :, :]
             part = part + g2[:, None, :] * f2[None, :, :]
             part = part + g3[:, None, :] * f3[None, :, :]
-            acc += exact_sum(part, 2)
+            step = exact_sum(part, 2)
         else:
-            acc = mix_dot(acc, b0, fcols, fn_mask, HW_CVT)
-            acc = mix_dot(acc, b1, fcols + H, fn_mask, HW_CVT)
-            acc = mix_dot(acc, b2, fcols + 2 * H, fn_mask, HW_CVT)
-            acc = mix_dot(acc, b3, fcols + 3 * H, fn_mask, HW_CVT)
+            step = mix_dot(tl.zeros((BT, 32), dtype=tl.float32), b0, fcols, fn_mask, HW_CVT)
+            step = mix_dot(step, b1, fcols + H, fn_mask, HW_CVT)
+            step = mix_dot(step, b2, fcols + 2 * H, fn_mask, HW_CVT)
+            step = mix_dot(step, b3, fcols + 3 * H, fn_mask, HW_CVT)
+        acc, acc_c = _kahan(acc, acc_c, step)
     col = tl.arange(0, _RECORD)[None, :]
     record = tl.where(col == 24, sumsq[:, None], acc)
     slot = (b * S_A + s).to(tl.int64) * BT + tl.arange(0, BT)[:, None]
     tl.store(part_ptr + slot * _RECORD + col, record)
+
+
+@triton.jit
+def _kahan(total, comp, x):
+    """Kahan's compensated ``total + x``: the new total and compensation (elementwise, order-free)."""
+    y = x - comp
+    t = total + y
+    return t, (t - total) - y
 
 
 @triton.jit
