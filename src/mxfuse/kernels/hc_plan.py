@@ -159,12 +159,12 @@ def _divisor_at_least(n: int, quotient_at_most: int) -> int:
 
 def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
     """The config used when the table has none: the shape of the winners measured on an H200 at H = 5120
-    (normal ordering, T = 1, 4, 16, 64; benchmarks/hc_boundary_sweep.py, RESULTS.md), carried to the
-    other hiddens, orderings and token counts.
+    (normal ordering, T = 1, 4, 16, 64 and 2048; benchmarks/hc_boundary_sweep.py, RESULTS.md), carried
+    to the other hiddens, orderings and token counts.
 
     All of them launch twice (the A items, then the F and S items as a programmatic dependent launch)
-    on 4 warps. Up to 4 tokens: phase A on the CUDA cores, blocks of 1, 2 or 4 rows, 128 values a step
-    (one step an item), the finish in one step (v kept in registers). Up to 16: a tensor-core block of
+    on 4 warps. Up to 4 tokens: phase A on the CUDA cores, blocks of 1, 2 or 4 rows, 32 columns a step
+    (one step an item: 160 items at H = 5120), the finish in one step (v kept in registers). Up to 16: a tensor-core block of
     16 with 16-column steps, two pipeline stages, about two A items per SM. Larger T: tensor-core blocks
     of 16 with 32-column steps, three stages, about one A item per SM; the finish in 32-word steps.
     """
@@ -172,7 +172,7 @@ def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
     one_step = min(64, triton.next_power_of_2(words))
     if tokens <= 4:
         block_t = triton.next_power_of_2(max(tokens, 1))
-        block_h, mix, stages, words_f, target = 128 // block_t, "fma", 1, one_step, 2 * sms
+        block_h, mix, stages, words_f, target = 32, "fma", 1, one_step, 2 * sms
     elif tokens <= 16:
         block_t, block_h, mix, stages, words_f, target = 16, 16, "dot", 2, min(32, one_step), 2 * sms
     else:
