@@ -23,6 +23,7 @@ Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -103,6 +104,9 @@ def candidates(tokens: int, hidden: int, sms: int = 132, *, quick: bool = False)
                         found.append(
                             HcConfig(bt, 32, steps, min(bt, 32), cw, lag, warps, launches, "dot", stages)
                         )
+    # The finish launch on more warps (two launches, up to 64 tokens): one row's finish is serial work.
+    if tokens <= 64:
+        found += [dataclasses.replace(c, warps_f=w) for c in found[:1] for w in (8, 16) if c.launches == 2]
     unique = []
     for i, c in enumerate(found):
         c.check(hidden)

@@ -104,6 +104,11 @@ CASES += [
     Case("T5 normal e8m0, two launches", 5, 384, False, "e8m0", config=(16, 64, 2, 16, 4, 0, 4, 2), seed=5),
     Case("T5 shifted swizzled, two launches, pair only, two-step finish", 5, 384, True, "swizzled_128x4",
          want_y=False, config=(16, 32, 3, 2, 2, 0, 4, 2), seed=5),
+    # The finish launch on 16 warps, which loads the norm weight before it waits (bf16 and fp32 weights).
+    Case("T6 normal deepgemm, finish on 16 warps, weight first", 6, 384, False,
+         config=(4, 32, 3, 2, 4, 0, 4, 2, "fma", 1, 16), copies_of_row0=(4,), seed=11),
+    Case("T6 shifted e8m0, finish on 16 warps, weight first, fp32 weight", 6, 384, True, "e8m0",
+         fp32_weight=True, config=(16, 32, 2, 4, 4, 0, 4, 2, "dot", 1, 16), seed=12),
     Case("T20 normal e8m0 floor, model scalars, fp32 weight", 20, 256, False, "e8m0", rounding="floor",
          model_scalars=True, fp32_weight=True, seed=9),
     Case("T5 shifted y only", 5, 384, True, want_pair=False, seed=5),

@@ -83,7 +83,8 @@ FAMILIES = {
     from mxfuse.hc import empty_hc_boundary_outputs
     from mxfuse.kernels import hc_boundary as fused, hc_steps as steps
     from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
-    two = HcConfig(16, 64, 2, 16, 2, 0, 8, 2)  # two launches, the second a programmatic dependent one
+    # two launches, the second a programmatic dependent one on 16 warps whose one-step finish loads w first
+    two = HcConfig(16, 64, 2, 16, 4, 0, 8, 2, warps_f=16)
     for t, shifted, config in ((1, False, None), (1, True, None), (129, False, None), (129, True, None),
                                (3, False, two)):
         inputs = make_inputs(t, 512, shifted=shifted)

@@ -233,12 +233,13 @@ def _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_
 
 
 @triton.jit
-def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps,
-                  rms_scale, floor, layout, PP_OWN: tl.constexpr, W_BF16: tl.constexpr,
+def _phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps,
+                  rms_scale, floor, layout, PP_OWN: tl.constexpr, W_LOADED: tl.constexpr, W_BF16: tl.constexpr,
                   WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr, CW: tl.constexpr,
                   F_CHUNKS: tl.constexpr):  # fmt: skip
     """Row ``t``'s collapse, RMSNorm, y and/or the pair. The collapse weights are ``pre`` (this row's own,
-    computed by this program: PP_OWN) or read from ``pp``; the same values either way."""
+    computed by this program: PP_OWN) or read from ``pp``; the same values either way. ``w_pre``: the
+    one-step finish's norm weight, loaded before the wait (W_LOADED)."""
     t64 = t.to(tl.int64)
     if PP_OWN:
         col = tl.arange(0, _RECORD)
@@ -257,8 +258,10 @@ def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, 
         vf = bits_to_f32(vb)
         ss = exact_total3(vf * vf)
         rf = _rms_factor(ss, H, rms_eps)
-        _emit_chunk(vb, ok, cols, 0, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor,
-                    layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+        if not W_LOADED:
+            w_pre = _load_w(w_ptr, cols, ok, rms_scale, W_BF16)
+        _emit_chunk(vb, ok, cols, 0, rf, t, w_pre, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout,
+                    WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
     else:
         ss = 0.0
         for c in tl.static_range(F_CHUNKS):
@@ -271,8 +274,9 @@ def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, 
         for c in tl.static_range(F_CHUNKS):
             cols, ok = _chunk_cols(c, H, CW)
             vb = load_bf16_bits(v_ptr + t64 * H + cols, ok, True)
-            _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale,
-                        floor, layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+            wf = _load_w(w_ptr, cols, ok, rms_scale, W_BF16)
+            _emit_chunk(vb, ok, cols, c, rf, t, wf, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout,
+                        WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
     if WRITE_PAIR:
         if t == T - 1:
             # Scale rows past the last token up to the layout's row alignment are 0.
@@ -313,16 +317,23 @@ def _collapse_chunk(rbase, c, p0, p1, p2, p3, H, HW_CVT: tl.constexpr, CW: tl.co
 
 
 @triton.jit
-def _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor, layout,
-                W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
-                CW: tl.constexpr):  # fmt: skip
-    """y = bf16(v * rf * w) on one chunk of row ``t``: stored, and/or its MXFP8 pair (whole scale words)."""
-    t64 = t.to(tl.int64)
-    v = bits_to_f32(vb)
+def _load_w(w_ptr, cols, ok, rms_scale, W_BF16: tl.constexpr):
+    """The norm weight of a chunk's columns, fp32, times ``rms_scale``."""
     if W_BF16:
         wf = bits_to_f32(load_bf16_bits(w_ptr + cols, ok)) * rms_scale
     else:
         wf = tl.load(w_ptr + cols, mask=ok, other=0.0) * rms_scale
+    return wf
+
+
+@triton.jit
+def _emit_chunk(vb, ok, cols, c, rf, t, wf, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout,
+                WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
+                CW: tl.constexpr):  # fmt: skip
+    """y = bf16(v * rf * w) on one chunk of row ``t`` (``wf``: ``_load_w`` of its columns): stored,
+    and/or its MXFP8 pair (whole scale words)."""
+    t64 = t.to(tl.int64)
+    v = bits_to_f32(vb)
     yb = tl.where(ok, bf16_bits((v * rf) * wf, HW_CVT), 0)
     if WRITE_Y:
         tl.store(y_ptr + t64 * H + cols, bits_to_bf16(yb), mask=ok)
@@ -432,12 +443,13 @@ def _hc_kernel(
     HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
     PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
-    CW: tl.constexpr, F_CHUNKS: tl.constexpr,
+    CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr,
 ):  # fmt: skip
     if PDL_SIGNAL:
         tl.extra.cuda.gdc_launch_dependents()
-    if PDL_WAIT:
-        tl.extra.cuda.gdc_wait()
+    # A launch that waits on the A launch (PDL_WAIT) has no A items: its F and S items wait below, after
+    # taking their ticket and loading what the A launch does not write (the previous launch of this
+    # kernel, which last touched the counters, finished before the A launch began).
     if TICKETS:
         ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
         if ticket == total - 1:
@@ -462,6 +474,12 @@ def _hc_kernel(
             b = rnd - lag
             t = b * BT + (pos - off_f)
             if (b >= 0) & (t < T):
+                w_pre = tl.zeros((CW, 4, 32), dtype=tl.float32)
+                if W_LOADED:
+                    cols0, ok0 = _chunk_cols(0, H, CW)
+                    w_pre = _load_w(w_ptr, cols0, ok0, rms_scale, W_BF16)
+                if PDL_WAIT:
+                    tl.extra.cuda.gdc_wait()
                 if HAS_A:
                     _wait(blocks + b * 3, S_A)
                 pre = tl.zeros((_RECORD,), dtype=tl.float32)
@@ -471,9 +489,9 @@ def _hc_kernel(
                     if HAS_S:
                         _arrive(blocks + b * 3 + 1)  # S needs only the logits: it runs beside the norm
                 if NORM:
-                    _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded,
-                                  rms_eps, rms_scale, floor, layout, PP_OWN, W_BF16, WRITE_Y, WRITE_PAIR,
-                                  HW_CVT, CW, F_CHUNKS)  # fmt: skip
+                    _phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H,
+                                  rows_padded, rms_eps, rms_scale, floor, layout, PP_OWN, W_LOADED, W_BF16,
+                                  WRITE_Y, WRITE_PAIR, HW_CVT, CW, F_CHUNKS)  # fmt: skip
                 if not (COEF and HAS_S):
                     old = _arrive(blocks + b * 3 + 1)
                     if not HAS_S:
@@ -485,6 +503,8 @@ def _hc_kernel(
             g = pos - off_s
             n_rows = tl.minimum(T - b * BT, BT)
             if (b >= 0) & (g * RS < n_rows):
+                if PDL_WAIT:
+                    tl.extra.cuda.gdc_wait()
                 if HAS_F:
                     _wait(blocks + b * 3 + 1, n_rows)
                 elif HAS_A:
@@ -575,6 +595,9 @@ def _launch(
         ptrs["v"] = v_ws
     w = tensors.get("w")
     sb = min(64, triton.next_power_of_2(splits_a))
+    # A launch without A items runs on warps_f; its one-step finish then loads the norm weight before
+    # it waits (on 8 or more warps the extra registers fit; on 4 they would spill).
+    warps = config.warps_f if config.warps_f and not phases[0] else config.num_warps
     tickets = bool(phases[1] or phases[2])
     _hc_kernel[(plan.total,)](
         *(ptrs[name] for name in _POINTERS),
@@ -624,7 +647,8 @@ def _launch(
         SB=sb,
         CW=config.words_f,
         F_CHUNKS=f_chunks,
-        num_warps=config.num_warps,
+        W_LOADED=bool(norm and f_chunks == 1 and warps >= 8),
+        num_warps=warps,
         num_stages=config.stages,
         enable_fp_fusion=False,
         **({"launch_pdl": True} if pdl_wait else {}),

@@ -96,7 +96,9 @@ class HcConfig:
     products, exact; a block of at least 16 tokens) or ``"fma"`` (fp32 multiply-adds on the CUDA cores
     for blocks of 1 to 16 tokens: no operand staging, at most block_t * block_h = 256). stages: the
     software pipelining of phase A's steps (Triton's ``num_stages``; 1 turns it off and frees the shared
-    memory its buffers hold).
+    memory its buffers hold). warps_f: the warps of a launch without A items (the second of two
+    launches, and the unfused chain's finish): one row's finish is a program's serial work, which more
+    warps shorten; 0 takes ``num_warps``.
     """
 
     block_t: int
@@ -109,6 +111,7 @@ class HcConfig:
     launches: int = 1
     mix: str = "dot"
     stages: int = 3
+    warps_f: int = 0
 
     def check(self, hidden: int) -> None:
         """ValueError naming the field that does not fit ``hidden`` (a positive multiple of 128)."""
@@ -143,6 +146,8 @@ class HcConfig:
             )
         if self.launches not in (1, 2):
             problems.append(f"launches must be 1 or 2; got {self.launches}")
+        if self.warps_f not in (0, 1, 2, 4, 8, 16):
+            problems.append(f"warps_f must be 0 or a power of two <= 16; got {self.warps_f}")
         if self.stages not in (1, 2, 3, 4):
             problems.append(f"stages must be 1, 2, 3 or 4; got {self.stages}")
         if problems:
