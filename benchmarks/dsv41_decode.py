@@ -220,19 +220,43 @@ def profile_stages(
             for _ in range(steps):
                 step(model, state, c)
             _synchronize(on_cpu)
-        times = dict.fromkeys(STAGES, 0.0)
-        for evt in prof.key_averages():
-            name = evt.key.removeprefix("dsv41.")
-            if not evt.key.startswith("dsv41.") or name not in times:
-                continue
-            if on_cpu:
-                total = evt.cpu_time_total
-            else:
-                total = getattr(evt, "device_time_total", None)
-                total = evt.cuda_time_total if total is None else total
-            times[name] = total / steps
-        result[path] = times
+        result[path] = stage_times(prof.events(), steps=steps, on_cpu=on_cpu)
     return result
+
+
+def _self_device_us(event) -> float:
+    total = getattr(event, "self_device_time_total", None)
+    return event.self_cuda_time_total if total is None else total
+
+
+def stage_times(events, *, steps: int, on_cpu: bool = False) -> dict[str, float]:
+    """us per step of each stage from a profile's events. A stage is a host-side ``dsv41.<stage>`` range;
+    its time is the device time of the kernels launched by host events inside that range, each kernel
+    counted once (the ``self`` device time of every host event in it; with ``on_cpu``, the range's own
+    host time). Not the range's span on the GPU timeline, which in eager steps also holds the time the
+    GPU waits for the host to launch."""
+    from torch.autograd import DeviceType
+
+    times = dict.fromkeys(STAGES, 0.0)
+    host = [e for e in events if e.device_type == DeviceType.CPU]
+    for r in host:
+        stage = r.name.removeprefix("dsv41.")
+        if not r.name.startswith("dsv41.") or stage not in times:
+            continue
+        if on_cpu:
+            times[stage] += r.time_range.elapsed_us()
+            continue
+        start, end = r.time_range.start, r.time_range.end
+        times[stage] += sum(
+            _self_device_us(e)
+            for e in host
+            if e is not r
+            and e.thread == r.thread
+            and not e.name.startswith("dsv41.")
+            and start <= e.time_range.start
+            and e.time_range.end <= end
+        )
+    return {name: total / steps for name, total in times.items()}
 
 
 def _synchronize(on_cpu: bool) -> None:

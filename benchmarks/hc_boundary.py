@@ -1,6 +1,6 @@
 """Time the fused mHC boundary against its baselines on one GPU: CUDA graphs, cold L2, medians.
 
-    python benchmarks/hc_boundary.py [--sweep] [--compile dynamic-tokens|static|off] [--json PATH]
+    python benchmarks/hc_boundary.py [--compile dynamic-tokens|static|off] [--json PATH]
 
 For T in {1, 16, 64, 128, 512, 2048}, H in {5120, 7168}, n = 4, both orderings (normal: V4; shifted:
 V4.1, ``prev_pre`` given), each boundary writing the next GEMM's input as an MXFP8 pair (deepgemm
@@ -22,7 +22,7 @@ table's two checks columns say which check of which variant failed and by how mu
 misses the reference's tolerance is reported there and does not fail the run; a failed check of ours
 makes the script exit 1. Each variant is captured in one CUDA graph of many calls cycling through
 enough input sets that repeated calls do not hit the 60 MB L2, and timed over replays; every variant
-is timed three times, interleaved, and the median kept. ``--sweep`` times alternative kernel configs at H = 7168 first.
+is timed three times, interleaved, and the median kept. The kernel configuration is the table's (``benchmarks/hc_boundary_sweep.py`` chooses it).
 Prints a table at the end; writes every number as JSON to --json, else $OUT/hc_boundary.json, else
 reports/hc_boundary.json.
 """
@@ -46,7 +46,7 @@ from gpumatrix.compare import ulp_distance
 from mxfuse import hc
 from mxfuse.formats import scale_spec
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_plan import HcConfig, default_config, sm_count
+from mxfuse.kernels.hc_plan import choose_config, sm_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import bench_us, copy_bandwidth, rotation_count
@@ -248,7 +248,9 @@ def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, 
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(count)]
     row: dict[str, object] = {"T": tokens, "H": hidden, "ordering": "shifted" if shifted else "normal"}
     row.update({"floor_bytes": moved, "sets": count, "floor_us": moved / copy_gbps / 1e3})
-    row["config"] = default_config(tokens, hidden, sms=sm_count(torch.device("cuda"))).__dict__
+    row["config"] = choose_config(
+        tokens, hidden, shifted=shifted, sms=sm_count(torch.device("cuda"))
+    ).to_json()
     if compiled is not None:
         shape_class = f"T={tokens}" if tokens == 1 or compiled.mode == "static" else "T dynamic"
         for s in sets:
@@ -276,62 +278,20 @@ def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, 
     return row
 
 
-def sweep_configs(tokens: int, hidden: int) -> list[HcConfig]:
-    """The default config, then one knob at a time around it (valid for hidden, deduplicated)."""
-    base = default_config(tokens, hidden, sms=sm_count(torch.device("cuda")))
-    candidates = [base]
-    for changes in (
-        {"num_warps": 4 if base.num_warps == 8 else 8},
-        {"lag": 0 if base.lag else 1},
-        {"block_h": base.block_h * 2, "steps_a": max(1, base.steps_a // 2)},
-        {"steps_a": base.steps_a * 2},
-        {"words_n": base.words_n * 2, "rows_n": max(1, base.rows_n // 2)},
-        {"words_n": max(1, base.words_n // 2), "rows_n": min(base.block_t, base.rows_n * 2)},
-    ):
-        config = HcConfig(**{**base.__dict__, **changes})
-        try:
-            config.check(hidden)
-        except ValueError:
-            continue
-        if config not in candidates:
-            candidates.append(config)
-    return candidates
-
-
-def sweep(copy_gbps: float) -> list[dict]:
-    rows = []
-    hidden = 7168
-    for tokens, shifted in ((1, False), (1, True), (16, True), (128, True), (2048, False), (2048, True)):
-        if True:
-            moved = floor_bytes(tokens, hidden)
-            sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
-            ref = hc.mhc_boundary_reference(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], params=PARAMS)
-            for config in sweep_configs(tokens, hidden):
-                out = hc.mhc_boundary(
-                    *_args(sets[0]), prev_pre=sets[0]["prev_pre"], params=PARAMS, config=config
-                )
-                q, _ = quantize_mxfp8(out.y)
-                ulp = ulp_distance(out.residual, ref.residual).max()
-                ok = bool(ulp <= 1) and torch.equal(q.view(torch.uint8), out.pair[0].view(torch.uint8))
-                outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
-                fns = [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], params=PARAMS, out=o, config=config)
-                       for s, o in zip(sets, outs, strict=True)]  # fmt: skip
-                us = statistics.median(bench_us(fns, target_ms=5.0, replays=10) for _ in range(3))
-                rows.append({"T": tokens, "H": hidden, "ordering": "shifted" if shifted else "normal",
-                             "config": config.__dict__, "ok": ok, "us": us, "floor_us": moved / copy_gbps / 1e3})  # fmt: skip
-                print(
-                    f"  sweep T={tokens:>5} {rows[-1]['ordering']:>7} {us:9.2f} us ok={ok} {config}",
-                    flush=True,
-                )
-    return rows
+def environment() -> dict[str, object]:
+    """Date, GPU, versions and SM count of this run."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "sms": sm_count(torch.device("cuda")),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--sweep", action="store_true", help="also time alternative kernel configs (H = 7168)"
     )
     parser.add_argument("--compile", choices=("dynamic-tokens", "static", "off"), default="dynamic-tokens")
     parser.add_argument("--hiddens", default=",".join(map(str, HIDDENS)), help="comma-separated hidden sizes")
@@ -339,18 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     torch._dynamo.config.recompile_limit = 64
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "sms": sm_count(torch.device("cuda")),
-    }
+    env = environment()
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
     copy_gbps = copy_bandwidth() / 1e9  # bytes read + written per second, of a 512 MB copy
     env["copy_GBps"] = copy_gbps
     print(f"copy bandwidth (read + write): {copy_gbps:.0f} GB/s", flush=True)
-    sweep_rows = sweep(copy_gbps) if args.sweep else []
     compiled = None if args.compile == "off" else Compiled(args.compile)
     rows = []
     for hidden in map(int, args.hiddens.split(",")):
@@ -367,24 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     env["wall_s"] = time.perf_counter() - start
     path = Path(args.json or Path(os.environ.get("OUT", "reports")) / "hc_boundary.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"env": env, "rows": rows, "sweep": sweep_rows}, indent=1))
-    _print_tables(env, rows, sweep_rows, args.compile)
+    path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
+    _print_tables(env, rows, args.compile)
     print(f"JSON: {path}; wall {env['wall_s']:.0f} s")
     return 1 if any(ours_failed(r) for r in rows) else 0
 
 
-def _print_tables(env: dict, rows: list[dict], sweep_rows: list[dict], compile_mode: str) -> None:
-    if sweep_rows:
-        print("\nsweep, best config per shape (H = 7168; us; default first in each group):")
-        keys = sorted({(r["T"], r["ordering"]) for r in sweep_rows})
-        for key in keys:
-            group = [r for r in sweep_rows if (r["T"], r["ordering"]) == key and r["ok"]]
-            if group:
-                best = min(group, key=lambda r: r["us"])
-                default = next(r for r in sweep_rows if (r["T"], r["ordering"]) == key)
-                print(
-                    f"  T={key[0]:>5} {key[1]:>7}: default {default['us']:.2f}, best {best['us']:.2f} {best['config']}"
-                )
+def _print_tables(env: dict, rows: list[dict], compile_mode: str) -> None:
     print(
         f"\n{env['date']}, {env['gpu']} ({env['sms']} SMs), torch {env['torch']}, Triton {env['triton']}; "
         f"copy {env['copy_GBps']:.0f} GB/s; MXFP8 pair out (deepgemm, RCEIL); us per boundary, median of 3 "

@@ -30,7 +30,7 @@ from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
 from mxfuse import MxfuseError, MxfuseUnavailableError, hc, witness
 from mxfuse.formats import ScaleLayout, ScaleRounding
 from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcWorkspace
+from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 
@@ -111,6 +111,36 @@ def test_residual_is_bit_identical_to_the_unfused_chain(tokens, hidden, ordering
     assert [r["path"] for r in records] == ["hc.boundary.unfused"]
     assert_same_bits(fused.residual, unfused.residual, name="R' fused vs unfused")
     assert_boundary_matches(unfused, _reference(inputs), layout="deepgemm")
+
+
+# Configurations whose fused kernel once differed from the unfused chain in the last bit of y (a sum
+# of squares whose order followed the register layout), and one of each kind of phase A.
+CONFIGS = {
+    "default": None,
+    "bt32 single-step finish": HcConfig(32, 32, 4, 32, 64, 0, 8, 1, "dot", 1),
+    "bt32 two launches pipelined": HcConfig(32, 32, 2, 32, 64, 0, 8, 2, "dot", 3),
+    "bt16 dot two launches": HcConfig(16, 16, 2, 16, 32, 0, 4, 2, "dot", 2),
+    "bt4 fma one launch": HcConfig(4, 32, 1, 4, 64, 0, 4, 1, "fma", 1),
+}
+UNFUSED_CASES = [(64, 5120, c) for c in CONFIGS] + [(64, 4096, "default"), (4, 7168, "bt4 fma one launch")]
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+@pytest.mark.parametrize(
+    ("tokens", "hidden", "config"), UNFUSED_CASES, ids=[f"{t} {h} {c}" for t, h, c in UNFUSED_CASES]
+)
+def test_every_output_is_bit_identical_to_the_unfused_chain(tokens, hidden, config, ordering):
+    """R', pre, post', comb', y and the pair: the fused kernel and the unfused chain (post kernel, mixes,
+    bf16 y, then ``quantize_mxfp8``) of the same configuration agree bit for bit."""
+    inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
+    fused, unfused = _outputs(tokens, hidden), _outputs(tokens, hidden)
+    _boundary(inputs, fused, config=CONFIGS[config])
+    _boundary(inputs, unfused, fused=False, config=CONFIGS[config])
+    for name in ("residual", "pre", "post", "comb", "y"):
+        assert_same_bits(getattr(fused, name), getattr(unfused, name), name=f"{name} fused vs unfused")
+    assert_same_bits(fused.pair[0].view(torch.uint8), unfused.pair[0].view(torch.uint8), name="pair elements")
+    # The fused pair is quantize(y), scales and padding included (the unfused pair is that by construction).
+    assert_boundary_matches(fused, _reference(inputs), layout="deepgemm")
 
 
 @pytest.mark.parametrize("params", ["upstream", "model"])

@@ -95,3 +95,42 @@ def test_targets_are_reported_for_every_row(dry_run):
     # T = 1 and 4: 1.05x unfused and 1.2x bf16 (T <= 16), never slower than unfused, and the floor at T = 1.
     assert len(targets) == 7, targets
     assert all(line.endswith((" met", " MISSED")) for line in targets)
+
+
+def _event(name, start, end, *, self_device=0.0, thread=1, device="cpu"):
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    span = SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start)
+    kind = DeviceType.CPU if device == "cpu" else DeviceType.CUDA
+    return SimpleNamespace(name=name, time_range=span, thread=thread, device_type=kind,
+                           self_device_time_total=self_device)  # fmt: skip
+
+
+def test_stage_times_count_each_kernel_once_inside_its_range():
+    """The GPU path's attribution on synthetic events: the kernels' device time launched by host events
+    inside a stage's range (nested ops counted once, through their self time), not the range's span, nor
+    the device-side copy of the range, nor another thread's work."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from dsv41_decode import stage_times
+
+    events = [
+        _event("dsv41.boundary_in", 0, 100),
+        _event("aten::mm", 10, 30, self_device=7.0),
+        _event("aten::linear", 40, 80, self_device=1.0),
+        _event("cuLaunchKernelEx", 50, 60, self_device=5.0),  # nested in aten::linear
+        _event("other thread", 20, 30, self_device=100.0, thread=2),
+        _event("dsv41.boundary_in", 0, 400, self_device=999.0, device="cuda"),  # the range on the GPU
+        _event("dsv41.attention", 120, 200),
+        _event("attention kernel launch", 130, 140, self_device=11.0),
+        _event("after every range", 300, 310, self_device=50.0),
+        _event("dsv41.boundary_in", 500, 600),  # the second step
+        _event("aten::mm", 510, 520, self_device=9.0),
+    ]
+    times = stage_times(events, steps=2)
+    assert times["boundary_in"] == (7.0 + 1.0 + 5.0 + 9.0) / 2
+    assert times["attention"] == 11.0 / 2
+    assert times["wo_b"] == 0.0 and set(times) == set(STAGES)
+    host = stage_times(events, steps=2, on_cpu=True)
+    assert host["boundary_in"] == (100 + 100) / 2 and host["attention"] == 80 / 2

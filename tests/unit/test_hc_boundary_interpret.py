@@ -47,7 +47,7 @@ class Case:
     want_y: bool = True
     want_pair: bool = True
     rounding: str = "rceil"
-    config: tuple[int, ...] | None = None  # HcConfig fields; None: default_config
+    config: tuple[int, ...] | None = None  # HcConfig fields; None: choose_config
     copies_of_row0: tuple[int, ...] = ()
     poison: int = POISON
     model_scalars: bool = False
@@ -86,13 +86,24 @@ CASES = [
 CASES += [
     Case("T0", 0, 256, True),
     Case("T2 H128 normal e8m0", 2, 128, False, "e8m0", seed=2),  # the smallest hidden size
-    # Several blocks: lag 1 with four phases, two R items per block, two-row N steps (swizzled padding
-    # rows up to 128 written by the zero loop), rows copied from row 0 in three different blocks.
+    # Several blocks: lag 1, four S items per block, finishes of two steps (v through y), swizzled
+    # padding rows up to 128 written by the zero loop, rows copied from row 0 in three different blocks.
     Case("T37 normal swizzled, 3 blocks, lag 1", 37, 512, False, "swizzled_128x4",
-         config=(16, 32, 2, 4, 2, 2, 2, 1, 1), copies_of_row0=(5, 16, 33), seed=7),
-    # Two blocks of 32, lag 2, one-row N steps (deepgemm padding rows via the zero loop), 16-wide A steps.
+         config=(16, 32, 2, 4, 2, 1), copies_of_row0=(5, 16, 33), seed=7),
+    # Two blocks of 32, lag 2, one-word finish steps (four), deepgemm padding rows, 16-wide A steps.
     Case("T37 shifted deepgemm, 2 blocks, lag 2", 37, 512, True, "deepgemm",
-         config=(32, 16, 4, 8, 4, 1, 1, 2, 2), copies_of_row0=(5, 16, 33), seed=7),
+         config=(32, 16, 4, 8, 1, 2), copies_of_row0=(5, 16, 33), seed=7),
+    # Phase A on the CUDA cores: blocks of one row (three blocks, lag 1), and of four rows in two launches.
+    Case("T3 normal deepgemm, fma rows of 1, lag 1", 3, 256, False, config=(1, 64, 2, 1, 2, 1, 4, 1, "fma", 1),
+         seed=3),
+    Case("T9 normal swizzled, fma rows of 1, 9 blocks, lag 2", 9, 128, False, "swizzled_128x4",
+         config=(1, 64, 1, 1, 1, 2, 4, 1, "fma", 1), copies_of_row0=(4, 8), seed=9),
+    Case("T6 shifted e8m0, fma blocks of 4, two launches", 6, 384, True, "e8m0",
+         config=(4, 32, 3, 2, 4, 0, 4, 2, "fma", 2), copies_of_row0=(5,), seed=6),
+    # Two launches: A items, then the finishes and Sinkhorn (no programmatic launch in the interpreter).
+    Case("T5 normal e8m0, two launches", 5, 384, False, "e8m0", config=(16, 64, 2, 16, 4, 0, 4, 2), seed=5),
+    Case("T5 shifted swizzled, two launches, pair only, two-step finish", 5, 384, True, "swizzled_128x4",
+         want_y=False, config=(16, 32, 3, 2, 2, 0, 4, 2), seed=5),
     Case("T20 normal e8m0 floor, model scalars, fp32 weight", 20, 256, False, "e8m0", rounding="floor",
          model_scalars=True, fp32_weight=True, seed=9),
     Case("T5 shifted y only", 5, 384, True, want_pair=False, seed=5),

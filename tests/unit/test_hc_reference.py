@@ -305,7 +305,7 @@ BAD = [
     ("fused not a bool", {"kwargs": {"fused": "no"}}, TypeError, "fused must be a bool"),
     ("workspace", {"kwargs": {"workspace": object()}}, TypeError, "workspace must be an HcWorkspace"),
     ("config", {"kwargs": {"config": {}}}, TypeError, "config must be an HcConfig"),
-    ("config for another H", {"kwargs": {"config": hc.HcConfig(16, 64, 3, 1, 8, 16, 1, 1, 0)}}, ValueError, "block_h \\* steps_a must divide H"),
+    ("config for another H", {"kwargs": {"config": hc.HcConfig(16, 64, 3, 16, 1, 0)}}, ValueError, "block_h \\* steps_a must divide H"),
     ("x on meta", {"x": torch.zeros(3, 256, dtype=torch.bfloat16, device="meta")}, ValueError, "x must be on a CUDA device or the CPU"),
 ]  # fmt: skip
 

@@ -82,15 +82,17 @@ FAMILIES = {
     from hc_inputs import make_inputs
     from mxfuse.hc import empty_hc_boundary_outputs
     from mxfuse.kernels import hc_boundary as fused, hc_steps as steps
-    from mxfuse.kernels.hc_plan import HcWorkspace
-    for t, shifted in ((1, False), (1, True), (129, False), (129, True)):
+    from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
+    two = HcConfig(16, 64, 2, 16, 2, 0, 8, 2)  # two launches, the second a programmatic dependent one
+    for t, shifted, config in ((1, False, None), (1, True, None), (129, False, None), (129, True, None),
+                               (3, False, two)):
         inputs = make_inputs(t, 512, shifted=shifted)
         x, scalars = inputs.tensors(), inputs.params
         out = empty_hc_boundary_outputs(t, 512, device="cpu", y=True, pair=True, scale_layout="deepgemm")
         fused.launch_boundary(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"], x["fn"], x["scale"],
             x["base"], x["norm_weight"], scalars=scalars, residual_out=out.residual, pre_out=out.pre,
             post_out=out.post, comb_out=out.comb, y_out=out.y, pair_out=out.pair, rounding=ScaleRounding.RCEIL,
-            layout=ScaleLayout.DEEPGEMM, workspace=HcWorkspace("cpu"), config=None, hw_cvt=True)
+            layout=ScaleLayout.DEEPGEMM, workspace=HcWorkspace("cpu"), config=config, hw_cvt=True)
         ws = HcWorkspace("cpu")
         steps.launch_post(x["x"], x["residual"], x["post"], x["comb"], residual_out=out.residual, hw_cvt=True)
         steps.launch_mixes(out.residual, x["fn"], x["scale"], x["base"], scalars=scalars, pre_out=out.pre,

@@ -44,7 +44,7 @@ from mxfuse.hc.reference import (
 )
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, workspace_for
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, choose_config, sm_count, workspace_for
 from mxfuse.kernels.hc_steps import launch_mixes, launch_norm, launch_post
 
 __all__ = [
@@ -146,7 +146,7 @@ def mhc_boundary(
         return call.out
     if not fused:
         with torch.cuda.device(call.device):
-            _run_unfused(call, workspace or workspace_for(call.device))
+            _run_unfused(call, workspace or workspace_for(call.device), config)
         reason = "separate kernels: post step, mixes + Sinkhorn, collapse + RMSNorm, quantize"
         witness.emit("hc.boundary.unfused", reason, backend="triton", rows=call.tokens, **call.fields)
         return call.out
@@ -181,8 +181,11 @@ def mhc_boundary(
     return call.out
 
 
-def _run_unfused(call: Call, workspace: HcWorkspace) -> None:
+def _run_unfused(call: Call, workspace: HcWorkspace, config: HcConfig | None) -> None:
     out = call.out
+    if config is None:
+        shifted = call.prev_pre is not None
+        config = choose_config(call.tokens, call.hidden, shifted=shifted, sms=sm_count(call.device))
     launch_post(call.x, call.residual, call.post, call.comb, residual_out=out.residual)
     launch_mixes(
         out.residual,
@@ -194,10 +197,19 @@ def _run_unfused(call: Call, workspace: HcWorkspace) -> None:
         post_out=out.post,
         comb_out=out.comb,
         workspace=workspace,
+        config=config,
     )
     y = out.y if out.y is not None else torch.empty_like(call.x)
     weights = out.pre if call.prev_pre is None else call.prev_pre
-    launch_norm(out.residual, weights, call.norm_weight, scalars=call.params, y_out=y, workspace=workspace)
+    launch_norm(
+        out.residual,
+        weights,
+        call.norm_weight,
+        scalars=call.params,
+        y_out=y,
+        workspace=workspace,
+        config=config,
+    )
     if out.pair is not None:
         quantize_mxfp8(y, rounding=call.rounding, scale_layout=call.layout, out=out.pair)
 

@@ -5,33 +5,40 @@ The launcher here assumes validated arguments; ``mxfuse.hc.mhc_boundary`` valida
 
 The work has two reductions over the whole hidden dimension that later steps depend on: the mixes
 (every column of R' feeds the 24 logits, and the normal ordering's collapse needs the resulting ``pre``)
-and the RMSNorm's mean square (y needs it before any column is written). A token's data is therefore
-cut into column chunks processed by different programs, in four phases per block of ``BT`` tokens:
+and the RMSNorm's mean square (y needs it before any column is written). Three kinds of item share one
+grid, per block of ``BT`` tokens:
 
-  A   post step on a column chunk: R' written, partial mixes and sum of squares of R' into a record;
-      shifted ordering (collapse weights known up front): the collapse v and its partial sum of squares
-  R   per group of rows: sum the A records in split order, Sinkhorn, write pre, post', comb'
-  N1  normal ordering only, per column chunk: collapse v = bf16(sum_i pre_i R'_i) from R', partial
-      sums of squares of v
-  N2  per column chunk: y = bf16(v * rsqrt(mean(v^2) + eps) * w), its MXFP8 pair and/or y itself
+  A   post step on a column chunk of the block's rows: R' written, partial mixes and the partial sum
+      of squares of R' into a record (the projection weight is spread over every A item)
+  F   one row's finish: its records summed into the 24 logits and sum(R'^2) (kept for S), ``pre``;
+      then (S may start now) the collapse v = bf16(sum_i p_i R'_i) over the whole row from R' (p = this
+      ``pre``, kept in registers, or ``prev_pre`` in the shifted ordering), its sum of squares, then y
+      and/or the MXFP8 pair
+  S   Sinkhorn of ``rows_s`` rows from their logits: post' and comb' (nothing waits on it); it waits
+      only for its rows' logits, so it runs beside the F items' norm
 
-so the residual is read once and R' written once (and read back once, from L2, in the normal
-ordering). Programs take tickets from an atomic counter in launch order, and a phase's item of block
-b waits (spinning on an acquire load) only for items with smaller tickets: those are already running
-and never wait on it, so the kernel cannot deadlock whatever the GPU schedules (the "dynamic tile
-index" rule of single-pass scans). Phase q of block b is issued with the items of block b + q * lag,
-so at large T the later phases of one block run beside the post steps of the next ones, reading R'
-and v while they are still in L2. Every sum has a fixed order (records in split order, no float
-atomics), so reruns are bitwise identical and a token's result does not depend on its position. The
-counters reset themselves (the last item of a block zeroes them; the last ticket zeroes the ticket
-counter), so a launch needs no memset and a CUDA graph can capture it.
+so the residual is read once and R' written once and read back once, from L2; only one hand-off (A to
+F) is on the path to y. Programs take tickets from an atomic counter in launch order, and an item of
+block b waits (spinning on an acquire load) only for items with smaller tickets: those are already
+running and never wait on it, so the kernel cannot deadlock whatever the GPU schedules (the "dynamic
+tile index" rule of single-pass scans). A block's F and S items are issued with the A items of block
+b + lag. No float atomics, and every reduction whose result another kernel must match bit for bit (the
+partial sums of squares and CUDA-core mixes, the records' sum, the norm's sum of squares) goes through
+``exact_sum`` (hc_tile): its bits do not depend on the order of the additions, which ``tl.sum`` takes
+from whatever register layout the surrounding code leads Triton to pick. So reruns are bitwise
+identical, the fused kernel matches the unfused steps, and a token's result does not depend on its
+position or on the other tokens. The counters
+reset themselves (the last item of a block zeroes its counters; the last ticket zeroes the ticket
+counter), so a launch needs no memset and a CUDA graph can capture it. With ``launches=2`` the A items
+run as one launch and F and S as a second, programmatic dependent launch that waits for the first
+with ``griddepcontrol.wait`` instead of counters.
 
-The unfused steps (``hc_steps``) launch the same kernel with some phases switched off.
+The unfused steps (``hc_steps``) launch the same kernel with some items switched off.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import torch
 import triton
@@ -46,13 +53,15 @@ from mxfuse.kernels.hc_plan import (
     HcParams,
     HcWorkspace,
     Plan,
-    default_config,
+    choose_config,
     sm_count,
 )
 from mxfuse.kernels.hc_tile import (
     bf16_bits,
     bits_to_bf16,
     bits_to_f32,
+    exact_sum,
+    exact_total3,
     load_bf16_bits,
     load_post_coefs,
     mix_dot,
@@ -93,15 +102,10 @@ def _wait(counter, target):
 
 @triton.jit
 def _reset(counters):
-    """Zero a block's four phase counters (every item that reads them has already passed)."""
-    tl.store(counters + tl.arange(0, 4), tl.zeros((4,), dtype=tl.int32))
-
-
-@triton.jit
-def _coef(ptr, rows64, idx, row_ok, CG: tl.constexpr = False):
-    if CG:
-        return tl.load(ptr + rows64 * 4 + idx, mask=row_ok, other=0.0, cache_modifier=".cg")
-    return tl.load(ptr + rows64 * 4 + idx, mask=row_ok, other=0.0)
+    """Zero a block's three counters (every item that reads them has already passed)."""
+    tl.store(counters, 0)
+    tl.store(counters + 1, 0)
+    tl.store(counters + 2, 0)
 
 
 @triton.jit
@@ -119,10 +123,10 @@ def _store_scales(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, layo
 
 
 @triton.jit
-def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_ptr, part_ptr, T, H, S_A,
-             a_steps, A_POST: tl.constexpr, A_V: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
+def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
+             A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
              BH: tl.constexpr):  # fmt: skip
-    """Post step (or a load of R'), partial mixes and sums of squares for BT rows x one column chunk."""
+    """Post step (or a load of R'), partial mixes and sum of squares for BT rows x one column chunk."""
     rows = b * BT + tl.arange(0, BT)
     row_ok = rows < T
     rows64 = rows.to(tl.int64)
@@ -130,17 +134,16 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_p
     if A_POST:
         (p0, p1, p2, p3, c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32,
          c33) = load_post_coefs(post_ptr, comb_ptr, rows64, row_ok)  # fmt: skip
-    if A_V:
-        q0 = _coef(pp_ptr, rows64, 0, row_ok)
-        q1 = _coef(pp_ptr, rows64, 1, row_ok)
-        q2 = _coef(pp_ptr, rows64, 2, row_ok)
-        q3 = _coef(pp_ptr, rows64, 3, row_ok)
     m = tl.arange(0, 32)
     fn_mask = (m < 24)[:, None]  # rows 24..31 of the dot's N are padding: masked loads read nothing
     fn_rows = m.to(tl.int64)[:, None] * (4 * H)
+    # Each step's sums start from zero and are added to the running ones with Kahan's compensation
+    # (the kernel runs without FMA contraction, so the correction terms are kept): the error of a record
+    # stays that of one step's sums, however many steps an item takes (224 at T = 2048, H = 7168).
     acc = tl.zeros((BT, 32), dtype=tl.float32)
+    acc_c = tl.zeros((BT, 32), dtype=tl.float32)
     sumsq = tl.zeros((BT,), dtype=tl.float32)
-    sumv2 = tl.zeros((BT,), dtype=tl.float32)
+    sumsq_c = tl.zeros((BT,), dtype=tl.float32)
     for i in range(a_steps):
         cols = (s * a_steps + i) * BH + tl.arange(0, BH)
         rbase = rows64[:, None] * (4 * H) + cols[None, :]
@@ -161,236 +164,336 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_p
         sq = sq + g1 * g1
         sq = sq + g2 * g2
         sq = sq + g3 * g3
-        sumsq += tl.sum(sq, axis=1)
+        sumsq, sumsq_c = _kahan(sumsq, sumsq_c, exact_sum(sq, 1))
         fcols = fn_ptr + fn_rows + cols[None, :]
-        acc = mix_dot(acc, b0, fcols, fn_mask, HW_CVT)
-        acc = mix_dot(acc, b1, fcols + H, fn_mask, HW_CVT)
-        acc = mix_dot(acc, b2, fcols + 2 * H, fn_mask, HW_CVT)
-        acc = mix_dot(acc, b3, fcols + 3 * H, fn_mask, HW_CVT)
-        if A_V:
-            v = q0[:, None] * g0
-            v = v + q1[:, None] * g1
-            v = v + q2[:, None] * g2
-            v = v + q3[:, None] * g3
-            vb = bf16_bits(v, HW_CVT)
-            tl.store(v_ptr + rows64[:, None] * H + cols[None, :], bits_to_bf16(vb), mask=mask)
-            vf = bits_to_f32(vb)
-            sumv2 += tl.sum(vf * vf, axis=1)
+        if MIX_FMA:
+            # [BT, 32, BH] products of the four streams, summed over the columns in one reduction.
+            f0 = tl.load(fcols, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f1 = tl.load(fcols + H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f2 = tl.load(fcols + 2 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f3 = tl.load(fcols + 3 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            part = g0[:, None, :] * f0[None, :, :]
+            part = part + g1[:, None, :] * f1[None, :, :]
+            part = part + g2[:, None, :] * f2[None, :, :]
+            part = part + g3[:, None, :] * f3[None, :, :]
+            step = exact_sum(part, 2)
+        else:
+            step = mix_dot(tl.zeros((BT, 32), dtype=tl.float32), b0, fcols, fn_mask, HW_CVT)
+            step = mix_dot(step, b1, fcols + H, fn_mask, HW_CVT)
+            step = mix_dot(step, b2, fcols + 2 * H, fn_mask, HW_CVT)
+            step = mix_dot(step, b3, fcols + 3 * H, fn_mask, HW_CVT)
+        acc, acc_c = _kahan(acc, acc_c, step)
     col = tl.arange(0, _RECORD)[None, :]
-    record = tl.where(col == 24, sumsq[:, None], tl.where(col == 25, sumv2[:, None], acc))
+    record = tl.where(col == 24, sumsq[:, None], acc)
     slot = (b * S_A + s).to(tl.int64) * BT + tl.arange(0, BT)[:, None]
     tl.store(part_ptr + slot * _RECORD + col, record)
 
 
 @triton.jit
-def _phase_r(b, g, part_ptr, stat_ptr, pre_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, S_A,
-             r_steps, norm_eps, pre_eps, post_scale, sk_eps, sk_iters, A_V: tl.constexpr, BT: tl.constexpr,
-             RB: tl.constexpr, SB: tl.constexpr):  # fmt: skip
-    """Coefficients of RB rows: A records summed in split order, normalised, sigmoids, Sinkhorn.
+def _kahan(total, comp, x):
+    """Kahan's compensated ``total + x``: the new total and compensation (elementwise, order-free)."""
+    y = x - comp
+    t = total + y
+    return t, (t - total) - y
 
-    A row's 32 record values are held as [8 groups, 4]: group 0 pre, 1 post, 2..5 the rows j of comb,
-    6 the two sums of squares.
-    """
-    lr = g * RB + tl.arange(0, RB)
-    rows = b * BT + lr
-    row_ok = rows < T
-    grp = tl.arange(0, 8)[None, :, None]
-    lane = tl.arange(0, 4)[None, None, :]
-    col = grp * 4 + lane
-    si = tl.arange(0, SB)[:, None, None, None]
-    t = tl.zeros((RB, 8, 4), dtype=tl.float32)
-    for i in range(r_steps):
+
+@triton.jit
+def _pick(v, col, j):
+    """Element ``j`` of the 1-D tensor ``v`` as a scalar (the others are masked to 0, so a NaN elsewhere
+    does not reach it)."""
+    return tl.sum(tl.where(col == j, v, 0.0), axis=0)
+
+
+@triton.jit
+def _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps, norm_eps, pre_eps,
+                  BT: tl.constexpr, SB: tl.constexpr):  # fmt: skip
+    """Row ``t``'s records summed into its 24 logits and sum(R'^2) (stored for S), and ``pre`` (stored
+    and returned: [32], the four values first)."""
+    t64 = t.to(tl.int64)
+    col = tl.arange(0, _RECORD)
+    b = t // BT
+    lr = t % BT
+    si = tl.arange(0, SB)[:, None]
+    acc = tl.zeros((SB, _RECORD), dtype=tl.float32)
+    for i in range(f_steps):
         sp = i * SB + si
-        ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr[None, :, None, None]) * _RECORD + col[None]
-        t += tl.sum(tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg"), axis=0)
-    sumsq = tl.sum(tl.sum(tl.where(col == 24, t, 0.0), axis=2), axis=1)
-    sumv2 = tl.sum(tl.sum(tl.where(col == 25, t, 0.0), axis=2), axis=1)
-    ones = tl.full((RB,), 1.0, dtype=tl.float32)
-    rs = tl.div_rn(ones, tl.sqrt_rn(tl.div_rn(sumsq, ones * (4 * H)) + norm_eps))
-    sv = tl.load(scale_ptr + tl.where(grp == 0, 0, tl.where(grp == 1, 1, 2)))
-    bv = tl.load(base_ptr + col, mask=col < N_MIX, other=0.0)
-    logit = tl.where(col < N_MIX, (t * rs[:, None, None]) * sv + bv, 0.0)
-    sig = 1.0 / (1.0 + tl.exp(-logit))
-    rows3 = rows.to(tl.int64)[:, None, None]
-    ok3 = row_ok[:, None, None]
-    at = rows3 * 4 + lane + grp * 0  # the full [RB, 8, 4] shape: stores do not broadcast their pointers
-    tl.store(pre_ptr + at, sig + pre_eps, mask=ok3 & (grp == 0))
-    tl.store(posto_ptr + at, sig * post_scale, mask=ok3 & (grp == 1))
-    # Sinkhorn on groups 2..5: softmax along each row, then column / row normalisations, ending on a
-    # column step; the other groups are held at 0 so they never enter a column sum.
-    is_comb = (grp >= 2) & (grp < 6)
-    e = tl.exp(logit - tl.max(logit, axis=2)[:, :, None])
-    c = tl.where(is_comb, e / tl.sum(e, axis=2)[:, :, None] + sk_eps, 0.0)
-    c = tl.where(is_comb, c / (tl.sum(c, axis=1)[:, None, :] + sk_eps), 0.0)
+        ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr) * _RECORD + col[None, :]
+        acc += tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg")
+    mix = exact_sum(acc, 0)  # [32]: the 24 logits, sum(R'^2) at 24
+    tl.store(mix_ptr + t64 * _RECORD + col, mix)
+    one = tl.full((1,), 1.0, dtype=tl.float32)
+    sumsq = _pick(mix, col, 24) + tl.zeros((1,), dtype=tl.float32)
+    rs = tl.div_rn(one, tl.sqrt_rn(tl.div_rn(sumsq, one * (4 * H)) + norm_eps))
+    s0 = tl.load(scale_ptr)
+    bv = tl.load(base_ptr + col, mask=col < 4, other=0.0)
+    logit = (mix * rs) * s0 + bv
+    pre = 1.0 / (1.0 + tl.exp(-logit)) + pre_eps
+    tl.store(pre_ptr + t64 * 4 + col, pre, mask=col < 4)
+    return pre
+
+
+@triton.jit
+def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps,
+                  rms_scale, floor, layout, PP_OWN: tl.constexpr, W_BF16: tl.constexpr,
+                  WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr, CW: tl.constexpr,
+                  F_CHUNKS: tl.constexpr):  # fmt: skip
+    """Row ``t``'s collapse, RMSNorm, y and/or the pair. The collapse weights are ``pre`` (this row's own,
+    computed by this program: PP_OWN) or read from ``pp``; the same values either way."""
+    t64 = t.to(tl.int64)
+    if PP_OWN:
+        col = tl.arange(0, _RECORD)
+        p0 = _pick(pre, col, 0)
+        p1 = _pick(pre, col, 1)
+        p2 = _pick(pre, col, 2)
+        p3 = _pick(pre, col, 3)
+    else:
+        p0 = tl.load(pp_ptr + t64 * 4, cache_modifier=".cg")
+        p1 = tl.load(pp_ptr + t64 * 4 + 1, cache_modifier=".cg")
+        p2 = tl.load(pp_ptr + t64 * 4 + 2, cache_modifier=".cg")
+        p3 = tl.load(pp_ptr + t64 * 4 + 3, cache_modifier=".cg")
+    rbase = ro_ptr + t64 * (4 * H)
+    if F_CHUNKS == 1:
+        vb, ok, cols = _collapse_chunk(rbase, 0, p0, p1, p2, p3, H, HW_CVT, CW)
+        vf = bits_to_f32(vb)
+        ss = exact_total3(vf * vf)
+        rf = _rms_factor(ss, H, rms_eps)
+        _emit_chunk(vb, ok, cols, 0, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor,
+                    layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+    else:
+        ss = 0.0
+        for c in tl.static_range(F_CHUNKS):
+            vb, ok, cols = _collapse_chunk(rbase, c, p0, p1, p2, p3, H, HW_CVT, CW)
+            tl.store(v_ptr + t64 * H + cols, bits_to_bf16(vb), mask=ok)
+            vf = bits_to_f32(vb)
+            ss += exact_total3(vf * vf)
+        rf = _rms_factor(ss, H, rms_eps)
+        tl.debug_barrier()  # every thread's v is stored before any is read back
+        for c in tl.static_range(F_CHUNKS):
+            cols, ok = _chunk_cols(c, H, CW)
+            vb = load_bf16_bits(v_ptr + t64 * H + cols, ok, True)
+            _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale,
+                        floor, layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+    if WRITE_PAIR:
+        if t == T - 1:
+            # Scale rows past the last token up to the layout's row alignment are 0.
+            zr = tl.arange(0, 16)
+            for z0 in range(T, rows_padded, 16):
+                for c in tl.static_range(F_CHUNKS):
+                    zero = tl.zeros((16, CW, 4), dtype=tl.int32)
+                    _store_scales(s_ptr, zero, z0 + zr, c * CW + tl.arange(0, CW), T, rows_padded, H // 32,
+                                  H // 128, layout)  # fmt: skip
+
+
+@triton.jit
+def _rms_factor(ss, H, rms_eps):
+    """1 / sqrt(sum(v^2) / H + eps), each step rounded as the reference rounds it."""
+    one = tl.full((1,), 1.0, dtype=tl.float32)
+    return tl.div_rn(one, tl.sqrt_rn(tl.div_rn(ss + tl.zeros((1,), dtype=tl.float32), one * H) + rms_eps))
+
+
+@triton.jit
+def _chunk_cols(c, H, CW: tl.constexpr):
+    """Columns [CW, 4, 32] of chunk ``c`` of a row (128-column words c * CW ...) and which are in the row."""
+    words = c * CW + tl.arange(0, CW)[:, None, None]
+    slot = tl.arange(0, 4)[None, :, None]
+    lane = tl.arange(0, 32)[None, None, :]
+    cols = words * 128 + slot * 32 + lane
+    return cols, cols < H
+
+
+@triton.jit
+def _collapse_chunk(rbase, c, p0, p1, p2, p3, H, HW_CVT: tl.constexpr, CW: tl.constexpr):
+    """v = bf16(p0 R'_0 + p1 R'_1 + p2 R'_2 + p3 R'_3) on chunk ``c`` of a row, as int32-held patterns."""
+    cols, ok = _chunk_cols(c, H, CW)
+    v = p0 * bits_to_f32(load_bf16_bits(rbase + cols, ok, True))
+    v = v + p1 * bits_to_f32(load_bf16_bits(rbase + H + cols, ok, True))
+    v = v + p2 * bits_to_f32(load_bf16_bits(rbase + 2 * H + cols, ok, True))
+    v = v + p3 * bits_to_f32(load_bf16_bits(rbase + 3 * H + cols, ok, True))
+    return bf16_bits(v, HW_CVT), ok, cols
+
+
+@triton.jit
+def _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor, layout,
+                W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
+                CW: tl.constexpr):  # fmt: skip
+    """y = bf16(v * rf * w) on one chunk of row ``t``: stored, and/or its MXFP8 pair (whole scale words)."""
+    t64 = t.to(tl.int64)
+    v = bits_to_f32(vb)
+    if W_BF16:
+        wf = bits_to_f32(load_bf16_bits(w_ptr + cols, ok)) * rms_scale
+    else:
+        wf = tl.load(w_ptr + cols, mask=ok, other=0.0) * rms_scale
+    yb = tl.where(ok, bf16_bits((v * rf) * wf, HW_CVT), 0)
+    if WRITE_Y:
+        tl.store(y_ptr + t64 * H + cols, bits_to_bf16(yb), mask=ok)
+    if WRITE_PAIR:
+        ybits = yb << 16  # the fp32 bits of the bf16-rounded y: the pair is quantize(y)
+        amax = tl.max(ybits & 0x7FFFFFFF, axis=2)
+        sc = tl.where(floor != 0, mxfp8_scale_bytes(amax, True), mxfp8_scale_bytes(amax, False))
+        tl.store(q_ptr + t64 * H + cols, mxfp8_codes(ybits, sc, HW_CVT), mask=ok)
+        row1 = t + tl.zeros((1,), dtype=tl.int32)
+        _store_scales(s_ptr, sc[None, :, :], row1, c * CW + tl.arange(0, CW), T, rows_padded, H // 32, H // 128,
+                      layout)  # fmt: skip
+
+
+@triton.jit
+def _mix(mix_ptr, rows64, j, ok):
+    return tl.load(mix_ptr + rows64 * _RECORD + j, mask=ok, other=0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def _softmax4(mix_ptr, rows64, ok, j: tl.constexpr, rs, s2, base_ptr, sk_eps):
+    """Row j of comb from its four logits: softmax + eps (the reference's first Sinkhorn step)."""
+    l0 = (_mix(mix_ptr, rows64, 8 + 4 * j, ok) * rs) * s2 + tl.load(base_ptr + 8 + 4 * j)
+    l1 = (_mix(mix_ptr, rows64, 9 + 4 * j, ok) * rs) * s2 + tl.load(base_ptr + 9 + 4 * j)
+    l2 = (_mix(mix_ptr, rows64, 10 + 4 * j, ok) * rs) * s2 + tl.load(base_ptr + 10 + 4 * j)
+    l3 = (_mix(mix_ptr, rows64, 11 + 4 * j, ok) * rs) * s2 + tl.load(base_ptr + 11 + 4 * j)
+    mx = tl.maximum(tl.maximum(l0, l1), tl.maximum(l2, l3))
+    e0 = tl.exp(l0 - mx)
+    e1 = tl.exp(l1 - mx)
+    e2 = tl.exp(l2 - mx)
+    e3 = tl.exp(l3 - mx)
+    r = 1.0 / (((e0 + e1) + e2) + e3)
+    return e0 * r + sk_eps, e1 * r + sk_eps, e2 * r + sk_eps, e3 * r + sk_eps
+
+
+@triton.jit
+def _norm4(a, b, c, d, eps):
+    r = 1.0 / ((((a + b) + c) + d) + eps)
+    return a * r, b * r, c * r, d * r
+
+
+@triton.jit
+def _phase_s(b, g, mix_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, norm_eps, post_scale, sk_eps,
+             sk_iters, BT: tl.constexpr, RS: tl.constexpr):  # fmt: skip
+    """post' and comb' of RS rows from their logits. Each of the 16 entries of comb is a [RS] tensor, so
+    the row and column sums of Sinkhorn are adds between tensors: no reduction across threads."""
+    rows = b * BT + g * RS + tl.arange(0, RS)
+    ok = rows < T
+    r64 = rows.to(tl.int64)
+    ones = tl.full((RS,), 1.0, dtype=tl.float32)
+    rs = tl.div_rn(ones, tl.sqrt_rn(tl.div_rn(_mix(mix_ptr, r64, 24, ok), ones * (4 * H)) + norm_eps))
+    s1 = tl.load(scale_ptr + 1)
+    s2 = tl.load(scale_ptr + 2)
+    for k in tl.static_range(4):
+        lg = (_mix(mix_ptr, r64, 4 + k, ok) * rs) * s1 + tl.load(base_ptr + 4 + k)
+        tl.store(posto_ptr + r64 * 4 + k, (1.0 / (1.0 + tl.exp(-lg))) * post_scale, mask=ok)
+    c00, c01, c02, c03 = _softmax4(mix_ptr, r64, ok, 0, rs, s2, base_ptr, sk_eps)
+    c10, c11, c12, c13 = _softmax4(mix_ptr, r64, ok, 1, rs, s2, base_ptr, sk_eps)
+    c20, c21, c22, c23 = _softmax4(mix_ptr, r64, ok, 2, rs, s2, base_ptr, sk_eps)
+    c30, c31, c32, c33 = _softmax4(mix_ptr, r64, ok, 3, rs, s2, base_ptr, sk_eps)
+    c00, c10, c20, c30 = _norm4(c00, c10, c20, c30, sk_eps)
+    c01, c11, c21, c31 = _norm4(c01, c11, c21, c31, sk_eps)
+    c02, c12, c22, c32 = _norm4(c02, c12, c22, c32, sk_eps)
+    c03, c13, c23, c33 = _norm4(c03, c13, c23, c33, sk_eps)
     it = 1
     while it < sk_iters:
-        c = tl.where(is_comb, c / (tl.sum(c, axis=2)[:, :, None] + sk_eps), 0.0)
-        c = tl.where(is_comb, c / (tl.sum(c, axis=1)[:, None, :] + sk_eps), 0.0)
+        c00, c01, c02, c03 = _norm4(c00, c01, c02, c03, sk_eps)
+        c10, c11, c12, c13 = _norm4(c10, c11, c12, c13, sk_eps)
+        c20, c21, c22, c23 = _norm4(c20, c21, c22, c23, sk_eps)
+        c30, c31, c32, c33 = _norm4(c30, c31, c32, c33, sk_eps)
+        c00, c10, c20, c30 = _norm4(c00, c10, c20, c30, sk_eps)
+        c01, c11, c21, c31 = _norm4(c01, c11, c21, c31, sk_eps)
+        c02, c12, c22, c32 = _norm4(c02, c12, c22, c32, sk_eps)
+        c03, c13, c23, c33 = _norm4(c03, c13, c23, c33, sk_eps)
         it += 1
-    tl.store(combo_ptr + rows3 * 16 + (grp - 2) * 4 + lane, c, mask=ok3 & is_comb)
-    if A_V:
-        tl.store(stat_ptr + rows, sumv2, mask=row_ok)
-
-
-@triton.jit
-def _phase_n1(b, s, ro_ptr, p_ptr, v_ptr, partn_ptr, T, H, S_N, n_steps, HW_CVT: tl.constexpr,
-              BT: tl.constexpr, BR: tl.constexpr, W: tl.constexpr):  # fmt: skip
-    """Collapse v = bf16(sum_i p_i R'_i) on one column chunk of BT rows; partial sums of v^2 per row."""
-    rl = tl.arange(0, BR)
-    for ri in range(BT // BR):
-        r0 = b * BT + ri * BR
-        if r0 < T:
-            rows = r0 + rl
-            row_ok = rows < T
-            rows64 = rows.to(tl.int64)
-            mask = row_ok[:, None]
-            p0 = _coef(p_ptr, rows64, 0, row_ok, True)
-            p1 = _coef(p_ptr, rows64, 1, row_ok, True)
-            p2 = _coef(p_ptr, rows64, 2, row_ok, True)
-            p3 = _coef(p_ptr, rows64, 3, row_ok, True)
-            ss = tl.zeros((BR,), dtype=tl.float32)
-            for i in range(n_steps):
-                cols = (s * n_steps + i) * (W * 128) + tl.arange(0, W * 128)
-                rbase = rows64[:, None] * (4 * H) + cols[None, :]
-                v = p0[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase, mask, True))
-                v = v + p1[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + H, mask, True))
-                v = v + p2[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + 2 * H, mask, True))
-                v = v + p3[:, None] * bits_to_f32(load_bf16_bits(ro_ptr + rbase + 3 * H, mask, True))
-                vb = bf16_bits(v, HW_CVT)
-                tl.store(v_ptr + rows64[:, None] * H + cols[None, :], bits_to_bf16(vb), mask=mask)
-                vf = bits_to_f32(vb)
-                ss += tl.sum(vf * vf, axis=1)
-            tl.store(partn_ptr + (b * S_N + s).to(tl.int64) * BT + ri * BR + rl, ss)
-
-
-@triton.jit
-def _phase_n2(b, s, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H, NB, S_N, n_steps,
-              rows_padded, rms_eps, rms_scale, floor, layout, HAS_N1: tl.constexpr, W_BF16: tl.constexpr,
-              WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
-              BT: tl.constexpr, BR: tl.constexpr, W: tl.constexpr, SN_PAD: tl.constexpr,
-              Z_STEPS: tl.constexpr):  # fmt: skip
-    """RMSNorm of v on one column chunk of BT rows, then y and/or its MXFP8 pair (whole scale words)."""
-    rl = tl.arange(0, BR)
-    wi = tl.arange(0, W)
-    slot = tl.arange(0, 4)[None, None, :, None]
-    lane = tl.arange(0, 32)[None, None, None, :]
-    n_words = H // 128
-    n_groups = H // 32
-    for ri in range(BT // BR):
-        r0 = b * BT + ri * BR
-        if r0 < T:
-            rows = r0 + rl
-            row_ok = rows < T
-            if HAS_N1:
-                sj = tl.arange(0, SN_PAD)[:, None]
-                ptrs = partn_ptr + (b * S_N + sj).to(tl.int64) * BT + ri * BR + rl[None, :]
-                sumv2 = tl.sum(tl.load(ptrs, mask=sj < S_N, other=0.0, cache_modifier=".cg"), axis=0)
-            else:
-                sumv2 = tl.load(stat_ptr + rows, mask=row_ok, other=0.0, cache_modifier=".cg")
-            ones = tl.full((BR,), 1.0, dtype=tl.float32)
-            rf = tl.div_rn(ones, tl.sqrt_rn(tl.div_rn(sumv2, ones * H) + rms_eps))[:, None, None, None]
-            r4 = rows.to(tl.int64)[:, None, None, None]
-            ok4 = row_ok[:, None, None, None]
-            for i in range(n_steps):
-                words = (s * n_steps + i) * W + wi
-                cols = words[None, :, None, None] * 128 + slot * 32 + lane
-                v = bits_to_f32(load_bf16_bits(v_ptr + r4 * H + cols, ok4, True))
-                if W_BF16:
-                    wf = bits_to_f32(load_bf16_bits(w_ptr + cols, cols < H)) * rms_scale
-                else:
-                    wf = tl.load(w_ptr + cols) * rms_scale
-                yb = tl.where(ok4, bf16_bits((v * rf) * wf, HW_CVT), 0)  # padding rows: y = 0, scale 0
-                if WRITE_Y:
-                    tl.store(y_ptr + r4 * H + cols, bits_to_bf16(yb), mask=ok4)
-                if WRITE_PAIR:
-                    ybits = yb << 16  # the fp32 bits of the bf16-rounded y: the pair is quantize(y)
-                    amax = tl.max(ybits & 0x7FFFFFFF, axis=3)
-                    sc = tl.where(floor != 0, mxfp8_scale_bytes(amax, True), mxfp8_scale_bytes(amax, False))
-                    tl.store(q_ptr + r4 * H + cols, mxfp8_codes(ybits, sc, HW_CVT), mask=ok4)
-                    _store_scales(s_ptr, sc, rows, words, T, rows_padded, n_groups, n_words, layout)
-    if WRITE_PAIR:
-        if b == NB - 1:
-            # Scale rows past the last token up to the layout's row alignment are 0.
-            end = b * BT + ((T - b * BT + BR - 1) // BR) * BR
-            for zi in range(Z_STEPS):
-                z0 = end + zi * BR
-                if z0 < rows_padded:
-                    for i in range(n_steps):
-                        words = (s * n_steps + i) * W + wi
-                        zero = tl.zeros((BR, W, 4), dtype=tl.int32)
-                        _store_scales(s_ptr, zero, z0 + rl, words, T, rows_padded, n_groups, n_words, layout)
+    o = combo_ptr + r64 * 16
+    tl.store(o, c00, mask=ok)
+    tl.store(o + 1, c01, mask=ok)
+    tl.store(o + 2, c02, mask=ok)
+    tl.store(o + 3, c03, mask=ok)
+    tl.store(o + 4, c10, mask=ok)
+    tl.store(o + 5, c11, mask=ok)
+    tl.store(o + 6, c12, mask=ok)
+    tl.store(o + 7, c13, mask=ok)
+    tl.store(o + 8, c20, mask=ok)
+    tl.store(o + 9, c21, mask=ok)
+    tl.store(o + 10, c22, mask=ok)
+    tl.store(o + 11, c23, mask=ok)
+    tl.store(o + 12, c30, mask=ok)
+    tl.store(o + 13, c31, mask=ok)
+    tl.store(o + 14, c32, mask=ok)
+    tl.store(o + 15, c33, mask=ok)
 
 
 @triton.jit(
     do_not_specialize=[
-        "T", "NB", "S_A", "S_N", "n_R", "rows_padded", "total", "round_size", "off_r", "off_n1", "off_n2",
-        "lag_r", "lag_n1", "lag_n2", "a_steps", "r_steps", "n_steps", "sk_iters", "floor", "layout",
+        "T", "NB", "S_A", "rows_padded", "total", "round_size", "off_f", "off_s", "lag", "a_steps", "f_steps",
+        "sk_iters", "floor", "layout",
     ]
 )  # fmt: skip
 def _hc_kernel(
     x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, scale_ptr, base_ptr, w_ptr,
     ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr,
-    cnt_ptr, part_ptr, partn_ptr, stat_ptr,
-    T, H, NB, S_A, S_N, n_R, rows_padded, total, round_size, off_r, off_n1, off_n2, lag_r, lag_n1, lag_n2,
-    a_steps, r_steps, n_steps, norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
-    HAS_A: tl.constexpr, A_POST: tl.constexpr, A_V: tl.constexpr, HAS_R: tl.constexpr,
-    HAS_N1: tl.constexpr, HAS_N2: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr,
-    WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
-    BT: tl.constexpr, BH: tl.constexpr, RB: tl.constexpr, SB: tl.constexpr, BR: tl.constexpr,
-    W: tl.constexpr, SN_PAD: tl.constexpr, Z_STEPS: tl.constexpr,
+    cnt_ptr, part_ptr, mix_ptr,
+    T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps, f_steps,
+    norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
+    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr, PP_OWN: tl.constexpr,
+    HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
+    PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
+    HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
+    CW: tl.constexpr, F_CHUNKS: tl.constexpr,
 ):  # fmt: skip
-    ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
-    if ticket == total - 1:
-        tl.atomic_xchg(
-            cnt_ptr, 0, sem="relaxed", scope="gpu"
-        )  # every ticket is taken: ready for the next launch
+    if PDL_SIGNAL:
+        tl.extra.cuda.gdc_launch_dependents()
+    if PDL_WAIT:
+        tl.extra.cuda.gdc_wait()
+    if TICKETS:
+        ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
+        if ticket == total - 1:
+            tl.atomic_xchg(
+                cnt_ptr, 0, sem="relaxed", scope="gpu"
+            )  # every ticket taken: ready for the next launch
+    else:
+        ticket = tl.program_id(0)
     rnd = ticket // round_size
     pos = ticket % round_size
-    phase = tl.where(pos < off_r, 0, tl.where(pos < off_n1, 1, tl.where(pos < off_n2, 2, 3)))
-    blocks = cnt_ptr + 1  # four counters per block: A, R, N1, N2 arrivals
-    if phase == 0:
+    blocks = cnt_ptr + 2  # three counters per block: A, F and S arrivals
+    if pos < off_f:
         if HAS_A:
             b = rnd
             if b < NB:
-                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, ro_ptr, v_ptr, part_ptr,
-                         T, H, S_A, a_steps, A_POST, A_V, HW_CVT, BT, BH)  # fmt: skip
-                _arrive(blocks + b * 4)
-    if phase == 1:
-        if HAS_R:
-            b = rnd - lag_r
-            if (b >= 0) & (b < NB):
+                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
+                         A_POST, MIX_FMA, HW_CVT, BT, BH)  # fmt: skip
+                if TICKETS:
+                    _arrive(blocks + b * 3)
+    elif pos < off_s:
+        if HAS_F:
+            b = rnd - lag
+            t = b * BT + (pos - off_f)
+            if (b >= 0) & (t < T):
                 if HAS_A:
-                    _wait(blocks + b * 4, S_A)
-                _phase_r(b, pos - off_r, part_ptr, stat_ptr, pre_ptr, posto_ptr, combo_ptr, scale_ptr,
-                         base_ptr, T, H, S_A, r_steps, norm_eps, pre_eps, post_scale, sk_eps, sk_iters, A_V,
-                         BT, RB, SB)  # fmt: skip
-                old = _arrive(blocks + b * 4 + 1)
-                if not HAS_N2:
-                    if old == n_R - 1:
-                        _reset(blocks + b * 4)
-    if phase == 2:
-        if HAS_N1:
-            b = rnd - lag_n1
-            if (b >= 0) & (b < NB):
-                if HAS_R:
-                    _wait(blocks + b * 4 + 1, n_R)
-                _phase_n1(b, pos - off_n1, ro_ptr, pp_ptr, v_ptr, partn_ptr, T, H, S_N, n_steps, HW_CVT, BT,
-                          BR, W)  # fmt: skip
-                _arrive(blocks + b * 4 + 2)
-    if phase == 3:
-        if HAS_N2:
-            b = rnd - lag_n2
-            if (b >= 0) & (b < NB):
-                if HAS_N1:
-                    _wait(blocks + b * 4 + 2, S_N)
-                elif HAS_R:
-                    _wait(blocks + b * 4 + 1, n_R)
-                _phase_n2(b, pos - off_n2, v_ptr, w_ptr, y_ptr, q_ptr, s_ptr, partn_ptr, stat_ptr, T, H, NB,
-                          S_N, n_steps, rows_padded, rms_eps, rms_scale, floor, layout, HAS_N1, W_BF16,
-                          WRITE_Y, WRITE_PAIR, HW_CVT, BT, BR, W, SN_PAD, Z_STEPS)  # fmt: skip
-                old = _arrive(blocks + b * 4 + 3)
-                if old == S_N - 1:
-                    _reset(blocks + b * 4)
+                    _wait(blocks + b * 3, S_A)
+                pre = tl.zeros((_RECORD,), dtype=tl.float32)
+                if COEF:
+                    pre = _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps,
+                                        norm_eps, pre_eps, BT, SB)  # fmt: skip
+                    if HAS_S:
+                        _arrive(blocks + b * 3 + 1)  # S needs only the logits: it runs beside the norm
+                if NORM:
+                    _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded,
+                                  rms_eps, rms_scale, floor, layout, PP_OWN, W_BF16, WRITE_Y, WRITE_PAIR,
+                                  HW_CVT, CW, F_CHUNKS)  # fmt: skip
+                if not (COEF and HAS_S):
+                    old = _arrive(blocks + b * 3 + 1)
+                    if not HAS_S:
+                        if old == tl.minimum(T - b * BT, BT) - 1:
+                            _reset(blocks + b * 3)
+    else:
+        if HAS_S:
+            b = rnd - lag
+            g = pos - off_s
+            n_rows = tl.minimum(T - b * BT, BT)
+            if (b >= 0) & (g * RS < n_rows):
+                if HAS_F:
+                    _wait(blocks + b * 3 + 1, n_rows)
+                elif HAS_A:
+                    _wait(blocks + b * 3, S_A)
+                _phase_s(b, g, mix_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, norm_eps, post_scale,
+                         sk_eps, sk_iters, BT, RS)  # fmt: skip
+                old = _arrive(blocks + b * 3 + 2)
+                if old == (n_rows + RS - 1) // RS - 1:
+                    _reset(blocks + b * 3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,7 +502,44 @@ def _hc_kernel(
 
 def launch_phases(
     *,
-    phases: tuple[int, int, int, int],
+    phases: tuple[int, int, int],
+    tokens: int,
+    hidden: int,
+    config: HcConfig,
+    pdl: bool = False,
+    **options: object,
+) -> None:
+    """Run the items switched on in ``phases`` (A, F, S) over ``tokens`` rows of ``hidden`` columns.
+
+    ``options`` are ``_launch``'s: ``tensors`` maps the kernel's pointer names (``x``, ``r``, ``post``,
+    ``comb``, ``pp``, ``fn``, ``scale``, ``base``, ``w``, ``ro``, ``pre``, ``posto``, ``combo``, ``v``,
+    ``y``, ``q``, ``s``) to validated tensors (an item that is off never touches its pointers; missing
+    ones get a dummy; ``v`` None: the workspace's collapse buffer, which only a finish of more than one
+    step uses); ``scalars`` and ``workspace``; ``a_post`` (A computes R' from x and R, else reads it);
+    ``coef``/``norm``: what an F item does (logits and pre; collapse, norm and outputs, the collapse
+    weights being ``pp``, which may be ``pre`` itself: the row's own, stored first); ``write_y``,
+    ``write_pair``, ``floor``, ``layout_code``, ``rows_padded`` and ``hw_cvt``. ``config.launches == 2``
+    with A and F both on runs A as one launch and F and S as a second (a programmatic dependent launch
+    when ``pdl``).
+    """
+    config.check(hidden)
+    if config.launches == 2 and phases[0] and (phases[1] or phases[2]):
+        one = dataclasses.replace(config, launches=1)
+        a_options = {
+            k: options[k] for k in ("tensors", "scalars", "workspace", "a_post", "hw_cvt") if k in options
+        }
+        _launch(phases=(1, 0, 0), tokens=tokens, hidden=hidden, config=one, pdl_signal=pdl, **a_options)
+        a_plan = Plan.make(tokens, hidden, one, phases=(1, 0, 0))
+        rest = {k: v for k, v in options.items() if k != "a_post"}
+        _launch(phases=(0, phases[1], phases[2]), tokens=tokens, hidden=hidden, config=one, pdl_wait=pdl,
+                a_plan=a_plan, **rest)  # fmt: skip
+        return
+    _launch(phases=phases, tokens=tokens, hidden=hidden, config=config, **options)
+
+
+def _launch(
+    *,
+    phases: tuple[int, int, int],
     tokens: int,
     hidden: int,
     tensors: dict[str, torch.Tensor | None],
@@ -407,26 +547,25 @@ def launch_phases(
     workspace: HcWorkspace,
     config: HcConfig,
     a_post: bool = False,
-    a_v: bool = False,
+    coef: bool = False,
+    norm: bool = False,
     write_y: bool = False,
     write_pair: bool = False,
     floor: bool = False,
     layout_code: int = 1,
     rows_padded: int = 0,
     hw_cvt: bool = True,
+    pdl_signal: bool = False,
+    pdl_wait: bool = False,
+    a_plan: Plan | None = None,
 ) -> None:
-    """Run the phases switched on in ``phases`` (A, R, N1, N2) over ``tokens`` rows of ``hidden`` columns.
-
-    ``tensors`` maps the kernel's pointer names (``x``, ``r``, ``post``, ``comb``, ``pp``, ``fn``,
-    ``scale``, ``base``, ``w``, ``ro``, ``pre``, ``posto``, ``combo``, ``v``, ``y``, ``q``, ``s``) to
-    validated tensors; a phase that is off never touches its pointers, and missing ones get a dummy.
-    ``v`` None means: the workspace's collapse buffer.
-    """
-    config.check(hidden)
     plan = Plan.make(tokens, hidden, config, phases=phases)
     if plan.total == 0:
         return
-    need_v = (phases[2] or a_v) and tensors.get("v") is None
+    splits_a = (a_plan or plan).splits_a  # F reads the records of the A items, launched here or before
+    words = hidden // 128
+    f_chunks = -(-words // config.words_f)
+    need_v = norm and f_chunks > 1 and tensors.get("v") is None
     counters, scratch, v_ws = workspace.buffers(
         plan.n_counters, plan.n_scratch, tokens * hidden if need_v else 0
     )
@@ -435,27 +574,24 @@ def launch_phases(
     if need_v:
         ptrs["v"] = v_ws
     w = tensors.get("w")
-    bt = config.block_t
+    sb = min(64, triton.next_power_of_2(splits_a))
+    tickets = bool(phases[1] or phases[2])
     _hc_kernel[(plan.total,)](
         *(ptrs[name] for name in _POINTERS),
         counters,
         scratch,
-        scratch[plan.part_n_offset :],
-        scratch[plan.stat_offset :],
+        scratch[plan.mix_offset :],
         tokens,
         hidden,
         plan.blocks,
-        plan.splits_a,
-        plan.splits_n,
-        plan.items_r,
+        splits_a,
         rows_padded,
         plan.total,
         plan.round_size,
         *plan.offsets,
-        *plan.lags,
+        plan.lag,
         config.steps_a,
-        -(-plan.splits_a // config.splits_r),
-        config.steps_n,
+        -(-splits_a // sb),
         scalars.hc_norm_eps,
         scalars.hc_pre_eps,
         scalars.hc_post_scale,
@@ -467,24 +603,31 @@ def launch_phases(
         layout_code,
         HAS_A=bool(phases[0]),
         A_POST=a_post,
-        A_V=a_v,
-        HAS_R=bool(phases[1]),
-        HAS_N1=bool(phases[2]),
-        HAS_N2=bool(phases[3]),
+        MIX_FMA=config.mix == "fma",
+        HAS_F=bool(phases[1]),
+        COEF=coef,
+        NORM=norm,
+        PP_OWN=bool(
+            coef and norm and tensors.get("pp") is not None and tensors.get("pp") is tensors.get("pre")
+        ),
+        HAS_S=bool(phases[2]),
+        TICKETS=tickets,
+        PDL_SIGNAL=pdl_signal,
+        PDL_WAIT=pdl_wait,
         W_BF16=w is not None and w.dtype == torch.bfloat16,
         WRITE_Y=write_y,
         WRITE_PAIR=write_pair,
         HW_CVT=hw_cvt,
-        BT=bt,
+        BT=config.block_t,
         BH=config.block_h,
-        RB=config.rows_r,
-        SB=config.splits_r,
-        BR=config.rows_n,
-        W=config.words_n,
-        SN_PAD=max(16, triton.next_power_of_2(plan.splits_n)),
-        Z_STEPS=math.ceil(127 / config.rows_n),
+        RS=config.rows_s,
+        SB=sb,
+        CW=config.words_f,
+        F_CHUNKS=f_chunks,
         num_warps=config.num_warps,
+        num_stages=config.stages,
         enable_fp_fusion=False,
+        **({"launch_pdl": True} if pdl_wait else {}),
     )
 
 
@@ -516,11 +659,12 @@ def launch_boundary(
     config: HcConfig | None = None,
     hw_cvt: bool = True,
 ) -> None:
-    """The fused boundary into the given outputs (validated by the caller): one launch.
+    """The fused boundary into the given outputs (validated by the caller): one launch, or two when the
+    configuration says so.
 
-    Shifted ordering when ``prev_pre`` is given (phases A, R, N2; the collapse is computed in A), normal
-    otherwise (A, R, N1, N2). The collapse v goes through ``y_out`` when y is wanted (N2 overwrites
-    each value with y), else through the workspace.
+    Shifted ordering when ``prev_pre`` is given (the collapse takes it), normal otherwise (the collapse
+    takes the pre each row's finish computes). A finish of more than one step keeps the collapse v in
+    ``y_out`` when y is wanted (each value is then overwritten with y), else in the workspace.
     """
     tokens, hidden = x.shape
     if tokens == 0:
@@ -540,19 +684,21 @@ def launch_boundary(
         tensors["s"] = flat if layout_code == 0 else flat.view(torch.int32)
         rows_padded = align(tokens, ROWS_ALIGN[layout.value])
     launch_phases(
-        phases=(1, 1, 0, 1) if shifted else (1, 1, 1, 1),
+        phases=(1, 1, 1),
         tokens=tokens,
         hidden=hidden,
         tensors=tensors,
         scalars=scalars,
         workspace=workspace,
-        config=config or default_config(tokens, hidden, sms=sm_count(x.device)),
+        config=config or choose_config(tokens, hidden, shifted=shifted, sms=sm_count(x.device)),
         a_post=True,
-        a_v=shifted,
+        coef=True,
+        norm=True,
         write_y=y_out is not None,
         write_pair=pair_out is not None,
         floor=rounding is ScaleRounding.FLOOR,
         layout_code=layout_code,
         rows_padded=rows_padded,
         hw_cvt=hw_cvt,
+        pdl=hw_cvt,
     )

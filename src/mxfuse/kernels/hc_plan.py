@@ -8,9 +8,12 @@ as ``mxfuse.hc.HcParams``.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import numbers
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import triton
@@ -23,12 +26,15 @@ __all__ = [
     "HcParams",
     "HcWorkspace",
     "Plan",
+    "choose_config",
     "default_config",
     "sm_count",
     "workspace_for",
 ]
 
-RECORD = 32  # floats per phase-A record: the 24 partial logits, then sum(R'^2) at 24, sum(v^2) at 25
+RECORD = 32  # floats per phase-A record and per row of logits: the 24 partial logits, sum(R'^2) at 24
+
+_TABLE = Path(__file__).with_name("hc_configs.json")
 
 
 @dataclass(frozen=True)
@@ -77,58 +83,73 @@ def _finite_real(params: HcParams, name: str, *, non_negative: bool) -> float:
 
 @dataclass(frozen=True)
 class HcConfig:
-    """Tile sizes and work split of the boundary kernel (``default_config`` picks one per shape).
+    """Tile sizes and work split of the boundary kernel (``choose_config`` picks one per shape).
 
-    block_t: tokens per block (the M of the mixes dot; 16, 32, 64 or 128). block_h: columns per step
-    of phase A (the dot's K, a power of two 16..128). steps_a: steps per A item (block_h * steps_a
-    must divide H). rows_r / splits_r: rows and records per load of phase R (powers of two, rows_r
-    dividing block_t). rows_n / words_n: rows and 128-column scale words per step of phases N1/N2
-    (powers of two; rows_n divides block_t, words_n divides H / 128). steps_n: steps per N item
-    (words_n * steps_n divides H / 128). lag: blocks between consecutive phases in ticket order.
+    block_t: tokens per block (the M of the mixes dot: 16, 32, 64 or 128; 1 to 16 with ``mix="fma"``).
+    block_h: columns per step of phase A (the dot's K, a power of two 16..128). steps_a: steps per A
+    item (block_h * steps_a must divide H). rows_s: rows per Sinkhorn item (a power of two <= block_t). words_f: 128-column
+    words per step of a row's finish (a power of two <= 64; the row takes ceil(H / 128 / words_f)
+    steps, and keeps the collapse in registers when it takes one). lag: blocks between a block's
+    phase A and its finish in ticket order. launches: 1 (every phase in one launch, the finish waits on
+    counters) or 2 (phase A, then the finish and Sinkhorn as a programmatic dependent launch).
+    mix: how phase A multiplies R' by the projection weight: ``"dot"`` (three bf16 tensor-core
+    products, exact; a block of at least 16 tokens) or ``"fma"`` (fp32 multiply-adds on the CUDA cores
+    for blocks of 1 to 16 tokens: no operand staging, at most block_t * block_h = 256). stages: the
+    software pipelining of phase A's steps (Triton's ``num_stages``; 1 turns it off and frees the shared
+    memory its buffers hold).
     """
 
     block_t: int
     block_h: int
     steps_a: int
-    rows_r: int
-    splits_r: int
-    rows_n: int
-    words_n: int
-    steps_n: int
+    rows_s: int
+    words_f: int
     lag: int
     num_warps: int = 4
+    launches: int = 1
+    mix: str = "dot"
+    stages: int = 3
 
     def check(self, hidden: int) -> None:
         """ValueError naming the field that does not fit ``hidden`` (a positive multiple of 128)."""
 
         def pow2(v: int) -> bool:
-            return v >= 1 and v & (v - 1) == 0
+            return isinstance(v, int) and v >= 1 and v & (v - 1) == 0
 
         problems = []
-        if self.block_t not in (16, 32, 64, 128):
-            problems.append(f"block_t must be 16, 32, 64 or 128; got {self.block_t}")
+        if self.mix not in ("dot", "fma"):
+            problems.append(f"mix must be 'dot' or 'fma'; got {self.mix!r}")
+        elif self.mix == "dot" and self.block_t not in (16, 32, 64, 128):
+            problems.append(f"block_t must be 16, 32, 64 or 128 with mix='dot'; got {self.block_t}")
+        elif self.mix == "fma" and not (pow2(self.block_t) and self.block_t <= 16):
+            problems.append(f"block_t must be a power of two <= 16 with mix='fma'; got {self.block_t}")
+        elif self.mix == "fma" and self.block_t * self.block_h > 256:
+            problems.append(
+                f"block_t * block_h must be <= 256 with mix='fma'; got {self.block_t} * {self.block_h}"
+            )
         if not (pow2(self.block_h) and 16 <= self.block_h <= 128):
             problems.append(f"block_h must be a power of two in [16, 128]; got {self.block_h}")
         elif self.steps_a < 1 or hidden % (self.block_h * self.steps_a):
             problems.append(
                 f"block_h * steps_a must divide H = {hidden}; got {self.block_h} * {self.steps_a}"
             )
-        if not (pow2(self.rows_r) and self.rows_r <= self.block_t and pow2(self.splits_r)):
-            problems.append(
-                f"rows_r (<= block_t) and splits_r must be powers of two; got {self.rows_r}, {self.splits_r}"
-            )
-        if not (pow2(self.rows_n) and self.rows_n <= self.block_t):
-            problems.append(f"rows_n must be a power of two <= block_t; got {self.rows_n}")
-        if not pow2(self.words_n) or self.steps_n < 1 or (hidden // 128) % (self.words_n * self.steps_n):
-            problems.append(
-                f"words_n * steps_n must divide H / 128 = {hidden // 128}; got {self.words_n} * {self.steps_n}"
-            )
+        if not (pow2(self.rows_s) and self.rows_s <= self.block_t):
+            problems.append(f"rows_s must be a power of two <= block_t; got {self.rows_s}")
+        if not (pow2(self.words_f) and self.words_f <= 64):
+            problems.append(f"words_f must be a power of two <= 64; got {self.words_f}")
         if self.lag < 0 or self.num_warps not in (1, 2, 4, 8, 16):
             problems.append(
                 f"lag must be >= 0 and num_warps a power of two <= 16; got {self.lag}, {self.num_warps}"
             )
+        if self.launches not in (1, 2):
+            problems.append(f"launches must be 1 or 2; got {self.launches}")
+        if self.stages not in (1, 2, 3, 4):
+            problems.append(f"stages must be 1, 2, 3 or 4; got {self.stages}")
         if problems:
             raise ValueError("config: " + "; ".join(problems))
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
 def _divisor_at_least(n: int, quotient_at_most: int) -> int:
@@ -137,85 +158,108 @@ def _divisor_at_least(n: int, quotient_at_most: int) -> int:
 
 
 def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
-    """The config used when none is given: about two post-step items per SM, ~2K-element tiles.
+    """The config used when the table has none: the shape of the winners measured on an H200 at H = 5120
+    (normal ordering, T = 1, 4, 16, 64 and 2048; benchmarks/hc_boundary_sweep.py, RESULTS.md), carried
+    to the other hiddens, orderings and token counts.
 
-    A first guess from the shapes (not yet measured on a GPU); benchmarks/hc_boundary.py --sweep times
-    the alternatives. Blocks of 64 tokens use 32-column steps and 8 warps so the five [64, 32] input
-    tiles and the four R' tiles of a step stay in registers.
+    All of them launch twice (the A items, then the F and S items as a programmatic dependent launch)
+    on 4 warps. Up to 4 tokens: phase A on the CUDA cores, blocks of 1, 2 or 4 rows, 32 columns a step
+    (one step an item: 160 items at H = 5120), the finish in one step (v kept in registers). Up to 16: a tensor-core block of
+    16 with 16-column steps, two pipeline stages, about two A items per SM. Larger T: tensor-core blocks
+    of 16 with 32-column steps, three stages, about one A item per SM; the finish in 32-word steps.
     """
-    block_t = 16 if tokens <= 16 else 32 if tokens <= 64 else 64
-    blocks = -(-max(tokens, 1) // block_t)
-    block_h, num_warps = (32, 8) if block_t == 64 else (64, 4)
-    want = max(1, round(2 * sms / blocks))
-    steps_a = _divisor_at_least(hidden // block_h, want)
-    splits = hidden // (block_h * steps_a)
-    splits_r = min(128, triton.next_power_of_2(splits))
-    rows_r = max(1, min(block_t, 4096 // (splits_r * RECORD)))
     words = hidden // 128
-    words_n = 1
-    while words_n < 8 and words % (2 * words_n) == 0 and blocks * words // (2 * words_n) >= sms:
-        words_n *= 2
-    steps_n = _divisor_at_least(words // words_n, want)
-    rows_n = min(block_t, max(1, 2048 // (128 * words_n)))
+    one_step = min(64, triton.next_power_of_2(words))
+    if tokens <= 4:
+        block_t = triton.next_power_of_2(max(tokens, 1))
+        block_h, mix, stages, words_f, target = 32, "fma", 1, one_step, 2 * sms
+    elif tokens <= 16:
+        block_t, block_h, mix, stages, words_f, target = 16, 16, "dot", 2, min(32, one_step), 2 * sms
+    else:
+        block_t, block_h, mix, stages, words_f, target = 16, 32, "dot", 3, min(32, one_step), sms
+    blocks = -(-max(tokens, 1) // block_t)
+    steps_a = _divisor_at_least(hidden // block_h, max(1, round(target / blocks)))
     return HcConfig(
         block_t=block_t,
         block_h=block_h,
         steps_a=steps_a,
-        rows_r=rows_r,
-        splits_r=splits_r,
-        rows_n=rows_n,
-        words_n=words_n,
-        steps_n=steps_n,
-        lag=0 if blocks <= 2 else 1,
-        num_warps=num_warps,
+        rows_s=block_t,
+        words_f=words_f,
+        lag=0,
+        num_warps=4,
+        launches=2,
+        mix=mix,
+        stages=stages,
     )
+
+
+def _bucket(tokens: int) -> int:
+    """The table's token bucket of ``tokens``: the smallest listed T at least as large (powers of two)."""
+    return 1 if tokens <= 1 else triton.next_power_of_2(tokens)
+
+
+@functools.cache
+def _table() -> dict[tuple[int, int, str], HcConfig]:
+    if not _TABLE.exists():
+        return {}
+    data = json.loads(_TABLE.read_text(encoding="utf-8"))
+    table = {}
+    for entry in data.get("entries", []):
+        config = HcConfig(**entry["config"])
+        config.check(entry["hidden"])
+        table[(entry["hidden"], entry["tokens"], entry["ordering"])] = config
+    return table
+
+
+def choose_config(tokens: int, hidden: int, *, shifted: bool, sms: int = 132) -> HcConfig:
+    """The measured configuration for (H, token bucket, ordering) from ``hc_configs.json`` (written by
+    ``benchmarks/hc_boundary.py --sweep`` on an H200), else ``default_config``. The fused boundary and
+    the unfused chain take the same one, so their reductions run in the same order."""
+    ordering = "shifted" if shifted else "normal"
+    found = _table().get((hidden, _bucket(tokens), ordering)) if sms == 132 else None
+    return found if found is not None else default_config(tokens, hidden, sms=sms)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Item counts, ticket layout and workspace sizes of one launch."""
+    """Item counts, ticket layout and workspace sizes of one launch of phases (A, F, S)."""
 
     blocks: int
     splits_a: int
-    items_r: int
-    splits_n: int
+    items_f: int
+    items_s: int
     round_size: int
-    offsets: tuple[int, int, int]
-    lags: tuple[int, int, int]
+    offsets: tuple[int, int]
+    lag: int
     total: int
     n_counters: int
     n_scratch: int
-    part_n_offset: int
-    stat_offset: int
+    mix_offset: int
 
     @staticmethod
-    def make(tokens: int, hidden: int, config: HcConfig, *, phases: tuple[int, int, int, int]) -> Plan:
-        has_a, has_r, has_n1, has_n2 = phases
+    def make(tokens: int, hidden: int, config: HcConfig, *, phases: tuple[int, int, int]) -> Plan:
+        has_a, has_f, has_s = phases
         bt = config.block_t
         blocks = -(-tokens // bt)
         splits_a = hidden // (config.block_h * config.steps_a)
-        items_r = -(-min(bt, tokens) // config.rows_r)
-        splits_n = hidden // (128 * config.words_n * config.steps_n)
-        sizes = (splits_a * has_a, items_r * has_r, splits_n * has_n1, splits_n * has_n2)
-        offsets = (sizes[0], sizes[0] + sizes[1], sizes[0] + sizes[1] + sizes[2])
-        present = [bool(p) for p in phases]
-        lag_of = [config.lag * sum(present[:q]) for q in range(4)]
-        rounds = blocks + config.lag * (sum(present) - 1)
-        part_a = blocks * splits_a * bt * RECORD * has_a
-        part_n = blocks * splits_n * bt * has_n1
+        items_f = min(bt, tokens)
+        items_s = -(-items_f // config.rows_s)
+        sizes = (splits_a * has_a, items_f * has_f, items_s * has_s)
+        lag = config.lag if has_a and (has_f or has_s) else 0
+        rounds = blocks + lag
+        part_a = blocks * splits_a * bt * RECORD
         return Plan(
             blocks=blocks,
             splits_a=splits_a,
-            items_r=items_r,
-            splits_n=splits_n,
+            items_f=items_f,
+            items_s=items_s,
             round_size=sum(sizes),
-            offsets=offsets,
-            lags=(lag_of[1], lag_of[2], lag_of[3]),
+            offsets=(sizes[0], sizes[0] + sizes[1]),
+            lag=lag,
             total=rounds * sum(sizes),
-            n_counters=1 + 4 * blocks,
-            n_scratch=part_a + part_n + blocks * bt,
-            part_n_offset=part_a,
-            stat_offset=part_a + part_n,
+            n_counters=2 + 3 * blocks,
+            n_scratch=part_a + blocks * bt * RECORD,
+            mix_offset=part_a,
         )
 
 
@@ -263,7 +307,7 @@ class HcWorkspace:
 
     def reserve(self, tokens: int, hidden: int, config: HcConfig | None = None) -> None:
         """Grow now to what a boundary of ``tokens`` x ``hidden`` (pair only) needs."""
-        plan = Plan.make(tokens, hidden, config or default_config(tokens, hidden), phases=(1, 1, 1, 1))
+        plan = Plan.make(tokens, hidden, config or default_config(tokens, hidden), phases=(1, 1, 1))
         self.buffers(plan.n_counters, plan.n_scratch, tokens * hidden)
 
 

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from mxfuse.kernels.hc_boundary import launch_phases
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, default_config
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, choose_config
 from mxfuse.kernels.hc_tile import load_post_coefs, post_tile
 
 __all__ = ["launch_mixes", "launch_norm", "launch_post"]
@@ -70,12 +70,14 @@ def launch_mixes(
     config: HcConfig | None = None,
     hw_cvt: bool = True,
 ) -> None:
-    """pre, post', comb' of a residual stream ``residual`` [T, 4, H] (the boundary's phases A and R)."""
+    """pre, post', comb' of a residual stream ``residual`` [T, 4, H] (the boundary's A items on R', the
+    F items' logits and pre, the S items). ``config`` must be the fused boundary's for its reductions
+    to run in the same order (``choose_config`` of the same ordering)."""
     tokens, _, hidden = residual.shape
     if tokens == 0:
         return
     launch_phases(
-        phases=(1, 1, 0, 0),
+        phases=(1, 1, 1),
         tokens=tokens,
         hidden=hidden,
         tensors={
@@ -89,7 +91,8 @@ def launch_mixes(
         },  # fmt: skip
         scalars=scalars,
         workspace=workspace,
-        config=config or default_config(tokens, hidden),
+        config=config or choose_config(tokens, hidden, shifted=False),
+        coef=True,
         hw_cvt=hw_cvt,
     )
 
@@ -105,18 +108,20 @@ def launch_norm(
     config: HcConfig | None = None,
     hw_cvt: bool = True,
 ) -> None:
-    """y = RMSNorm(collapse(``residual``, ``weights`` [T, 4])) in bf16 (the boundary's phases N1 and N2)."""
+    """y = RMSNorm(collapse(``residual``, ``weights`` [T, 4])) in bf16 (the boundary's F items, finishing
+    only: collapse, norm, y)."""
     tokens, _, hidden = residual.shape
     if tokens == 0:
         return
     launch_phases(
-        phases=(0, 0, 1, 1),
+        phases=(0, 1, 0),
         tokens=tokens,
         hidden=hidden,
         tensors={"ro": residual, "pp": weights, "w": norm_weight, "v": y_out, "y": y_out},
         scalars=scalars,
         workspace=workspace,
-        config=config or default_config(tokens, hidden),
+        config=config or choose_config(tokens, hidden, shifted=False),
+        norm=True,
         write_y=True,
         hw_cvt=hw_cvt,
     )

@@ -20,6 +20,8 @@ __all__ = [
     "bf16_bits",
     "bits_to_bf16",
     "bits_to_f32",
+    "exact_sum",
+    "exact_total3",
     "load_bf16_bits",
     "load_post_coefs",
     "mix_dot",
@@ -148,7 +150,9 @@ def mix_dot(acc, a_bits, fn_ptrs, fn_mask, HW_CVT: tl.constexpr):
     R' is exactly bf16, and an fp32 fn value is exactly the sum of three bf16 values (8 + 8 + 8
     significant bits; ``hi`` rounds to nearest, so each remainder is exact), so three bf16 tensor-core
     products with fp32 accumulation give the fp32 projection with exact products: the only error is the
-    fp32 accumulation's, as with fp32 FMA. Done on the CUDA cores instead, the 24 x 4H multiply-adds per
+    fp32 accumulation's, as with fp32 FMA. The smallest pieces go first (``lo``, ``mid``, then ``hi``), so
+    the small products are not added to an already large sum; callers start each step from zero and
+    add the steps with compensation (``_phase_a``), so the error does not grow with the row length. Done on the CUDA cores instead, the 24 x 4H multiply-adds per
     token (1.4 G at T = 2048, H = 7168) would take some 40 us of an H200's fp32 FMA rate, as long as
     the boundary's whole memory floor. Without ``HW_CVT`` (the interpreter, whose bf16 dot multiplies
     the raw bit patterns) the same three products run as fp32 dots.
@@ -160,16 +164,73 @@ def mix_dot(acc, a_bits, fn_ptrs, fn_mask, HW_CVT: tl.constexpr):
         mid = rest.to(tl.bfloat16)
         lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
         a = bits_to_bf16(a_bits)
-        acc = tl.dot(a, tl.trans(hi), acc)
-        acc = tl.dot(a, tl.trans(mid), acc)
         acc = tl.dot(a, tl.trans(lo), acc)
+        acc = tl.dot(a, tl.trans(mid), acc)
+        acc = tl.dot(a, tl.trans(hi), acc)
     else:
         hi = bf16_bits(f, False)
         rest = f - bits_to_f32(hi)
         mid = bf16_bits(rest, False)
         lo = bf16_bits(rest - bits_to_f32(mid), False)
         a = bits_to_f32(a_bits)
-        acc = tl.dot(a, tl.trans(bits_to_f32(hi)), acc, input_precision="ieee")
-        acc = tl.dot(a, tl.trans(bits_to_f32(mid)), acc, input_precision="ieee")
         acc = tl.dot(a, tl.trans(bits_to_f32(lo)), acc, input_precision="ieee")
+        acc = tl.dot(a, tl.trans(bits_to_f32(mid)), acc, input_precision="ieee")
+        acc = tl.dot(a, tl.trans(bits_to_f32(hi)), acc, input_precision="ieee")
     return acc
+
+
+@triton.jit
+def _fixed_point_terms(x, big):
+    """fp32 ``x`` as 64-bit integers in units of 2^(big - 174), ``big`` the largest biased exponent
+    they are aligned to (broadcastable to ``x``): mantissa << 24, shifted right by the exponent gap
+    (toward zero), signed. A term loses only bits below 2^-47 of the largest term's magnitude."""
+    bits = x.to(tl.int32, bitcast=True)
+    e = (bits >> 23) & 0xFF
+    mant = (bits & 0x7FFFFF) | tl.where(e > 0, 0x800000, 0)
+    shift = tl.minimum(tl.maximum(big, 1) - tl.maximum(e, 1), 63)
+    mag = (mant.to(tl.int64) << 24) >> shift.to(tl.int64)
+    return tl.where(bits < 0, -mag, mag)
+
+
+@triton.jit
+def _pow2(k):
+    """2^k as fp32 for integer ``k`` in [-126, 127] (built from its bits: exact)."""
+    return ((k + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fixed_point_value(total, big):
+    """The fp32 value of a fixed-point ``total`` in units of 2^(big - 174), rounded once."""
+    k = tl.maximum(big, 1) - 174
+    k_hi = tl.maximum(k, -126)
+    # total * 2^(k - k_hi) is exact (k - k_hi >= -48 keeps it normal); the second product rounds once.
+    return (total.to(tl.float32) * _pow2(k - k_hi)) * _pow2(k_hi)
+
+
+@triton.jit
+def exact_sum(x, AXIS: tl.constexpr):
+    """Sum of fp32 ``x`` along ``AXIS`` whose bits do not depend on the order of the additions.
+
+    ``tl.sum`` adds in an order set by the register layout Triton picks for ``x``, and the layout
+    follows the surrounding code: the same row summed in two kernels (the fused boundary and the
+    unfused step) can differ in the last bit. Here every term is aligned to the largest exponent along
+    the axis as a 64-bit integer, the integers are added (exact, so any order gives the same total) and
+    the total is rounded to fp32 once. At most 2^15 terms. Non-finite terms: the plain sum of the
+    infinities and NaNs (also order-free: NaN if any is NaN or both infinities appear)."""
+    tl.static_assert(x.shape[AXIS] <= 32768, "exact_sum: at most 2^15 terms")
+    e = (x.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    big = tl.max(e, axis=AXIS)
+    total = tl.sum(_fixed_point_terms(x, tl.max(e, axis=AXIS, keep_dims=True)), axis=AXIS)
+    special = tl.sum(tl.where(e == 255, x, 0.0), axis=AXIS)
+    return tl.where(big == 255, special, _fixed_point_value(total, big))
+
+
+@triton.jit
+def exact_total3(x):
+    """``exact_sum`` of every element of a 3-D fp32 tensor: one scalar, the same bits in any layout."""
+    tl.static_assert(x.shape[0] * x.shape[1] * x.shape[2] <= 32768, "exact_total3: at most 2^15 terms")
+    e = (x.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    big = tl.max(tl.max(tl.max(e, axis=2), axis=1), axis=0)
+    total = tl.sum(tl.sum(tl.sum(_fixed_point_terms(x, big), axis=2), axis=1), axis=0)
+    special = tl.sum(tl.sum(tl.sum(tl.where(e == 255, x, 0.0), axis=2), axis=1), axis=0)
+    return tl.where(big == 255, special, _fixed_point_value(total, big))

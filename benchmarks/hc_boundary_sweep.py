@@ -1,0 +1,319 @@
+"""Choose the mHC boundary kernel's configuration per (H, token bucket, ordering) on one GPU, in one run.
+
+    python benchmarks/hc_boundary_sweep.py [--hiddens 5120,7168] [--tokens 1,4,16,64,128,512,2048]
+        [--jobs 16] [--write src/mxfuse/kernels/hc_configs.json] [--json PATH]
+
+For every shape, every candidate of ``candidates`` (tile sizes, phase-A split, warps, finish step,
+lag, one launch or two) is first compiled in ``--jobs`` worker processes (the Triton cache is shared
+on disk, so the timing process only loads), then checked and timed here:
+
+  * checked: the fused boundary against the unfused chain run with the same configuration (R', pre
+    and y bit for bit, the pair bit for bit ``quantize_mxfp8`` of y), post' and comb' against the
+    reference (the test suite's tolerances); a candidate failing a check is never chosen;
+  * timed: the fused boundary (MXFP8 pair out, deepgemm scales, no bf16 y) as one CUDA graph of many
+    calls cycling through enough input sets to miss the L2 (``gpu_timing.bench_us``); the three
+    fastest of a shape are timed again in three interleaved rounds and the median decides.
+
+The shifted ordering is timed on the default and the normal ordering's six fastest of the same shape
+(``--full-shifted``: the whole grid). The winners go to ``--write`` (the table ``mxfuse.kernels.hc_plan.choose_config`` reads): one entry
+per measured T, and each power-of-two bucket between two measured T takes the larger one's winner.
+Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import bench_us, rotation_count
+from hc_boundary import PARAMS, _args, environment, floor_bytes, make_set
+
+from gpumatrix.compare import assert_close
+from mxfuse import hc
+from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.hc_plan import HcConfig, default_config
+
+TOKENS = (1, 4, 16, 64, 128, 512, 2048)
+HIDDENS = (5120, 7168)
+TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "hc_configs.json"
+
+
+def _divisor_at_least(n: int, quotient_at_most: int) -> int:
+    return next(d for d in range(1, n + 1) if n % d == 0 and n // d <= max(quotient_at_most, 1))
+
+
+def _steps(hidden: int, block_h: int, blocks: int, target: int) -> int:
+    """Steps per A item so that blocks x items is about ``target``."""
+    return _divisor_at_least(hidden // block_h, round(target / blocks))
+
+
+def candidates(tokens: int, hidden: int, sms: int = 132, *, quick: bool = False) -> list[HcConfig]:
+    """The configurations tried for one shape: the default first, then a grid around the design.
+
+    Up to 16 tokens: phase A on the CUDA cores (blocks of the next power of two of T, at most 16;
+    256, 128 or 32 values per step) and on the tensor cores (a block of 16; 16-column steps on 4 warps,
+    32-column on 8, pipelined or not), with about 1x and 2x the SMs in A items, 4 or 8 warps, a one-step
+    or 32-word finish, one launch or two. Above: tensor cores, blocks of 16 or 32 (T <= 128) or 16, 32
+    or 64 tokens, 32-column steps, about 1x and 2x the SMs in A items, pipelined (3 stages) or not, one
+    launch with lag 0 or 1, or two launches. Static facts behind the grid (registers and spills of the
+    sm_90 build, benchmarks/RESULTS.md): a tensor-core step of 64 columns spills at 16 tokens.
+    """
+    words = hidden // 128
+    one_step = min(64, triton.next_power_of_2(words))
+    found = [default_config(tokens, hidden, sms=sms)]
+    if tokens <= 16:
+        bt = min(16, triton.next_power_of_2(tokens))
+        blocks = -(-tokens // bt)
+        widths = {min(128, 256 // bt), max(16, min(128, 128 // bt))} | ({32} if bt * 32 <= 256 else set())
+        for bh in sorted(widths):
+            for target in (sms, 2 * sms):
+                steps = _steps(hidden, bh, blocks, target)
+                for warps in (4, 8):
+                    for cw in sorted({one_step, 32}):
+                        for launches in (1, 2):
+                            found.append(HcConfig(bt, bh, steps, bt, cw, 0, warps, launches, "fma", 1))
+        for bh, warps in ((16, 4), (32, 8)):
+            for target in (sms, 2 * sms):
+                steps = _steps(hidden, bh, 1, target)
+                for stages in (1, 2):
+                    for launches in (1, 2):
+                        found.append(HcConfig(16, bh, steps, 16, 32, 0, warps, launches, "dot", stages))
+    else:
+        for bt in (16, 32) if tokens <= 128 else (16, 32, 64):
+            blocks = -(-tokens // bt)
+            warps = 4 if bt == 16 else 8
+            cw = 32 if warps == 4 else one_step
+            for target in (sms, 2 * sms):
+                steps = _steps(hidden, 32, blocks, target)
+                for stages in (1, 3):
+                    variants = [(1, 0), (2, 0)] + ([(1, 1)] if blocks > 2 else [])
+                    for launches, lag in variants:
+                        found.append(
+                            HcConfig(bt, 32, steps, min(bt, 32), cw, lag, warps, launches, "dot", stages)
+                        )
+    unique = []
+    for i, c in enumerate(found):
+        c.check(hidden)
+        if c not in unique and (
+            i == 0 or not quick or (c.launches == 2 and (c.num_warps == 4 or c.block_t > 16))
+        ):
+            unique.append(c)
+    return unique
+
+
+def _compile_worker(jobs: list[dict]) -> None:
+    """Run each (shape, config) once on small inputs: Triton compiles and caches the kernels on disk."""
+    for job in jobs:
+        s = make_set(job["T"], job["H"], job["shifted"], 0)
+        config = HcConfig(**job["config"])
+        try:
+            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, want_y=False)
+            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
+        except Exception as exc:  # reported by the timing process, which runs the same call
+            print(f"compile failed: {job}: {exc!r}"[:400], flush=True)
+    torch.cuda.synchronize()
+
+
+def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, quick: bool = False) -> float:
+    """Compile every candidate of every shape in ``jobs`` processes; seconds taken."""
+    start = time.perf_counter()
+    work = []
+    seen = set()
+    for tokens, hidden, shifted in shapes:
+        for config in candidates(tokens, hidden, quick=quick):
+            # T is not specialized: one small T per compile class (block size, ordering, hidden) will do.
+            # Only constexprs make another kernel: steps_a, lag, T and the ordering are runtime values,
+            # and H only through the number of finish steps.
+            key = (-(-hidden // 128 // config.words_f), config.block_t, config.block_h, config.rows_s,
+                   config.words_f, config.num_warps, config.launches, config.mix, config.stages)  # fmt: skip
+            if key not in seen:
+                seen.add(key)
+                work.append({"T": min(tokens, 3 * config.block_t), "H": hidden, "shifted": shifted,
+                             "config": config.to_json()})  # fmt: skip
+    shards = [work[i::jobs] for i in range(jobs)]
+    procs = []
+    for i, shard in enumerate(shards):
+        path = tmp / f"hc_sweep_jobs_{i}.json"
+        path.write_text(json.dumps(shard))
+        procs.append(subprocess.Popen([sys.executable, __file__, "--compile-jobs", str(path)]))
+    for p in procs:
+        p.wait()
+    print(
+        f"precompiled {len(work)} kernels in {jobs} processes: {time.perf_counter() - start:.0f} s",
+        flush=True,
+    )
+    return time.perf_counter() - start
+
+
+def check(s: dict, ref, config: HcConfig) -> str:
+    """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
+    fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config)
+    unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
+    for name in ("residual", "pre", "y"):
+        if not torch.equal(getattr(fused, name), getattr(unfused, name)):
+            return f"fused {name} != unfused"
+    q, sc = quantize_mxfp8(fused.y)
+    if not (
+        torch.equal(q.view(torch.uint8), fused.pair[0].view(torch.uint8)) and torch.equal(sc, fused.pair[1])
+    ):
+        return "pair != quantize(y)"
+    try:
+        assert_close(fused.pre, ref.pre, name="pre")
+        assert_close(fused.post, ref.post, name="post'")
+        assert_close(fused.comb, ref.comb, name="comb'")
+        assert_close(fused.y, ref.y, rtol=1.6e-2, atol_of_row_rms=1e-5, name="y")
+    except AssertionError as exc:
+        return str(exc).splitlines()[0][:120]
+    return "ok"
+
+
+def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0) -> float:
+    fns = [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], params=PARAMS, out=o, config=config)
+           for s, o in zip(sets, outs, strict=True)]  # fmt: skip
+    return bench_us(fns, target_ms=target_ms, replays=7)
+
+
+def sweep_shape(
+    tokens: int, hidden: int, shifted: bool, only: list[HcConfig] | None = None, *, quick: bool = False
+) -> list[dict]:
+    moved = floor_bytes(tokens, hidden)
+    sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
+    outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
+    ordering = "shifted" if shifted else "normal"
+    ref = hc.mhc_boundary_reference(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], params=PARAMS)
+    rows = []
+    for config in only or candidates(tokens, hidden, quick=quick):
+        row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}
+        try:
+            row["check"] = check(sets[0], ref, config)
+            row["us"] = time_config(sets, outs, config)
+        except Exception as exc:
+            row["check"], row["us"] = f"error: {exc!r}"[:200], float("nan")
+        rows.append(row)
+    good = sorted((r for r in rows if r["check"] == "ok"), key=lambda r: r["us"])[:3]
+    rounds: dict[int, list[float]] = {id(r): [] for r in good}
+    for _ in range(3):
+        for r in good:
+            rounds[id(r)].append(time_config(sets, outs, HcConfig(**r["config"]), target_ms=5.0))
+    for r in good:
+        r["final_us"] = statistics.median(rounds[id(r)])
+    return rows
+
+
+def table_entries(rows: list[dict], measured: list[int]) -> list[dict]:
+    """One entry per (H, ordering, bucket): the winner of the smallest measured T >= the bucket."""
+    winners = {}
+    for r in rows:
+        if "final_us" in r:
+            key = (r["H"], r["ordering"], r["T"])
+            if key not in winners or r["final_us"] < winners[key]["final_us"]:
+                winners[key] = r
+    entries = []
+    top = max(measured)
+    buckets = [1 << i for i in range(top.bit_length()) if (1 << i) <= triton.next_power_of_2(top)]
+    for hidden, ordering in sorted({(h, o) for h, o, _ in winners}):
+        for bucket in buckets:
+            source = min(
+                (t for t in measured if t >= bucket and (hidden, ordering, t) in winners), default=None
+            )
+            if source is None:
+                continue
+            w = winners[(hidden, ordering, source)]
+            entries.append({"hidden": hidden, "tokens": bucket, "ordering": ordering, "config": w["config"],
+                            "measured_at": source, "us": round(w["final_us"], 2)})  # fmt: skip
+    return entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hiddens", default=",".join(map(str, HIDDENS)))
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--orderings", default="normal,shifted")
+    parser.add_argument("--jobs", type=int, default=16, help="compile processes (0: compile while timing)")
+    parser.add_argument("--write", help=f"write the winners as the config table here (e.g. {TABLE})")
+    parser.add_argument("--json", help="every timing (default $OUT/hc_boundary_sweep.json)")
+    parser.add_argument(
+        "--precompile-only", action="store_true", help="compile every candidate, time nothing"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="two launches only, on 4 warps for blocks of 16 or fewer"
+    )
+    parser.add_argument("--compile-jobs", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.compile_jobs:
+        _compile_worker(json.loads(Path(args.compile_jobs).read_text()))
+        return 0
+    hiddens = [int(h) for h in args.hiddens.split(",")]
+    tokens = [int(t) for t in args.tokens.split(",")]
+    orderings = [o == "shifted" for o in args.orderings.split(",")]
+    shapes = [(t, h, s) for h in hiddens for s in orderings for t in tokens]
+    out_dir = Path(os.environ.get("OUT", "reports"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
+    if args.jobs:
+        with tempfile.TemporaryDirectory() as tmp:
+            env["precompile_s"] = precompile(shapes, args.jobs, Path(tmp), quick=args.quick)
+    if args.precompile_only:
+        return 0
+    rows = []
+    path = Path(args.json or out_dir / "hc_boundary_sweep.json")
+    shapes.sort(key=lambda shape: shape[2])  # every normal shape before the shifted ones
+    for t, h, s in shapes:
+        start = time.perf_counter()
+        only = None
+        normal = [
+            r for r in rows if (r["T"], r["H"], r["ordering"]) == (t, h, "normal") and r["check"] == "ok"
+        ]
+        if s and normal and not args.full_shifted:
+            # The shifted ordering differs from the normal one only in where the collapse weights come
+            # from: its candidates are the default and the normal ordering's six fastest.
+            best = sorted(normal, key=lambda r: r["us"])[:6]
+            only = [default_config(t, h)] + [HcConfig(**r["config"]) for r in best]
+            only = list(dict.fromkeys(only))
+        shape_rows = sweep_shape(t, h, s, only, quick=args.quick)
+        rows += shape_rows
+        good = sorted((r for r in shape_rows if "final_us" in r), key=lambda r: r["final_us"])
+        default = shape_rows[0]
+        failed = sum(r["check"] != "ok" for r in shape_rows)
+        best = good[0] if good else None
+        print(f"H={h} T={t:>5} {'shifted' if s else 'normal':>7}: {len(shape_rows)} configs ({failed} failed), "
+              f"default {default['us']:.2f} us [{default['check']}], "
+              + (f"best {best['final_us']:.2f} us {best['config']}" if best else "no config passed")
+              + f"  ({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+        for r in shape_rows:
+            if r["check"] != "ok":
+                print(f"    FAILED {r['config']}: {r['check']}", flush=True)
+        write(args, env, rows, tokens, path)  # after every shape: a run cut short keeps what it measured
+    print(f"JSON: {path}")
+    return 0
+
+
+def write(args: argparse.Namespace, env: dict, rows: list[dict], tokens: list[int], path: Path) -> None:
+    path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
+    if args.write:
+        entries = table_entries(rows, tokens)
+        data = {
+            "source": f"benchmarks/hc_boundary_sweep.py, {env['date']}, {env['gpu']} ({env['sms']} SMs), "
+            f"torch {env['torch']}, Triton {env['triton']}",
+            "entries": entries,
+        }
+        Path(args.write).write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
