@@ -82,7 +82,7 @@ FAMILIES = {
     from hc_inputs import make_inputs
     from mxfuse.hc import empty_hc_boundary_outputs
     from mxfuse.kernels import hc_boundary as fused, hc_steps as steps
-    from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
+    from mxfuse.kernels.hc_plan import HcConfig, HcProjection, HcWorkspace
     # two launches, the second a programmatic dependent one on 16 warps whose one-step finish loads w first
     two = HcConfig(16, 64, 2, 16, 4, 0, 8, 2, warps_f=16)
     for t, shifted, config in ((1, False, None), (1, True, None), (129, False, None), (129, True, None),
@@ -93,7 +93,8 @@ FAMILIES = {
         fused.launch_boundary(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"], x["fn"], x["scale"],
             x["base"], x["norm_weight"], scalars=scalars, residual_out=out.residual, pre_out=out.pre,
             post_out=out.post, comb_out=out.comb, y_out=out.y, pair_out=out.pair, rounding=ScaleRounding.RCEIL,
-            layout=ScaleLayout.DEEPGEMM, workspace=HcWorkspace("cpu"), config=config, hw_cvt=True)
+            layout=ScaleLayout.DEEPGEMM, workspace=HcWorkspace("cpu"), config=config, hw_cvt=True,
+            fn_pieces=HcProjection.prepare(x["fn"]).pieces if t == 129 else None)
         ws = HcWorkspace("cpu")
         steps.launch_post(x["x"], x["residual"], x["post"], x["comb"], residual_out=out.residual, hw_cvt=True)
         steps.launch_mixes(out.residual, x["fn"], x["scale"], x["base"], scalars=scalars, pre_out=out.pre,

@@ -65,6 +65,7 @@ from mxfuse.kernels.hc_tile import (
     load_bf16_bits,
     load_post_coefs,
     mix_dot,
+    mix_dot_pieces,
     post_tile,
 )
 from mxfuse.kernels.mxfp8_tile import (
@@ -123,9 +124,9 @@ def _store_scales(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, layo
 
 
 @triton.jit
-def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
-             A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
-             BH: tl.constexpr):  # fmt: skip
+def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
+             A_POST: tl.constexpr, MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr,
+             BT: tl.constexpr, BH: tl.constexpr):  # fmt: skip
     """Post step (or a load of R'), partial mixes and sum of squares for BT rows x one column chunk."""
     rows = b * BT + tl.arange(0, BT)
     row_ok = rows < T
@@ -177,6 +178,13 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
             part = part + g2[:, None, :] * f2[None, :, :]
             part = part + g3[:, None, :] * f3[None, :, :]
             step = exact_sum(part, 2)
+        elif FN_PIECES:
+            pcols = fnp_ptr + fn_rows + cols[None, :]
+            piece = 24 * 4 * H  # one piece: [24, 4H]
+            step = mix_dot_pieces(tl.zeros((BT, 32), dtype=tl.float32), b0, pcols, piece, fn_mask, HW_CVT)
+            step = mix_dot_pieces(step, b1, pcols + H, piece, fn_mask, HW_CVT)
+            step = mix_dot_pieces(step, b2, pcols + 2 * H, piece, fn_mask, HW_CVT)
+            step = mix_dot_pieces(step, b3, pcols + 3 * H, piece, fn_mask, HW_CVT)
         else:
             step = mix_dot(tl.zeros((BT, 32), dtype=tl.float32), b0, fcols, fn_mask, HW_CVT)
             step = mix_dot(step, b1, fcols + H, fn_mask, HW_CVT)
@@ -434,12 +442,12 @@ def _phase_s(b, g, mix_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, nor
     ]
 )  # fmt: skip
 def _hc_kernel(
-    x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, scale_ptr, base_ptr, w_ptr,
+    x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, fnp_ptr, scale_ptr, base_ptr, w_ptr,
     ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr,
     cnt_ptr, part_ptr, mix_ptr,
     T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps, f_steps,
     norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
-    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr, PP_OWN: tl.constexpr,
+    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr, PP_OWN: tl.constexpr,
     HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
     PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
@@ -465,8 +473,8 @@ def _hc_kernel(
         if HAS_A:
             b = rnd
             if b < NB:
-                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
-                         A_POST, MIX_FMA, HW_CVT, BT, BH)  # fmt: skip
+                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, T, H, S_A,
+                         a_steps, A_POST, MIX_FMA, FN_PIECES, HW_CVT, BT, BH)  # fmt: skip
                 if TICKETS:
                     _arrive(blocks + b * 3)
     elif pos < off_s:
@@ -627,6 +635,7 @@ def _launch(
         HAS_A=bool(phases[0]),
         A_POST=a_post,
         MIX_FMA=config.mix == "fma",
+        FN_PIECES=config.mix == "dot" and tensors.get("fnp") is not None,
         HAS_F=bool(phases[1]),
         COEF=coef,
         NORM=norm,
@@ -655,7 +664,7 @@ def _launch(
     )
 
 
-_POINTERS = ("x", "r", "post", "comb", "pp", "fn", "scale", "base", "w",
+_POINTERS = ("x", "r", "post", "comb", "pp", "fn", "fnp", "scale", "base", "w",
              "ro", "pre", "posto", "combo", "v", "y", "q", "s")  # fmt: skip
 
 
@@ -682,9 +691,11 @@ def launch_boundary(
     workspace: HcWorkspace,
     config: HcConfig | None = None,
     hw_cvt: bool = True,
+    fn_pieces: torch.Tensor | None = None,
 ) -> None:
     """The fused boundary into the given outputs (validated by the caller): one launch, or two when the
-    configuration says so.
+    configuration says so. ``fn_pieces``: ``HcProjection.pieces`` of ``fn``, which the tensor-core mixes
+    then read instead of splitting fn in every step.
 
     Shifted ordering when ``prev_pre`` is given (the collapse takes it), normal otherwise (the collapse
     takes the pre each row's finish computes). A finish of more than one step keeps the collapse v in
@@ -695,7 +706,7 @@ def launch_boundary(
         return
     shifted = prev_pre is not None
     tensors = {
-        "x": x, "r": residual, "post": post, "comb": comb, "pp": prev_pre if shifted else pre_out, "fn": fn,
+        "x": x, "r": residual, "post": post, "comb": comb, "pp": prev_pre if shifted else pre_out, "fn": fn, "fnp": fn_pieces,
         "scale": scale, "base": base, "w": norm_weight, "ro": residual_out, "pre": pre_out, "posto": post_out,
         "combo": comb_out, "v": y_out, "y": y_out,
     }  # fmt: skip
