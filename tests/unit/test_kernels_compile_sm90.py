@@ -114,7 +114,7 @@ FAMILIES = {
         lens = torch.tensor([3, 90])
         out = torch.empty(2 * new, heads * dim, dtype=torch.bfloat16)
         configs = (choose_mqa_config(2, new, heads, dim), MqaConfig(d_parts=2, splits=3, pdl=True),
-                   MqaConfig(d_parts=1, splits=1))
+                   MqaConfig(d_parts=1, splits=1), MqaConfig(block_n=16, block_m=16, splits=70, num_stages=1))
         for cfg in configs:
             a, m = mqa_partials_numel(2, new * heads, dim, cfg.splits)
             launch_mqa_decode(q, kv, lens, out, torch.empty(a), torch.empty(m), scale=0.1, config=cfg)
