@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The speed work's device pass in one call: the GPU tests of the kernels it changes, then the boundary's
 # sweep and benchmark, attention's sweep at decode shapes, and the decode step; each step under its own
-# time limit, every log and JSON in $OUT (or ./reports). Exits 1 if a step failed.
+# time limit; one log ($OUT/pass.log) and each step's JSON in $OUT (or ./reports): seven files, under the
+# eight a device call brings back. Exits 1 if a step failed.
 # Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
 set -u
 out=${OUT:-reports}
@@ -10,16 +11,17 @@ export OUT=$out PYTHONUNBUFFERED=1
 budget=${1:-570}
 start=$SECONDS
 left() { echo $((budget - (SECONDS - start))); }
-python3 -m pip install -q --no-deps --no-build-isolation -e ./packaging/gpumatrix -e . >"$out/install.log" 2>&1 \
+log=$out/pass.log
+python3 -m pip install -q --no-deps --no-build-isolation -e ./packaging/gpumatrix -e . >>"$log" 2>&1 \
   || { echo "editable install failed; using PYTHONPATH"; export PYTHONPATH=$PWD/src PYTEST_PLUGINS=gpumatrix.plugin; }
 status=0
 run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass's budget
   local name=$1 limit=$2; shift 2
   [ "$(left)" -lt "$limit" ] && limit=$(left)
   [ "$limit" -le 10 ] && { echo "=== $name: skipped (no time left)"; return; }
-  echo "=== $name (up to ${limit}s): $*"
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1; local rc=$?
-  tail -n 25 "$out/$name.log"
+  echo "=== $name (up to ${limit}s): $*" | tee -a "$log"
+  timeout "$limit" "$@" >"$out/step.log" 2>&1; local rc=$?
+  cat "$out/step.log" >>"$log" && tail -n 25 "$out/step.log" && rm -f "$out/step.log"
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
 run tests 200 env GPUMATRIX_LEASE_DIR=/tmp/lease_speed python3 -m pytest -q -p no:cacheprovider \
