@@ -24,7 +24,7 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   cat "$out/step.log" >>"$log" && tail -n 25 "$out/step.log" && rm -f "$out/step.log"
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
-run tests 200 env GPUMATRIX_LEASE_DIR=/tmp/lease_speed python3 -m pytest -q -p no:cacheprovider \
+run tests 260 env GPUMATRIX_LEASE_DIR=/tmp/lease_speed python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/test_hc_boundary.py tests/kernels/test_mqa_decode.py tests/e2e/test_dsv41_decode.py
 run hc_sweep 150 python3 benchmarks/hc_boundary_sweep.py --quick --tokens 1,4,16,64,2048 --hiddens 5120 \
   --orderings normal --jobs 12 --json "$out/hc_boundary_sweep.json" --write "$out/hc_configs.json"
