@@ -134,8 +134,10 @@ def test_every_output_is_bit_identical_to_the_unfused_chain(tokens, hidden, conf
     bf16 y, then ``quantize_mxfp8``) of the same configuration agree bit for bit."""
     inputs = _inputs(tokens, hidden, ORDERINGS[ordering])
     fused, unfused = _outputs(tokens, hidden), _outputs(tokens, hidden)
-    _boundary(inputs, fused, config=CONFIGS[config])
-    _boundary(inputs, unfused, fused=False, config=CONFIGS[config])
+    fused_records = _boundary(inputs, fused, config=CONFIGS[config])
+    unfused_records = _boundary(inputs, unfused, fused=False, config=CONFIGS[config])
+    assert [r["path"] for r in fused_records] == ["hc.boundary.kernel.pair"]
+    assert [r["path"] for r in unfused_records] == ["hc.boundary.unfused"]
     for name in ("residual", "pre", "post", "comb", "y"):
         assert_same_bits(getattr(fused, name), getattr(unfused, name), name=f"{name} fused vs unfused")
     assert_same_bits(fused.pair[0].view(torch.uint8), unfused.pair[0].view(torch.uint8), name="pair elements")

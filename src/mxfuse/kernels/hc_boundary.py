@@ -27,11 +27,10 @@ partial sums of squares and CUDA-core mixes, the records' sum, the norm's sum of
 ``exact_sum`` (hc_tile): its bits do not depend on the order of the additions, which ``tl.sum`` takes
 from whatever register layout the surrounding code leads Triton to pick. So reruns are bitwise
 identical, the fused kernel matches the unfused steps, and a token's result does not depend on its
-position or on the other tokens. The counters
-reset themselves (the last item of a block zeroes its counters; the last ticket zeroes the ticket
-counter), so a launch needs no memset and a CUDA graph can capture it. With ``launches=2`` the A items
-run as one launch and F and S as a second, programmatic dependent launch that waits for the first
-with ``griddepcontrol.wait`` instead of counters.
+position or on the other tokens. The counters reset themselves (the last item of a block zeroes its
+counters; the last ticket zeroes the ticket counter), so a launch needs no memset and a CUDA graph can
+capture it. With ``launches=2`` the A items run as one launch and F and S as a second, programmatic
+dependent launch that waits for the first with ``griddepcontrol.wait`` instead of counters.
 
 The unfused steps (``hc_steps``) launch the same kernel with some items switched off.
 """

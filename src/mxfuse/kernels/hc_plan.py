@@ -216,9 +216,10 @@ def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
 
     All of them launch twice (the A items, then the F and S items as a programmatic dependent launch)
     on 4 warps. Up to 4 tokens: phase A on the CUDA cores, blocks of 1, 2 or 4 rows, 32 columns a step
-    (one step an item: 160 items at H = 5120), the finish in one step (v kept in registers). Up to 16: a tensor-core block of
-    16 with 16-column steps, two pipeline stages, about two A items per SM. Larger T: tensor-core blocks
-    of 16 with 32-column steps, three stages, about one A item per SM; the finish in 32-word steps.
+    (one step an item: 160 items at H = 5120), the finish in one step (v kept in registers). Up to 16:
+    a tensor-core block of 16 with 16-column steps, two pipeline stages, about two A items per SM.
+    Larger T: tensor-core blocks of 16 with 32-column steps, three stages, about one A item per SM; the
+    finish in 32-word steps.
     """
     words = hidden // 128
     one_step = min(64, triton.next_power_of_2(words))

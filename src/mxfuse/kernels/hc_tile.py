@@ -152,11 +152,11 @@ def mix_dot(acc, a_bits, fn_ptrs, fn_mask, HW_CVT: tl.constexpr):
     significant bits; ``hi`` rounds to nearest, so each remainder is exact; for |fn| >= 2^-110, where
     no piece is subnormal), so three bf16 tensor-core
     products with fp32 accumulation give the fp32 projection with exact products: the only error is the
-    fp32 accumulation's, as with fp32 FMA. The smallest pieces go first (``lo``, ``mid``, then ``hi``), so
-    the small products are not added to an already large sum; callers start each step from zero and
-    add the steps with compensation (``_phase_a``), so the error does not grow with the row length. Done on the CUDA cores instead, the 24 x 4H multiply-adds per
-    token (1.4 G at T = 2048, H = 7168) would take some 40 us of an H200's fp32 FMA rate, as long as
-    the boundary's whole memory floor. Without ``HW_CVT`` (the interpreter, whose bf16 dot multiplies
+    fp32 accumulation's, as with fp32 FMA. The smallest pieces go first (``lo``, ``mid``, then ``hi``),
+    so the small products are not added to an already large sum; callers start each step from zero and
+    add the steps with compensation (``_phase_a``), so the error does not grow with the row length.
+    Done on the CUDA cores instead, the 24 x 4H multiply-adds per token (1.4 G at T = 2048, H = 7168)
+    would take some 40 us of an H200's fp32 FMA rate, as long as the boundary's whole memory floor. Without ``HW_CVT`` (the interpreter, whose bf16 dot multiplies
     the raw bit patterns) the same three products run as fp32 dots.
     """
     f = tl.load(fn_ptrs, mask=fn_mask, other=0.0, eviction_policy="evict_last")
