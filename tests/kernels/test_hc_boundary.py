@@ -167,9 +167,10 @@ def test_a_prepared_projection_gives_the_same_bits(tokens, hidden, config, shift
         _boundary(inputs, plain, config=CONFIGS[config], fused=fused)
         args = list(inputs.args())
         args[4] = projection
-        with witness.capture():
+        with witness.capture() as records:
             hc.mhc_boundary(*args, **inputs.kwargs(), out=prepared, config=CONFIGS[config], fused=fused)
         torch.cuda.synchronize()
+        assert [r["path"] for r in records] == ["hc.boundary.kernel.pair" if fused else "hc.boundary.unfused"]
         for name in ("residual", "pre", "post", "comb", "y"):
             assert_same_bits(getattr(prepared, name), getattr(plain, name), name=f"{name} (fused={fused})")
         assert_same_bits(prepared.pair[0].view(torch.uint8), plain.pair[0].view(torch.uint8), name="pair")
