@@ -98,6 +98,16 @@ def _fold(m: int, n: int, k: int, num_sms: int, *, bm: int, bn: int, bg: int, wa
     ]
 
 
+def _stream(m: int, n: int, k: int, num_sms: int, *, bn: int, bg: int, warps: int, stages: int):
+    """Stream configurations (CUDA cores, M <= 4) of one tile for every split choice; ``bg`` chunks of 16
+    per row per step, so a step covers ``bg / 2`` groups."""
+    bm = 1 if m == 1 else 2 if m == 2 else 4
+    return [
+        GemmConfig("stream", bm, bn, bg, s, warps, stages)
+        for s in _splits(triton.cdiv(n, bn), k // 32, bg // 2, num_sms=num_sms, even=n % bn == 0)
+    ]
+
+
 def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmConfig]]:
     """(tier, configuration) in the order they are screened: tier 0 first for every problem, then
     tier 1, and so on. Tier 0 holds the design expected to win (the activation folded by a first launch,
@@ -110,6 +120,15 @@ def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmC
         out.extend((tier, c) for c in configs)
 
     fold = functools.partial(_fold, m, n, k, num_sms, act="prefold")
+    if m <= 4:
+        add(0, _stream(m, n, k, num_sms, bn=64, bg=8, warps=4, stages=1))
+        add(0, _stream(m, n, k, num_sms, bn=128, bg=8, warps=4, stages=1))
+        add(1, _stream(m, n, k, num_sms, bn=64, bg=8, warps=4, stages=3))
+        add(1, _stream(m, n, k, num_sms, bn=128, bg=8, warps=8, stages=1))
+        add(1, _stream(m, n, k, num_sms, bn=32, bg=8, warps=4, stages=1))
+        add(2, _stream(m, n, k, num_sms, bn=128, bg=8, warps=4, stages=2))
+        add(2, _stream(m, n, k, num_sms, bn=256, bg=8, warps=8, stages=1))
+        add(2, _stream(m, n, k, num_sms, bn=64, bg=4, warps=4, stages=1))
     if m <= 16:
         add(0, fold(bm=16, bn=64, bg=4, warps=4, stages=3))
         add(1, fold(bm=16, bn=64, bg=4, warps=4, stages=3, pdl=True))
@@ -284,7 +303,7 @@ def _edge_operands(m: int, n: int, k: int, device: str):
 def edge_check(config: GemmConfig, device: str, *, small: bool = False) -> dict:
     """The configuration on a small problem where only the exact path is exact (see ``_edge_operands``):
     the torch backend's NaN rows and values within the closeness rule, copied rows bitwise equal."""
-    m = min(config.block_m, 4) if config.kind == "gemv" else 16
+    m = min(config.block_m, 4) if config.kind in ("gemv", "stream") else 16
     n, k = (128, 512) if small else (256, 2048)
     pair, weight, ref = _edge_operands(m, n, k, device)
     split = config.split_k if config.kind != "fold" else min(config.split_k, 2)
@@ -382,7 +401,7 @@ def compile_worker(
     for i, (key, (m, n, k, config)) in enumerate(sorted(keys.items())):
         if i % workers != index:
             continue
-        m_small = min(m, config.block_m) if config.kind == "gemv" else min(m, 16)
+        m_small = min(m, config.block_m) if config.kind in ("gemv", "stream") else min(m, 16)
         try:
             a = torch.zeros(m_small, k, device=device).to(torch.float8_e4m3fn)
             s = torch.full((m_small, k // 32), 127, dtype=torch.uint8, device=device)

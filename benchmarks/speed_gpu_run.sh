@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests of the kernels it changes, then the boundary's
-# sweep and benchmark, attention's sweep at decode shapes, and the decode step; each step under its own
-# time limit; one log ($OUT/pass.log) and each step's JSON in $OUT (or ./reports): seven files, under the
-# eight a device call brings back. Exits 1 if a step failed.
+# The speed work's device pass in one call: the GPU tests of the kernels it changes, then the MXFP8 GEMM's
+# sweep at decode M, the boundary's benchmark and the decode step; each step under its own time limit;
+# one log ($OUT/pass.log) and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
 # Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
 set -u
 out=${OUT:-reports}
@@ -24,12 +23,12 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   cat "$out/step.log" >>"$log" && tail -n 25 "$out/step.log" && rm -f "$out/step.log"
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
-run tests 260 env GPUMATRIX_LEASE_DIR=/tmp/lease_speed python3 -m pytest -q -p no:cacheprovider \
-  tests/kernels/test_hc_boundary.py tests/kernels/test_mqa_decode.py tests/e2e/test_dsv41_decode.py
-run hc_sweep 150 python3 benchmarks/hc_boundary_sweep.py --quick --tokens 1,4,16,64,2048 --hiddens 5120 \
-  --orderings normal --jobs 12 --json "$out/hc_boundary_sweep.json" --write "$out/hc_configs.json"
-run hc_bench 90 python3 benchmarks/hc_boundary.py --compile off --hiddens 5120,7168 --json "$out/hc_boundary.json"
-run attention 90 python3 benchmarks/attention.py --sweep --sweep-shapes 1:4096,1:32768 --budget-s 60 \
-  --tokens 1,16 --lengths 4096,32768 --json "$out/attention.json" --table "$out/mqa_decode_configs.json"
-run step 60 python3 benchmarks/dsv41_decode.py --tokens 1,16,64 --replays 30
+# Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
+run tests 210 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/kernels/test_hc_boundary.py tests/kernels/test_mqa_decode.py tests/e2e/test_dsv41_decode.py \
+  tests/kernels/test_mxfp8_gemm.py
+run gemm_sweep 170 python3 benchmarks/mxfp8_gemm_sweep.py --ms 1,4 --max-tier 2 --budget-s 160 \
+  --json "$out/mxfp8_gemm_sweep.json" --table "$out/mxfp8_gemm_configs.json"
+run hc_bench 70 python3 benchmarks/hc_boundary.py --compile off --hiddens 7168 --json "$out/hc_boundary.json"
+run step 80 python3 benchmarks/dsv41_decode.py --tokens 1,16,64 --replays 30
 exit $status

@@ -51,17 +51,18 @@ FAMILIES = {
     from mxfuse.kernels import mxfp8_gemm as mk
     wq, ws = quantize_weight(torch.randn(256, 512))
     wst = mk.weight_scale_kgroup_major(ws)
-    configs = [None, mk.GemmConfig("gemv", 4, 4, 32, 2, 4, 3, bits=True), mk.GemmConfig("dq16", 64, 128, 2, 1, 8, 3)]
+    configs = [None, mk.GemmConfig("gemv", 4, 4, 32, 2, 4, 3, bits=True), mk.GemmConfig("dq16", 64, 128, 2, 1, 8, 3),
+               mk.GemmConfig("stream", 4, 64, 8, 2, 4, 1)]
     for m in (1, 4, 64, 300):
         aq, asc = quantize_mxfp8_reference(torch.randn(m, 512), scale_layout="deepgemm")
         a_bytes = scale_storage_view(asc, scale_spec(m, 512, scale_layout="deepgemm")).view(torch.uint8)
         for config in configs:
-            if config is not None and config.kind == "gemv" and m > 4:
+            if config is not None and config.kind in ("gemv", "stream") and m > 4:
                 continue
             out = torch.empty(m, 256, dtype=torch.bfloat16)
             mk.launch_mxfp8_gemm(aq, a_bytes, "deepgemm", wq, wst, out, config=config)
 """,
-        {"_mxfp8_gemv_kernel", "_mxfp8_mma_kernel", "_mxfp8_dq16_kernel"},
+        {"_mxfp8_gemv_kernel", "_mxfp8_stream_kernel", "_mxfp8_mma_kernel", "_mxfp8_dq16_kernel"},
     ),
     "grouped_wo_a": (
         """

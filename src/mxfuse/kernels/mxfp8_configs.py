@@ -37,7 +37,7 @@ __all__ = [
     "parse_table",
 ]
 
-KINDS = ("gemv", "dq16", "mma8", "fold")
+KINDS = ("gemv", "stream", "dq16", "mma8", "fold")
 TABLE_FILE = "mxfp8_gemm_configs.json"
 
 
@@ -45,7 +45,9 @@ TABLE_FILE = "mxfp8_gemm_configs.json"
 class GemmConfig:
     """One launch configuration.
 
-    ``kind``: ``"gemv"`` (CUDA cores, M <= 4; ``block_g`` = 16-element chunks of K per step), ``"dq16"``
+    ``kind``: ``"gemv"`` (CUDA cores, M <= 4; ``block_g`` = 16-element chunks of K per step), ``"stream"``
+    (CUDA cores, M <= 4, each thread one chunk of several rows: ``block_g`` = 16-element chunks of a row
+    per step, ``block_n`` a multiple of ``32 * num_warps / block_g``: ``mxfp8_stream``), ``"dq16"``
     (fp16 dots on dequantized tiles promoted per step; ``block_g`` = 32-wide groups per step),
     ``"mma8"`` (one FP8 dot per 32-wide group; ``block_g`` = dots per step) or ``"fold"`` (16-bit dots
     with the scales folded into the operands, no promotion in the loop; ``block_g`` = groups per loop
@@ -96,6 +98,14 @@ class GemmConfig:
             )
         if self.kind == "fold" and self.wscale == "acc" and self.block_g not in (1, 2, 4):
             raise ValueError(f"GemmConfig.block_g must be 1, 2 or 4 with wscale 'acc'; got {self.block_g}")
+        threads = 32 * self.num_warps
+        if self.kind == "stream" and (
+            self.block_g > threads or threads % self.block_g or self.block_n % (threads // self.block_g)
+        ):
+            raise ValueError(
+                f"GemmConfig.block_g ({self.block_g}) must divide 32 * num_warps ({threads}) and "
+                f"block_n ({self.block_n}) be a multiple of their quotient for the stream kernel"
+            )
         if self.operand not in ("f16", "bf16"):
             raise ValueError(f"GemmConfig.operand must be 'f16' or 'bf16'; got {self.operand!r}")
         if self.cvt not in ("cast", "bits", "asm") or (self.cvt != "cast" and self.operand != "f16"):
@@ -191,6 +201,6 @@ def choose_config(
     buckets = config_table().get(device_name or "", {}).get((n, k))
     if buckets:
         config = next((c for m_max, c in buckets if m <= m_max), buckets[-1][1])
-        if config.kind != "gemv" or m <= config.block_m:  # a GEMV holds all M rows in one program
+        if config.kind not in ("gemv", "stream") or m <= config.block_m:  # all M rows in one program
             return config
     return default_config(m, n, k, num_sms=num_sms)
