@@ -60,7 +60,7 @@ from gpumatrix.compare import calc_diff
 from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view, scale_to_layout
 from mxfuse.gemm import mxfp8_gemm
 from mxfuse.gemm.weights import MxWeight, quantize_weight
-from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config
+from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config, parse_table
 from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
 
 SMOKE_SHAPES = {"smoke a": (128, 512), "smoke b": (192, 256)}
@@ -99,13 +99,15 @@ def _fold(m: int, n: int, k: int, num_sms: int, *, bm: int, bn: int, bg: int, wa
 
 
 def _stream(m: int, n: int, k: int, num_sms: int, *, bn: int, bg: int, warps: int, stages: int):
-    """Stream configurations (CUDA cores, M <= 4) of one tile for every split choice; ``bg`` chunks of 16
-    per row per step, so a step covers ``bg / 2`` groups."""
+    """Stream configurations (CUDA cores, M <= 4) of one tile for split choices giving about 2, 4 and 8
+    waves of programs; ``bg`` chunks of 16 per row per step, so a step covers ``bg / 2`` groups."""
     bm = 1 if m == 1 else 2 if m == 2 else 4
-    return [
-        GemmConfig("stream", bm, bn, bg, s, warps, stages)
-        for s in _splits(triton.cdiv(n, bn), k // 32, bg // 2, num_sms=num_sms, even=n % bn == 0)
-    ]
+    tiles = triton.cdiv(n, bn)
+    splits = _splits(tiles, k // 32, bg // 2, num_sms=num_sms, even=n % bn == 0)
+    more = splits[-1] * 2
+    if (k // 32) // (bg // 2) // more >= 1 and tiles * more <= 16 * num_sms:
+        splits.append(more)
+    return [GemmConfig("stream", bm, bn, bg, s, warps, stages) for s in splits]
 
 
 def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmConfig]]:
@@ -121,14 +123,21 @@ def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmC
 
     fold = functools.partial(_fold, m, n, k, num_sms, act="prefold")
     if m <= 4:
-        add(0, _stream(m, n, k, num_sms, bn=64, bg=8, warps=4, stages=1))
-        add(0, _stream(m, n, k, num_sms, bn=128, bg=8, warps=4, stages=1))
-        add(1, _stream(m, n, k, num_sms, bn=64, bg=8, warps=4, stages=3))
-        add(1, _stream(m, n, k, num_sms, bn=128, bg=8, warps=8, stages=1))
-        add(1, _stream(m, n, k, num_sms, bn=32, bg=8, warps=4, stages=1))
-        add(2, _stream(m, n, k, num_sms, bn=128, bg=8, warps=4, stages=2))
-        add(2, _stream(m, n, k, num_sms, bn=256, bg=8, warps=8, stages=1))
-        add(2, _stream(m, n, k, num_sms, bn=64, bg=4, warps=4, stages=1))
+        # (block_n, block_g, warps, stages): block_g 32 * warps puts every thread of a program on one row
+        # (the activation needs no layout conversion); stages 2 prefetches the next step into registers.
+        stream = functools.partial(_stream, m, n, k, num_sms)
+        for bn, bg, warps, stages in ((64, 8, 4, 1), (8, 128, 4, 1), (4, 128, 4, 1), (16, 128, 4, 1)):
+            add(0, stream(bn=bn, bg=bg, warps=warps, stages=stages))
+        for bn, bg, warps, stages in (
+            (64, 8, 4, 2),
+            (8, 128, 4, 2),
+            (4, 128, 4, 2),
+            (32, 8, 4, 1),
+            (8, 64, 2, 1),
+        ):
+            add(1, stream(bn=bn, bg=bg, warps=warps, stages=stages))
+        for bn, bg, warps, stages in ((128, 8, 4, 1), (16, 256, 8, 1), (32, 64, 2, 1), (8, 256, 8, 2)):
+            add(2, stream(bn=bn, bg=bg, warps=warps, stages=stages))
     if m <= 16:
         add(0, fold(bm=16, bn=64, bg=4, warps=4, stages=3))
         add(1, fold(bm=16, bn=64, bg=4, warps=4, stages=3, pdl=True))
@@ -472,6 +481,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="child processes compiling kernels first (8; 0 on CPU)",
     )
+    parser.add_argument(
+        "--merge-into",
+        default=None,
+        help="also merge the winners into this table (the checked-in one: the buckets swept replace theirs)",
+    )
     parser.add_argument("--compile-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under the Triton interpreter")
     args = parser.parse_args(argv)
@@ -614,7 +628,11 @@ def main(argv: list[str] | None = None) -> int:
     table_path.parent.mkdir(parents=True, exist_ok=True)
     serial = {f"{name} M={m}": {"shape": name, "M": m, **res} for (name, m), res in results.items()}
     json_path.write_text(json.dumps({"env": env, "problems": serial}, indent=1, default=str))
-    table_path.write_text(json.dumps(winners_table(table_rows, env), indent=1))
+    winners = winners_table(table_rows, env)
+    table_path.write_text(json.dumps(winners, indent=1))
+    if args.merge_into:
+        merge_into(Path(args.merge_into), winners)
+        print(f"merged the winners into {args.merge_into}")
 
     print(
         f"\n{env['date']}, {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, copy {env['copy_GBps']} GB/s, "
@@ -665,6 +683,22 @@ def winners_table(rows: list[tuple[str, int, int, int, GemmConfig]], env: dict) 
         shapes.setdefault(f"{n}x{k}", []).append({"m_max": m, "config": config.to_json()})
     source = f"benchmarks/mxfp8_gemm_sweep.py, {env['date']}, {env['gpu']}, torch {env['torch']}, Triton {env['triton']}"
     return {"format": 1, "devices": {env["gpu"]: {"source": source, "shapes": shapes}}}
+
+
+def merge_into(path: Path, winners: dict) -> None:
+    """Per device and shape, the winners' buckets replace the buckets of ``path`` with the same m_max;
+    the others stay. The device's source line records both sweeps."""
+    table = json.loads(path.read_text())
+    for device, entry in winners["devices"].items():
+        current = table["devices"].setdefault(device, {"source": entry["source"], "shapes": {}})
+        for shape, buckets in entry["shapes"].items():
+            by_m = {b["m_max"]: b for b in current["shapes"].get(shape, [])}
+            by_m.update({b["m_max"]: b for b in buckets})
+            current["shapes"][shape] = [by_m[m] for m in sorted(by_m)]
+        ms = sorted({b["m_max"] for buckets in entry["shapes"].values() for b in buckets})
+        current["source"] = f"{current['source']}; M in {ms}: {entry['source']}"
+    parse_table(table, source=str(path))  # refuse to write what the launcher could not read
+    path.write_text(json.dumps(table, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -39,21 +39,49 @@ def stream_shape(block_n: int, block_g: int, num_warps: int) -> tuple[int, int]:
 
 
 @triton.jit
-def _stream_row(acc, wf, sw_f, a_ptr, as_ptr, m, kc, koff, k_ok, kc_ok, M, n_groups, rows4, n_k4,
+def _stream_weights(
+    w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS: tl.constexpr, EVEN: tl.constexpr
+):
+    """One step's weight chunks [R, SUB_N, C, 16] (E4M3) and their scale bytes [R, SUB_N, C]."""
+    kc = step * CHUNKS + tl.arange(0, CHUNKS)[None, None, :]  # [1, 1, C] chunk indices
+    woff = kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]  # [1, 1, C, 16]
+    ws_off = (kc // 2).to(tl.int64) * N + rows3  # [R, SUB_N, C]
+    if EVEN:
+        w = tl.load(w_rows + woff)
+        sw = tl.load(ws_ptr + ws_off)
+    else:
+        kc_ok = kc < n_chunks
+        w = tl.load(w_rows + woff, mask=row_ok3[:, :, :, None] & kc_ok[:, :, :, None], other=0.0)
+        sw = tl.load(ws_ptr + ws_off, mask=row_ok3 & kc_ok, other=0)
+    return w, sw
+
+
+@triton.jit
+def _stream_act(a_ptr, as_ptr, m, step, M, n_groups, rows4, n_k4, SUB_N: tl.constexpr, CHUNKS: tl.constexpr,
                 A_LAYOUT: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
-    """acc [R, SUB_N, C] += the scaled 16-wide partial dots of activation row ``m`` with the weight
-    chunks ``wf`` [R, SUB_N, C, 16] (fp32)."""
+    """Activation row ``m``'s chunks of one step as [1, SUB_N, C, 16] (stride 0 along SUB_N: the weight
+    tile's layout, so the product needs no layout conversion; the repeated bytes are L1 broadcasts) and
+    their scale bytes [1, 1, C]."""
+    kc = step * CHUNKS + tl.arange(0, CHUNKS)[None, None, :]
+    koff = (
+        tl.zeros([1, SUB_N, 1, 1], tl.int32) + kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]
+    )
+    s_off = act_scale_offsets(m, kc // 2, n_groups, rows4, n_k4, A_LAYOUT)
     ok = m < M
-    # [1, SUB_N, C, 16] pointers with stride 0 along SUB_N: the weight tile's layout, so the product
-    # needs no layout conversion (the repeated bytes are L1 broadcasts); converted once for all R rows.
     if EVEN:
         a = tl.load(a_ptr + m * n_groups * 32 + koff, mask=ok)
-        sa = tl.load(as_ptr + act_scale_offsets(m, kc // 2, n_groups, rows4, n_k4, A_LAYOUT), mask=ok)
+        sa = tl.load(as_ptr + s_off, mask=ok)
     else:
-        a = tl.load(a_ptr + m * n_groups * 32 + koff, mask=k_ok & ok, other=0.0)
-        sa = tl.load(
-            as_ptr + act_scale_offsets(m, kc // 2, n_groups, rows4, n_k4, A_LAYOUT), mask=kc_ok & ok, other=0
-        )
+        kc_ok = kc < n_groups * 2
+        a = tl.load(a_ptr + m * n_groups * 32 + koff, mask=kc_ok[:, :, :, None] & ok, other=0.0)
+        sa = tl.load(as_ptr + s_off, mask=kc_ok & ok, other=0)
+    return a, sa
+
+
+@triton.jit
+def _stream_row(acc, wf, sw_f, a, sa):
+    """acc [R, SUB_N, C] += the scaled 16-wide partial dots of one activation row's chunks ``a`` with the
+    weight chunks ``wf`` [R, SUB_N, C, 16] (fp32): the activation is converted once for all R rows."""
     part = tl.sum(wf * a.to(tl.float32), axis=3)  # in-thread: each thread holds the chunk's 16 elements
     return acc + part * (sw_f * e8m0_to_f32(sa.to(tl.int32)))
 
@@ -80,6 +108,7 @@ def _mxfp8_stream_kernel(
     SPLIT_K: tl.constexpr,
     EVEN: tl.constexpr,  # N % (R * SUB_N) == 0 and every split holds whole steps: no masks
     NUM_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,  # the next step's loads into registers before this step's products
 ):
     BLOCK_N: tl.constexpr = R * SUB_N
     pid_n = tl.program_id(0)
@@ -98,40 +127,78 @@ def _mxfp8_stream_kernel(
     row_ok = rows < N
     rows3 = rows[:, :, None]  # [R, SUB_N, 1]
     row_ok3 = row_ok[:, :, None]
-    chunk = tl.arange(0, CHUNKS)[None, None, :]  # [1, 1, C]
-    elem = tl.arange(0, 16)[None, None, None, :]  # [1, 1, 1, 16]
-    zero_a = tl.zeros([1, SUB_N, 1, 1], tl.int32)  # the activation's stride-0 row dimension
     w_rows = w_ptr + rows3[:, :, :, None].to(tl.int64) * K
 
     acc0 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
     acc1 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
     acc2 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
     acc3 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
-    for step in tl.range(s_begin, s_end, num_stages=NUM_STAGES):
-        kc = step * CHUNKS + chunk  # [1, 1, C] chunk indices
-        kc_ok = kc < n_chunks
-        woff = kc[:, :, :, None] * 16 + elem  # [1, 1, C, 16]
-        koff = zero_a + woff  # [1, SUB_N, C, 16]
-        k_ok = (zero_a == 0) & kc_ok[:, :, :, None]
-        ws_off = (kc // 2).to(tl.int64) * N + rows3  # [R, SUB_N, C]
-        if EVEN:
-            w = tl.load(w_rows + woff)
-            sw = tl.load(ws_ptr + ws_off)
-        else:
-            w = tl.load(w_rows + woff, mask=row_ok3[:, :, :, None] & kc_ok[:, :, :, None], other=0.0)
-            sw = tl.load(ws_ptr + ws_off, mask=row_ok3 & kc_ok, other=0)
-        wf = w.to(tl.float32)
-        sw_f = e8m0_to_f32(sw.to(tl.int32))
-        acc0 = _stream_row(acc0, wf, sw_f, a_ptr, as_ptr, 0, kc, koff, k_ok, kc_ok, M, n_groups, rows4, n_k4,
-                           A_LAYOUT, EVEN)  # fmt: skip
-        if BLOCK_M > 1:
-            acc1 = _stream_row(acc1, wf, sw_f, a_ptr, as_ptr, 1, kc, koff, k_ok, kc_ok, M, n_groups, rows4,
-                               n_k4, A_LAYOUT, EVEN)  # fmt: skip
-        if BLOCK_M > 2:
-            acc2 = _stream_row(acc2, wf, sw_f, a_ptr, as_ptr, 2, kc, koff, k_ok, kc_ok, M, n_groups, rows4,
-                               n_k4, A_LAYOUT, EVEN)  # fmt: skip
-            acc3 = _stream_row(acc3, wf, sw_f, a_ptr, as_ptr, 3, kc, koff, k_ok, kc_ok, M, n_groups, rows4,
-                               n_k4, A_LAYOUT, EVEN)  # fmt: skip
+    if PREFETCH:
+        # The next step's loads are issued before this step's products, into registers: each thread has
+        # two steps' bytes in flight instead of waiting out every load (past the split's last step it
+        # reloads the last, which the caches hold).
+        w_n, sw_n = _stream_weights(w_rows, ws_ptr, s_begin, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN)
+        w_n = w_n.to(tl.float16)
+        a0_n, sa0_n = _stream_act(
+            a_ptr, as_ptr, 0, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        a1_n, sa1_n = _stream_act(
+            a_ptr, as_ptr, 1, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        a2_n, sa2_n = _stream_act(
+            a_ptr, as_ptr, 2, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        a3_n, sa3_n = _stream_act(
+            a_ptr, as_ptr, 3, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        for step in tl.range(s_begin, s_end, num_stages=1):
+            nxt = tl.minimum(step + 1, s_end - 1)
+            w, sw, a0, sa0, a1, sa1 = w_n, sw_n, a0_n, sa0_n, a1_n, sa1_n
+            a2, sa2, a3, sa3 = a2_n, sa2_n, a3_n, sa3_n
+            w_n, sw_n = _stream_weights(w_rows, ws_ptr, nxt, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN)
+            w_n = w_n.to(tl.float16)
+            a0_n, sa0_n = _stream_act(
+                a_ptr, as_ptr, 0, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+            )
+            if BLOCK_M > 1:
+                a1_n, sa1_n = _stream_act(a_ptr, as_ptr, 1, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT,
+                                          EVEN)  # fmt: skip
+            if BLOCK_M > 2:
+                a2_n, sa2_n = _stream_act(a_ptr, as_ptr, 2, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT,
+                                          EVEN)  # fmt: skip
+                a3_n, sa3_n = _stream_act(a_ptr, as_ptr, 3, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT,
+                                          EVEN)  # fmt: skip
+            wf = w.to(tl.float32)
+            sw_f = e8m0_to_f32(sw.to(tl.int32))
+            acc0 = _stream_row(acc0, wf, sw_f, a0, sa0)
+            if BLOCK_M > 1:
+                acc1 = _stream_row(acc1, wf, sw_f, a1, sa1)
+            if BLOCK_M > 2:
+                acc2 = _stream_row(acc2, wf, sw_f, a2, sa2)
+                acc3 = _stream_row(acc3, wf, sw_f, a3, sa3)
+    else:
+        for step in tl.range(s_begin, s_end, num_stages=NUM_STAGES):
+            w, sw = _stream_weights(w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN)
+            wf = w.to(tl.float32)
+            sw_f = e8m0_to_f32(sw.to(tl.int32))
+            a, sa = _stream_act(
+                a_ptr, as_ptr, 0, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+            )
+            acc0 = _stream_row(acc0, wf, sw_f, a, sa)
+            if BLOCK_M > 1:
+                a, sa = _stream_act(
+                    a_ptr, as_ptr, 1, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+                )
+                acc1 = _stream_row(acc1, wf, sw_f, a, sa)
+            if BLOCK_M > 2:
+                a, sa = _stream_act(
+                    a_ptr, as_ptr, 2, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+                )
+                acc2 = _stream_row(acc2, wf, sw_f, a, sa)
+                a, sa = _stream_act(
+                    a_ptr, as_ptr, 3, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+                )
+                acc3 = _stream_row(acc3, wf, sw_f, a, sa)
 
     # One cross-thread reduction per row, after the loop; then the output or this split's partial.
     tile = work_ptr + pid_n.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
@@ -195,5 +262,6 @@ def launch_stream(
     _mxfp8_stream_kernel[(triton.cdiv(n, block_n), split_k)](
         a_q, a_scale_bytes, w_q, w_scale_t, out, work, counters, m, n, k, -(-m // 4) * 4, -(-groups // 4),
         A_LAYOUT=a_layout_code, BLOCK_M=block_m, R=r, SUB_N=sub_n, CHUNKS=block_g, SPLIT_K=split_k,
-        EVEN=even, NUM_STAGES=num_stages, num_warps=num_warps,
+        EVEN=even, NUM_STAGES=1 if num_stages == 2 else num_stages, PREFETCH=num_stages == 2,
+        num_warps=num_warps,
     )  # fmt: skip
