@@ -184,7 +184,7 @@ def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmC
         if config not in seen:
             seen.add(config)
             unique.append((tier, config))
-    return unique
+    return sorted(unique, key=lambda item: item[0])  # stable: within a tier, the order added
 
 
 def compile_key(config: GemmConfig, n: int, k: int) -> str:
@@ -245,7 +245,16 @@ def make_problem(name: str, m: int, n: int, k: int, weights, device: str) -> Pro
 
 def launch(p: Problem, i: int, config: GemmConfig | None) -> None:
     w = p.weights[i]
-    launch_mxfp8_gemm(p.pair[0], p.scale_bytes, LAYOUT, w.qweight, w.scale, p.outs[i], config=config)
+    launch_mxfp8_gemm(
+        p.pair[0],
+        p.scale_bytes,
+        LAYOUT,
+        w.qweight,
+        w.scale,
+        p.outs[i],
+        config=config,
+        w_scale_rows=w.scale_e8m0,
+    )
 
 
 def sync(device: str) -> None:
@@ -319,7 +328,9 @@ def edge_check(config: GemmConfig, device: str, *, small: bool = False) -> dict:
     cfg = dataclasses.replace(config, split_k=split)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
     sb = scale_storage_view(pair[1], scale_spec(m, k, scale_layout=LAYOUT)).view(torch.uint8)
-    launch_mxfp8_gemm(pair[0], sb, LAYOUT, weight.qweight, weight.scale, out, config=cfg)
+    launch_mxfp8_gemm(
+        pair[0], sb, LAYOUT, weight.qweight, weight.scale, out, config=cfg, w_scale_rows=weight.scale_e8m0
+    )
     sync(device)
     _, ok = close_to(out, ref)
     copies = m <= 3 or torch.equal(out[3:].view(torch.int16), out[:1].expand(m - 3, n).view(torch.int16))
@@ -419,7 +430,8 @@ def compile_worker(
             wq = torch.zeros(n, k, device=device).to(torch.float8_e4m3fn)
             ws = torch.full((k // 32, n), 127, dtype=torch.uint8, device=device)
             out = torch.empty(m_small, n, dtype=torch.bfloat16, device=device)
-            launch_mxfp8_gemm(pair[0], sb, LAYOUT, wq, ws, out, config=config)
+            rows = torch.full((n, k // 32), 127, dtype=torch.uint8, device=device)
+            launch_mxfp8_gemm(pair[0], sb, LAYOUT, wq, ws, out, config=config, w_scale_rows=rows)
             sync(device)
         except Exception as exc:  # reported again, with its traceback, when the main process runs it
             print(f"[compile worker {index}] {key}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)

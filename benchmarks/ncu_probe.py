@@ -34,7 +34,16 @@ def gemm(configs: list[GemmConfig | None], m: int, n: int = 5120, k: int = 8192)
     out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
     for config in configs:
         for wq, ws in weights:
-            launch_mxfp8_gemm(aq, a_bytes, "deepgemm", wq, weight_scale_kgroup_major(ws), out, config=config)
+            launch_mxfp8_gemm(
+                aq,
+                a_bytes,
+                "deepgemm",
+                wq,
+                weight_scale_kgroup_major(ws),
+                out,
+                config=config,
+                w_scale_rows=ws,
+            )
     torch.cuda.synchronize()
 
 

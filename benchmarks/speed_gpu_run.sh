@@ -24,17 +24,16 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
 # Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 120 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/kernels/test_mxfp8_gemm.py -k stream
+run tests 100 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/kernels/test_mxfp8_gemm.py tests/kernels/test_mx_linear.py tests/e2e/test_dsv41_decode.py
 # The winners go into this copy's table too, so the decode step below runs on them.
 table=src/mxfuse/kernels/mxfp8_gemm_configs.json
-run gemm_sweep 160 python3 benchmarks/mxfp8_gemm_sweep.py --ms 1,4 --max-tier 2 --budget-s 150 \
+run gemm_sweep 120 python3 benchmarks/mxfp8_gemm_sweep.py --ms 1,4 --max-tier 2 --budget-s 110 \
   --json "$out/mxfp8_gemm_sweep.json" --table "$out/mxfp8_gemm_winners.json" --merge-into $table
 cp $table "$out/"
 NCU=/usr/local/cuda/bin/ncu
-run ncu 90 $NCU --kernel-name regex:'stream|mma_kernel|mqa_split|mqa_combine' --launch-count 40 \
+run ncu 40 $NCU --kernel-name regex:'stream' --launch-count 2 \
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-  --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py --attention \
-  --gemm "${NCU_GEMM:-64,8,4,1,8;8,128,4,1,2;8,128,4,2,2}"
-run step 70 python3 benchmarks/dsv41_decode.py --tokens 1,16,64 --replays 30
+  --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py --gemm "${NCU_GEMM:-4,128,4,1,1}"
+run step 70 python3 benchmarks/dsv41_decode.py --tokens 1,16 --replays 30
 exit $status

@@ -264,6 +264,8 @@ STREAM = {
     "m1 one row per thread group, prefetch": GemmConfig("stream", 1, 8, 128, 2, 4, 2),
     "m4 one row per thread group": GemmConfig("stream", 4, 4, 128, 2, 4, 1),
     "m2 prefetch": GemmConfig("stream", 2, 64, 8, 4, 4, 2),
+    "m1 bn4 no split": GemmConfig("stream", 1, 4, 128, 1, 4, 1),
+    "m4 bn4 no split": GemmConfig("stream", 4, 4, 128, 1, 4, 1),
 }
 
 
@@ -272,7 +274,10 @@ def _launch(config: GemmConfig, aq, as_, wq, ws) -> torch.Tensor:
     q, scale = activation_pair(aq, as_, "deepgemm")
     bytes_ = scale_storage_view(scale, scale_spec(m, k, scale_layout="deepgemm")).view(torch.uint8)
     out = _poisoned(m, wq.shape[0])
-    launch_mxfp8_gemm(q, bytes_, "deepgemm", wq, weight_scale_kgroup_major(ws), out, config=config)
+    rows = None if config.num_warps == 8 else ws  # the 8-warp configs read the K-group-major copy
+    launch_mxfp8_gemm(
+        q, bytes_, "deepgemm", wq, weight_scale_kgroup_major(ws), out, config=config, w_scale_rows=rows
+    )
     torch.cuda.synchronize()
     return out
 

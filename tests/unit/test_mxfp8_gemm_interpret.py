@@ -42,9 +42,10 @@ CONFIGS = {
     "stream m2 split2": ("stream", 2, 64, 4, 2, False),
     "stream m4 split3": ("stream", 4, 32, 8, 3, False),
     "stream m1 even": ("stream", 1, 64, 8, 2, False),
-    "stream m1 rows prefetch": ("stream", 1, 8, 128, 1, True),
+    "stream m1 rows prefetch, scale rows": ("stream", 1, 8, 128, 1, True),
+    "stream m1 rows split2, scale rows": ("stream", 1, 4, 128, 2, False),
     "stream m2 prefetch split2": ("stream", 2, 32, 8, 2, True),
-    "stream m4 rows prefetch even": ("stream", 4, 4, 128, 2, True),
+    "stream m4 rows prefetch even, scale rows": ("stream", 4, 4, 128, 2, True),
     "dq16 swap split2": ("dq16", 16, 16, 2, 2, True),
     "dq16": ("dq16", 16, 16, 4, 1, False),
     "mma8 swap": ("mma8", 16, 16, 2, 1, True),
@@ -73,8 +74,9 @@ for key, (a_q, a_scale, layout, w_q, w_scale_t, config) in cases.items():
     stages = 2 if flag and kind == "stream" else 1  # stream: 2 = the next step prefetched into registers
     cfg = mk.GemmConfig(kind, bm, bn, bg, split, 4, stages, swap_ab=flag and kind in ("dq16", "mma8"),
                         bits=flag and kind == "gemv")
+    rows = w_scale_t.t().contiguous() if "scale rows" in key[0] else None
     mk.launch_mxfp8_gemm(a_q, scale_storage_view(a_scale, spec).view(torch.uint8), layout, w_q, w_scale_t,
-                         out, config=cfg)
+                         out, config=cfg, w_scale_rows=rows)
     results[key] = out
 torch.save(results, sys.argv[2])
 """

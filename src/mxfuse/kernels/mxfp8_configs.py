@@ -119,11 +119,12 @@ class GemmConfig:
 
 
 def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
-    """The configuration where the table has none: the kernels measured on an H200 before the fold
-    kernel existed (benchmarks/RESULTS.md, "MXFP8 GEMM", from benchmarks/mxfp8_gemm.py --sweep):
+    """The configuration where the table has none, shaped like the H200 sweeps' winners
+    (benchmarks/RESULTS.md, "MXFP8 GEMM"):
 
-    * m <= 2: the CUDA-core GEMV, 2 weight rows x 512 K per step, split-K to 2 (10.3 us at 1792 x 5120,
-      against 11.4 for 4 rows and 15.6 for 8);
+    * m <= 4: the stream kernel, 4 weight rows per program, each row's 2048-byte step spread over the
+      program's 128 threads, split-K only where 4-row programs would fill the GPU less than twice
+      (every swept shape took no split: 20.1 us at M = 1 on 5120 x 8192 against 25.1 for bf16 cuBLAS);
     * m <= 32: one FP8 dot per 32-K group, weights in the MMA's M slot (64 rows), split-K until about
       3.4 programs per SM (11.4 us at m = 4 and 11.7 at m = 16 on 1792 x 5120 with split 16);
     * m <= 64: fp16 dots on dequantized 64 x 128 x 128 tiles, split-K to fill the GPU once (20.4 us on
@@ -131,9 +132,9 @@ def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
     * above: FP8 dots per group on 64 x 128 tiles.
     """
     groups = k // 32
-    if m <= 2:
-        split = split_for(triton.cdiv(n, 2), 2 * groups // 32, target=8 * num_sms, most=2)
-        return GemmConfig("gemv", triton.next_power_of_2(m), 2, 32, split, 4, 3)
+    if m <= 4:
+        split = split_for(triton.cdiv(n, 4), groups // 64, target=2 * num_sms)
+        return GemmConfig("stream", triton.next_power_of_2(m), 4, 128, split, 4, 1)
     if m <= 32:
         block_m = max(16, triton.next_power_of_2(m))
         split = split_for(triton.cdiv(n, 64), groups // 4, target=448)

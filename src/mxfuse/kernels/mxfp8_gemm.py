@@ -262,13 +262,15 @@ def launch_mxfp8_gemm(
     out: torch.Tensor,
     *,
     config: GemmConfig | None = None,
+    w_scale_rows: torch.Tensor | None = None,
 ) -> GemmConfig | None:
     """Run the GEMM into ``out`` (bf16 ``[M, N]``); returns the configuration it ran (None for M = 0).
     Arguments are validated by ``mxfuse.gemm``.
 
     ``a_scale_bytes``: a uint8 view of every byte of ``a``'s scale storage (padding included);
     ``w_scale_t``: uint8 ``[K/32, N]`` (``weight_scale_kgroup_major``). ``config`` overrides
-    ``choose_config`` (the sweep times candidates through it).
+    ``choose_config`` (the sweep times candidates through it). ``w_scale_rows``: the same scales row-major
+    (uint8 ``[N, K/32]``, ``MxWeight.scale_e8m0``), which the stream kernel reads faster when given.
     """
     m, k = a_q.shape
     n = w_q.shape[0]
@@ -302,7 +304,7 @@ def launch_mxfp8_gemm(
         launch_stream(
             a_q, a_scale_bytes, code, w_q, w_scale_t, out, work, counters,
             block_m=cfg.block_m, block_n=cfg.block_n, block_g=cfg.block_g, split_k=cfg.split_k,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, w_scale_rows=w_scale_rows,
         )  # fmt: skip
     elif cfg.kind in ("dq16", "mma8"):
         launch_mma(

@@ -40,12 +40,27 @@ def stream_shape(block_n: int, block_g: int, num_warps: int) -> tuple[int, int]:
 
 @triton.jit
 def _stream_weights(
-    w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS: tl.constexpr, EVEN: tl.constexpr
+    w_rows,
+    ws_ptr,
+    step,
+    rows3,
+    row_ok3,
+    n_chunks,
+    N,
+    CHUNKS: tl.constexpr,
+    EVEN: tl.constexpr,
+    WS_ROWS: tl.constexpr,
 ):
-    """One step's weight chunks [R, SUB_N, C, 16] (E4M3) and their scale bytes [R, SUB_N, C]."""
-    kc = step * CHUNKS + tl.arange(0, CHUNKS)[None, None, :]  # [1, 1, C] chunk indices
-    woff = kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]  # [1, 1, C, 16]
-    ws_off = (kc // 2).to(tl.int64) * N + rows3  # [R, SUB_N, C]
+    """One step's weight chunks [C, SUB_N, R, 16] (E4M3) and their scale bytes [C, SUB_N, R].
+
+    The chunk dimension comes first so that Triton's layout puts threads along it and R (the rows a thread
+    holds) in registers: dimensions of equal contiguity are ordered by index."""
+    kc = step * CHUNKS + tl.arange(0, CHUNKS)[:, None, None]  # [C, 1, 1] chunk indices
+    woff = kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]  # [C, 1, 1, 16]
+    if WS_ROWS:  # row-major [N, K/32]: a row's groups are adjacent bytes
+        ws_off = rows3.to(tl.int64) * (n_chunks // 2) + kc // 2  # [C, SUB_N, R]
+    else:  # K-group-major [K/32, N]
+        ws_off = (kc // 2).to(tl.int64) * N + rows3
     if EVEN:
         w = tl.load(w_rows + woff)
         sw = tl.load(ws_ptr + ws_off)
@@ -59,10 +74,10 @@ def _stream_weights(
 @triton.jit
 def _stream_act(a_ptr, as_ptr, m, step, M, n_groups, rows4, n_k4, SUB_N: tl.constexpr, CHUNKS: tl.constexpr,
                 A_LAYOUT: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
-    """Activation row ``m``'s chunks of one step as [1, SUB_N, C, 16] (stride 0 along SUB_N: the weight
+    """Activation row ``m``'s chunks of one step as [C, SUB_N, 1, 16] (stride 0 along SUB_N: the weight
     tile's layout, so the product needs no layout conversion; the repeated bytes are L1 broadcasts) and
-    their scale bytes [1, 1, C]."""
-    kc = step * CHUNKS + tl.arange(0, CHUNKS)[None, None, :]
+    their scale bytes [C, 1, 1]."""
+    kc = step * CHUNKS + tl.arange(0, CHUNKS)[:, None, None]
     koff = (
         tl.zeros([1, SUB_N, 1, 1], tl.int32) + kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]
     )
@@ -80,8 +95,8 @@ def _stream_act(a_ptr, as_ptr, m, step, M, n_groups, rows4, n_k4, SUB_N: tl.cons
 
 @triton.jit
 def _stream_row(acc, wf, sw_f, a, sa):
-    """acc [R, SUB_N, C] += the scaled 16-wide partial dots of one activation row's chunks ``a`` with the
-    weight chunks ``wf`` [R, SUB_N, C, 16] (fp32): the activation is converted once for all R rows."""
+    """acc [C, SUB_N, R] += the scaled 16-wide partial dots of one activation row's chunks ``a`` with the
+    weight chunks ``wf`` [C, SUB_N, R, 16] (fp32): the activation is converted once for all R rows."""
     part = tl.sum(wf * a.to(tl.float32), axis=3)  # in-thread: each thread holds the chunk's 16 elements
     return acc + part * (sw_f * e8m0_to_f32(sa.to(tl.int32)))
 
@@ -91,7 +106,7 @@ def _mxfp8_stream_kernel(
     a_ptr,  # E4M3 [M, K] contiguous
     as_ptr,  # uint8 view of a's scale storage
     w_ptr,  # E4M3 [N, K] contiguous
-    ws_ptr,  # uint8 [K/32, N] contiguous
+    ws_ptr,  # uint8 [N, K/32] (WS_ROWS) or [K/32, N], contiguous
     out_ptr,  # bf16 [M, N] contiguous
     work_ptr,  # fp32 split-K partials [tiles, SPLIT_K, BLOCK_M, BLOCK_N]
     cnt_ptr,  # int32 arrival counters, one per program column
@@ -109,6 +124,7 @@ def _mxfp8_stream_kernel(
     EVEN: tl.constexpr,  # N % (R * SUB_N) == 0 and every split holds whole steps: no masks
     NUM_STAGES: tl.constexpr,
     PREFETCH: tl.constexpr,  # the next step's loads into registers before this step's products
+    WS_ROWS: tl.constexpr,  # the weight's scales row-major (one row's groups adjacent) instead of K-group-major
 ):
     BLOCK_N: tl.constexpr = R * SUB_N
     pid_n = tl.program_id(0)
@@ -120,24 +136,26 @@ def _mxfp8_stream_kernel(
     s_begin = pid_k * per_split
     s_end = tl.minimum(s_begin + per_split, steps)
 
-    rr = tl.arange(0, R)[:, None]
-    sub = tl.arange(0, SUB_N)[None, :]
-    local = rr * SUB_N + sub  # [R, SUB_N]: row within the program
+    rr = tl.arange(0, R)[None, :]
+    sub = tl.arange(0, SUB_N)[:, None]
+    local = rr * SUB_N + sub  # [SUB_N, R]: row within the program
     rows = pid_n * BLOCK_N + local
     row_ok = rows < N
-    rows3 = rows[:, :, None]  # [R, SUB_N, 1]
-    row_ok3 = row_ok[:, :, None]
+    rows3 = rows[None, :, :]  # [1, SUB_N, R]
+    row_ok3 = row_ok[None, :, :]
     w_rows = w_ptr + rows3[:, :, :, None].to(tl.int64) * K
 
-    acc0 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
-    acc1 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
-    acc2 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
-    acc3 = tl.zeros([R, SUB_N, CHUNKS], tl.float32)
+    acc0 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc1 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc2 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc3 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
     if PREFETCH:
         # The next step's loads are issued before this step's products, into registers: each thread has
         # two steps' bytes in flight instead of waiting out every load (past the split's last step it
         # reloads the last, which the caches hold).
-        w_n, sw_n = _stream_weights(w_rows, ws_ptr, s_begin, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN)
+        w_n, sw_n = _stream_weights(
+            w_rows, ws_ptr, s_begin, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS
+        )
         w_n = w_n.to(tl.float16)
         a0_n, sa0_n = _stream_act(
             a_ptr, as_ptr, 0, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
@@ -155,7 +173,9 @@ def _mxfp8_stream_kernel(
             nxt = tl.minimum(step + 1, s_end - 1)
             w, sw, a0, sa0, a1, sa1 = w_n, sw_n, a0_n, sa0_n, a1_n, sa1_n
             a2, sa2, a3, sa3 = a2_n, sa2_n, a3_n, sa3_n
-            w_n, sw_n = _stream_weights(w_rows, ws_ptr, nxt, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN)
+            w_n, sw_n = _stream_weights(
+                w_rows, ws_ptr, nxt, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS
+            )
             w_n = w_n.to(tl.float16)
             a0_n, sa0_n = _stream_act(
                 a_ptr, as_ptr, 0, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
@@ -178,7 +198,7 @@ def _mxfp8_stream_kernel(
                 acc3 = _stream_row(acc3, wf, sw_f, a3, sa3)
     else:
         for step in tl.range(s_begin, s_end, num_stages=NUM_STAGES):
-            w, sw = _stream_weights(w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN)
+            w, sw = _stream_weights(w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS)
             wf = w.to(tl.float32)
             sw_f = e8m0_to_f32(sw.to(tl.int32))
             a, sa = _stream_act(
@@ -204,12 +224,12 @@ def _mxfp8_stream_kernel(
     tile = work_ptr + pid_n.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
     part = tile + pid_k * (BLOCK_M * BLOCK_N) + local
     out_rows = out_ptr + rows
-    _stream_store(tl.sum(acc0, axis=2), out_rows, part, 0, row_ok, M, N, SPLIT_K)
+    _stream_store(tl.sum(acc0, axis=0), out_rows, part, 0, row_ok, M, N, SPLIT_K)
     if BLOCK_M > 1:
-        _stream_store(tl.sum(acc1, axis=2), out_rows, part + BLOCK_N, 1, row_ok, M, N, SPLIT_K)
+        _stream_store(tl.sum(acc1, axis=0), out_rows, part + BLOCK_N, 1, row_ok, M, N, SPLIT_K)
     if BLOCK_M > 2:
-        _stream_store(tl.sum(acc2, axis=2), out_rows, part + 2 * BLOCK_N, 2, row_ok, M, N, SPLIT_K)
-        _stream_store(tl.sum(acc3, axis=2), out_rows, part + 3 * BLOCK_N, 3, row_ok, M, N, SPLIT_K)
+        _stream_store(tl.sum(acc2, axis=0), out_rows, part + 2 * BLOCK_N, 2, row_ok, M, N, SPLIT_K)
+        _stream_store(tl.sum(acc3, axis=0), out_rows, part + 3 * BLOCK_N, 3, row_ok, M, N, SPLIT_K)
     if SPLIT_K > 1:
         if split_arrive(cnt_ptr, pid_n, SPLIT_K):
             m_idx = tl.arange(0, BLOCK_M)[:, None]
@@ -246,9 +266,12 @@ def launch_stream(
     split_k: int,
     num_warps: int,
     num_stages: int,
+    w_scale_rows: torch.Tensor | None = None,
 ) -> None:
     """Launch the stream kernel on validated tensors (see ``launch_mxfp8_gemm``); ``work`` holds
-    ``cdiv(N, block_n) * split_k * block_m * block_n`` floats and ``counters`` one int per row tile."""
+    ``cdiv(N, block_n) * split_k * block_m * block_n`` floats and ``counters`` one int per row tile.
+    ``w_scale_rows``: the weight's scales row-major (uint8 ``[N, K/32]``), read instead of ``w_scale_t``
+    when given: a thread group on one row then reads adjacent bytes, not one 32-byte sector per group."""
     m, k = a_q.shape
     n = w_q.shape[0]
     if block_m not in (1, 2, 4) or block_m < m:
@@ -260,8 +283,10 @@ def launch_stream(
     even = n % block_n == 0 and (k // 16) % block_g == 0 and steps % split_k == 0
     groups = k // 32
     _mxfp8_stream_kernel[(triton.cdiv(n, block_n), split_k)](
-        a_q, a_scale_bytes, w_q, w_scale_t, out, work, counters, m, n, k, -(-m // 4) * 4, -(-groups // 4),
+        a_q, a_scale_bytes, w_q, w_scale_t if w_scale_rows is None else w_scale_rows, out, work, counters, m, n,
+        k, -(-m // 4) * 4, -(-groups // 4),
         A_LAYOUT=a_layout_code, BLOCK_M=block_m, R=r, SUB_N=sub_n, CHUNKS=block_g, SPLIT_K=split_k,
         EVEN=even, NUM_STAGES=1 if num_stages == 2 else num_stages, PREFETCH=num_stages == 2,
+        WS_ROWS=w_scale_rows is not None,
         num_warps=num_warps,
     )  # fmt: skip
