@@ -13,11 +13,11 @@ column, for ``w``).
 the device and ``[N, K]`` when it has an entry, else ``default_config`` (its docstring gives the M
 thresholds and the measurements behind them). The kernels:
 
-* ``gemv`` (here): CUDA cores, no tensor-core dot, for M up to its BLOCK_M (1, 2 or 4; the default rule
-  takes it for M <= 2). Each program owns BLOCK_N weight rows and a K range; each thread streams 16
-  weight bytes of one row per chunk and keeps elementwise partial sums.
-* ``stream`` (``mxfp8_stream``): CUDA cores for M <= 4, each thread one 16-byte chunk of several weight
-  rows at one K position, so the activation's chunk is converted once for all of them.
+* ``stream`` (``mxfp8_stream``): CUDA cores for M <= 4 (the default rule and the H200 table take it
+  there), each thread one 16-byte chunk of several weight rows at one K position, so the activation's
+  chunk is converted once for all of them; it reads the weight's row-major scales when given them.
+* ``gemv`` (here): the earlier CUDA-core kernel for M <= 4, kept for configurations that name it: each
+  thread streams 16 weight bytes of one row per chunk, converting the activation once per row.
 * ``dq16`` / ``mma8`` (``mxfp8_mma``): tensor-core dots promoted inside the K loop.
 * ``fold`` (``mxfp8_fold``): 16-bit tensor-core dots with every scale folded into the operands, one
   accumulator, scaled once after the loop.
