@@ -120,7 +120,7 @@ SHAPES_512 = ((32, 1, 8, 2), (32, 1, 8, 3), (64, 1, 8, 2), (32, 2, 8, 2), (32, 2
 def candidate_configs(sequences: int, heads: int) -> list[MqaConfig]:
     """The sweep's candidates for one shape: tile shapes, and splits that fill the GPU (132 SMs) once and
     twice (and 16 to 128 splits for one sequence); for up to 4 sequences also programs of 16 or 32 heads
-    (more, smaller programs: less q to load and less partial to write each)."""
+    (more, smaller programs: less q to load and less partial to write each), pipelined or not."""
     block_m = min(64, max(16, triton.next_power_of_2(heads)))
     out = []
     for block_n, d_parts, warps, stages in SHAPES_512:
@@ -131,10 +131,12 @@ def candidate_configs(sequences: int, heads: int) -> list[MqaConfig]:
         for n in sorted(splits):
             out.append(MqaConfig(block_n, block_m, d_parts, n, warps, stages))
     if sequences <= 4:
-        for small_m, block_n, warps in itertools.product((16, 32), (32, 64), (4,)):
+        # One stage as well: with one or two key tiles a split, a second pipeline buffer only keeps the
+        # program's shared memory above half the SM's, so two programs cannot share one.
+        for small_m, block_n, warps, stages in itertools.product((16, 32), (32, 64), (4,), (1, 2)):
             if small_m < block_m:
                 for n in (32, 64) if sequences == 1 else (8, 16):
-                    out.append(MqaConfig(block_n, small_m, 1, n, warps, 2))
+                    out.append(MqaConfig(block_n, small_m, 1, n, warps, stages))
     return out
 
 

@@ -4,7 +4,8 @@
 
 For T in {1, 16, 64, 128, 512, 2048}, H in {5120, 7168}, n = 4, both orderings (normal: V4; shifted:
 V4.1, ``prev_pre`` given), each boundary writing the next GEMM's input as an MXFP8 pair (deepgemm
-scales, RCEIL) and no bf16 y, in one run:
+scales, RCEIL) and no bf16 y, our kernels given ``fn`` prepared once as a model loads it
+(``HcProjection``; ``HC_FN=fp32`` in the environment passes the fp32 tensor instead), in one run:
   * fused: ``mhc_boundary`` (one kernel launch);
   * unfused: ``mhc_boundary(fused=False)``: our post, mixes + Sinkhorn and collapse + RMSNorm kernels,
     then ``quantize_mxfp8`` (the chain writes y in bf16 between the last two);
@@ -84,7 +85,7 @@ def make_set(tokens: int, hidden: int, shifted: bool, seed: int) -> dict[str, to
     for _ in range(3):
         comb = comb / comb.sum(-1, keepdim=True)
         comb = comb / comb.sum(-2, keepdim=True)
-    return {
+    s = {
         "x": normal(tokens, hidden).bfloat16(),
         "residual": normal(tokens, n, hidden).bfloat16(),
         "post": torch.sigmoid(normal(tokens, n)),
@@ -95,10 +96,20 @@ def make_set(tokens: int, hidden: int, shifted: bool, seed: int) -> dict[str, to
         "norm_weight": (1 + 0.1 * normal(hidden)).bfloat16(),
         "prev_pre": torch.sigmoid(normal(tokens, n)) if shifted else None,
     }
+    s["projection"] = hc.HcProjection.prepare(s["fn"])
+    return s
 
 
 def _args(s: dict) -> tuple:
+    """Positional arguments with ``fn`` the fp32 tensor (the reference and the compiled baseline)."""
     return (s["x"], s["residual"], s["post"], s["comb"], s["fn"], s["scale"], s["base"], s["norm_weight"])
+
+
+def _kargs(s: dict) -> tuple:
+    """Positional arguments of our kernels: ``fn`` prepared once (``HcProjection``, as a model loads it)
+    unless the environment says ``HC_FN=fp32``."""
+    fn = s["fn"] if os.environ.get("HC_FN", "prepared") == "fp32" else s["projection"]
+    return (s["x"], s["residual"], s["post"], s["comb"], fn, s["scale"], s["base"], s["norm_weight"])
 
 
 def boundary_fp32(x, residual, post, comb, fn, scale, base, w, prev_pre):
@@ -213,8 +224,8 @@ def check(s: dict, compiled: Compiled | None) -> dict[str, list[str]]:
     the pair), then ``compiled`` (the baseline against the reference) when it runs.
     """
     ref = hc.mhc_boundary_reference(*_args(s), prev_pre=s["prev_pre"], params=PARAMS)
-    fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS)
-    unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, fused=False)
+    fused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS)
+    unfused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, fused=False)
     problems = {
         "fused": variant_problems(fused, ref, ours=True),
         "unfused": variant_problems(unfused, ref, ours=True),
@@ -260,9 +271,9 @@ def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, 
     fused_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     chain_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda") for _ in sets]
     variants = {
-        "fused": [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], **kw, out=o)
+        "fused": [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o)
                   for s, o in zip(sets, fused_outs, strict=True)],
-        "unfused": [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], **kw, out=o, fused=False)
+        "unfused": [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o, fused=False)
                     for s, o in zip(sets, chain_outs, strict=True)],
     }  # fmt: skip
     if compiled is not None:

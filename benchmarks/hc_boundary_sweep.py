@@ -23,6 +23,7 @@ Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -38,7 +39,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import bench_us, rotation_count
-from hc_boundary import PARAMS, _args, environment, floor_bytes, make_set
+from hc_boundary import PARAMS, _args, _kargs, environment, floor_bytes, make_set
 
 from gpumatrix.compare import assert_close
 from mxfuse import hc
@@ -103,6 +104,9 @@ def candidates(tokens: int, hidden: int, sms: int = 132, *, quick: bool = False)
                         found.append(
                             HcConfig(bt, 32, steps, min(bt, 32), cw, lag, warps, launches, "dot", stages)
                         )
+    # The finish launch on more warps (two launches, up to 64 tokens): one row's finish is serial work.
+    if tokens <= 64:
+        found += [dataclasses.replace(c, warps_f=w) for c in found[:1] for w in (8, 16) if c.launches == 2]
     unique = []
     for i, c in enumerate(found):
         c.check(hidden)
@@ -119,8 +123,8 @@ def _compile_worker(jobs: list[dict]) -> None:
         s = make_set(job["T"], job["H"], job["shifted"], 0)
         config = HcConfig(**job["config"])
         try:
-            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, want_y=False)
-            hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
+            hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, want_y=False)
+            hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
         except Exception as exc:  # reported by the timing process, which runs the same call
             print(f"compile failed: {job}: {exc!r}"[:400], flush=True)
     torch.cuda.synchronize()
@@ -159,8 +163,8 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, qui
 
 def check(s: dict, ref, config: HcConfig) -> str:
     """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
-    fused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config)
-    unfused = hc.mhc_boundary(*_args(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
+    fused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config)
+    unfused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
     for name in ("residual", "pre", "y"):
         if not torch.equal(getattr(fused, name), getattr(unfused, name)):
             return f"fused {name} != unfused"
@@ -180,7 +184,7 @@ def check(s: dict, ref, config: HcConfig) -> str:
 
 
 def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0) -> float:
-    fns = [functools.partial(hc.mhc_boundary, *_args(s), prev_pre=s["prev_pre"], params=PARAMS, out=o, config=config)
+    fns = [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, out=o, config=config)
            for s, o in zip(sets, outs, strict=True)]  # fmt: skip
     return bench_us(fns, target_ms=target_ms, replays=7)
 

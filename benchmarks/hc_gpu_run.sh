@@ -4,7 +4,8 @@
 #   tests  the boundary's GPU tests and the V4.1 decode step's end-to-end tests, while the sweep's
 #          candidates compile in the background (Triton's cache on disk is shared)
 #   sweep  benchmarks/hc_boundary_sweep.py: check and time every candidate, write the table to
-#          src/mxfuse/kernels/hc_configs.json and a copy to $OUT
+#          src/mxfuse/kernels/hc_configs.json and a copy to $OUT; HC_SWEEP_ARGS adds arguments
+#          (e.g. "--quick --tokens 1,4,16,64,2048")
 #   phases benchmarks/hc_phases.py: each kernel's device time, fused and unfused, T = 1 ... 2048
 #   bench  benchmarks/hc_boundary.py on that table (fused, unfused chain, torch.compile, floor);
 #          HC_COMPILE=off leaves torch.compile out (its compiles take minutes)
@@ -22,7 +23,8 @@ status=0
 has() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 if has tests; then
   if has sweep; then
-    python3 benchmarks/hc_boundary_sweep.py --precompile-only --jobs 12 >"$out/precompile.log" 2>&1 &
+    # shellcheck disable=SC2086
+    python3 benchmarks/hc_boundary_sweep.py ${HC_SWEEP_ARGS:-} --precompile-only --jobs 12 >"$out/precompile.log" 2>&1 &
     pre=$!
   fi
   GPUMATRIX_LEASE_DIR=/tmp/lease_hc timeout 400 python3 -m pytest -q -x -p no:cacheprovider \
@@ -32,7 +34,9 @@ if has tests; then
 fi
 if has sweep; then
   jobs=12; has tests && jobs=0  # compiled already
-  python3 benchmarks/hc_boundary_sweep.py --jobs $jobs --write src/mxfuse/kernels/hc_configs.json || status=1
+  # shellcheck disable=SC2086
+  python3 benchmarks/hc_boundary_sweep.py ${HC_SWEEP_ARGS:-} --jobs $jobs --write src/mxfuse/kernels/hc_configs.json \
+    || status=1
   cp src/mxfuse/kernels/hc_configs.json "$out/" 2>/dev/null
 fi
 if has phases; then

@@ -24,7 +24,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hc_boundary import PARAMS, _args, environment, make_set
+from hc_boundary import PARAMS, _kargs, environment, make_set
 
 from mxfuse import hc
 from mxfuse.kernels.hc_plan import choose_config
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False)
 
                 def call(out=out, fused=fused, s=s):
-                    hc.mhc_boundary(*_args(s), params=PARAMS, out=out, fused=fused)
+                    hc.mhc_boundary(*_kargs(s), params=PARAMS, out=out, fused=fused)
 
                 times = kernel_times(call, args.calls)
                 total = sum(t for _, t in times)

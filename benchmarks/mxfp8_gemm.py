@@ -111,7 +111,14 @@ def _launch(pair, w, out, config):
     q, s = pair
     spec = scale_spec(*q.shape, scale_layout="deepgemm")
     launch_mxfp8_gemm(
-        q, scale_storage_view(s, spec).view(torch.uint8), "deepgemm", w.qweight, w.scale, out, config=config
+        q,
+        scale_storage_view(s, spec).view(torch.uint8),
+        "deepgemm",
+        w.qweight,
+        w.scale,
+        out,
+        config=config,
+        w_scale_rows=w.scale_e8m0,
     )
 
 

@@ -60,7 +60,7 @@ from gpumatrix.compare import calc_diff
 from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view, scale_to_layout
 from mxfuse.gemm import mxfp8_gemm
 from mxfuse.gemm.weights import MxWeight, quantize_weight
-from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config
+from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config, parse_table
 from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
 
 SMOKE_SHAPES = {"smoke a": (128, 512), "smoke b": (192, 256)}
@@ -98,6 +98,18 @@ def _fold(m: int, n: int, k: int, num_sms: int, *, bm: int, bn: int, bg: int, wa
     ]
 
 
+def _stream(m: int, n: int, k: int, num_sms: int, *, bn: int, bg: int, warps: int, stages: int):
+    """Stream configurations (CUDA cores, M <= 4) of one tile for split choices giving about 2, 4 and 8
+    waves of programs; ``bg`` chunks of 16 per row per step, so a step covers ``bg / 2`` groups."""
+    bm = 1 if m == 1 else 2 if m == 2 else 4
+    tiles = triton.cdiv(n, bn)
+    splits = _splits(tiles, k // 32, bg // 2, num_sms=num_sms, even=n % bn == 0)
+    more = splits[-1] * 2
+    if (k // 32) // (bg // 2) // more >= 1 and tiles * more <= 16 * num_sms:
+        splits.append(more)
+    return [GemmConfig("stream", bm, bn, bg, s, warps, stages) for s in splits]
+
+
 def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmConfig]]:
     """(tier, configuration) in the order they are screened: tier 0 first for every problem, then
     tier 1, and so on. Tier 0 holds the design expected to win (the activation folded by a first launch,
@@ -110,6 +122,22 @@ def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmC
         out.extend((tier, c) for c in configs)
 
     fold = functools.partial(_fold, m, n, k, num_sms, act="prefold")
+    if m <= 4:
+        # (block_n, block_g, warps, stages): block_g 32 * warps puts every thread of a program on one row
+        # (the activation needs no layout conversion); stages 2 prefetches the next step into registers.
+        stream = functools.partial(_stream, m, n, k, num_sms)
+        for bn, bg, warps, stages in ((64, 8, 4, 1), (8, 128, 4, 1), (4, 128, 4, 1), (16, 128, 4, 1)):
+            add(0, stream(bn=bn, bg=bg, warps=warps, stages=stages))
+        for bn, bg, warps, stages in (
+            (64, 8, 4, 2),
+            (8, 128, 4, 2),
+            (4, 128, 4, 2),
+            (32, 8, 4, 1),
+            (8, 64, 2, 1),
+        ):
+            add(1, stream(bn=bn, bg=bg, warps=warps, stages=stages))
+        for bn, bg, warps, stages in ((128, 8, 4, 1), (16, 256, 8, 1), (32, 64, 2, 1), (8, 256, 8, 2)):
+            add(2, stream(bn=bn, bg=bg, warps=warps, stages=stages))
     if m <= 16:
         add(0, fold(bm=16, bn=64, bg=4, warps=4, stages=3))
         add(1, fold(bm=16, bn=64, bg=4, warps=4, stages=3, pdl=True))
@@ -156,7 +184,7 @@ def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmC
         if config not in seen:
             seen.add(config)
             unique.append((tier, config))
-    return unique
+    return sorted(unique, key=lambda item: item[0])  # stable: within a tier, the order added
 
 
 def compile_key(config: GemmConfig, n: int, k: int) -> str:
@@ -217,7 +245,16 @@ def make_problem(name: str, m: int, n: int, k: int, weights, device: str) -> Pro
 
 def launch(p: Problem, i: int, config: GemmConfig | None) -> None:
     w = p.weights[i]
-    launch_mxfp8_gemm(p.pair[0], p.scale_bytes, LAYOUT, w.qweight, w.scale, p.outs[i], config=config)
+    launch_mxfp8_gemm(
+        p.pair[0],
+        p.scale_bytes,
+        LAYOUT,
+        w.qweight,
+        w.scale,
+        p.outs[i],
+        config=config,
+        w_scale_rows=w.scale_e8m0,
+    )
 
 
 def sync(device: str) -> None:
@@ -284,14 +321,16 @@ def _edge_operands(m: int, n: int, k: int, device: str):
 def edge_check(config: GemmConfig, device: str, *, small: bool = False) -> dict:
     """The configuration on a small problem where only the exact path is exact (see ``_edge_operands``):
     the torch backend's NaN rows and values within the closeness rule, copied rows bitwise equal."""
-    m = min(config.block_m, 4) if config.kind == "gemv" else 16
+    m = min(config.block_m, 4) if config.kind in ("gemv", "stream") else 16
     n, k = (128, 512) if small else (256, 2048)
     pair, weight, ref = _edge_operands(m, n, k, device)
     split = config.split_k if config.kind != "fold" else min(config.split_k, 2)
     cfg = dataclasses.replace(config, split_k=split)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
     sb = scale_storage_view(pair[1], scale_spec(m, k, scale_layout=LAYOUT)).view(torch.uint8)
-    launch_mxfp8_gemm(pair[0], sb, LAYOUT, weight.qweight, weight.scale, out, config=cfg)
+    launch_mxfp8_gemm(
+        pair[0], sb, LAYOUT, weight.qweight, weight.scale, out, config=cfg, w_scale_rows=weight.scale_e8m0
+    )
     sync(device)
     _, ok = close_to(out, ref)
     copies = m <= 3 or torch.equal(out[3:].view(torch.int16), out[:1].expand(m - 3, n).view(torch.int16))
@@ -382,7 +421,7 @@ def compile_worker(
     for i, (key, (m, n, k, config)) in enumerate(sorted(keys.items())):
         if i % workers != index:
             continue
-        m_small = min(m, config.block_m) if config.kind == "gemv" else min(m, 16)
+        m_small = min(m, config.block_m) if config.kind in ("gemv", "stream") else min(m, 16)
         try:
             a = torch.zeros(m_small, k, device=device).to(torch.float8_e4m3fn)
             s = torch.full((m_small, k // 32), 127, dtype=torch.uint8, device=device)
@@ -391,7 +430,8 @@ def compile_worker(
             wq = torch.zeros(n, k, device=device).to(torch.float8_e4m3fn)
             ws = torch.full((k // 32, n), 127, dtype=torch.uint8, device=device)
             out = torch.empty(m_small, n, dtype=torch.bfloat16, device=device)
-            launch_mxfp8_gemm(pair[0], sb, LAYOUT, wq, ws, out, config=config)
+            rows = torch.full((n, k // 32), 127, dtype=torch.uint8, device=device)
+            launch_mxfp8_gemm(pair[0], sb, LAYOUT, wq, ws, out, config=config, w_scale_rows=rows)
             sync(device)
         except Exception as exc:  # reported again, with its traceback, when the main process runs it
             print(f"[compile worker {index}] {key}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
@@ -452,6 +492,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="child processes compiling kernels first (8; 0 on CPU)",
+    )
+    parser.add_argument(
+        "--merge-into",
+        default=None,
+        help="also merge the winners into this table (the checked-in one: the buckets swept replace theirs)",
     )
     parser.add_argument("--compile-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under the Triton interpreter")
@@ -595,7 +640,11 @@ def main(argv: list[str] | None = None) -> int:
     table_path.parent.mkdir(parents=True, exist_ok=True)
     serial = {f"{name} M={m}": {"shape": name, "M": m, **res} for (name, m), res in results.items()}
     json_path.write_text(json.dumps({"env": env, "problems": serial}, indent=1, default=str))
-    table_path.write_text(json.dumps(winners_table(table_rows, env), indent=1))
+    winners = winners_table(table_rows, env)
+    table_path.write_text(json.dumps(winners, indent=1))
+    if args.merge_into:
+        merge_into(Path(args.merge_into), winners)
+        print(f"merged the winners into {args.merge_into}")
 
     print(
         f"\n{env['date']}, {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, copy {env['copy_GBps']} GB/s, "
@@ -646,6 +695,22 @@ def winners_table(rows: list[tuple[str, int, int, int, GemmConfig]], env: dict) 
         shapes.setdefault(f"{n}x{k}", []).append({"m_max": m, "config": config.to_json()})
     source = f"benchmarks/mxfp8_gemm_sweep.py, {env['date']}, {env['gpu']}, torch {env['torch']}, Triton {env['triton']}"
     return {"format": 1, "devices": {env["gpu"]: {"source": source, "shapes": shapes}}}
+
+
+def merge_into(path: Path, winners: dict) -> None:
+    """Per device and shape, the winners' buckets replace the buckets of ``path`` with the same m_max;
+    the others stay. The device's source line records both sweeps."""
+    table = json.loads(path.read_text())
+    for device, entry in winners["devices"].items():
+        current = table["devices"].setdefault(device, {"source": entry["source"], "shapes": {}})
+        for shape, buckets in entry["shapes"].items():
+            by_m = {b["m_max"]: b for b in current["shapes"].get(shape, [])}
+            by_m.update({b["m_max"]: b for b in buckets})
+            current["shapes"][shape] = [by_m[m] for m in sorted(by_m)]
+        ms = sorted({b["m_max"] for buckets in entry["shapes"].values() for b in buckets})
+        current["source"] = f"{current['source']}; M in {ms}: {entry['source']}"
+    parse_table(table, source=str(path))  # refuse to write what the launcher could not read
+    path.write_text(json.dumps(table, indent=1) + "\n")
 
 
 if __name__ == "__main__":

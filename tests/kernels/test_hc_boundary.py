@@ -145,6 +145,37 @@ def test_every_output_is_bit_identical_to_the_unfused_chain(tokens, hidden, conf
     assert_boundary_matches(fused, _reference(inputs), layout="deepgemm")
 
 
+PREPARED_CASES = [
+    (64, 5120, "default", True),
+    (16, 7168, "bt16 dot two launches", False),
+    (2048, 7168, "default", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "hidden", "config", "shifted"),
+    PREPARED_CASES,
+    ids=[f"{t} {h} {c}" for t, h, c, _ in PREPARED_CASES],
+)
+def test_a_prepared_projection_gives_the_same_bits(tokens, hidden, config, shifted):
+    """fn as an HcProjection (the tensor-core mixes read its bf16 pieces): every output of the fused kernel
+    and of the unfused chain the same bits as with the fp32 fn."""
+    inputs = _inputs(tokens, hidden, shifted)
+    projection = hc.HcProjection.prepare(inputs.fn)
+    for fused in (True, False):
+        plain, prepared = _outputs(tokens, hidden), _outputs(tokens, hidden)
+        _boundary(inputs, plain, config=CONFIGS[config], fused=fused)
+        args = list(inputs.args())
+        args[4] = projection
+        with witness.capture() as records:
+            hc.mhc_boundary(*args, **inputs.kwargs(), out=prepared, config=CONFIGS[config], fused=fused)
+        torch.cuda.synchronize()
+        assert [r["path"] for r in records] == ["hc.boundary.kernel.pair" if fused else "hc.boundary.unfused"]
+        for name in ("residual", "pre", "post", "comb", "y"):
+            assert_same_bits(getattr(prepared, name), getattr(plain, name), name=f"{name} (fused={fused})")
+        assert_same_bits(prepared.pair[0].view(torch.uint8), plain.pair[0].view(torch.uint8), name="pair")
+
+
 @pytest.mark.parametrize("params", ["upstream", "model"])
 @pytest.mark.parametrize("ordering", ORDERINGS)
 @pytest.mark.parametrize("hidden", [256, 5120])

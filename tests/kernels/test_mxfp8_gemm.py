@@ -33,8 +33,11 @@ from mxfp8_operands import activation_rows, checkpoint_weight, is_subnormal
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits
 from mxfuse import witness
+from mxfuse.formats import scale_spec, scale_storage_view
 from mxfuse.gemm import BACKENDS, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm.backend import cuda_capability
+from mxfuse.kernels.mxfp8_configs import GemmConfig
+from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 
@@ -250,6 +253,75 @@ def test_repeatable_and_independent_of_where_a_row_sits(name):
     assert_same_bits(
         first[1:].view(torch.int16), first[:1].expand(63, n).view(torch.int16), name="copied rows"
     )
+
+
+# Stream-kernel launches (CUDA cores, M <= 4) that the launch table may pick, run directly: the backend
+# tests above reach only the configuration the table chooses today.
+STREAM = {
+    "m1 bn64 w4": GemmConfig("stream", 1, 64, 8, 4, 4, 1),
+    "m2 bn128 w8 s3": GemmConfig("stream", 2, 128, 8, 2, 8, 3),
+    "m4 bn256 w8": GemmConfig("stream", 4, 256, 8, 8, 8, 1),
+    "m1 one row per thread group, prefetch": GemmConfig("stream", 1, 8, 128, 2, 4, 2),
+    "m4 one row per thread group": GemmConfig("stream", 4, 4, 128, 2, 4, 1),
+    "m2 prefetch": GemmConfig("stream", 2, 64, 8, 4, 4, 2),
+    "m1 bn4 no split": GemmConfig("stream", 1, 4, 128, 1, 4, 1),
+    "m4 bn4 no split": GemmConfig("stream", 4, 4, 128, 1, 4, 1),
+}
+
+
+def _launch(config: GemmConfig, aq, as_, wq, ws) -> torch.Tensor:
+    m, k = aq.shape
+    q, scale = activation_pair(aq, as_, "deepgemm")
+    bytes_ = scale_storage_view(scale, scale_spec(m, k, scale_layout="deepgemm")).view(torch.uint8)
+    out = _poisoned(m, wq.shape[0])
+    rows = None if config.num_warps == 8 else ws  # the 8-warp configs read the K-group-major copy
+    launch_mxfp8_gemm(
+        q, bytes_, "deepgemm", wq, weight_scale_kgroup_major(ws), out, config=config, w_scale_rows=rows
+    )
+    torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("n", "k"),
+    [(5120, 8192), (4099, 7168), (1000, 2048)],
+    ids=_ids([(5120, 8192), (4099, 7168), (1000, 2048)]),
+)
+@pytest.mark.parametrize("label", STREAM)
+def test_stream_kernel_matches_float64_and_repeats(label, n, k):
+    """Every M up to the config's rows, NaN blocks in the last row (M > 1) reaching exactly that row, the
+    same bits on a second run."""
+    config = STREAM[label]
+    for m in range(1, config.block_m + 1):
+        aq, as_ = _activation(m, k, seed=m * 13 + n)
+        if m > 1:
+            as_[m - 1, k // 64] = 0xFF
+        out = _launch(config, aq, as_, *_codes(n, k))
+        assert torch.isnan(out).any(dim=1).tolist() == [m > 1 and i == m - 1 for i in range(m)]
+        assert_gemm_matches_float64(out, aq, as_, *_codes(n, k), name=f"stream {label} m={m}", equal_nan=True)
+        again = _launch(config, aq, as_, *_codes(n, k))
+        assert_same_bits(again.view(torch.int16), out.view(torch.int16), name="repeat")
+
+
+@pytest.mark.parametrize("label", STREAM)
+def test_stream_kernel_on_subnormal_codes_and_extreme_scales(label):
+    config = STREAM[label]
+    n, k = 2048, 7168
+    kinds = ["subnormal", "tiny", "zero", "gaussian"][: config.block_m]
+    wq, ws32 = checkpoint_weight(n, k, seed=n + 3, device="cuda")
+    aq, as_ = activation_rows(kinds, k, seed=k + 5, device="cuda")
+    per_row = ws32.repeat_interleave(32, dim=0)[:n]
+    out = _launch(config, aq, as_, wq, per_row)
+    assert_gemm_matches_float64(out, aq, as_, wq, per_row, name=f"stream {label} operands")
+    m = config.block_m
+    aq = random_codes(m, k, seed=5, device="cuda", limit=1.75)
+    wq = random_codes(n, k, seed=6, device="cuda", limit=1.75)
+    a_bytes = torch.tensor([0, 1, 253, 254], dtype=torch.int32, device="cuda").repeat(k // 128)
+    as_ = a_bytes.to(torch.uint8).repeat(m, 1)
+    ws = (254 - a_bytes).to(torch.uint8).repeat(n, 1)
+    out = _launch(config, aq, as_, wq, ws)
+    assert torch.isfinite(out).all()
+    assert_gemm_matches_float64(out, aq, as_, wq, ws, name=f"stream {label} extreme scales")
 
 
 def test_auto_takes_a_fast_backend_on_this_gpu_and_says_so():

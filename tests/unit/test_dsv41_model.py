@@ -30,6 +30,7 @@ from gpumatrix import register
 from gpumatrix.compare import assert_diff, assert_same_bits
 from mxfuse import witness
 from mxfuse.formats import quantize_mxfp8_reference
+from mxfuse.hc import HcProjection
 from mxfuse.layers import LayerNotReadyError, forward_context
 from mxfuse.models.dsv41 import (
     CONFIGS,
@@ -241,6 +242,10 @@ def test_a_reload_copies_in_place_and_computes_with_the_new_weights(tmp_path, ch
         result = model.process_weights_after_loading()
         assert result.graph_safe and result.rebound == ()
         assert {n: t.data_ptr() for n, t in model.named_parameters()} == before
+        for fn in ("hc_attn_fn", "hc_ffn_fn"):  # the projections' bf16 pieces follow the new weights
+            assert_same_bits(
+                getattr(model, f"{fn}_pieces"), HcProjection.prepare(getattr(model, fn)).pieces, name=fn
+            )
         fresh = load_sublayer(other, TINY, path=path)
         assert_same_outputs(model(state, cache.clone()), fresh(state, cache.clone()), name=path)
 

@@ -54,6 +54,7 @@ class Case:
     fp32_weight: bool = False
     nonfinite: tuple[str, int, float] | None = None  # (input, token, value)
     revealing: bool = False  # hc_inputs.revealing_inputs: order-revealing, zero, tiny and eps-sized tokens
+    prepared: bool = False  # fn as an HcProjection: the tensor-core mixes read its bf16 pieces
     seed: int = field(default=0)
 
     def inputs(self):
@@ -104,6 +105,11 @@ CASES += [
     Case("T5 normal e8m0, two launches", 5, 384, False, "e8m0", config=(16, 64, 2, 16, 4, 0, 4, 2), seed=5),
     Case("T5 shifted swizzled, two launches, pair only, two-step finish", 5, 384, True, "swizzled_128x4",
          want_y=False, config=(16, 32, 3, 2, 2, 0, 4, 2), seed=5),
+    # The finish launch on 16 warps, which loads the norm weight before it waits (bf16 and fp32 weights).
+    Case("T6 normal deepgemm, finish on 16 warps, weight first", 6, 384, False,
+         config=(4, 32, 3, 2, 4, 0, 4, 2, "fma", 1, 16), copies_of_row0=(4,), seed=11),
+    Case("T6 shifted e8m0, finish on 16 warps, weight first, fp32 weight", 6, 384, True, "e8m0",
+         fp32_weight=True, config=(16, 32, 2, 4, 4, 0, 4, 2, "dot", 1, 16), seed=12),
     Case("T20 normal e8m0 floor, model scalars, fp32 weight", 20, 256, False, "e8m0", rounding="floor",
          model_scalars=True, fp32_weight=True, seed=9),
     Case("T5 shifted y only", 5, 384, True, want_pair=False, seed=5),
@@ -118,13 +124,25 @@ CASES += [
          model_scalars=True, seed=22),
     Case("T5 shifted unfused", 5, 256, True, kind="unfused", seed=5),
 ]  # fmt: skip
+# The same cases with fn prepared (HcProjection): the same bits, checked pair by pair below.
+PREPARED = {
+    "T37 normal swizzled, 3 blocks, lag 1": "T37 normal swizzled, 3 blocks, lag 1, prepared fn",
+    "T37 shifted deepgemm, 2 blocks, lag 2": "T37 shifted deepgemm, 2 blocks, lag 2, prepared fn",
+    "T5 normal unfused": "T5 normal unfused, prepared fn",
+    "T6 normal deepgemm, fma rows of 4": "T6 normal deepgemm, fma rows of 4, prepared fn (unused)",
+}
+CASES.append(Case("T6 normal deepgemm, fma rows of 4", 6, 256, False, config=(4, 32, 2, 4, 2, 0, 4, 2, "fma", 1),
+                  seed=13))  # fmt: skip
+CASES += [
+    dataclasses.replace(c, name=PREPARED[c.name], prepared=True) for c in list(CASES) if c.name in PREPARED
+]
 BY_NAME = {c.name: c for c in CASES}
 
 _WORKER = """
 import importlib, sys, torch
 from mxfuse.formats import ScaleLayout, ScaleRounding, scale_spec, scale_storage_view
 from mxfuse.hc import empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcProjection, HcWorkspace
 fused = importlib.import_module("mxfuse.kernels.hc_boundary")
 steps = importlib.import_module("mxfuse.kernels.hc_steps")
 quantize = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
@@ -145,16 +163,17 @@ for c in cases:
     scalars = HcParams(**c["params"])
     ws = HcWorkspace("cpu")
     config = None if c["config"] is None else HcConfig(*c["config"])
+    pieces = HcProjection.prepare(x["fn"]).pieces if c["prepared"] else None
     if c["kind"] == "fused":
         fused.launch_boundary(
             x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"], x["fn"], x["scale"], x["base"],
             x["norm_weight"], scalars=scalars, residual_out=out.residual, pre_out=out.pre, post_out=out.post,
             comb_out=out.comb, y_out=out.y, pair_out=out.pair, rounding=ScaleRounding(c["rounding"]),
-            layout=ScaleLayout(layout), workspace=ws, config=config, hw_cvt=False)
+            layout=ScaleLayout(layout), workspace=ws, config=config, hw_cvt=False, fn_pieces=pieces)
     else:
         steps.launch_post(x["x"], x["residual"], x["post"], x["comb"], residual_out=out.residual, hw_cvt=False)
         steps.launch_mixes(out.residual, x["fn"], x["scale"], x["base"], scalars=scalars, pre_out=out.pre,
-                           post_out=out.post, comb_out=out.comb, workspace=ws, hw_cvt=False)
+                           post_out=out.post, comb_out=out.comb, workspace=ws, hw_cvt=False, fn_pieces=pieces)
         weights = out.pre if x["prev_pre"] is None else x["prev_pre"]
         steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
                           hw_cvt=False)
@@ -183,6 +202,7 @@ def _payload(case: Case) -> dict:
         "want_pair": case.want_pair,
         "rounding": case.rounding,
         "config": case.config,
+        "prepared": case.prepared,
         "poison": case.poison,
         "params": dataclasses.asdict(inputs.params),
         "inputs": inputs.tensors(),
@@ -305,3 +325,14 @@ def test_a_nan_token_is_nan_and_alone(interpreted, name, clean, token):
             assert (got["scales"][mine] == 0xFF).all()
         else:
             assert_same_bits(got["scales"][mine], want["scales"][mine], name=f"scales of row {row}")
+
+
+@pytest.mark.parametrize("name", sorted(PREPARED))
+def test_a_prepared_projection_gives_the_same_bits(interpreted, name):
+    """fn as an HcProjection (its bf16 pieces read, not cut from fp32 in every step): every output the same."""
+    plain, prepared = interpreted[name], interpreted[PREPARED[name]]
+    for key in ("residual", "pre", "post", "comb", "y", "q", "scales"):
+        if plain[key] is None:
+            assert prepared[key] is None, key
+        else:
+            assert_same_bits(prepared[key], plain[key], name=f"{name}: {key}")

@@ -51,17 +51,18 @@ FAMILIES = {
     from mxfuse.kernels import mxfp8_gemm as mk
     wq, ws = quantize_weight(torch.randn(256, 512))
     wst = mk.weight_scale_kgroup_major(ws)
-    configs = [None, mk.GemmConfig("gemv", 4, 4, 32, 2, 4, 3, bits=True), mk.GemmConfig("dq16", 64, 128, 2, 1, 8, 3)]
+    configs = [None, mk.GemmConfig("gemv", 4, 4, 32, 2, 4, 3, bits=True), mk.GemmConfig("dq16", 64, 128, 2, 1, 8, 3),
+               mk.GemmConfig("stream", 4, 64, 8, 2, 4, 1)]
     for m in (1, 4, 64, 300):
         aq, asc = quantize_mxfp8_reference(torch.randn(m, 512), scale_layout="deepgemm")
         a_bytes = scale_storage_view(asc, scale_spec(m, 512, scale_layout="deepgemm")).view(torch.uint8)
         for config in configs:
-            if config is not None and config.kind == "gemv" and m > 4:
+            if config is not None and config.kind in ("gemv", "stream") and m > 4:
                 continue
             out = torch.empty(m, 256, dtype=torch.bfloat16)
             mk.launch_mxfp8_gemm(aq, a_bytes, "deepgemm", wq, wst, out, config=config)
 """,
-        {"_mxfp8_gemv_kernel", "_mxfp8_mma_kernel", "_mxfp8_dq16_kernel"},
+        {"_mxfp8_gemv_kernel", "_mxfp8_stream_kernel", "_mxfp8_mma_kernel", "_mxfp8_dq16_kernel"},
     ),
     "grouped_wo_a": (
         """
@@ -82,8 +83,9 @@ FAMILIES = {
     from hc_inputs import make_inputs
     from mxfuse.hc import empty_hc_boundary_outputs
     from mxfuse.kernels import hc_boundary as fused, hc_steps as steps
-    from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
-    two = HcConfig(16, 64, 2, 16, 2, 0, 8, 2)  # two launches, the second a programmatic dependent one
+    from mxfuse.kernels.hc_plan import HcConfig, HcProjection, HcWorkspace
+    # two launches, the second a programmatic dependent one on 16 warps whose one-step finish loads w first
+    two = HcConfig(16, 64, 2, 16, 4, 0, 8, 2, warps_f=16)
     for t, shifted, config in ((1, False, None), (1, True, None), (129, False, None), (129, True, None),
                                (3, False, two)):
         inputs = make_inputs(t, 512, shifted=shifted)
@@ -92,7 +94,8 @@ FAMILIES = {
         fused.launch_boundary(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"], x["fn"], x["scale"],
             x["base"], x["norm_weight"], scalars=scalars, residual_out=out.residual, pre_out=out.pre,
             post_out=out.post, comb_out=out.comb, y_out=out.y, pair_out=out.pair, rounding=ScaleRounding.RCEIL,
-            layout=ScaleLayout.DEEPGEMM, workspace=HcWorkspace("cpu"), config=config, hw_cvt=True)
+            layout=ScaleLayout.DEEPGEMM, workspace=HcWorkspace("cpu"), config=config, hw_cvt=True,
+            fn_pieces=HcProjection.prepare(x["fn"]).pieces if t == 129 else None)
         ws = HcWorkspace("cpu")
         steps.launch_post(x["x"], x["residual"], x["post"], x["comb"], residual_out=out.residual, hw_cvt=True)
         steps.launch_mixes(out.residual, x["fn"], x["scale"], x["base"], scalars=scalars, pre_out=out.pre,
@@ -112,7 +115,7 @@ FAMILIES = {
         lens = torch.tensor([3, 90])
         out = torch.empty(2 * new, heads * dim, dtype=torch.bfloat16)
         configs = (choose_mqa_config(2, new, heads, dim), MqaConfig(d_parts=2, splits=3, pdl=True),
-                   MqaConfig(d_parts=1, splits=1))
+                   MqaConfig(d_parts=1, splits=1), MqaConfig(block_n=16, block_m=16, splits=70, num_stages=1))
         for cfg in configs:
             a, m = mqa_partials_numel(2, new * heads, dim, cfg.splits)
             launch_mqa_decode(q, kv, lens, out, torch.empty(a), torch.empty(m), scale=0.1, config=cfg)

@@ -40,6 +40,15 @@ CASES = {
     "two output parts": ([33, 2], 2, 8, 64, None, dict(block_n=16, block_m=16, d_parts=2, splits=4)),
     "two row blocks, S = 4": ([21, 0], 4, 8, 32, None, dict(block_n=16, block_m=16, d_parts=2, splits=2)),
     "more splits than tiles": ([3, 50], 2, 4, 32, None, dict(block_n=16, block_m=16, d_parts=1, splits=9)),
+    # More than 64 splits: the combine's two-pass loop over chunks of 64 (fewer take the one-pass path).
+    "70 splits, two combine chunks": (
+        [1100, 3],
+        1,
+        4,
+        32,
+        None,
+        dict(block_n=16, block_m=16, d_parts=1, splits=70),
+    ),
     "at least 2 tiles a split": (
         [3, 90],
         1,

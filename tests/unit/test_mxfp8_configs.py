@@ -142,8 +142,9 @@ def test_choose_config_reads_the_table_else_the_default(h200_table, m, n, k, dev
 @pytest.mark.parametrize("m", (1, 2, 3, 4, 16, 33, 64, 65, 256, 2048))
 def test_the_default_rule_gives_valid_configs(m, n, k):
     config = default_config(m, n, k)
-    assert config.kind in ("gemv", "mma8", "dq16")
-    assert config.kind != "gemv" or m <= config.block_m
+    assert config.kind in ("stream", "mma8", "dq16")
+    assert (config.kind == "stream") == (m <= 4)
+    assert config.kind != "stream" or m <= config.block_m
 
 
 def _sweep():

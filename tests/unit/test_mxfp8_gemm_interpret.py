@@ -29,20 +29,36 @@ from mxfuse.formats import dequantize_mxfp8, scale_to_layout
 register(on=("cpu",), est_time=60)
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
-# (kind, block_m, block_n, block_g, split_k, swap_ab or, for gemv, bits)
+# (kind, block_m, block_n, block_g, split_k, flag): flag is swap_ab (dq16, mma8), bits (gemv) or, for
+# stream, the next step's loads prefetched into registers (num_stages 2)
 CONFIGS = {
     "gemv m1": ("gemv", 1, 8, 4, 1, False),
     "gemv m1 bits": ("gemv", 1, 4, 8, 2, True),
     "gemv m2 bits": ("gemv", 2, 8, 4, 1, True),
     "gemv m2 split3": ("gemv", 2, 4, 8, 3, False),
     "gemv m4 split2": ("gemv", 4, 8, 2, 2, False),
+    # stream with 4 warps: 32 * 4 / block_g rows per sub-tile, block_n / that sub-tiles per program
+    "stream m1 r2": ("stream", 1, 32, 8, 1, False),
+    "stream m2 split2": ("stream", 2, 64, 4, 2, False),
+    "stream m4 split3": ("stream", 4, 32, 8, 3, False),
+    "stream m1 even": ("stream", 1, 64, 8, 2, False),
+    "stream m1 rows prefetch, scale rows": ("stream", 1, 8, 128, 1, True),
+    "stream m1 rows split2, scale rows": ("stream", 1, 4, 128, 2, False),
+    "stream m2 prefetch split2": ("stream", 2, 32, 8, 2, True),
+    "stream m4 rows prefetch even, scale rows": ("stream", 4, 4, 128, 2, True),
     "dq16 swap split2": ("dq16", 16, 16, 2, 2, True),
     "dq16": ("dq16", 16, 16, 4, 1, False),
     "mma8 swap": ("mma8", 16, 16, 2, 1, True),
     "mma8 split3": ("mma8", 16, 32, 2, 3, False),
 }
 # (M, N, K) per config kind; N odd and not a multiple of any block, K not a multiple of every step.
-SHAPES = {"gemv": [(1, 37, 288), (2, 24, 64)], "dq16": [(5, 37, 288), (17, 24, 160)], "mma8": [(3, 37, 224)]}
+SHAPES = {
+    "gemv": [(1, 37, 288), (2, 24, 64)],
+    # the last is unmasked for "stream m1 even": N a multiple of 64, K of 2 splits of whole 128-wide steps
+    "stream": [(1, 37, 288), (2, 24, 64), (4, 40, 160), (1, 128, 512)],
+    "dq16": [(5, 37, 288), (17, 24, 160)],
+    "mma8": [(3, 37, 224)],
+}
 
 _WORKER = """
 import sys, torch
@@ -55,9 +71,12 @@ for key, (a_q, a_scale, layout, w_q, w_scale_t, config) in cases.items():
     out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
     spec = scale_spec(m, k, scale_layout=layout)
     kind, bm, bn, bg, split, flag = config
-    cfg = mk.GemmConfig(kind, bm, bn, bg, split, 4, 1, swap_ab=flag and kind != "gemv", bits=flag and kind == "gemv")
+    stages = 2 if flag and kind == "stream" else 1  # stream: 2 = the next step prefetched into registers
+    cfg = mk.GemmConfig(kind, bm, bn, bg, split, 4, stages, swap_ab=flag and kind in ("dq16", "mma8"),
+                        bits=flag and kind == "gemv")
+    rows = w_scale_t.t().contiguous() if "scale rows" in key[0] else None
     mk.launch_mxfp8_gemm(a_q, scale_storage_view(a_scale, spec).view(torch.uint8), layout, w_q, w_scale_t,
-                         out, config=cfg)
+                         out, config=cfg, w_scale_rows=rows)
     results[key] = out
 torch.save(results, sys.argv[2])
 """
@@ -91,7 +110,7 @@ def _cases() -> dict:
     cases = {}
     for name, config in CONFIGS.items():
         for m, n, k in SHAPES[config[0]]:
-            if config[0] == "gemv" and m > config[1]:
+            if config[0] in ("gemv", "stream") and m > config[1]:
                 continue
             for layout in LAYOUTS:
                 for special in (False, True):
@@ -108,7 +127,7 @@ def _cases() -> dict:
     kinds = ("subnormal", "tiny", "zero", "gaussian")
     for name, config in CONFIGS.items():
         m, n, k = SHAPES[config[0]][0]
-        m = min(m, config[1]) if config[0] == "gemv" else m
+        m = min(m, config[1]) if config[0] in ("gemv", "stream") else m
         a, sa = activation_rows([kinds[i % 4] for i in range(m)], k, seed=len(cases))
         w, sw32 = checkpoint_weight(n, k, seed=len(cases) + 1)
         sw = sw32.repeat_interleave(32, dim=0)[:n]

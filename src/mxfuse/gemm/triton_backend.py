@@ -1,7 +1,8 @@
 """The ``triton`` backend: our MXFP8 GEMM (``mxfuse.kernels.mxfp8_gemm``) on CUDA GPUs with FP8, sm_89+.
 
 It reads ``a``'s scales in any of the three layouts and keeps the weight's scales K-group-major, uint8
-``[K/32, N]`` (one coalesced load per 32-wide group for a tile of weight rows).
+``[K/32, N]`` (one coalesced load per 32-wide group for a tile of weight rows); the stream kernel (M <= 4)
+reads the original row-major ones (``MxWeight.scale_e8m0``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class _TritonBackend:
         spec = scale_spec(m, k, scale_layout=a_layout)
         a_bytes = scale_storage_view(a_scale, spec).view(torch.uint8)
         with torch.cuda.device(a_q.device):
-            launch_mxfp8_gemm(a_q, a_bytes, a_layout.value, w.qweight, w.scale, out)
+            launch_mxfp8_gemm(
+                a_q, a_bytes, a_layout.value, w.qweight, w.scale, out, w_scale_rows=w.scale_e8m0
+            )
 
 
 TRITON = _TritonBackend()

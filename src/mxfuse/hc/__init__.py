@@ -44,7 +44,15 @@ from mxfuse.hc.reference import (
 )
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, choose_config, sm_count, workspace_for
+from mxfuse.kernels.hc_plan import (
+    HcConfig,
+    HcParams,
+    HcProjection,
+    HcWorkspace,
+    choose_config,
+    sm_count,
+    workspace_for,
+)
 from mxfuse.kernels.hc_steps import launch_mixes, launch_norm, launch_post
 
 __all__ = [
@@ -52,6 +60,7 @@ __all__ = [
     "HcBoundaryOutputs",
     "HcConfig",
     "HcParams",
+    "HcProjection",
     "HcWorkspace",
     "empty_hc_boundary_outputs",
     "hc_collapse",
@@ -70,7 +79,7 @@ def mhc_boundary(
     residual: torch.Tensor,
     post: torch.Tensor,
     comb: torch.Tensor,
-    fn: torch.Tensor,
+    fn: torch.Tensor | HcProjection,
     scale: torch.Tensor,
     base: torch.Tensor,
     norm_weight: torch.Tensor,
@@ -91,7 +100,8 @@ def mhc_boundary(
     Inputs (contiguous, one device): ``x`` [T, H] bf16 (the sublayer's output); ``residual`` [T, n, H]
     bf16 (n = 4; H a positive multiple of 128); ``post`` [T, n] and ``comb`` [T, n, n] fp32 (this
     sublayer's coefficients); ``fn`` [n(n+2), n*H], ``scale`` [3], ``base`` [n(n+2)] fp32 (the next
-    sublayer's mixing parameters); ``norm_weight`` [H] bf16 or fp32 (its RMSNorm). ``prev_pre`` [T, n]
+    sublayer's mixing parameters; ``fn`` may be an ``HcProjection``, prepared once, whose bf16 pieces
+    the tensor-core mixes read instead of splitting fn in every step: the same bits out); ``norm_weight`` [H] bf16 or fp32 (its RMSNorm). ``prev_pre`` [T, n]
     fp32 selects the shifted ordering (V4.1): the collapse uses it, and the new ``pre`` is returned for
     the next boundary; None is the normal ordering (V4), which collapses with the new ``pre``.
     ``params``: the scalars (``HcParams``; its defaults are V4's, ``hc_eps`` = ``rms_norm_eps`` = 1e-6;
@@ -172,6 +182,7 @@ def mhc_boundary(
             layout=call.layout,
             workspace=workspace or workspace_for(call.device),
             config=config,
+            fn_pieces=call.fn_pieces,
         )
     if call.out.pair is not None:
         path, reason = "hc.boundary.kernel.pair", "fused boundary kernel wrote the next GEMM's MXFP8 pair"
@@ -198,6 +209,7 @@ def _run_unfused(call: Call, workspace: HcWorkspace, config: HcConfig | None) ->
         comb_out=out.comb,
         workspace=workspace,
         config=config,
+        fn_pieces=call.fn_pieces,
     )
     y = out.y if out.y is not None else torch.empty_like(call.x)
     weights = out.pre if call.prev_pre is None else call.prev_pre

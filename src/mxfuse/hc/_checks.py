@@ -20,7 +20,7 @@ from mxfuse.formats import (
     scale_storage_view,
 )
 from mxfuse.hc.reference import N_STREAMS, HcBoundaryOutputs, empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace
+from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcProjection, HcWorkspace
 from mxfuse.memory import tensors_overlap
 
 __all__ = ["Call", "check_call"]
@@ -36,6 +36,7 @@ class Call:
     comb: torch.Tensor
     prev_pre: torch.Tensor | None
     fn: torch.Tensor
+    fn_pieces: torch.Tensor | None
     scale: torch.Tensor
     base: torch.Tensor
     norm_weight: torch.Tensor
@@ -199,7 +200,17 @@ def check_call(
         "prev_pre": None
         if prev_pre is None
         else _tensor(prev_pre, "prev_pre", "[T, n]", (tokens, n), _F32, device),
-        "fn": _tensor(fn, "fn", "[n(n+2), n*H]", (mix, n * hidden), _F32, device),
+        "fn": _tensor(
+            fn.weight if isinstance(fn, HcProjection) else fn,
+            "fn",
+            "[n(n+2), n*H]",
+            (mix, n * hidden),
+            _F32,
+            device,
+        ),
+        "fn_pieces": None
+        if not isinstance(fn, HcProjection)
+        else _tensor(fn.pieces, "fn.pieces", "[3, n(n+2), n*H]", (3, mix, n * hidden), _BF16, device),
         "scale": _tensor(scale, "scale", "[3]", (3,), _F32, device),
         "base": _tensor(base, "base", "[n(n+2)]", (mix,), _F32, device),
         "norm_weight": _tensor(norm_weight, "norm_weight", "[H]", (hidden,), (*_BF16, *_F32), device),

@@ -64,6 +64,7 @@ from mxfuse.kernels.hc_tile import (
     load_bf16_bits,
     load_post_coefs,
     mix_dot,
+    mix_dot_pieces,
     post_tile,
 )
 from mxfuse.kernels.mxfp8_tile import (
@@ -122,9 +123,9 @@ def _store_scales(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, layo
 
 
 @triton.jit
-def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
-             A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
-             BH: tl.constexpr):  # fmt: skip
+def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
+             A_POST: tl.constexpr, MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr,
+             BT: tl.constexpr, BH: tl.constexpr):  # fmt: skip
     """Post step (or a load of R'), partial mixes and sum of squares for BT rows x one column chunk."""
     rows = b * BT + tl.arange(0, BT)
     row_ok = rows < T
@@ -176,6 +177,13 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T
             part = part + g2[:, None, :] * f2[None, :, :]
             part = part + g3[:, None, :] * f3[None, :, :]
             step = exact_sum(part, 2)
+        elif FN_PIECES:
+            pcols = fnp_ptr + fn_rows + cols[None, :]
+            piece = 24 * 4 * H  # one piece: [24, 4H]
+            step = mix_dot_pieces(tl.zeros((BT, 32), dtype=tl.float32), b0, pcols, piece, fn_mask, HW_CVT)
+            step = mix_dot_pieces(step, b1, pcols + H, piece, fn_mask, HW_CVT)
+            step = mix_dot_pieces(step, b2, pcols + 2 * H, piece, fn_mask, HW_CVT)
+            step = mix_dot_pieces(step, b3, pcols + 3 * H, piece, fn_mask, HW_CVT)
         else:
             step = mix_dot(tl.zeros((BT, 32), dtype=tl.float32), b0, fcols, fn_mask, HW_CVT)
             step = mix_dot(step, b1, fcols + H, fn_mask, HW_CVT)
@@ -232,12 +240,13 @@ def _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_
 
 
 @triton.jit
-def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps,
-                  rms_scale, floor, layout, PP_OWN: tl.constexpr, W_BF16: tl.constexpr,
+def _phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps,
+                  rms_scale, floor, layout, PP_OWN: tl.constexpr, W_LOADED: tl.constexpr, W_BF16: tl.constexpr,
                   WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr, CW: tl.constexpr,
                   F_CHUNKS: tl.constexpr):  # fmt: skip
     """Row ``t``'s collapse, RMSNorm, y and/or the pair. The collapse weights are ``pre`` (this row's own,
-    computed by this program: PP_OWN) or read from ``pp``; the same values either way."""
+    computed by this program: PP_OWN) or read from ``pp``; the same values either way. ``w_pre``: the
+    one-step finish's norm weight, loaded before the wait (W_LOADED)."""
     t64 = t.to(tl.int64)
     if PP_OWN:
         col = tl.arange(0, _RECORD)
@@ -256,8 +265,10 @@ def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, 
         vf = bits_to_f32(vb)
         ss = exact_total3(vf * vf)
         rf = _rms_factor(ss, H, rms_eps)
-        _emit_chunk(vb, ok, cols, 0, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor,
-                    layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+        if not W_LOADED:
+            w_pre = _load_w(w_ptr, cols, ok, rms_scale, W_BF16)
+        _emit_chunk(vb, ok, cols, 0, rf, t, w_pre, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout,
+                    WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
     else:
         ss = 0.0
         for c in tl.static_range(F_CHUNKS):
@@ -270,8 +281,9 @@ def _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, 
         for c in tl.static_range(F_CHUNKS):
             cols, ok = _chunk_cols(c, H, CW)
             vb = load_bf16_bits(v_ptr + t64 * H + cols, ok, True)
-            _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale,
-                        floor, layout, W_BF16, WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+            wf = _load_w(w_ptr, cols, ok, rms_scale, W_BF16)
+            _emit_chunk(vb, ok, cols, c, rf, t, wf, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout,
+                        WRITE_Y, WRITE_PAIR, HW_CVT, CW)  # fmt: skip
     if WRITE_PAIR:
         if t == T - 1:
             # Scale rows past the last token up to the layout's row alignment are 0.
@@ -312,16 +324,23 @@ def _collapse_chunk(rbase, c, p0, p1, p2, p3, H, HW_CVT: tl.constexpr, CW: tl.co
 
 
 @triton.jit
-def _emit_chunk(vb, ok, cols, c, rf, t, w_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_scale, floor, layout,
-                W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
-                CW: tl.constexpr):  # fmt: skip
-    """y = bf16(v * rf * w) on one chunk of row ``t``: stored, and/or its MXFP8 pair (whole scale words)."""
-    t64 = t.to(tl.int64)
-    v = bits_to_f32(vb)
+def _load_w(w_ptr, cols, ok, rms_scale, W_BF16: tl.constexpr):
+    """The norm weight of a chunk's columns, fp32, times ``rms_scale``."""
     if W_BF16:
         wf = bits_to_f32(load_bf16_bits(w_ptr + cols, ok)) * rms_scale
     else:
         wf = tl.load(w_ptr + cols, mask=ok, other=0.0) * rms_scale
+    return wf
+
+
+@triton.jit
+def _emit_chunk(vb, ok, cols, c, rf, t, wf, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout,
+                WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr,
+                CW: tl.constexpr):  # fmt: skip
+    """y = bf16(v * rf * w) on one chunk of row ``t`` (``wf``: ``_load_w`` of its columns): stored,
+    and/or its MXFP8 pair (whole scale words)."""
+    t64 = t.to(tl.int64)
+    v = bits_to_f32(vb)
     yb = tl.where(ok, bf16_bits((v * rf) * wf, HW_CVT), 0)
     if WRITE_Y:
         tl.store(y_ptr + t64 * H + cols, bits_to_bf16(yb), mask=ok)
@@ -422,21 +441,22 @@ def _phase_s(b, g, mix_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, nor
     ]
 )  # fmt: skip
 def _hc_kernel(
-    x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, scale_ptr, base_ptr, w_ptr,
+    x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, fnp_ptr, scale_ptr, base_ptr, w_ptr,
     ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr,
     cnt_ptr, part_ptr, mix_ptr,
     T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps, f_steps,
     norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
-    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr, PP_OWN: tl.constexpr,
+    HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr, PP_OWN: tl.constexpr,
     HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
     PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
-    CW: tl.constexpr, F_CHUNKS: tl.constexpr,
+    CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr,
 ):  # fmt: skip
     if PDL_SIGNAL:
         tl.extra.cuda.gdc_launch_dependents()
-    if PDL_WAIT:
-        tl.extra.cuda.gdc_wait()
+    # A launch that waits on the A launch (PDL_WAIT) has no A items: its F and S items wait below, after
+    # taking their ticket and loading what the A launch does not write (the previous launch of this
+    # kernel, which last touched the counters, finished before the A launch began).
     if TICKETS:
         ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
         if ticket == total - 1:
@@ -452,8 +472,8 @@ def _hc_kernel(
         if HAS_A:
             b = rnd
             if b < NB:
-                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
-                         A_POST, MIX_FMA, HW_CVT, BT, BH)  # fmt: skip
+                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, T, H, S_A,
+                         a_steps, A_POST, MIX_FMA, FN_PIECES, HW_CVT, BT, BH)  # fmt: skip
                 if TICKETS:
                     _arrive(blocks + b * 3)
     elif pos < off_s:
@@ -461,6 +481,12 @@ def _hc_kernel(
             b = rnd - lag
             t = b * BT + (pos - off_f)
             if (b >= 0) & (t < T):
+                w_pre = tl.zeros((CW, 4, 32), dtype=tl.float32)
+                if W_LOADED:
+                    cols0, ok0 = _chunk_cols(0, H, CW)
+                    w_pre = _load_w(w_ptr, cols0, ok0, rms_scale, W_BF16)
+                if PDL_WAIT:
+                    tl.extra.cuda.gdc_wait()
                 if HAS_A:
                     _wait(blocks + b * 3, S_A)
                 pre = tl.zeros((_RECORD,), dtype=tl.float32)
@@ -470,9 +496,9 @@ def _hc_kernel(
                     if HAS_S:
                         _arrive(blocks + b * 3 + 1)  # S needs only the logits: it runs beside the norm
                 if NORM:
-                    _phase_f_norm(t, pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded,
-                                  rms_eps, rms_scale, floor, layout, PP_OWN, W_BF16, WRITE_Y, WRITE_PAIR,
-                                  HW_CVT, CW, F_CHUNKS)  # fmt: skip
+                    _phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H,
+                                  rows_padded, rms_eps, rms_scale, floor, layout, PP_OWN, W_LOADED, W_BF16,
+                                  WRITE_Y, WRITE_PAIR, HW_CVT, CW, F_CHUNKS)  # fmt: skip
                 if not (COEF and HAS_S):
                     old = _arrive(blocks + b * 3 + 1)
                     if not HAS_S:
@@ -484,6 +510,8 @@ def _hc_kernel(
             g = pos - off_s
             n_rows = tl.minimum(T - b * BT, BT)
             if (b >= 0) & (g * RS < n_rows):
+                if PDL_WAIT:
+                    tl.extra.cuda.gdc_wait()
                 if HAS_F:
                     _wait(blocks + b * 3 + 1, n_rows)
                 elif HAS_A:
@@ -574,6 +602,9 @@ def _launch(
         ptrs["v"] = v_ws
     w = tensors.get("w")
     sb = min(64, triton.next_power_of_2(splits_a))
+    # A launch without A items runs on warps_f; its one-step finish then loads the norm weight before
+    # it waits (on 8 or more warps the extra registers fit; on 4 they would spill).
+    warps = config.warps_f if config.warps_f and not phases[0] else config.num_warps
     tickets = bool(phases[1] or phases[2])
     _hc_kernel[(plan.total,)](
         *(ptrs[name] for name in _POINTERS),
@@ -603,6 +634,7 @@ def _launch(
         HAS_A=bool(phases[0]),
         A_POST=a_post,
         MIX_FMA=config.mix == "fma",
+        FN_PIECES=config.mix == "dot" and tensors.get("fnp") is not None,
         HAS_F=bool(phases[1]),
         COEF=coef,
         NORM=norm,
@@ -623,14 +655,15 @@ def _launch(
         SB=sb,
         CW=config.words_f,
         F_CHUNKS=f_chunks,
-        num_warps=config.num_warps,
+        W_LOADED=bool(norm and f_chunks == 1 and warps >= 8),
+        num_warps=warps,
         num_stages=config.stages,
         enable_fp_fusion=False,
         **({"launch_pdl": True} if pdl_wait else {}),
     )
 
 
-_POINTERS = ("x", "r", "post", "comb", "pp", "fn", "scale", "base", "w",
+_POINTERS = ("x", "r", "post", "comb", "pp", "fn", "fnp", "scale", "base", "w",
              "ro", "pre", "posto", "combo", "v", "y", "q", "s")  # fmt: skip
 
 
@@ -657,9 +690,11 @@ def launch_boundary(
     workspace: HcWorkspace,
     config: HcConfig | None = None,
     hw_cvt: bool = True,
+    fn_pieces: torch.Tensor | None = None,
 ) -> None:
     """The fused boundary into the given outputs (validated by the caller): one launch, or two when the
-    configuration says so.
+    configuration says so. ``fn_pieces``: ``HcProjection.pieces`` of ``fn``, which the tensor-core mixes
+    then read instead of splitting fn in every step.
 
     Shifted ordering when ``prev_pre`` is given (the collapse takes it), normal otherwise (the collapse
     takes the pre each row's finish computes). A finish of more than one step keeps the collapse v in
@@ -670,7 +705,7 @@ def launch_boundary(
         return
     shifted = prev_pre is not None
     tensors = {
-        "x": x, "r": residual, "post": post, "comb": comb, "pp": prev_pre if shifted else pre_out, "fn": fn,
+        "x": x, "r": residual, "post": post, "comb": comb, "pp": prev_pre if shifted else pre_out, "fn": fn, "fnp": fn_pieces,
         "scale": scale, "base": base, "w": norm_weight, "ro": residual_out, "pre": pre_out, "posto": post_out,
         "combo": comb_out, "v": y_out, "y": y_out,
     }  # fmt: skip

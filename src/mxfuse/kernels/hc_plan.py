@@ -24,6 +24,7 @@ __all__ = [
     "RECORD",
     "HcConfig",
     "HcParams",
+    "HcProjection",
     "HcWorkspace",
     "Plan",
     "choose_config",
@@ -82,6 +83,52 @@ def _finite_real(params: HcParams, name: str, *, non_negative: bool) -> float:
 
 
 @dataclass(frozen=True)
+class HcProjection:
+    """The mixes' projection weight ``fn`` prepared once (at model load) for the tensor-core mixes.
+
+    ``weight``: fp32 [n(n+2), n*H], as given. ``pieces``: bf16 [3, n(n+2), n*H], the weight split into
+    three bf16 values (``hi`` the nearest, then the nearest of each remainder: 8 + 8 + 8 significant
+    bits, exact for |w| >= 2^-110, where every piece is a normal bf16), the split the kernel otherwise
+    cuts from fp32 again in every step of every block of tokens.
+    Both give the same products, so the same bits out. Make one with ``HcProjection.prepare(fn)`` and pass
+    it as ``fn`` to ``mhc_boundary``; the torch reference and the CUDA-core mixes read ``weight``.
+    """
+
+    weight: torch.Tensor
+    pieces: torch.Tensor
+
+    def __post_init__(self) -> None:
+        w, p = self.weight, self.pieces
+        if not isinstance(w, torch.Tensor) or not isinstance(p, torch.Tensor):
+            raise TypeError("HcProjection.weight and .pieces must be torch.Tensors; make it with prepare(fn)")
+        if w.dtype != torch.float32 or w.dim() != 2:
+            raise ValueError(f"HcProjection.weight must be 2-D float32; got {w.dtype} {tuple(w.shape)}")
+        if (
+            p.dtype != torch.bfloat16
+            or tuple(p.shape) != (3, *w.shape)
+            or p.device != w.device
+            or not p.is_contiguous()
+        ):
+            raise ValueError(
+                f"HcProjection.pieces must be contiguous bfloat16 [3, {w.shape[0]}, {w.shape[1]}] on {w.device}; "
+                f"got {p.dtype} {tuple(p.shape)} on {p.device} (make it with HcProjection.prepare(fn))"
+            )
+
+    @classmethod
+    def prepare(cls, fn: torch.Tensor) -> HcProjection:
+        """The projection of ``fn`` (fp32, 2-D; kept, not copied) with its three bf16 pieces."""
+        if not isinstance(fn, torch.Tensor):
+            raise TypeError(f"fn must be a torch.Tensor; got {type(fn).__name__}")
+        if fn.dtype != torch.float32 or fn.dim() != 2 or not fn.is_contiguous():
+            raise ValueError(f"fn must be a contiguous 2-D float32 tensor; got {fn.dtype} {tuple(fn.shape)}")
+        hi = fn.to(torch.bfloat16)
+        rest = fn - hi.float()
+        mid = rest.to(torch.bfloat16)
+        lo = (rest - mid.float()).to(torch.bfloat16)
+        return cls(fn, torch.stack([hi, mid, lo]).contiguous())
+
+
+@dataclass(frozen=True)
 class HcConfig:
     """Tile sizes and work split of the boundary kernel (``choose_config`` picks one per shape).
 
@@ -96,7 +143,9 @@ class HcConfig:
     products, exact; a block of at least 16 tokens) or ``"fma"`` (fp32 multiply-adds on the CUDA cores
     for blocks of 1 to 16 tokens: no operand staging, at most block_t * block_h = 256). stages: the
     software pipelining of phase A's steps (Triton's ``num_stages``; 1 turns it off and frees the shared
-    memory its buffers hold).
+    memory its buffers hold). warps_f: the warps of a launch without A items (the second of two
+    launches, and the unfused chain's finish): one row's finish is a program's serial work, which more
+    warps shorten; 0 takes ``num_warps``.
     """
 
     block_t: int
@@ -109,6 +158,7 @@ class HcConfig:
     launches: int = 1
     mix: str = "dot"
     stages: int = 3
+    warps_f: int = 0
 
     def check(self, hidden: int) -> None:
         """ValueError naming the field that does not fit ``hidden`` (a positive multiple of 128)."""
@@ -143,6 +193,8 @@ class HcConfig:
             )
         if self.launches not in (1, 2):
             problems.append(f"launches must be 1 or 2; got {self.launches}")
+        if self.warps_f not in (0, 1, 2, 4, 8, 16):
+            problems.append(f"warps_f must be 0 or a power of two <= 16; got {self.warps_f}")
         if self.stages not in (1, 2, 3, 4):
             problems.append(f"stages must be 1, 2, 3 or 4; got {self.stages}")
         if problems:

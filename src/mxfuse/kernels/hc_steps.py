@@ -69,10 +69,12 @@ def launch_mixes(
     workspace: HcWorkspace,
     config: HcConfig | None = None,
     hw_cvt: bool = True,
+    fn_pieces: torch.Tensor | None = None,
 ) -> None:
     """pre, post', comb' of a residual stream ``residual`` [T, 4, H] (the boundary's A items on R', the
     F items' logits and pre, the S items). ``config`` must be the fused boundary's for its reductions
-    to run in the same order (``choose_config`` of the same ordering)."""
+    to run in the same order (``choose_config`` of the same ordering). ``fn_pieces``: as in
+    ``launch_boundary``."""
     tokens, _, hidden = residual.shape
     if tokens == 0:
         return
@@ -83,6 +85,7 @@ def launch_mixes(
         tensors={
             "ro": residual,
             "fn": fn,
+            "fnp": fn_pieces,
             "scale": scale,
             "base": base,
             "pre": pre_out,

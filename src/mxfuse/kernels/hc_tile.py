@@ -25,6 +25,7 @@ __all__ = [
     "load_bf16_bits",
     "load_post_coefs",
     "mix_dot",
+    "mix_dot_pieces",
     "post_stream",
     "post_tile",
 ]
@@ -148,7 +149,8 @@ def mix_dot(acc, a_bits, fn_ptrs, fn_mask, HW_CVT: tl.constexpr):
     """``acc += R'_k @ fn_k^T`` for one stream's bf16 tile ``a_bits`` [BT, BH] and fn rows [32, BH].
 
     R' is exactly bf16, and an fp32 fn value is exactly the sum of three bf16 values (8 + 8 + 8
-    significant bits; ``hi`` rounds to nearest, so each remainder is exact), so three bf16 tensor-core
+    significant bits; ``hi`` rounds to nearest, so each remainder is exact; for |fn| >= 2^-110, where
+    no piece is subnormal), so three bf16 tensor-core
     products with fp32 accumulation give the fp32 projection with exact products: the only error is the
     fp32 accumulation's, as with fp32 FMA. The smallest pieces go first (``lo``, ``mid``, then ``hi``),
     so the small products are not added to an already large sum; callers start each step from zero and
@@ -176,6 +178,30 @@ def mix_dot(acc, a_bits, fn_ptrs, fn_mask, HW_CVT: tl.constexpr):
         acc = tl.dot(a, tl.trans(bits_to_f32(lo)), acc, input_precision="ieee")
         acc = tl.dot(a, tl.trans(bits_to_f32(mid)), acc, input_precision="ieee")
         acc = tl.dot(a, tl.trans(bits_to_f32(hi)), acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
+def mix_dot_pieces(acc, a_bits, pieces_ptrs, piece_stride, fn_mask, HW_CVT: tl.constexpr):
+    """``mix_dot`` with fn already split into its three bf16 pieces (``HcProjection``): ``pieces_ptrs``
+    point at ``hi``'s [32, BH] tile, ``mid`` and ``lo`` are ``piece_stride`` and twice that further. The
+    same products in the same order (``lo``, ``mid``, ``hi``), so the same sums; no split in the loop."""
+    if HW_CVT:
+        lo = tl.load(pieces_ptrs + 2 * piece_stride, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        mid = tl.load(pieces_ptrs + piece_stride, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        hi = tl.load(pieces_ptrs, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        a = bits_to_bf16(a_bits)
+        acc = tl.dot(a, tl.trans(lo), acc)
+        acc = tl.dot(a, tl.trans(mid), acc)
+        acc = tl.dot(a, tl.trans(hi), acc)
+    else:
+        lo = bits_to_f32(load_bf16_bits(pieces_ptrs + 2 * piece_stride, fn_mask))
+        mid = bits_to_f32(load_bf16_bits(pieces_ptrs + piece_stride, fn_mask))
+        hi = bits_to_f32(load_bf16_bits(pieces_ptrs, fn_mask))
+        a = bits_to_f32(a_bits)
+        acc = tl.dot(a, tl.trans(lo), acc, input_precision="ieee")
+        acc = tl.dot(a, tl.trans(mid), acc, input_precision="ieee")
+        acc = tl.dot(a, tl.trans(hi), acc, input_precision="ieee")
     return acc
 
 

@@ -221,9 +221,12 @@ def _mqa_combine_kernel(
     BLOCK_N: tl.constexpr,
     MIN_TILES: tl.constexpr,
     USE_PDL: tl.constexpr,
+    ONE_PASS: tl.constexpr,
 ):
     """One program per (sequence, row, BLOCK_DC output dims): the partials of SPLIT_CHUNK splits are
-    loaded as one [SPLIT_CHUNK, BLOCK_DC] tile (all loads in flight at once), weighted and summed."""
+    loaded as one [SPLIT_CHUNK, BLOCK_DC] tile (all loads in flight at once), weighted and summed.
+    ``ONE_PASS`` (every split fits one chunk): the maxima, sums and partials are loaded together, so the
+    program waits on memory once instead of twice (the maxima, then the rest); the same arithmetic."""
     b = tl.program_id(0)
     r = tl.program_id(1)
     dblk = tl.program_id(2)
@@ -237,31 +240,49 @@ def _mqa_combine_kernel(
     _, n_keys, chunk = _split_bounds(lens_ptr, b, S, capacity, n_splits, BLOCK_N, MIN_TILES)
     used = tl.cdiv(n_keys, chunk)  # splits that own keys; the rest wrote nothing this combine reads
 
-    m_max = float("-inf")
-    for j0 in range(0, used, SPLIT_CHUNK):
-        j = j0 + jj
-        base = (b * n_splits + j).to(tl.int64)
-        m = tl.load(ml_ptr + (base * 2) * rows + r, mask=j < used, other=float("-inf"))
-        m_max = tl.maximum(m_max, tl.max(m, 0))
-    m_ref = tl.where(m_max == float("-inf"), 0.0, m_max)
-    total = tl.zeros([SPLIT_CHUNK], tl.float32)
-    o = tl.zeros([BLOCK_DC], tl.float32)
-    for j0 in range(0, used, SPLIT_CHUNK):
-        j = j0 + jj
-        j_ok = j < used
-        base = (b * n_splits + j).to(tl.int64)
-        w = tl.exp2(tl.load(ml_ptr + (base * 2) * rows + r, mask=j_ok, other=float("-inf")) - m_ref)
-        total += w * tl.load(ml_ptr + (base * 2 + 1) * rows + r, mask=j_ok, other=0.0)
+    if ONE_PASS:
+        j_ok = jj < used
+        base = (b * n_splits + jj).to(tl.int64)
+        m = tl.load(ml_ptr + (base * 2) * rows + r, mask=j_ok, other=float("-inf"))
+        s_l = tl.load(ml_ptr + (base * 2 + 1) * rows + r, mask=j_ok, other=0.0)
         part = tl.load(
             acc_ptr + (base * rows + r)[:, None] * D + d[None, :],
             mask=j_ok[:, None] & d_ok[None, :],
             other=0.0,
         )
-        o += tl.sum(w[:, None] * part, 0)
-    o = o / tl.sum(total, 0)
-    t = b * S + r // H
-    h = r % H
-    tl.store(out_ptr + t.to(tl.int64) * out_stride + h * D + d, o.to(tl.bfloat16), mask=d_ok)
+        m_max = tl.max(m, 0)
+        m_ref = tl.where(m_max == float("-inf"), 0.0, m_max)
+        w = tl.exp2(m - m_ref)
+        o = tl.sum(w[:, None] * part, 0) / tl.sum(w * s_l, 0)
+        t = b * S + r // H
+        h = r % H
+        tl.store(out_ptr + t.to(tl.int64) * out_stride + h * D + d, o.to(tl.bfloat16), mask=d_ok)
+    else:
+        m_max = float("-inf")
+        for j0 in range(0, used, SPLIT_CHUNK):
+            j = j0 + jj
+            base = (b * n_splits + j).to(tl.int64)
+            m = tl.load(ml_ptr + (base * 2) * rows + r, mask=j < used, other=float("-inf"))
+            m_max = tl.maximum(m_max, tl.max(m, 0))
+        m_ref = tl.where(m_max == float("-inf"), 0.0, m_max)
+        total = tl.zeros([SPLIT_CHUNK], tl.float32)
+        o = tl.zeros([BLOCK_DC], tl.float32)
+        for j0 in range(0, used, SPLIT_CHUNK):
+            j = j0 + jj
+            j_ok = j < used
+            base = (b * n_splits + j).to(tl.int64)
+            w = tl.exp2(tl.load(ml_ptr + (base * 2) * rows + r, mask=j_ok, other=float("-inf")) - m_ref)
+            total += w * tl.load(ml_ptr + (base * 2 + 1) * rows + r, mask=j_ok, other=0.0)
+            part = tl.load(
+                acc_ptr + (base * rows + r)[:, None] * D + d[None, :],
+                mask=j_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+            o += tl.sum(w[:, None] * part, 0)
+        o = o / tl.sum(total, 0)
+        t = b * S + r // H
+        h = r % H
+        tl.store(out_ptr + t.to(tl.int64) * out_stride + h * D + d, o.to(tl.bfloat16), mask=d_ok)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -395,6 +416,7 @@ def launch_mqa_decode(
         BLOCK_N=cfg.block_n,
         MIN_TILES=cfg.min_tiles,
         USE_PDL=use_pdl,
+        ONE_PASS=cfg.splits <= split_chunk,
         num_warps=4,
         **({"launch_pdl": True} if use_pdl else {}),
     )

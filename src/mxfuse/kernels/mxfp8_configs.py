@@ -37,7 +37,7 @@ __all__ = [
     "parse_table",
 ]
 
-KINDS = ("gemv", "dq16", "mma8", "fold")
+KINDS = ("gemv", "stream", "dq16", "mma8", "fold")
 TABLE_FILE = "mxfp8_gemm_configs.json"
 
 
@@ -45,7 +45,9 @@ TABLE_FILE = "mxfp8_gemm_configs.json"
 class GemmConfig:
     """One launch configuration.
 
-    ``kind``: ``"gemv"`` (CUDA cores, M <= 4; ``block_g`` = 16-element chunks of K per step), ``"dq16"``
+    ``kind``: ``"gemv"`` (CUDA cores, M <= 4; ``block_g`` = 16-element chunks of K per step), ``"stream"``
+    (CUDA cores, M <= 4, each thread one chunk of several rows: ``block_g`` = 16-element chunks of a row
+    per step, ``block_n`` a multiple of ``32 * num_warps / block_g``: ``mxfp8_stream``), ``"dq16"``
     (fp16 dots on dequantized tiles promoted per step; ``block_g`` = 32-wide groups per step),
     ``"mma8"`` (one FP8 dot per 32-wide group; ``block_g`` = dots per step) or ``"fold"`` (16-bit dots
     with the scales folded into the operands, no promotion in the loop; ``block_g`` = groups per loop
@@ -96,6 +98,14 @@ class GemmConfig:
             )
         if self.kind == "fold" and self.wscale == "acc" and self.block_g not in (1, 2, 4):
             raise ValueError(f"GemmConfig.block_g must be 1, 2 or 4 with wscale 'acc'; got {self.block_g}")
+        threads = 32 * self.num_warps
+        if self.kind == "stream" and (
+            self.block_g > threads or threads % self.block_g or self.block_n % (threads // self.block_g)
+        ):
+            raise ValueError(
+                f"GemmConfig.block_g ({self.block_g}) must divide 32 * num_warps ({threads}) and "
+                f"block_n ({self.block_n}) be a multiple of their quotient for the stream kernel"
+            )
         if self.operand not in ("f16", "bf16"):
             raise ValueError(f"GemmConfig.operand must be 'f16' or 'bf16'; got {self.operand!r}")
         if self.cvt not in ("cast", "bits", "asm") or (self.cvt != "cast" and self.operand != "f16"):
@@ -109,11 +119,12 @@ class GemmConfig:
 
 
 def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
-    """The configuration where the table has none: the kernels measured on an H200 before the fold
-    kernel existed (benchmarks/RESULTS.md, "MXFP8 GEMM", from benchmarks/mxfp8_gemm.py --sweep):
+    """The configuration where the table has none, shaped like the H200 sweeps' winners
+    (benchmarks/RESULTS.md, "MXFP8 GEMM"):
 
-    * m <= 2: the CUDA-core GEMV, 2 weight rows x 512 K per step, split-K to 2 (10.3 us at 1792 x 5120,
-      against 11.4 for 4 rows and 15.6 for 8);
+    * m <= 4: the stream kernel, 4 weight rows per program, each row's 2048-byte step spread over the
+      program's 128 threads, split-K only where 4-row programs would fill the GPU less than twice
+      (every swept shape took no split: 20.1 us at M = 1 on 5120 x 8192 against 25.1 for bf16 cuBLAS);
     * m <= 32: one FP8 dot per 32-K group, weights in the MMA's M slot (64 rows), split-K until about
       3.4 programs per SM (11.4 us at m = 4 and 11.7 at m = 16 on 1792 x 5120 with split 16);
     * m <= 64: fp16 dots on dequantized 64 x 128 x 128 tiles, split-K to fill the GPU once (20.4 us on
@@ -121,9 +132,9 @@ def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
     * above: FP8 dots per group on 64 x 128 tiles.
     """
     groups = k // 32
-    if m <= 2:
-        split = split_for(triton.cdiv(n, 2), 2 * groups // 32, target=8 * num_sms, most=2)
-        return GemmConfig("gemv", triton.next_power_of_2(m), 2, 32, split, 4, 3)
+    if m <= 4:
+        split = split_for(triton.cdiv(n, 4), groups // 64, target=2 * num_sms)
+        return GemmConfig("stream", triton.next_power_of_2(m), 4, 128, split, 4, 1)
     if m <= 32:
         block_m = max(16, triton.next_power_of_2(m))
         split = split_for(triton.cdiv(n, 64), groups // 4, target=448)
@@ -191,6 +202,6 @@ def choose_config(
     buckets = config_table().get(device_name or "", {}).get((n, k))
     if buckets:
         config = next((c for m_max, c in buckets if m <= m_max), buckets[-1][1])
-        if config.kind != "gemv" or m <= config.block_m:  # a GEMV holds all M rows in one program
+        if config.kind not in ("gemv", "stream") or m <= config.block_m:  # all M rows in one program
             return config
     return default_config(m, n, k, num_sms=num_sms)

@@ -8,14 +8,16 @@ exact windows the kernels check) are exact; sums are fp32 (inside one FP8 MMA of
 Hopper's narrower accumulation); a NaN scale byte 0xFF reaches every output of its row of ``a`` (or
 column, for ``w``).
 
-``launch_mxfp8_gemm`` runs one of four kernels, named by the configuration's ``kind``
+``launch_mxfp8_gemm`` runs one of five kernels, named by the configuration's ``kind``
 (``mxfp8_configs.GemmConfig``), which comes from ``mxfp8_configs.choose_config``: the measured table for
 the device and ``[N, K]`` when it has an entry, else ``default_config`` (its docstring gives the M
 thresholds and the measurements behind them). The kernels:
 
-* ``gemv`` (here): CUDA cores, no tensor-core dot, for M up to its BLOCK_M (1, 2 or 4; the default rule
-  takes it for M <= 2). Each program owns BLOCK_N weight rows and a K range; each thread streams 16
-  weight bytes of one row per chunk and keeps elementwise partial sums.
+* ``stream`` (``mxfp8_stream``): CUDA cores for M <= 4 (the default rule and the H200 table take it
+  there), each thread one 16-byte chunk of several weight rows at one K position, so the activation's
+  chunk is converted once for all of them; it reads the weight's row-major scales when given them.
+* ``gemv`` (here): the earlier CUDA-core kernel for M <= 4, kept for configurations that name it: each
+  thread streams 16 weight bytes of one row per chunk, converting the activation once per row.
 * ``dq16`` / ``mma8`` (``mxfp8_mma``): tensor-core dots promoted inside the K loop.
 * ``fold`` (``mxfp8_fold``): 16-bit tensor-core dots with every scale folded into the operands, one
   accumulator, scaled once after the loop.
@@ -36,6 +38,7 @@ from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config
 from mxfuse.kernels.mxfp8_fold import launch_fold
 from mxfuse.kernels.mxfp8_mma import launch_mma
 from mxfuse.kernels.mxfp8_steps import act_scale_offsets, e8m0_to_f32
+from mxfuse.kernels.mxfp8_stream import launch_stream
 from mxfuse.kernels.mxfp8_tile import LAYOUT_CODE
 from mxfuse.kernels.splitk import split_arrive, split_release, split_sum, split_workspace
 
@@ -259,13 +262,15 @@ def launch_mxfp8_gemm(
     out: torch.Tensor,
     *,
     config: GemmConfig | None = None,
+    w_scale_rows: torch.Tensor | None = None,
 ) -> GemmConfig | None:
     """Run the GEMM into ``out`` (bf16 ``[M, N]``); returns the configuration it ran (None for M = 0).
     Arguments are validated by ``mxfuse.gemm``.
 
     ``a_scale_bytes``: a uint8 view of every byte of ``a``'s scale storage (padding included);
     ``w_scale_t``: uint8 ``[K/32, N]`` (``weight_scale_kgroup_major``). ``config`` overrides
-    ``choose_config`` (the sweep times candidates through it).
+    ``choose_config`` (the sweep times candidates through it). ``w_scale_rows``: the same scales row-major
+    (uint8 ``[N, K/32]``, ``MxWeight.scale_e8m0``), which the stream kernel reads faster when given.
     """
     m, k = a_q.shape
     n = w_q.shape[0]
@@ -275,10 +280,10 @@ def launch_mxfp8_gemm(
         name, sms = _device_facts(out.device)
         config = choose_config(m, n, k, device_name=name, num_sms=sms)
     cfg = config
-    if cfg.kind == "gemv":
+    if cfg.kind in ("gemv", "stream"):
         if cfg.block_m < m or cfg.block_m not in (1, 2, 4):
             raise ValueError(
-                f"config.block_m must be 1, 2 or 4 and >= M ({m}) for the gemv kernel; got {cfg.block_m}"
+                f"config.block_m must be 1, 2 or 4 and >= M ({m}) for the {cfg.kind} kernel; got {cfg.block_m}"
             )
         grid_m = 1
     else:
@@ -294,6 +299,12 @@ def launch_mxfp8_gemm(
             swap_ab=cfg.swap_ab, operand=cfg.operand, cvt=cfg.cvt, act=cfg.act, wscale=cfg.wscale,
             w_bias=cfg.w_bias, pdl=cfg.pdl,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+    elif cfg.kind == "stream":
+        launch_stream(
+            a_q, a_scale_bytes, code, w_q, w_scale_t, out, work, counters,
+            block_m=cfg.block_m, block_n=cfg.block_n, block_g=cfg.block_g, split_k=cfg.split_k,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, w_scale_rows=w_scale_rows,
         )  # fmt: skip
     elif cfg.kind in ("dq16", "mma8"):
         launch_mma(

@@ -50,7 +50,7 @@ from torch import nn
 from mxfuse.einsum import WoAWeight, grouped_wo_a, prepare_wo_a_weight
 from mxfuse.formats import ScaleLayout, dequantize_mxfp8, empty_mxfp8_pair, parse_scale_layout
 from mxfuse.gemm import Availability, expand_block_scales
-from mxfuse.hc import N_STREAMS, mhc_boundary
+from mxfuse.hc import N_STREAMS, HcProjection, mhc_boundary
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.layers import (
     ForwardContext,
@@ -79,6 +79,10 @@ _PLAIN = {
     "ffn_norm.weight": "ffn_norm",
     **{f"hc_{sub}_{part}": f"hc_{sub}_{part}" for sub in ("attn", "ffn") for part in ("fn", "base", "scale")},
 }
+
+
+# hc projection -> the slot of its three bf16 pieces (HcProjection), made when the weights are processed
+_PIECES = {"hc_attn_fn": "hc_attn_fn_pieces", "hc_ffn_fn": "hc_ffn_fn_pieces"}
 
 
 class SublayerPath(str, Enum):
@@ -144,7 +148,7 @@ class AttentionSublayer(nn.Module):
         self.wqkv_a = MxLinear(c.hidden, c.wqkv_a_out, name=f"{site}.wqkv_a", **common)
         self.wo_b = MxLinear(c.wo_b_in, c.hidden, name=f"{site}.wo_b", **common)
         self.wo_a: WoAWeight | None = None  # the MXFP8 paths' grouped weight
-        for slot in (*_PLAIN.values(), "wo_a_bf16"):
+        for slot in (*_PLAIN.values(), "wo_a_bf16", *_PIECES.values()):
             self.register_parameter(slot, None)
         self._shapes = local_shapes(config)
         self._staged: dict[str, torch.Tensor] = {}
@@ -234,6 +238,8 @@ class AttentionSublayer(nn.Module):
                 self.wo_a = prepared
         for name, slot in _PLAIN.items():
             rebound += self._commit(slot, s[name])
+        for fn, slot in _PIECES.items():
+            rebound += self._commit(slot, HcProjection.prepare(getattr(self, fn)).pieces)
         self._staged = {}
         self._state = "ready"
         return LoadResult(wqkv_a, wo_b, tuple(rebound))
@@ -272,7 +278,7 @@ class AttentionSublayer(nn.Module):
                 state.residual,
                 state.post,
                 state.comb,
-                self.hc_attn_fn,
+                HcProjection(self.hc_attn_fn, self.hc_attn_fn_pieces),
                 self.hc_attn_scale,
                 self.hc_attn_base,
                 self.attn_norm,
@@ -314,7 +320,7 @@ class AttentionSublayer(nn.Module):
                 b1.residual,
                 b1.post,
                 b1.comb,
-                self.hc_ffn_fn,
+                HcProjection(self.hc_ffn_fn, self.hc_ffn_fn_pieces),
                 self.hc_ffn_scale,
                 self.hc_ffn_base,
                 self.ffn_norm,

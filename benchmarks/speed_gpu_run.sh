@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The speed work's device pass in one call: the GPU tests of the kernels it changes, then the MXFP8 GEMM's
+# sweep at decode M, the boundary's benchmark and the decode step; each step under its own time limit;
+# one log ($OUT/pass.log) and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
+# Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
+set -u
+out=${OUT:-reports}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+export OUT=$out PYTHONUNBUFFERED=1
+budget=${1:-570}
+start=$SECONDS
+left() { echo $((budget - (SECONDS - start))); }
+log=$out/pass.log
+python3 -m pip install -q --no-deps --no-build-isolation -e ./packaging/gpumatrix -e . >>"$log" 2>&1 \
+  || { echo "editable install failed; using PYTHONPATH"; export PYTHONPATH=$PWD/src PYTEST_PLUGINS=gpumatrix.plugin; }
+status=0
+run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass's budget
+  local name=$1 limit=$2; shift 2
+  [ "$(left)" -lt "$limit" ] && limit=$(left)
+  [ "$limit" -le 10 ] && { echo "=== $name: skipped (no time left)"; return; }
+  echo "=== $name (up to ${limit}s): $*" | tee -a "$log"
+  timeout "$limit" "$@" >"$out/step.log" 2>&1; local rc=$?
+  cat "$out/step.log" >>"$log" && tail -n 25 "$out/step.log" && rm -f "$out/step.log"
+  [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
+}
+# Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
+run tests 100 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/kernels/test_mxfp8_gemm.py tests/kernels/test_mx_linear.py tests/e2e/test_dsv41_decode.py
+# The winners go into this copy's table too, so the decode step below runs on them.
+table=src/mxfuse/kernels/mxfp8_gemm_configs.json
+run gemm_sweep 120 python3 benchmarks/mxfp8_gemm_sweep.py --ms 1,4 --max-tier 2 --budget-s 110 \
+  --json "$out/mxfp8_gemm_sweep.json" --table "$out/mxfp8_gemm_winners.json" --merge-into $table
+cp $table "$out/"
+NCU=/usr/local/cuda/bin/ncu
+run ncu 40 $NCU --kernel-name regex:'stream' --launch-count 2 \
+  --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+  --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py --gemm "${NCU_GEMM:-4,128,4,1,1}"
+run step 70 python3 benchmarks/dsv41_decode.py --tokens 1,16 --replays 30
+exit $status

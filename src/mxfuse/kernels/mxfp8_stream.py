@@ -1,0 +1,292 @@
+"""The MXFP8 GEMM's weight-streaming kernel for a few tokens (``kind="stream"``): CUDA cores, no MMA.
+
+``out[M, N] = deq(a) @ deq(w).T`` for M <= 4 (operands as in ``mxfuse.kernels.mxfp8_gemm``). A program
+owns ``BLOCK_N`` weight rows and a K range (split-K, ``splitk``); each thread holds one 16-byte chunk of
+``BLOCK_N / SUB_N`` rows per step, all at the same K position, so the activation's chunk is loaded and
+converted once per thread and serves every row it holds (the older ``gemv`` kernel converts it once per
+row: two E4M3 conversions per weight byte instead of about one). Per chunk of 16 the products sum in fp32
+in the thread (E4M3 x E4M3 products are exact in fp32), the sum is scaled once by the two blocks' scales
+(``fw * fa``: a power of two, exact down to 2**-149), and the chunks' scaled sums are added in K order;
+after the loop a program sums its chunk columns in a fixed tree, and the splits are summed in split order
+by the last to arrive. No float atomics: the same bits on every run. A NaN scale byte makes its factor
+NaN, which reaches exactly the outputs of its row (of ``a``) or column (of ``w``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mxfuse.kernels.mxfp8_steps import act_scale_offsets, e8m0_to_f32
+from mxfuse.kernels.splitk import split_arrive, split_release, split_sum
+
+__all__ = ["launch_stream", "stream_shape"]
+
+
+def stream_shape(block_n: int, block_g: int, num_warps: int) -> tuple[int, int]:
+    """(rows per sub-tile, sub-tiles per program) of a stream configuration: one 16-byte chunk of one row
+    per thread in a sub-tile (``SUB_N * block_g == 32 * num_warps``); ValueError naming the fields when
+    ``block_n`` rows do not split into whole sub-tiles."""
+    threads = 32 * num_warps
+    if block_g > threads or threads % block_g or block_n % (threads // block_g):
+        raise ValueError(
+            f"a stream config needs block_g (16-byte chunks per row per step, {block_g}) to divide "
+            f"32 * num_warps ({threads}) and block_n ({block_n}) to be a multiple of their quotient"
+        )
+    sub_n = threads // block_g
+    return sub_n, block_n // sub_n
+
+
+@triton.jit
+def _stream_weights(
+    w_rows,
+    ws_ptr,
+    step,
+    rows3,
+    row_ok3,
+    n_chunks,
+    N,
+    CHUNKS: tl.constexpr,
+    EVEN: tl.constexpr,
+    WS_ROWS: tl.constexpr,
+):
+    """One step's weight chunks [C, SUB_N, R, 16] (E4M3) and their scale bytes [C, SUB_N, R].
+
+    The chunk dimension comes first so that Triton's layout puts threads along it and R (the rows a thread
+    holds) in registers: dimensions of equal contiguity are ordered by index."""
+    kc = step * CHUNKS + tl.arange(0, CHUNKS)[:, None, None]  # [C, 1, 1] chunk indices
+    woff = kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]  # [C, 1, 1, 16]
+    if WS_ROWS:  # row-major [N, K/32]: a row's groups are adjacent bytes
+        ws_off = rows3.to(tl.int64) * (n_chunks // 2) + kc // 2  # [C, SUB_N, R]
+    else:  # K-group-major [K/32, N]
+        ws_off = (kc // 2).to(tl.int64) * N + rows3
+    if EVEN:
+        w = tl.load(w_rows + woff)
+        sw = tl.load(ws_ptr + ws_off)
+    else:
+        kc_ok = kc < n_chunks
+        w = tl.load(w_rows + woff, mask=row_ok3[:, :, :, None] & kc_ok[:, :, :, None], other=0.0)
+        sw = tl.load(ws_ptr + ws_off, mask=row_ok3 & kc_ok, other=0)
+    return w, sw
+
+
+@triton.jit
+def _stream_act(a_ptr, as_ptr, m, step, M, n_groups, rows4, n_k4, SUB_N: tl.constexpr, CHUNKS: tl.constexpr,
+                A_LAYOUT: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
+    """Activation row ``m``'s chunks of one step as [C, SUB_N, 1, 16] (stride 0 along SUB_N: the weight
+    tile's layout, so the product needs no layout conversion; the repeated bytes are L1 broadcasts) and
+    their scale bytes [C, 1, 1]."""
+    kc = step * CHUNKS + tl.arange(0, CHUNKS)[:, None, None]
+    koff = (
+        tl.zeros([1, SUB_N, 1, 1], tl.int32) + kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]
+    )
+    s_off = act_scale_offsets(m, kc // 2, n_groups, rows4, n_k4, A_LAYOUT)
+    ok = m < M
+    if EVEN:
+        a = tl.load(a_ptr + m * n_groups * 32 + koff, mask=ok)
+        sa = tl.load(as_ptr + s_off, mask=ok)
+    else:
+        kc_ok = kc < n_groups * 2
+        a = tl.load(a_ptr + m * n_groups * 32 + koff, mask=kc_ok[:, :, :, None] & ok, other=0.0)
+        sa = tl.load(as_ptr + s_off, mask=kc_ok & ok, other=0)
+    return a, sa
+
+
+@triton.jit
+def _stream_row(acc, wf, sw_f, a, sa):
+    """acc [C, SUB_N, R] += the scaled 16-wide partial dots of one activation row's chunks ``a`` with the
+    weight chunks ``wf`` [C, SUB_N, R, 16] (fp32): the activation is converted once for all R rows."""
+    part = tl.sum(wf * a.to(tl.float32), axis=3)  # in-thread: each thread holds the chunk's 16 elements
+    return acc + part * (sw_f * e8m0_to_f32(sa.to(tl.int32)))
+
+
+@triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
+def _mxfp8_stream_kernel(
+    a_ptr,  # E4M3 [M, K] contiguous
+    as_ptr,  # uint8 view of a's scale storage
+    w_ptr,  # E4M3 [N, K] contiguous
+    ws_ptr,  # uint8 [N, K/32] (WS_ROWS) or [K/32, N], contiguous
+    out_ptr,  # bf16 [M, N] contiguous
+    work_ptr,  # fp32 split-K partials [tiles, SPLIT_K, BLOCK_M, BLOCK_N]
+    cnt_ptr,  # int32 arrival counters, one per program column
+    M,
+    N,
+    K,
+    rows4,  # align(M, 4): deepgemm word stride
+    n_k4,  # align(K/32, 4) / 4: swizzled tile stride
+    A_LAYOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # 1, 2 or 4 (>= M)
+    R: tl.constexpr,  # sub-tiles (rows per thread)
+    SUB_N: tl.constexpr,  # rows per sub-tile
+    CHUNKS: tl.constexpr,  # 16-byte chunks of each row per step
+    SPLIT_K: tl.constexpr,
+    EVEN: tl.constexpr,  # N % (R * SUB_N) == 0 and every split holds whole steps: no masks
+    NUM_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,  # the next step's loads into registers before this step's products
+    WS_ROWS: tl.constexpr,  # the weight's scales row-major (one row's groups adjacent) instead of K-group-major
+):
+    BLOCK_N: tl.constexpr = R * SUB_N
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n_groups = K // 32
+    n_chunks = n_groups * 2
+    steps = tl.cdiv(n_chunks, CHUNKS)
+    per_split = tl.cdiv(steps, SPLIT_K)
+    s_begin = pid_k * per_split
+    s_end = tl.minimum(s_begin + per_split, steps)
+
+    rr = tl.arange(0, R)[None, :]
+    sub = tl.arange(0, SUB_N)[:, None]
+    local = rr * SUB_N + sub  # [SUB_N, R]: row within the program
+    rows = pid_n * BLOCK_N + local
+    row_ok = rows < N
+    rows3 = rows[None, :, :]  # [1, SUB_N, R]
+    row_ok3 = row_ok[None, :, :]
+    w_rows = w_ptr + rows3[:, :, :, None].to(tl.int64) * K
+
+    acc0 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc1 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc2 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc3 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    if PREFETCH:
+        # The next step's loads are issued before this step's products, into registers: each thread has
+        # two steps' bytes in flight instead of waiting out every load (past the split's last step it
+        # reloads the last, which the caches hold).
+        w_n, sw_n = _stream_weights(
+            w_rows, ws_ptr, s_begin, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS
+        )
+        w_n = w_n.to(tl.float16)
+        a0_n, sa0_n = _stream_act(
+            a_ptr, as_ptr, 0, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        a1_n, sa1_n = _stream_act(
+            a_ptr, as_ptr, 1, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        a2_n, sa2_n = _stream_act(
+            a_ptr, as_ptr, 2, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        a3_n, sa3_n = _stream_act(
+            a_ptr, as_ptr, 3, s_begin, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+        )
+        for step in tl.range(s_begin, s_end, num_stages=1):
+            nxt = tl.minimum(step + 1, s_end - 1)
+            w, sw, a0, sa0, a1, sa1 = w_n, sw_n, a0_n, sa0_n, a1_n, sa1_n
+            a2, sa2, a3, sa3 = a2_n, sa2_n, a3_n, sa3_n
+            w_n, sw_n = _stream_weights(
+                w_rows, ws_ptr, nxt, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS
+            )
+            w_n = w_n.to(tl.float16)
+            a0_n, sa0_n = _stream_act(
+                a_ptr, as_ptr, 0, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+            )
+            if BLOCK_M > 1:
+                a1_n, sa1_n = _stream_act(a_ptr, as_ptr, 1, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT,
+                                          EVEN)  # fmt: skip
+            if BLOCK_M > 2:
+                a2_n, sa2_n = _stream_act(a_ptr, as_ptr, 2, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT,
+                                          EVEN)  # fmt: skip
+                a3_n, sa3_n = _stream_act(a_ptr, as_ptr, 3, nxt, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT,
+                                          EVEN)  # fmt: skip
+            wf = w.to(tl.float32)
+            sw_f = e8m0_to_f32(sw.to(tl.int32))
+            acc0 = _stream_row(acc0, wf, sw_f, a0, sa0)
+            if BLOCK_M > 1:
+                acc1 = _stream_row(acc1, wf, sw_f, a1, sa1)
+            if BLOCK_M > 2:
+                acc2 = _stream_row(acc2, wf, sw_f, a2, sa2)
+                acc3 = _stream_row(acc3, wf, sw_f, a3, sa3)
+    else:
+        for step in tl.range(s_begin, s_end, num_stages=NUM_STAGES):
+            w, sw = _stream_weights(w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS)
+            wf = w.to(tl.float32)
+            sw_f = e8m0_to_f32(sw.to(tl.int32))
+            a, sa = _stream_act(
+                a_ptr, as_ptr, 0, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+            )
+            acc0 = _stream_row(acc0, wf, sw_f, a, sa)
+            if BLOCK_M > 1:
+                a, sa = _stream_act(
+                    a_ptr, as_ptr, 1, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+                )
+                acc1 = _stream_row(acc1, wf, sw_f, a, sa)
+            if BLOCK_M > 2:
+                a, sa = _stream_act(
+                    a_ptr, as_ptr, 2, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+                )
+                acc2 = _stream_row(acc2, wf, sw_f, a, sa)
+                a, sa = _stream_act(
+                    a_ptr, as_ptr, 3, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
+                )
+                acc3 = _stream_row(acc3, wf, sw_f, a, sa)
+
+    # One cross-thread reduction per row, after the loop; then the output or this split's partial.
+    tile = work_ptr + pid_n.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+    part = tile + pid_k * (BLOCK_M * BLOCK_N) + local
+    out_rows = out_ptr + rows
+    _stream_store(tl.sum(acc0, axis=0), out_rows, part, 0, row_ok, M, N, SPLIT_K)
+    if BLOCK_M > 1:
+        _stream_store(tl.sum(acc1, axis=0), out_rows, part + BLOCK_N, 1, row_ok, M, N, SPLIT_K)
+    if BLOCK_M > 2:
+        _stream_store(tl.sum(acc2, axis=0), out_rows, part + 2 * BLOCK_N, 2, row_ok, M, N, SPLIT_K)
+        _stream_store(tl.sum(acc3, axis=0), out_rows, part + 3 * BLOCK_N, 3, row_ok, M, N, SPLIT_K)
+    if SPLIT_K > 1:
+        if split_arrive(cnt_ptr, pid_n, SPLIT_K):
+            m_idx = tl.arange(0, BLOCK_M)[:, None]
+            n_idx = tl.arange(0, BLOCK_N)[None, :]
+            offs = m_idx * BLOCK_N + n_idx
+            total = split_sum(tile, BLOCK_M * BLOCK_N, offs, offs >= 0, SPLIT_K)
+            cols = pid_n * BLOCK_N + n_idx
+            mask = (m_idx < M) & (cols < N)
+            tl.store(out_ptr + m_idx.to(tl.int64) * N + cols, total.to(tl.bfloat16), mask=mask)
+            split_release(cnt_ptr, pid_n)
+
+
+@triton.jit
+def _stream_store(total, out_rows, part_ptr, m, row_ok, M, N, SPLIT_K: tl.constexpr):
+    if SPLIT_K == 1:
+        tl.store(out_rows + m * N, total.to(tl.bfloat16), mask=row_ok & (m < M))
+    else:
+        tl.store(part_ptr, total)
+
+
+def launch_stream(
+    a_q: torch.Tensor,
+    a_scale_bytes: torch.Tensor,
+    a_layout_code: int,
+    w_q: torch.Tensor,
+    w_scale_t: torch.Tensor,
+    out: torch.Tensor,
+    work: torch.Tensor,
+    counters: torch.Tensor,
+    *,
+    block_m: int,
+    block_n: int,
+    block_g: int,
+    split_k: int,
+    num_warps: int,
+    num_stages: int,
+    w_scale_rows: torch.Tensor | None = None,
+) -> None:
+    """Launch the stream kernel on validated tensors (see ``launch_mxfp8_gemm``); ``work`` holds
+    ``cdiv(N, block_n) * split_k * block_m * block_n`` floats and ``counters`` one int per row tile.
+    ``w_scale_rows``: the weight's scales row-major (uint8 ``[N, K/32]``), read instead of ``w_scale_t``
+    when given: a thread group on one row then reads adjacent bytes, not one 32-byte sector per group."""
+    m, k = a_q.shape
+    n = w_q.shape[0]
+    if block_m not in (1, 2, 4) or block_m < m:
+        raise ValueError(
+            f"config.block_m must be 1, 2 or 4 and >= M ({m}) for the stream kernel; got {block_m}"
+        )
+    sub_n, r = stream_shape(block_n, block_g, num_warps)
+    steps = -(-(k // 16) // block_g)
+    even = n % block_n == 0 and (k // 16) % block_g == 0 and steps % split_k == 0
+    groups = k // 32
+    _mxfp8_stream_kernel[(triton.cdiv(n, block_n), split_k)](
+        a_q, a_scale_bytes, w_q, w_scale_t if w_scale_rows is None else w_scale_rows, out, work, counters, m, n,
+        k, -(-m // 4) * 4, -(-groups // 4),
+        A_LAYOUT=a_layout_code, BLOCK_M=block_m, R=r, SUB_N=sub_n, CHUNKS=block_g, SPLIT_K=split_k,
+        EVEN=even, NUM_STAGES=1 if num_stages == 2 else num_stages, PREFETCH=num_stages == 2,
+        WS_ROWS=w_scale_rows is not None,
+        num_warps=num_warps,
+    )  # fmt: skip
