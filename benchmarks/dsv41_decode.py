@@ -231,10 +231,12 @@ def _self_device_us(event) -> float:
 
 def stage_times(events, *, steps: int, on_cpu: bool = False) -> dict[str, float]:
     """us per step of each stage from a profile's events. A stage is a host-side ``dsv41.<stage>`` range;
-    its time is the device time of the kernels launched by host events inside that range, each kernel
-    counted once (the ``self`` device time of every host event in it; with ``on_cpu``, the range's own
-    host time). Not the range's span on the GPU timeline, which in eager steps also holds the time the
-    GPU waits for the host to launch."""
+    its time is the device time of the kernels launched inside that range, each kernel counted once: the
+    ``self`` device time of every host event in it, and the range's own. The profiler links a kernel to
+    the innermost operator or range open on the host when it was launched, so a Triton kernel launched
+    from Python (no torch operator around it) is the range's own device time. With ``on_cpu``, the range's
+    host time. Not the range's span on the GPU timeline, which in eager steps also holds the time the GPU
+    waits for the host to launch."""
     from torch.autograd import DeviceType
 
     times = dict.fromkeys(STAGES, 0.0)
@@ -247,7 +249,7 @@ def stage_times(events, *, steps: int, on_cpu: bool = False) -> dict[str, float]
             times[stage] += r.time_range.elapsed_us()
             continue
         start, end = r.time_range.start, r.time_range.end
-        times[stage] += sum(
+        times[stage] += _self_device_us(r) + sum(
             _self_device_us(e)
             for e in host
             if e is not r
