@@ -176,13 +176,27 @@ def _fold_bases(t: int) -> list[tuple]:
 
 
 def sweep_configs(
-    t: int, groups: int, sm_count: int, dots: tuple[str, ...] = ("dq16", "fp8", "fold")
+    t: int, groups: int, sm_count: int, dots: tuple[str, ...] = ("stream", "dq16", "fp8", "fold")
 ) -> list:
     """Candidate configurations for (t, groups): tile shapes and dot modes by T, each with the default's
     split-K, half and double of it, for the dot modes in ``dots``. Invalid ones (see ``check_config``)
     are dropped."""
     # (block_m, block_n, block_k, warps, stages, dot, swap_ab)
-    if t <= 16:
+    stream_m = 1 if t <= 1 else 2 if t == 2 else 4
+    stream = [  # CUDA cores for T <= 4: 128 or 256 columns (whole scale words), K steps of 64 to 256
+        (stream_m, 128, 128, 4, 1, "stream", False),
+        (stream_m, 128, 64, 4, 1, "stream", False),
+        (stream_m, 256, 128, 8, 1, "stream", False),
+        (stream_m, 128, 256, 8, 1, "stream", False),
+    ]
+    if t <= 4:
+        bases = [
+            *stream,
+            (16, 128, 128, 4, 3, "dq16", True),
+            (16, 128, 64, 4, 4, "fp8", True),
+            (16, 128, 128, 4, 3, "fp8", True),
+        ]
+    elif t <= 16:
         bases = [
             (16, 128, 128, 4, 3, "dq16", True),
             (16, 128, 128, 4, 5, "dq16", True),
@@ -239,7 +253,9 @@ def sweep_configs(
     return configs
 
 
-def sweep(t: int, groups: int, dots: tuple[str, ...] = ("dq16", "fp8", "fold")) -> list[dict[str, object]]:
+def sweep(
+    t: int, groups: int, dots: tuple[str, ...] = ("stream", "dq16", "fp8", "fold")
+) -> list[dict[str, object]]:
     """Time every candidate on the fused path. Each is checked first: its pair, dequantized, against the
     quantized reference z by calc_diff, which must stay <= SWEEP_MAX_DIFF. The two differ where fp32 sums
     in another order round z to another bf16 value and that moves an E4M3 code one step (estimated 1e-9
