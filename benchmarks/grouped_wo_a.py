@@ -1,7 +1,8 @@
 """Time the grouped wo_a projection on one GPU: fused epilogue vs separate quantize vs bf16, CUDA graphs.
 
     python benchmarks/grouped_wo_a.py [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
-                                      [--gs 2,8] [--sweep-ts 1,16,64,256,2048] [--sweep-dots dq16,fp8,fold]
+                                      [--gs 2,8] [--sweep-ts 1,4,16,64,256,2048]
+                                      [--sweep-dots stream,dq16,fp8,fold]
 
 For G in {2, 8} groups of r = 4096 -> R = 1024 (DeepSeek-V4.1-Flash wo_a under TP4 and DP4) and T tokens,
 in one run, after checking every variant's result first:
@@ -309,13 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gs", default=",".join(map(str, GS)), help="group counts G, comma-separated")
     parser.add_argument(
         "--sweep-dots",
-        default="dq16,fp8,fold",
-        help="dot modes the sweep times (fold: the GEMM's folded-scale mainloop, mxfp8_fold_steps)",
+        default="stream,dq16,fp8,fold",
+        help="dot modes the sweep times (stream: CUDA cores, T <= 4; fold: the GEMM's folded-scale mainloop)",
     )
     parser.add_argument(
         "--sweep-ts",
-        default="1,16,64,256,2048",
-        help="token counts the sweep times (T = 4 shares T = 1's candidates; one per tile class)",
+        default="1,4,16,64,256,2048",
+        help="token counts the sweep times (one per tile class; T = 1 and 4 differ in the stream tiles' rows)",
     )
     args = parser.parse_args(argv)
     ts = [int(v) for v in args.ts.split(",")]
