@@ -124,7 +124,7 @@ def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GemmC
     fold = functools.partial(_fold, m, n, k, num_sms, act="prefold")
     if m <= 4:
         # (block_n, block_g, warps, stages): block_g 32 * warps puts every thread of a program on one row
-        # (the activation needs no layout conversion); stages 2 prefetches the next step into registers.
+        # (the activation needs no layout conversion); stages 2 is Triton's software pipeline.
         stream = functools.partial(_stream, m, n, k, num_sms)
         for bn, bg, warps, stages in ((64, 8, 4, 1), (8, 128, 4, 1), (4, 128, 4, 1), (16, 128, 4, 1)):
             add(0, stream(bn=bn, bg=bg, warps=warps, stages=stages))

@@ -261,9 +261,9 @@ STREAM = {
     "m1 bn64 w4": GemmConfig("stream", 1, 64, 8, 4, 4, 1),
     "m2 bn128 w8 s3": GemmConfig("stream", 2, 128, 8, 2, 8, 3),
     "m4 bn256 w8": GemmConfig("stream", 4, 256, 8, 8, 8, 1),
-    "m1 one row per thread group, prefetch": GemmConfig("stream", 1, 8, 128, 2, 4, 2),
+    "m1 one row per thread group, 2 stages": GemmConfig("stream", 1, 8, 128, 2, 4, 2),
     "m4 one row per thread group": GemmConfig("stream", 4, 4, 128, 2, 4, 1),
-    "m2 prefetch": GemmConfig("stream", 2, 64, 8, 4, 4, 2),
+    "m2 2 stages": GemmConfig("stream", 2, 64, 8, 4, 4, 2),
     "m1 bn4 no split": GemmConfig("stream", 1, 4, 128, 1, 4, 1),
     "m4 bn4 no split": GemmConfig("stream", 4, 4, 128, 1, 4, 1),
 }

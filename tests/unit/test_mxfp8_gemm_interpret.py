@@ -30,7 +30,7 @@ register(on=("cpu",), est_time=60)
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
 # (kind, block_m, block_n, block_g, split_k, flag): flag is swap_ab (dq16, mma8), bits (gemv) or, for
-# stream, the next step's loads prefetched into registers (num_stages 2)
+# stream, Triton's software pipeline over 2 stages (num_stages 2)
 CONFIGS = {
     "gemv m1": ("gemv", 1, 8, 4, 1, False),
     "gemv m1 bits": ("gemv", 1, 4, 8, 2, True),
@@ -42,10 +42,10 @@ CONFIGS = {
     "stream m2 split2": ("stream", 2, 64, 4, 2, False),
     "stream m4 split3": ("stream", 4, 32, 8, 3, False),
     "stream m1 even": ("stream", 1, 64, 8, 2, False),
-    "stream m1 rows prefetch, scale rows": ("stream", 1, 8, 128, 1, True),
+    "stream m1 rows 2 stages, scale rows": ("stream", 1, 8, 128, 1, True),
     "stream m1 rows split2, scale rows": ("stream", 1, 4, 128, 2, False),
-    "stream m2 prefetch split2": ("stream", 2, 32, 8, 2, True),
-    "stream m4 rows prefetch even, scale rows": ("stream", 4, 4, 128, 2, True),
+    "stream m2 2 stages split2": ("stream", 2, 32, 8, 2, True),
+    "stream m4 rows 2 stages even, scale rows": ("stream", 4, 4, 128, 2, True),
     "dq16 swap split2": ("dq16", 16, 16, 2, 2, True),
     "dq16": ("dq16", 16, 16, 4, 1, False),
     "mma8 swap": ("mma8", 16, 16, 2, 1, True),
@@ -71,7 +71,7 @@ for key, (a_q, a_scale, layout, w_q, w_scale_t, config) in cases.items():
     out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
     spec = scale_spec(m, k, scale_layout=layout)
     kind, bm, bn, bg, split, flag = config
-    stages = 2 if flag and kind == "stream" else 1  # stream: 2 = the next step prefetched into registers
+    stages = 2 if flag and kind == "stream" else 1  # stream: Triton's pipeline
     cfg = mk.GemmConfig(kind, bm, bn, bg, split, 4, stages, swap_ab=flag and kind in ("dq16", "mma8"),
                         bits=flag and kind == "gemv")
     rows = w_scale_t.t().contiguous() if "scale rows" in key[0] else None

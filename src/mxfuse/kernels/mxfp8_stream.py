@@ -166,7 +166,6 @@ def _mxfp8_stream_kernel(
     SPLIT_K: tl.constexpr,
     EVEN: tl.constexpr,  # N % (R * SUB_N) == 0 and every split holds whole steps: no masks
     NUM_STAGES: tl.constexpr,
-    PREFETCH: tl.constexpr,  # the next step's loads into registers before this step's products
     WS_ROWS: tl.constexpr,  # the weight's scales row-major (one row's groups adjacent) instead of K-group-major
 ):
     BLOCK_N: tl.constexpr = R * SUB_N
@@ -188,59 +187,10 @@ def _mxfp8_stream_kernel(
     row_ok3 = row_ok[None, :, :]
     w_rows = w_ptr + rows3[:, :, :, None].to(tl.int64) * K
 
-    acc0 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    acc1 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    acc2 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    acc3 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    if PREFETCH:
-        # The next step's loads are issued before this step's products, into registers: each thread has
-        # two steps' bytes in flight instead of waiting out every load (past the split's last step it
-        # reloads the last, which the caches hold).
-        w_n, sw_n = _stream_weights(
-            w_rows, ws_ptr, s_begin, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS
-        )
-        w_n = w_n.to(tl.float16)
-        a0_n, sa0_n = _stream_act(
-            a_ptr, as_ptr, 0, s_begin, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-        )
-        a1_n, sa1_n = _stream_act(
-            a_ptr, as_ptr, 1, s_begin, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-        )
-        a2_n, sa2_n = _stream_act(
-            a_ptr, as_ptr, 2, s_begin, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-        )
-        a3_n, sa3_n = _stream_act(
-            a_ptr, as_ptr, 3, s_begin, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-        )
-        for step in tl.range(s_begin, s_end, num_stages=1):
-            nxt = tl.minimum(step + 1, s_end - 1)
-            w, sw, a0, sa0, a1, sa1 = w_n, sw_n, a0_n, sa0_n, a1_n, sa1_n
-            a2, sa2, a3, sa3 = a2_n, sa2_n, a3_n, sa3_n
-            w_n, sw_n = _stream_weights(
-                w_rows, ws_ptr, nxt, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS
-            )
-            w_n = w_n.to(tl.float16)
-            a0_n, sa0_n = _stream_act(
-                a_ptr, as_ptr, 0, nxt, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-            )
-            if BLOCK_M > 1:
-                a1_n, sa1_n = _stream_act(a_ptr, as_ptr, 1, nxt, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN)  # fmt: skip
-            if BLOCK_M > 2:
-                a2_n, sa2_n = _stream_act(a_ptr, as_ptr, 2, nxt, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN)  # fmt: skip
-                a3_n, sa3_n = _stream_act(a_ptr, as_ptr, 3, nxt, M, K, 0, n_groups, n_chunks, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN)  # fmt: skip
-            wf = w.to(tl.float32)
-            sw_f = e8m0_to_f32(sw.to(tl.int32))
-            acc0 = _stream_row(acc0, wf, sw_f, a0, sa0)
-            if BLOCK_M > 1:
-                acc1 = _stream_row(acc1, wf, sw_f, a1, sa1)
-            if BLOCK_M > 2:
-                acc2 = _stream_row(acc2, wf, sw_f, a2, sa2)
-                acc3 = _stream_row(acc3, wf, sw_f, a3, sa3)
-    else:
-        acc0, acc1, acc2, acc3 = stream_mainloop(
-            a_ptr, as_ptr, 0, K, 0, n_groups, w_rows, ws_ptr, rows3, row_ok3, n_chunks, N, M, rows4, n_k4,
-            s_begin, s_end, BLOCK_M, R, SUB_N, CHUNKS, A_LAYOUT, EVEN, WS_ROWS, NUM_STAGES,
-        )  # fmt: skip
+    acc0, acc1, acc2, acc3 = stream_mainloop(
+        a_ptr, as_ptr, 0, K, 0, n_groups, w_rows, ws_ptr, rows3, row_ok3, n_chunks, N, M, rows4, n_k4,
+        s_begin, s_end, BLOCK_M, R, SUB_N, CHUNKS, A_LAYOUT, EVEN, WS_ROWS, NUM_STAGES,
+    )  # fmt: skip
 
     # One cross-thread reduction per row, after the loop; then the output or this split's partial.
     tile = work_ptr + pid_n.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
@@ -308,7 +258,7 @@ def launch_stream(
         a_q, a_scale_bytes, w_q, w_scale_t if w_scale_rows is None else w_scale_rows, out, work, counters, m, n,
         k, -(-m // 4) * 4, -(-groups // 4),
         A_LAYOUT=a_layout_code, BLOCK_M=block_m, R=r, SUB_N=sub_n, CHUNKS=block_g, SPLIT_K=split_k,
-        EVEN=even, NUM_STAGES=1 if num_stages == 2 else num_stages, PREFETCH=num_stages == 2,
+        EVEN=even, NUM_STAGES=num_stages,
         WS_ROWS=w_scale_rows is not None,
         num_warps=num_warps,
     )  # fmt: skip
