@@ -1,7 +1,8 @@
 """Time the grouped wo_a projection on one GPU: fused epilogue vs separate quantize vs bf16, CUDA graphs.
 
     python benchmarks/grouped_wo_a.py [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
-                                      [--gs 2,8] [--sweep-ts 1,16,64,256,2048] [--sweep-dots dq16,fp8,fold]
+                                      [--gs 2,8] [--sweep-ts 1,4,16,64,256,2048]
+                                      [--sweep-dots stream,dq16,fp8,fold]
 
 For G in {2, 8} groups of r = 4096 -> R = 1024 (DeepSeek-V4.1-Flash wo_a under TP4 and DP4) and T tokens,
 in one run, after checking every variant's result first:
@@ -176,13 +177,27 @@ def _fold_bases(t: int) -> list[tuple]:
 
 
 def sweep_configs(
-    t: int, groups: int, sm_count: int, dots: tuple[str, ...] = ("dq16", "fp8", "fold")
+    t: int, groups: int, sm_count: int, dots: tuple[str, ...] = ("stream", "dq16", "fp8", "fold")
 ) -> list:
     """Candidate configurations for (t, groups): tile shapes and dot modes by T, each with the default's
     split-K, half and double of it, for the dot modes in ``dots``. Invalid ones (see ``check_config``)
     are dropped."""
     # (block_m, block_n, block_k, warps, stages, dot, swap_ab)
-    if t <= 16:
+    stream_m = 1 if t <= 1 else 2 if t == 2 else 4
+    stream = [  # CUDA cores for T <= 4: 128 or 256 columns (whole scale words), K steps of 64 to 256
+        (stream_m, 128, 128, 4, 1, "stream", False),
+        (stream_m, 128, 64, 4, 1, "stream", False),
+        (stream_m, 256, 128, 8, 1, "stream", False),
+        (stream_m, 128, 256, 8, 1, "stream", False),
+    ]
+    if t <= 4:
+        bases = [
+            *stream,
+            (16, 128, 128, 4, 3, "dq16", True),
+            (16, 128, 64, 4, 4, "fp8", True),
+            (16, 128, 128, 4, 3, "fp8", True),
+        ]
+    elif t <= 16:
         bases = [
             (16, 128, 128, 4, 3, "dq16", True),
             (16, 128, 128, 4, 5, "dq16", True),
@@ -239,7 +254,9 @@ def sweep_configs(
     return configs
 
 
-def sweep(t: int, groups: int, dots: tuple[str, ...] = ("dq16", "fp8", "fold")) -> list[dict[str, object]]:
+def sweep(
+    t: int, groups: int, dots: tuple[str, ...] = ("stream", "dq16", "fp8", "fold")
+) -> list[dict[str, object]]:
     """Time every candidate on the fused path. Each is checked first: its pair, dequantized, against the
     quantized reference z by calc_diff, which must stay <= SWEEP_MAX_DIFF. The two differ where fp32 sums
     in another order round z to another bf16 value and that moves an E4M3 code one step (estimated 1e-9
@@ -293,13 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gs", default=",".join(map(str, GS)), help="group counts G, comma-separated")
     parser.add_argument(
         "--sweep-dots",
-        default="dq16,fp8,fold",
-        help="dot modes the sweep times (fold: the GEMM's folded-scale mainloop, mxfp8_fold_steps)",
+        default="stream,dq16,fp8,fold",
+        help="dot modes the sweep times (stream: CUDA cores, T <= 4; fold: the GEMM's folded-scale mainloop)",
     )
     parser.add_argument(
         "--sweep-ts",
-        default="1,16,64,256,2048",
-        help="token counts the sweep times (T = 4 shares T = 1's candidates; one per tile class)",
+        default="1,4,16,64,256,2048",
+        help="token counts the sweep times (one per tile class; T = 1 and 4 differ in the stream tiles' rows)",
     )
     args = parser.parse_args(argv)
     ts = [int(v) for v in args.ts.split(",")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests of the kernels it changes, then the MXFP8 GEMM's
-# sweep at decode M, the boundary's benchmark and the decode step; each step under its own time limit;
-# one log ($OUT/pass.log) and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
+# The speed work's device pass in one call: the GPU tests of the kernels it changes, then the grouped wo_a's
+# benchmark and sweep at decode T and the decode step; each step under its own time limit; one log
+# ($OUT/pass.log) and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
 # Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
 set -u
 out=${OUT:-reports}
@@ -24,16 +24,9 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
 # Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 100 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/kernels/test_mxfp8_gemm.py tests/kernels/test_mx_linear.py tests/e2e/test_dsv41_decode.py
-# The winners go into this copy's table too, so the decode step below runs on them.
-table=src/mxfuse/kernels/mxfp8_gemm_configs.json
-run gemm_sweep 120 python3 benchmarks/mxfp8_gemm_sweep.py --ms 1,4 --max-tier 2 --budget-s 110 \
-  --json "$out/mxfp8_gemm_sweep.json" --table "$out/mxfp8_gemm_winners.json" --merge-into $table
-cp $table "$out/"
-NCU=/usr/local/cuda/bin/ncu
-run ncu 40 $NCU --kernel-name regex:'stream' --launch-count 2 \
-  --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-  --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py --gemm "${NCU_GEMM:-4,128,4,1,1}"
-run step 70 python3 benchmarks/dsv41_decode.py --tokens 1,16 --replays 30
+run tests 150 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/kernels/test_grouped_wo_a.py tests/kernels/test_mxfp8_gemm.py tests/e2e/test_dsv41_decode.py
+run wo_a 150 python3 benchmarks/grouped_wo_a.py --sweep --ts 1,4,16 --gs 2,8 --sweep-ts 1,4 \
+  --sweep-dots stream,dq16 --json "$out/grouped_wo_a.json"
+run step 90 python3 benchmarks/dsv41_decode.py --tokens 1,4,16 --replays 30
 exit $status

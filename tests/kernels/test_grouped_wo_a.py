@@ -321,6 +321,49 @@ def test_other_configurations(t, config):
     _assert_pair_is_quantized_z(pair, z, "deepgemm")
 
 
+@pytest.mark.parametrize(
+    ("t", "config"),
+    [
+        (1, _kernel.WoAConfig(1, 128, 128, 8, 4, 1, "stream", False)),
+        (2, _kernel.WoAConfig(2, 256, 128, 16, 8, 1, "stream", False)),
+        (3, _kernel.WoAConfig(4, 128, 64, 4, 4, 1, "stream", False)),
+        (7, _kernel.WoAConfig(4, 128, 256, 2, 8, 1, "stream", False)),  # two M tiles
+    ],
+    ids=lambda v: (
+        f"{v.block_m}x{v.block_n}x{v.block_k} split{v.split} w{v.num_warps}"
+        if not isinstance(v, int)
+        else f"T{v}"
+    ),
+)
+@pytest.mark.parametrize("out_layout", LAYOUTS)
+def test_stream_configurations(t, config, out_layout):
+    """The CUDA-core mode the default takes up to 4 tokens, at other tiles, splits and token counts: z
+    against the reference, the pair (padding rows included) bit for bit the quantized z, tickets back at 0."""
+    groups = 2
+    w = _weight(groups)
+    a_q, a_s = _pair(t, groups, seed=29)
+    z = _poisoned_z(t, groups)
+    pair = _poisoned_pair(t, groups * N, out_layout)
+    for out, out_pair in ((z, None), (None, pair)):
+        _kernel.launch_grouped_wo_a(
+            a_q,
+            a_s,
+            ScaleLayout.DEEPGEMM,
+            w.qweight,
+            w.scale,
+            w.tickets,
+            z=out,
+            pair=out_pair,
+            out_layout=ScaleLayout(out_layout),
+            rounding=ScaleRounding.RCEIL,
+            config=config,
+        )
+    torch.cuda.synchronize()
+    _assert_z_close(z, grouped_wo_a_reference((a_q, a_s), w))
+    _assert_pair_is_quantized_z(pair, z, out_layout)
+    assert int(w.tickets.abs().sum()) == 0
+
+
 def test_interpreter_path_on_the_gpu():
     """hw_cvt=False (integer conversions, IEEE fp32 dot) is what the CPU tests interpret; run it here too."""
     t, groups = 5, 2

@@ -99,6 +99,26 @@ def _case_list() -> list[dict]:
                 "config": (16, 128, 64, 1, 4, 2, dot, dot == "dq16"),
             }
         )
+    # dot "stream" (CUDA cores, T <= 4 a tile): one and two M tiles, splits, every layout, subnormals.
+    stream = [
+        ((1, 2, 64, 128), (1, 128, 32, 1, 4, 1), "exact", "e8m0", "deepgemm"),
+        ((3, 3, 128, 128), (4, 128, 64, 2, 4, 1), "gaussian", "deepgemm", "swizzled_128x4"),
+        ((5, 2, 64, 256), (4, 256, 32, 2, 4, 1), "exact", "swizzled_128x4", "e8m0"),
+        ((2, 2, 128, 128), (2, 128, 128, 1, 4, 1), "subnormal", "e8m0", "swizzled_128x4"),
+    ]
+    for i, (shape, config, kind, a_layout, out_layout) in enumerate(stream):
+        cases.append(
+            {
+                "name": f"stream T{shape[0]} G{shape[1]} r{shape[2]} R{shape[3]} {a_layout}->{out_layout} {kind}",
+                "shape": shape,
+                "kind": kind,
+                "seed": 900 + i,
+                "a_layout": a_layout,
+                "out_layout": out_layout,
+                "rounding": "rceil",
+                "config": (*config, "stream", False),
+            }
+        )
     return cases
 
 
@@ -297,8 +317,13 @@ def test_cases_cover_the_launch_space():
     seen = {(c["a_layout"], c["out_layout"]) for c in CASES}
     assert len(seen) == 9 and {c["rounding"] for c in CASES} == {"rceil", "floor"}
     assert {c["config"][3] for c in CASES} == {1, 2} and {c["config"][1] for c in CASES} == {128, 256}
-    assert {c["config"][6] for c in CASES} == set(DOTS) and {c["config"][7] for c in CASES} == {True, False}
-    assert len({c["config"][6:] for c in CASES}) == 6  # every dot mode with and without swapped operands
+    assert {c["config"][6] for c in CASES} == {*DOTS, "stream"} and {c["config"][7] for c in CASES} == {
+        True,
+        False,
+    }
+    # every tensor-core dot mode with and without swapped operands, and the stream mode (never swapped)
+    assert len({c["config"][6:] for c in CASES}) == 7
+    assert {c["config"][0] for c in CASES if c["config"][6] == "stream"} == {1, 2, 4}
     assert {c["kind"] for c in CASES} == {"exact", "gaussian", "subnormal"} and {
         c["shape"][0] for c in CASES
     } >= {0, 1, 5, 20}

@@ -29,6 +29,7 @@ from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_
 from mxfuse.kernels.mxfp8_dot import DOT_CODE, mxfp8_mainloop
 from mxfuse.kernels.mxfp8_fold import check_fold_options, launch_fold_activation
 from mxfuse.kernels.mxfp8_fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
+from mxfuse.kernels.mxfp8_stream import stream_mainloop, stream_rows
 from mxfuse.kernels.mxfp8_tile import (
     LAYOUT_CODE,
     ROWS_ALIGN,
@@ -109,6 +110,67 @@ def _write_outputs(
                 for c in tl.static_range(1, 1 + (128 + BLOCK_M - 1) // BLOCK_M):
                     pad_rows = (pid_m + c) * BLOCK_M + tl.arange(0, BLOCK_M)
                     store_scale_words(s_ptr, zeros, pad_rows, words, T, o_rows_padded, GR // 32, GR // 128, 2)
+        if O_LAYOUT == 1:
+            if BLOCK_M < 4:
+                # deepgemm pads T to a multiple of 4 rows, which a tile of fewer rows may not reach.
+                if pid_m == n_m_tiles - 1:
+                    zeros = tl.zeros((BLOCK_M, WORDS, 4), tl.int32)
+                    for c in tl.static_range(1, 1 + (4 + BLOCK_M - 1) // BLOCK_M):
+                        pad_rows = (pid_m + c) * BLOCK_M + tl.arange(0, BLOCK_M)
+                        store_scale_words(
+                            s_ptr, zeros, pad_rows, words, T, o_rows_padded, GR // 32, GR // 128, 1
+                        )
+
+
+@triton.jit
+def _tensor_core_tile(a_ptr, as_ptr, w_ptr, ws_ptr, p_ptr, pref_ptr, g, split, rows, cols, T, R, K, G, groups_k, rows4,
+                      n_k4, stride_at, A_LAYOUT: tl.constexpr, DOT: tl.constexpr, SWAP_AB: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_ITERS: tl.constexpr,
+                      NUM_STAGES: tl.constexpr, FOLD_OP: tl.constexpr, FOLD_CVT: tl.constexpr,
+                      FOLD_ACT: tl.constexpr, FOLD_WSCALE: tl.constexpr, FOLD_W_BIAS: tl.constexpr):  # fmt: skip
+    """The tile [BLOCK_M, BLOCK_N] of group ``g`` and K split ``split`` on the tensor cores
+    (``mxfp8_dot.mxfp8_mainloop``)."""
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    acc = mxfp8_mainloop(
+        acc,
+        a_ptr + g * K,
+        as_ptr,
+        w_ptr + g.to(tl.int64) * R * K,
+        ws_ptr + g.to(tl.int64) * groups_k * R,
+        rows,
+        cols,
+        T,
+        R,
+        split * (K_ITERS * BLOCK_K),
+        g * groups_k,
+        G * groups_k,
+        rows4,
+        n_k4,
+        stride_at,
+        K,
+        R,
+        p_ptr + g * K,
+        pref_ptr + g * T,
+        A_LAYOUT,
+        DOT,
+        SWAP_AB,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        K_ITERS,
+        NUM_STAGES,
+        FOLD_OP,
+        FOLD_CVT,
+        FOLD_ACT,
+        FOLD_WSCALE,
+        FOLD_W_BIAS,
+    )
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    return acc
 
 
 # T and the padded row counts vary per call: not specialized, one compile per configuration.
@@ -154,6 +216,7 @@ def _grouped_wo_a_kernel(
     FOLD_ACT: tl.constexpr,
     FOLD_WSCALE: tl.constexpr,
     FOLD_W_BIAS: tl.constexpr,
+    STREAM_SUB: tl.constexpr,  # DOT_STREAM: weight rows a thread group spans (32 * warps * 16 / BLOCK_K)
 ):
     # M tiles fastest: programs that read the same weight tile run side by side.
     pid = tl.program_id(0)
@@ -166,46 +229,30 @@ def _grouped_wo_a_kernel(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     groups_k = K // 32
-    if SWAP_AB:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    if DOT == 4:  # DOT_STREAM
+        # CUDA cores (T <= 4): each thread one 16-byte chunk of BLOCK_N / STREAM_SUB weight rows per step.
+        R_SUB: tl.constexpr = BLOCK_N // STREAM_SUB
+        local = tl.arange(0, R_SUB)[None, :] * STREAM_SUB + tl.arange(0, STREAM_SUB)[:, None]  # [SUB, R_SUB]
+        w_rows = w_ptr + g.to(tl.int64) * R * K + (pid_n * BLOCK_N + local)[None, :, :, None].to(tl.int64) * K
+        a0, a1, a2, a3 = stream_mainloop(
+            a_ptr + g * K, as_ptr, pid_m * BLOCK_M, stride_at, g * groups_k, G * groups_k, w_rows,
+            ws_ptr + g.to(tl.int64) * groups_k * R, (pid_n * BLOCK_N + local)[None, :, :], local[None, :, :] >= 0,
+            K // 16, R, T, rows4, n_k4, split * K_ITERS, (split + 1) * K_ITERS, BLOCK_M, R_SUB, STREAM_SUB,
+            BLOCK_K // 16, A_LAYOUT, True, False, NUM_STAGES,
+        )  # fmt: skip
+        m_idx = tl.arange(0, BLOCK_M)[:, None]
+        acc = tl.where(m_idx == 0, stream_rows(a0, STREAM_SUB, R_SUB)[None, :], 0.0)
+        if BLOCK_M > 1:
+            acc = tl.where(m_idx == 1, stream_rows(a1, STREAM_SUB, R_SUB)[None, :], acc)
+        if BLOCK_M > 2:
+            acc = tl.where(m_idx == 2, stream_rows(a2, STREAM_SUB, R_SUB)[None, :], acc)
+            acc = tl.where(m_idx == 3, stream_rows(a3, STREAM_SUB, R_SUB)[None, :], acc)
     else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    acc = mxfp8_mainloop(
-        acc,
-        a_ptr + g * K,
-        as_ptr,
-        w_ptr + g.to(tl.int64) * R * K,
-        ws_ptr + g.to(tl.int64) * groups_k * R,
-        rows,
-        cols,
-        T,
-        R,
-        split * (K_ITERS * BLOCK_K),
-        g * groups_k,
-        G * groups_k,
-        rows4,
-        n_k4,
-        stride_at,
-        K,
-        R,
-        p_ptr + g * K,
-        pref_ptr + g * T,
-        A_LAYOUT,
-        DOT,
-        SWAP_AB,
-        BLOCK_M,
-        BLOCK_N,
-        BLOCK_K,
-        K_ITERS,
-        NUM_STAGES,
-        FOLD_OP,
-        FOLD_CVT,
-        FOLD_ACT,
-        FOLD_WSCALE,
-        FOLD_W_BIAS,
-    )
-    if SWAP_AB:
-        acc = tl.trans(acc)
+        acc = _tensor_core_tile(
+            a_ptr, as_ptr, w_ptr, ws_ptr, p_ptr, pref_ptr, g, split, rows, cols, T, R, K, G, groups_k, rows4,
+            n_k4, stride_at, A_LAYOUT, DOT, SWAP_AB, BLOCK_M, BLOCK_N, BLOCK_K, K_ITERS, NUM_STAGES, FOLD_OP,
+            FOLD_CVT, FOLD_ACT, FOLD_WSCALE, FOLD_W_BIAS,
+        )  # fmt: skip
     GR = G * R
     col0 = g * R + pid_n * BLOCK_N
     if SPLIT == 1:
@@ -265,7 +312,9 @@ def _grouped_wo_a_kernel(
 class WoAConfig:
     """One launch configuration: tile shape, K splits, warps, pipeline stages, dot mode, operand order.
 
-    ``dot`` is ``"dq16"`` (fp16 tensor-core dots on dequantized tiles, one per ``block_k``), ``"fp8"``
+    ``dot`` is ``"stream"`` (CUDA cores, ``mxfp8_stream``'s mainloop, for ``block_m`` 1, 2 or 4 tokens: each
+    thread one 16-byte chunk of ``block_n / (32 * num_warps * 16 / block_k)`` weight rows per ``block_k``
+    step), ``"dq16"`` (fp16 tensor-core dots on dequantized tiles, one per ``block_k``), ``"fp8"``
     (one fp8 tensor-core dot per 32-wide group), ``"fold"`` (16-bit dots with the scales folded into the
     operands, the GEMM's ``fold`` mainloop; ``operand`` ``"f16"`` / ``"bf16"``, ``cvt`` ``"cast"`` /
     ``"bits"`` / ``"asm"``, ``act``, ``wscale`` and ``w_bias`` as in ``mxfp8_configs.GemmConfig``) or ``"fp32"`` (E4M3 decoded by bits, IEEE fp32 dot: the interpreter's
@@ -287,15 +336,26 @@ class WoAConfig:
     w_bias: int = 120
 
 
-def default_config(t: int, groups: int, n: int, k: int, *, sm_count: int) -> WoAConfig:
+def default_config(t: int, groups: int, n: int, k: int, *, sm_count: int, stream: bool = True) -> WoAConfig:
     """The configuration for ``t`` tokens and ``groups`` x ``[n, k]`` weights on ``sm_count`` SMs.
 
-    The MXFP8 GEMM's tensor-core choices (``mxfp8_gemm.choose_config`` for M > 4, measured on an H200):
+    Up to 4 tokens (unless ``stream`` is False), the stream mode (CUDA cores, as the MXFP8 GEMM takes at
+    M <= 4). Above, the MXFP8
+    GEMM's tensor-core choices (``mxfp8_gemm.choose_config`` for M > 4, measured on an H200):
     fp16 dots on dequantized tiles, weight rows in the MMA's M slot up to 64 tokens, 128-wide K steps
     there and 64-wide above; K split until the tiles fill the SMs, keeping >= 4 steps per split. The
     columns per tile are 128 (whole scale words) where the GEMM uses 64. ``benchmarks/grouped_wo_a.py
     --sweep`` measures the alternatives for this operator.
     """
+    if stream and 0 < t <= 4:
+        # CUDA cores: the MXFP8 GEMM's stream kernel measured 1.9-2.1x bf16 at M = 1 on the large
+        # shapes; 128 columns a program (whole scale words for the pair), K split to about four waves.
+        tiles = groups * (n // 128)
+        block_k = 128 if k % 128 == 0 else 64 if k % 64 == 0 else 32
+        split = split_for(tiles, k // block_k, target=4 * sm_count)
+        while k % (split * block_k):
+            split //= 2
+        return WoAConfig(triton.next_power_of_2(t), 128, block_k, split, 4, 1, "stream", False)
     if t <= 64:
         block_m, block_k, warps, stages, swap = max(16, triton.next_power_of_2(max(t, 1))), 128, 4, 3, True
     elif t <= 256:
@@ -328,8 +388,19 @@ def check_config(config: WoAConfig, *, t: int, groups: int, n: int, k: int) -> N
         raise ValueError(f"config.block_k must be 32, 64 or 128 with wscale 'acc'; got {config.block_k}")
     for name in ("block_m", "block_n", "block_k"):
         value = getattr(config, name)
-        if value < 16 or value & (value - 1):
+        if config.dot == "stream" and name == "block_m":
+            if value not in (1, 2, 4):
+                raise ValueError(f"config.block_m must be 1, 2 or 4 with dot 'stream'; got {value}")
+        elif value < 16 or value & (value - 1):
             raise ValueError(f"config.{name} must be a power of two >= 16; got {value}")
+    if config.dot == "stream":
+        threads = 32 * config.num_warps
+        chunks = config.block_k // 16
+        if config.swap_ab or threads % chunks or config.block_n % (threads // chunks):
+            raise ValueError(
+                f"config with dot 'stream' needs swap_ab False, block_k / 16 ({chunks}) dividing 32 * num_warps "
+                f"({threads}) and block_n ({config.block_n}) a multiple of their quotient"
+            )
     if config.block_n % 128 or n % config.block_n:
         raise ValueError(f"config.block_n must be a multiple of 128 dividing R = {n}; got {config.block_n}")
     if config.block_k < 32 or config.split < 1 or k % (config.split * config.block_k):
@@ -373,7 +444,7 @@ def launch_grouped_wo_a(
         sm_count = 1
         if a_q.is_cuda:
             sm_count = torch.cuda.get_device_properties(a_q.device).multi_processor_count
-        config = default_config(t, groups, n, k, sm_count=sm_count)
+        config = default_config(t, groups, n, k, sm_count=sm_count, stream=hw_cvt)
         if not hw_cvt:
             config = WoAConfig(**{**config.__dict__, "dot": "fp32"})
     check_config(config, t=t, groups=groups, n=n, k=k)
@@ -451,6 +522,7 @@ def launch_grouped_wo_a(
         FOLD_ACT=ACT_CODE[config.act],
         FOLD_WSCALE=WSCALE_CODE[config.wscale],
         FOLD_W_BIAS=config.w_bias if config.operand == "f16" else 127,
+        STREAM_SUB=max(1, 32 * config.num_warps // (config.block_k // 16)),
         num_warps=config.num_warps,
     )
     return config

@@ -42,13 +42,14 @@ from mxfuse.kernels.mxfp8_steps import (
     mma8_group,
 )
 
-__all__ = ["DOT_CODE", "DOT_DQ16", "DOT_F32", "DOT_FOLD", "DOT_FP8", "mxfp8_mainloop"]
+__all__ = ["DOT_CODE", "DOT_DQ16", "DOT_F32", "DOT_FOLD", "DOT_FP8", "DOT_STREAM", "mxfp8_mainloop"]
 
 DOT_DQ16 = 0
 DOT_FP8 = 1
 DOT_F32 = 2
 DOT_FOLD = 3
-DOT_CODE = {"dq16": DOT_DQ16, "fp8": DOT_FP8, "fp32": DOT_F32, "fold": DOT_FOLD}
+DOT_STREAM = 4  # CUDA cores, mxfp8_stream's mainloop (callers branch to it; mxfp8_mainloop does not take it)
+DOT_CODE = {"dq16": DOT_DQ16, "fp8": DOT_FP8, "fp32": DOT_F32, "fold": DOT_FOLD, "stream": DOT_STREAM}
 
 
 @triton.jit

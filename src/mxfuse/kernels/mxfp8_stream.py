@@ -21,7 +21,7 @@ import triton.language as tl
 from mxfuse.kernels.mxfp8_steps import act_scale_offsets, e8m0_to_f32
 from mxfuse.kernels.splitk import split_arrive, split_release, split_sum
 
-__all__ = ["launch_stream", "stream_shape"]
+__all__ = ["launch_stream", "stream_mainloop", "stream_rows", "stream_shape"]
 
 
 def stream_shape(block_n: int, block_g: int, num_warps: int) -> tuple[int, int]:
@@ -72,23 +72,25 @@ def _stream_weights(
 
 
 @triton.jit
-def _stream_act(a_ptr, as_ptr, m, step, M, n_groups, rows4, n_k4, SUB_N: tl.constexpr, CHUNKS: tl.constexpr,
-                A_LAYOUT: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
+def _stream_act(a_ptr, as_ptr, m, step, M, a_stride, s_group0, s_groups, n_chunks, rows4, n_k4,
+                SUB_N: tl.constexpr, CHUNKS: tl.constexpr, A_LAYOUT: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
     """Activation row ``m``'s chunks of one step as [C, SUB_N, 1, 16] (stride 0 along SUB_N: the weight
     tile's layout, so the product needs no layout conversion; the repeated bytes are L1 broadcasts) and
-    their scale bytes [C, 1, 1]."""
+    their scale bytes [C, 1, 1]. Rows are ``a_stride`` apart; the K range is the scale groups from
+    ``s_group0`` of rows holding ``s_groups`` (a column slice of wider rows, as the grouped wo_a reads)."""
     kc = step * CHUNKS + tl.arange(0, CHUNKS)[:, None, None]
     koff = (
         tl.zeros([1, SUB_N, 1, 1], tl.int32) + kc[:, :, :, None] * 16 + tl.arange(0, 16)[None, None, None, :]
     )
-    s_off = act_scale_offsets(m, kc // 2, n_groups, rows4, n_k4, A_LAYOUT)
+    s_off = act_scale_offsets(m, s_group0 + kc // 2, s_groups, rows4, n_k4, A_LAYOUT)
     ok = m < M
+    row = a_ptr + m * a_stride  # a few rows: no 32-bit overflow
     if EVEN:
-        a = tl.load(a_ptr + m * n_groups * 32 + koff, mask=ok)
+        a = tl.load(row + koff, mask=ok)
         sa = tl.load(as_ptr + s_off, mask=ok)
     else:
-        kc_ok = kc < n_groups * 2
-        a = tl.load(a_ptr + m * n_groups * 32 + koff, mask=kc_ok[:, :, :, None] & ok, other=0.0)
+        kc_ok = kc < n_chunks
+        a = tl.load(row + koff, mask=kc_ok[:, :, :, None] & ok, other=0.0)
         sa = tl.load(as_ptr + s_off, mask=kc_ok & ok, other=0)
     return a, sa
 
@@ -99,6 +101,47 @@ def _stream_row(acc, wf, sw_f, a, sa):
     weight chunks ``wf`` [C, SUB_N, R, 16] (fp32): the activation is converted once for all R rows."""
     part = tl.sum(wf * a.to(tl.float32), axis=3)  # in-thread: each thread holds the chunk's 16 elements
     return acc + part * (sw_f * e8m0_to_f32(sa.to(tl.int32)))
+
+
+@triton.jit
+def stream_mainloop(a_ptr, as_ptr, m0, a_stride, s_group0, s_groups, w_rows, ws_ptr, rows3, row_ok3, n_chunks, N, M,
+                    rows4, n_k4, s_begin, s_end, BLOCK_M: tl.constexpr, R: tl.constexpr, SUB_N: tl.constexpr,
+                    CHUNKS: tl.constexpr, A_LAYOUT: tl.constexpr, EVEN: tl.constexpr, WS_ROWS: tl.constexpr,
+                    NUM_STAGES: tl.constexpr):  # fmt: skip
+    """Steps ``[s_begin, s_end)`` (``CHUNKS`` 16-byte chunks of a row each) of the rows at ``w_rows``
+    ([1, SUB_N, R, 1] pointers) against activation rows m0 .. m0 + BLOCK_M - 1: four [C, SUB_N, R] fp32
+    accumulators (those past BLOCK_M stay zero); ``tl.sum(acc, axis=0)`` is then each row's dot in a fixed
+    order. The activation arguments are ``_stream_act``'s, the weight's ``_stream_weights``'."""
+    acc0 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc1 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc2 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    acc3 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
+    for step in tl.range(s_begin, s_end, num_stages=NUM_STAGES):
+        w, sw = _stream_weights(w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS)
+        wf = w.to(tl.float32)
+        sw_f = e8m0_to_f32(sw.to(tl.int32))
+        a, sa = _stream_act(a_ptr, as_ptr, m0 + 0, step, M, a_stride, s_group0, s_groups, n_chunks, rows4, n_k4,
+                            SUB_N, CHUNKS, A_LAYOUT, EVEN)  # fmt: skip
+        acc0 = _stream_row(acc0, wf, sw_f, a, sa)
+        if BLOCK_M > 1:
+            a, sa = _stream_act(a_ptr, as_ptr, m0 + 1, step, M, a_stride, s_group0, s_groups, n_chunks, rows4, n_k4,
+                                SUB_N, CHUNKS, A_LAYOUT, EVEN)  # fmt: skip
+            acc1 = _stream_row(acc1, wf, sw_f, a, sa)
+        if BLOCK_M > 2:
+            a, sa = _stream_act(a_ptr, as_ptr, m0 + 2, step, M, a_stride, s_group0, s_groups, n_chunks, rows4, n_k4,
+                                SUB_N, CHUNKS, A_LAYOUT, EVEN)  # fmt: skip
+            acc2 = _stream_row(acc2, wf, sw_f, a, sa)
+            a, sa = _stream_act(a_ptr, as_ptr, m0 + 3, step, M, a_stride, s_group0, s_groups, n_chunks, rows4, n_k4,
+                                SUB_N, CHUNKS, A_LAYOUT, EVEN)  # fmt: skip
+            acc3 = _stream_row(acc3, wf, sw_f, a, sa)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def stream_rows(acc, SUB_N: tl.constexpr, R: tl.constexpr):
+    """A [C, SUB_N, R] accumulator's row dots as one vector [R * SUB_N], row r * SUB_N + sub at its index
+    (the order ``_stream_weights``'s rows take in a program)."""
+    return tl.reshape(tl.trans(tl.sum(acc, axis=0)), [R * SUB_N])
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
@@ -144,30 +187,10 @@ def _mxfp8_stream_kernel(
     row_ok3 = row_ok[None, :, :]
     w_rows = w_ptr + rows3[:, :, :, None].to(tl.int64) * K
 
-    acc0 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    acc1 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    acc2 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    acc3 = tl.zeros([CHUNKS, SUB_N, R], tl.float32)
-    for step in tl.range(s_begin, s_end, num_stages=NUM_STAGES):
-        w, sw = _stream_weights(w_rows, ws_ptr, step, rows3, row_ok3, n_chunks, N, CHUNKS, EVEN, WS_ROWS)
-        wf = w.to(tl.float32)
-        sw_f = e8m0_to_f32(sw.to(tl.int32))
-        a, sa = _stream_act(a_ptr, as_ptr, 0, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN)
-        acc0 = _stream_row(acc0, wf, sw_f, a, sa)
-        if BLOCK_M > 1:
-            a, sa = _stream_act(
-                a_ptr, as_ptr, 1, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-            )
-            acc1 = _stream_row(acc1, wf, sw_f, a, sa)
-        if BLOCK_M > 2:
-            a, sa = _stream_act(
-                a_ptr, as_ptr, 2, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-            )
-            acc2 = _stream_row(acc2, wf, sw_f, a, sa)
-            a, sa = _stream_act(
-                a_ptr, as_ptr, 3, step, M, n_groups, rows4, n_k4, SUB_N, CHUNKS, A_LAYOUT, EVEN
-            )
-            acc3 = _stream_row(acc3, wf, sw_f, a, sa)
+    acc0, acc1, acc2, acc3 = stream_mainloop(
+        a_ptr, as_ptr, 0, K, 0, n_groups, w_rows, ws_ptr, rows3, row_ok3, n_chunks, N, M, rows4, n_k4,
+        s_begin, s_end, BLOCK_M, R, SUB_N, CHUNKS, A_LAYOUT, EVEN, WS_ROWS, NUM_STAGES,
+    )  # fmt: skip
 
     # One cross-thread reduction per row, after the loop; then the output or this split's partial.
     tile = work_ptr + pid_n.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
