@@ -349,12 +349,16 @@ def default_config(t: int, groups: int, n: int, k: int, *, sm_count: int, stream
     """
     if stream and 0 < t <= 4:
         # CUDA cores: the MXFP8 GEMM's stream kernel measured 1.9-2.1x bf16 at M = 1 on the large
-        # shapes; 128 columns a program (whole scale words for the pair), K split to about four waves.
+        # shapes; 128 columns a program (whole scale words for the pair). The H200 sweep of 2026-12-02
+        # (G = 2 and 8, r = 4096, R = 1024) was fastest with the K split to at most four waves of
+        # programs (the largest power of two up to 32 that stays within), whole 128-wide K steps at one
+        # token or when a split holds only one, and 64-wide steps otherwise (four rows of activations).
         tiles = groups * (n // 128)
-        block_k = 128 if k % 128 == 0 else 64 if k % 64 == 0 else 32
-        split = split_for(tiles, k // block_k, target=4 * sm_count)
-        while k % (split * block_k):
-            split //= 2
+        unit = 64 if k % 64 == 0 else 32
+        split = 1
+        while tiles * split * 2 <= 4 * sm_count and split < 32 and k % (split * 2 * unit) == 0:
+            split *= 2
+        block_k = 128 if (t == 1 or k // split <= 128) and (k // split) % 128 == 0 else unit
         return WoAConfig(triton.next_power_of_2(t), 128, block_k, split, 4, 1, "stream", False)
     if t <= 64:
         block_m, block_k, warps, stages, swap = max(16, triton.next_power_of_2(max(t, 1))), 128, 4, 3, True
