@@ -122,6 +122,16 @@ FAMILIES = {
 """,
         {"_mqa_split_kernel", "_mqa_combine_kernel"},
     ),
+    "rms_norm": (
+        """
+    from mxfuse.kernels.rms_norm import _launch
+    for cols, weighted in ((1024, True), (512, False), (300, True)):
+        x = torch.randn(3, 2 * cols).to(torch.bfloat16)[:, :cols]
+        w = torch.rand(cols).to(torch.bfloat16) if weighted else None
+        _launch(x, w, torch.empty(3, cols, dtype=torch.bfloat16), 1e-6)
+""",
+        {"_rms_norm_kernel"},
+    ),
 }
 
 
