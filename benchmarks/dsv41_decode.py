@@ -21,9 +21,10 @@ measured in the same run. Before timing, each T checks fused == unfused bit for 
 (the fused path really consumed producer pairs) and calc_diff against bf16. For T = ``--profile-tokens``
 the torch profiler lists each path's top kernels (eager steps; device time per step).
 
-Per stage (``--stage-tokens``): the model marks each stage of its step with a profiler range
-(``dsv41.boundary_in``, ``wqkv_a``, ``wq_b``, ``attention``, ``wo_a``, ``wo_b``, ``boundary_out``); the
-device time of the kernels launched inside each range (eager steps, profiler) is set beside the bytes
+Per stage (``--stage-tokens``): the model marks each stage of its step (``boundary_in``, ``wqkv_a``,
+``wq_b``, ``attention``, ``wo_a``, ``wo_b``, ``boundary_out``) with a profiler range and, under
+``stage_events()``, CUDA events; each stage's device span (eager steps queued behind a sleep kernel, so
+the GPU never waits for the host inside a stage) is set beside the bytes
 that stage must move on its path (``stage_bytes``: weights and scales, the activations it reads and
 writes, the KV cache it reads, the unfused path's quantize round trips) at the copy bandwidth, so a
 step that loses shows which stage loses and by how much. ``--dry-run`` runs the whole script on the
@@ -51,6 +52,7 @@ from gpu_timing import copy_bandwidth
 from gpumatrix.compare import assert_same_bits, calc_diff
 from mxfuse import witness
 from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, load_sublayer, make_checkpoint
+from mxfuse.models.dsv41.model import stage_events
 from mxfuse.models.dsv41.state import StepOutputs, random_kv_cache, random_state
 
 PATHS = ("fused", "unfused", "bf16")
@@ -204,60 +206,61 @@ def stage_bytes(model: AttentionSublayer, tokens: int, kv: int) -> dict[str, int
 def profile_stages(
     models: dict[str, AttentionSublayer], state, cache, *, steps: int = 5, on_cpu: bool = False
 ) -> dict[str, dict[str, float]]:
-    """us per step of each stage on each path: the device time of the kernels launched inside the
-    stage's profiler range (host time with ``on_cpu``), eager steps, the mean of ``steps``."""
+    """us per step of each stage on each path, eager steps, the mean of ``steps``. On CUDA: the span
+    between CUDA events recorded at each stage's start and end (``stage_events``), with a sleep kernel
+    launched first so that the host has queued every step before the GPU reaches it: each span is then
+    the stage's kernels back to back on the device (Triton launches included, which the profiler does
+    not link to the stage's range). On the CPU (``on_cpu``): the host time of each stage's profiler range.
+    """
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    activities = [ProfilerActivity.CPU] + ([] if on_cpu else [ProfilerActivity.CUDA])
     result = {}
     for path, model in models.items():
         c = cache.clone()
         for _ in range(2):
             step(model, state, c)
         _synchronize(on_cpu)
-        with torch_profile(activities=activities) as prof:
+        if on_cpu:
+            with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(steps):
+                    step(model, state, c)
+            result[path] = stage_times(prof.events(), steps=steps)
+            continue
+        torch.cuda._sleep(SLEEP_CYCLES)
+        with stage_events() as log:
             for _ in range(steps):
                 step(model, state, c)
-            _synchronize(on_cpu)
-        result[path] = stage_times(prof.events(), steps=steps, on_cpu=on_cpu)
+        torch.cuda.synchronize()
+        result[path] = stage_event_times(log, steps=steps)
     return result
 
 
-def _self_device_us(event) -> float:
-    total = getattr(event, "self_device_time_total", None)
-    return event.self_cuda_time_total if total is None else total
+# About 20 ms at the H200's clock: longer than the host takes to launch a few eager steps.
+SLEEP_CYCLES = 40_000_000
 
 
-def stage_times(events, *, steps: int, on_cpu: bool = False) -> dict[str, float]:
-    """us per step of each stage from a profile's events. A stage is a host-side ``dsv41.<stage>`` range;
-    its time is the device time of the kernels launched inside that range, each kernel counted once: the
-    ``self`` device time of every host event in it, and the range's own. The profiler links a kernel to
-    the innermost operator or range open on the host when it was launched, so a Triton kernel launched
-    from Python (no torch operator around it) is the range's own device time. With ``on_cpu``, the range's
-    host time. Not the range's span on the GPU timeline, which in eager steps also holds the time the GPU
-    waits for the host to launch."""
+def stage_event_times(log, *, steps: int) -> dict[str, float]:
+    """us per step of each stage from ``(stage, start, end)`` events (``start.elapsed_time(end)`` in ms,
+    after a synchronize); a stage run more than once a step adds up."""
+    times = dict.fromkeys(STAGES, 0.0)
+    for name, start, end in log:
+        if name not in times:
+            raise ValueError(f"log: unknown stage {name!r}; expected one of {STAGES}")
+        times[name] += start.elapsed_time(end) * 1e3
+    return {name: total / steps for name, total in times.items()}
+
+
+def stage_times(events, *, steps: int) -> dict[str, float]:
+    """us per step of each stage from a CPU profile's events: the host time of each ``dsv41.<stage>``
+    range (the dry run's measure; on CUDA, ``stage_event_times``)."""
     from torch.autograd import DeviceType
 
     times = dict.fromkeys(STAGES, 0.0)
-    host = [e for e in events if e.device_type == DeviceType.CPU]
-    for r in host:
+    for r in events:
         stage = r.name.removeprefix("dsv41.")
-        if not r.name.startswith("dsv41.") or stage not in times:
-            continue
-        if on_cpu:
+        if r.device_type == DeviceType.CPU and r.name.startswith("dsv41.") and stage in times:
             times[stage] += r.time_range.elapsed_us()
-            continue
-        start, end = r.time_range.start, r.time_range.end
-        times[stage] += _self_device_us(r) + sum(
-            _self_device_us(e)
-            for e in host
-            if e is not r
-            and e.thread == r.thread
-            and not e.name.startswith("dsv41.")
-            and start <= e.time_range.start
-            and e.time_range.end <= end
-        )
     return {name: total / steps for name, total in times.items()}
 
 

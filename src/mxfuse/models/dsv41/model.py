@@ -38,7 +38,9 @@ tensors in place wherever shapes allow, so captured CUDA graphs read the new wei
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -66,7 +68,7 @@ from mxfuse.models.dsv41.config import Dsv41Config
 from mxfuse.models.dsv41.parallel import all_reduce_partial_sums, check_process_group
 from mxfuse.models.dsv41.state import HcState, KvCache, StepOutputs
 
-__all__ = ["AttentionSublayer", "LoadResult", "SublayerPath", "load_sublayer"]
+__all__ = ["AttentionSublayer", "LoadResult", "SublayerPath", "load_sublayer", "stage_events"]
 
 StatusFn = Callable[[torch.device], Mapping[str, Availability]]
 
@@ -414,11 +416,41 @@ class AttentionSublayer(nn.Module):
         )
 
 
-def _stage(name: str) -> torch.profiler.record_function:
-    """A profiler range around one stage of the step (``dsv41.<name>``): benchmarks/dsv41_decode.py
-    attributes each kernel's device time to its stage. Host-side only; nothing of it is captured in a
-    CUDA graph."""
-    return torch.profiler.record_function(f"dsv41.{name}")
+# (stage, start, end) CUDA events of the stages run while ``stage_events()`` is open; None otherwise.
+_STAGE_LOG: ContextVar[list[tuple[str, torch.cuda.Event, torch.cuda.Event]] | None] = ContextVar(
+    "dsv41_stage_log", default=None
+)
+
+
+@contextmanager
+def stage_events() -> Iterator[list[tuple[str, torch.cuda.Event, torch.cuda.Event]]]:
+    """Record a timing CUDA event on the current stream at the start and end of every stage run inside
+    (eager steps on CUDA only: an event recorded this way cannot be part of a CUDA graph). Yields the
+    list of ``(stage, start, end)`` it fills; ``start.elapsed_time(end)`` after a synchronize is the
+    stage's span on the GPU, which is its device time only if the GPU never waited for the host inside
+    it (benchmarks/dsv41_decode.py keeps the GPU behind the host with a sleep kernel first)."""
+    log: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+    token = _STAGE_LOG.set(log)
+    try:
+        yield log
+    finally:
+        _STAGE_LOG.reset(token)
+
+
+@contextmanager
+def _stage(name: str) -> Iterator[None]:
+    """A profiler range around one stage of the step (``dsv41.<name>``), plus its CUDA events while
+    ``stage_events()`` is open. Host-side only; nothing of it is captured in a CUDA graph."""
+    log = _STAGE_LOG.get()
+    with torch.profiler.record_function(f"dsv41.{name}"):
+        if log is None or not torch.cuda.is_available():
+            yield
+            return
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        yield
+        end.record()
+        log.append((name, start, end))
 
 
 def _canonical(device: torch.device) -> torch.device:
