@@ -7,7 +7,8 @@
 Each kernel runs four times (ncu flushes the caches before each profiled launch): the MXFP8 GEMM at
 M = 1 on V4.1-Flash wo_b DP4 (5120 x 8192) with the stream configurations named by ``--gemm``
 (``block_n,block_g,warps,stages,split`` separated by ``;``) and the launcher's default at M = 4, and
-decode attention at T = 1 over 4096 keys with its table's configuration. No timing here: the profiler's
+decode attention at T = 1 over 4096 keys with its table's configuration, and the fused hc boundary at
+T = 1, H = 5120 writing bf16 y, then the MXFP8 pair (``--boundary``). No timing here: the profiler's
 sections are the output (benchmarks/speed_gpu_run.sh keeps them in $OUT).
 """
 
@@ -59,12 +60,28 @@ def attention(tokens: int = 1, length: int = 4096, heads: int = 64, dim: int = 5
     torch.cuda.synchronize()
 
 
+def boundary(tokens: int = 1, hidden: int = 5120) -> None:
+    """The fused hyper-connection boundary (shifted ordering, V4.1) writing bf16 y, then the MXFP8 pair."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hc_boundary import PARAMS, _kargs, make_set
+
+    from mxfuse import hc
+
+    sets = [make_set(tokens, hidden, True, seed) for seed in range(4)]
+    for want_pair in (False, True):
+        for s in sets:
+            hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, want_y=not want_pair,
+                            want_pair=want_pair)  # fmt: skip
+    torch.cuda.synchronize()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--gemm", default="", help="stream configs: block_n,block_g,warps,stages,split;...")
     parser.add_argument("--attention", action="store_true", help="also decode attention at T = 1")
+    parser.add_argument("--boundary", action="store_true", help="also the hc boundary at T = 1 (y, pair)")
     args = parser.parse_args()
     configs: list[GemmConfig | None] = []
     for item in filter(None, args.gemm.split(";")):
@@ -75,6 +92,8 @@ def main() -> int:
         gemm([None], 4)
     if args.attention:
         attention()
+    if args.boundary:
+        boundary()
     return 0
 
 
