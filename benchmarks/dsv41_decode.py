@@ -23,9 +23,8 @@ the torch profiler lists each path's top kernels (eager steps; device time per s
 
 Per stage (``--stage-tokens``): the model marks each stage of its step (``boundary_in``, ``wqkv_a``,
 ``wq_b``, ``attention``, ``wo_a``, ``wo_b``, ``boundary_out``) with a profiler range and, under
-``stage_events()``, CUDA events; each stage's device span (eager steps queued behind a sleep kernel, so
-the GPU never waits for the host inside a stage) is set beside the bytes
-that stage must move on its path (``stage_bytes``: weights and scales, the activations it reads and
+``stage_events()``, CUDA events; each stage's device span (eager steps, each stage queued behind a
+sleep kernel, so the GPU never waits for the host inside it) is set beside the bytes that stage must move on its path (``stage_bytes``: weights and scales, the activations it reads and
 writes, the KV cache it reads, the unfused path's quantize round trips) at the copy bandwidth, so a
 step that loses shows which stage loses and by how much. ``--dry-run`` runs the whole script on the
 CPU with the tiny config (eager steps, host time instead of device time) to keep it working in CI.
@@ -207,10 +206,10 @@ def profile_stages(
     models: dict[str, AttentionSublayer], state, cache, *, steps: int = 5, on_cpu: bool = False
 ) -> dict[str, dict[str, float]]:
     """us per step of each stage on each path, eager steps, the mean of ``steps``. On CUDA: the span
-    between CUDA events recorded at each stage's start and end (``stage_events``), with a sleep kernel
-    launched first so that the host has queued every step before the GPU reaches it: each span is then
-    the stage's kernels back to back on the device (Triton launches included, which the profiler does
-    not link to the stage's range). On the CPU (``on_cpu``): the host time of each stage's profiler range.
+    between CUDA events recorded at each stage's start and end (``stage_events``), each stage behind a
+    sleep kernel so that the host has queued the whole stage before the GPU reaches it: each span is
+    then the stage's kernels back to back on the device (Triton launches included, which the profiler
+    does not link to the stage's range; the eager gaps between kernels are in it, as in a graph). On the CPU (``on_cpu``): the host time of each stage's profiler range.
     """
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -227,8 +226,7 @@ def profile_stages(
                     step(model, state, c)
             result[path] = stage_times(prof.events(), steps=steps)
             continue
-        torch.cuda._sleep(SLEEP_CYCLES)
-        with stage_events() as log:
+        with stage_events(hold_cycles=HOLD_CYCLES) as log:
             for _ in range(steps):
                 step(model, state, c)
         torch.cuda.synchronize()
@@ -236,8 +234,8 @@ def profile_stages(
     return result
 
 
-# About 20 ms at the H200's clock: longer than the host takes to launch a few eager steps.
-SLEEP_CYCLES = 40_000_000
+# About 1 ms at the H200's clock, before each stage: longer than the host takes to launch one stage.
+HOLD_CYCLES = 2_000_000
 
 
 def stage_event_times(log, *, steps: int) -> dict[str, float]:

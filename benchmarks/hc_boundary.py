@@ -306,8 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--compile", choices=("dynamic-tokens", "static", "off"), default="dynamic-tokens")
     parser.add_argument("--hiddens", default=",".join(map(str, HIDDENS)), help="comma-separated hidden sizes")
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated T values")
+    parser.add_argument("--orderings", default="normal,shifted", help="normal, shifted or both")
     parser.add_argument("--json", help="write every number here (default $OUT/hc_boundary.json)")
     args = parser.parse_args(argv)
+    orderings = args.orderings.split(",")
+    if not orderings or set(orderings) - {"normal", "shifted"}:
+        parser.error(f"--orderings must name normal and/or shifted; got {args.orderings!r}")
     start = time.perf_counter()
     torch._dynamo.config.recompile_limit = 64
     env = environment()
@@ -318,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     compiled = None if args.compile == "off" else Compiled(args.compile)
     rows = []
     for hidden in map(int, args.hiddens.split(",")):
-        for shifted in (False, True):
-            for tokens in TOKENS:
+        for shifted in [o == "shifted" for o in orderings]:
+            for tokens in map(int, args.tokens.split(",")):
                 rows.append(measure(tokens, hidden, shifted, compiled, copy_gbps))
                 r = rows[-1]
                 print(f"  T={tokens:>5} H={hidden} {r['ordering']:>7}: fused {r['fused_us']:.2f} us, "

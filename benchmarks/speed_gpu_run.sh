@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests of the kernels it changes, the grouped wo_a's
-# benchmark at decode T, the decode step (Flash and its TP4 shard, per-stage tables), and Nsight Compute
-# on the T = 1 attention and boundary kernels; each step under its own time limit; one log ($OUT/pass.log)
+# The speed work's device pass in one call: the GPU tests of the kernels it changes,
+# the decode step (Flash and its TP4 shard, per-stage tables, the kernel list at T = 4), and the boundary
+# against torch.compile; each step under its own time limit; one log ($OUT/pass.log)
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
 # Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
 set -u
@@ -25,15 +25,12 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
 # Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 150 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/kernels/test_grouped_wo_a.py tests/kernels/test_rms_norm.py tests/e2e/test_dsv41_decode.py
-run wo_a 80 python3 benchmarks/grouped_wo_a.py --ts 1,4,16,64 --gs 2,8 --json "$out/grouped_wo_a.json"
-run step 130 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --stage-tokens 1,16 --replays 30 \
-  --json "$out/dsv41_decode.json"
-run step_tp4 70 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1,16 --stage-tokens 1 \
+run tests 100 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/kernels/test_rms_norm.py tests/e2e/test_dsv41_decode.py
+run step 150 python3 benchmarks/dsv41_decode.py --tokens 1,4,16 --profile-tokens 4 --stage-tokens 1,4,16 \
+  --replays 30 --json "$out/dsv41_decode.json"
+run step_tp4 60 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1 --stage-tokens 1 \
   --replays 30 --json "$out/dsv41_decode_tp4.json"
-ncu=/usr/local/cuda/bin/ncu
-run ncu 90 "$ncu" --kernel-name regex:'_hc_kernel|mqa_split|mqa_combine' --launch-skip 0 --launch-count 40 \
-  --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
-  --section SchedulerStats python3 benchmarks/ncu_probe.py --attention --boundary
+run boundary 230 python3 benchmarks/hc_boundary.py --hiddens 5120 --tokens 1,16,64,2048 --orderings shifted \
+  --json "$out/hc_boundary.json"
 exit $status

@@ -416,21 +416,25 @@ class AttentionSublayer(nn.Module):
         )
 
 
-# (stage, start, end) CUDA events of the stages run while ``stage_events()`` is open; None otherwise.
-_STAGE_LOG: ContextVar[list[tuple[str, torch.cuda.Event, torch.cuda.Event]] | None] = ContextVar(
+# While ``stage_events()`` is open: its list of (stage, start, end) CUDA events and its hold in cycles.
+_STAGE_LOG: ContextVar[tuple[list[tuple[str, torch.cuda.Event, torch.cuda.Event]], int] | None] = ContextVar(
     "dsv41_stage_log", default=None
 )
 
 
 @contextmanager
-def stage_events() -> Iterator[list[tuple[str, torch.cuda.Event, torch.cuda.Event]]]:
+def stage_events(*, hold_cycles: int = 0) -> Iterator[list[tuple[str, torch.cuda.Event, torch.cuda.Event]]]:
     """Record a timing CUDA event on the current stream at the start and end of every stage run inside
     (eager steps on CUDA only: an event recorded this way cannot be part of a CUDA graph). Yields the
     list of ``(stage, start, end)`` it fills; ``start.elapsed_time(end)`` after a synchronize is the
-    stage's span on the GPU, which is its device time only if the GPU never waited for the host inside
-    it (benchmarks/dsv41_decode.py keeps the GPU behind the host with a sleep kernel first)."""
+    stage's span on the GPU. ``hold_cycles`` > 0 launches a sleep kernel of that many cycles before
+    each stage's start event, so that the host queues the whole stage while the GPU sleeps and the span
+    is the stage's kernels back to back, not the host's launch pace (a host read inside a step, such as
+    the eager check of the cache lengths, would otherwise keep the GPU waiting on the host)."""
+    if not isinstance(hold_cycles, int) or hold_cycles < 0:
+        raise ValueError(f"hold_cycles must be a non-negative int; got {hold_cycles!r}")
     log: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
-    token = _STAGE_LOG.set(log)
+    token = _STAGE_LOG.set((log, hold_cycles))
     try:
         yield log
     finally:
@@ -441,12 +445,15 @@ def stage_events() -> Iterator[list[tuple[str, torch.cuda.Event, torch.cuda.Even
 def _stage(name: str) -> Iterator[None]:
     """A profiler range around one stage of the step (``dsv41.<name>``), plus its CUDA events while
     ``stage_events()`` is open. Host-side only; nothing of it is captured in a CUDA graph."""
-    log = _STAGE_LOG.get()
+    active = _STAGE_LOG.get()
     with torch.profiler.record_function(f"dsv41.{name}"):
-        if log is None or not torch.cuda.is_available():
+        if active is None or not torch.cuda.is_available():
             yield
             return
+        log, hold = active
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if hold:
+            torch.cuda._sleep(hold)
         start.record()
         yield
         end.record()
