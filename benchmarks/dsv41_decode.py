@@ -227,6 +227,9 @@ def profile_stages(
             result[path] = stage_times(prof.events(), steps=steps)
             continue
         with stage_events(hold_cycles=HOLD_CYCLES) as log:
+            step(model, state, c)  # discarded: the first steps under the events ran host-bound on the H200
+            torch.cuda.synchronize()
+            del log[:]
             for _ in range(steps):
                 step(model, state, c)
         torch.cuda.synchronize()
