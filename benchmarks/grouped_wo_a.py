@@ -73,6 +73,7 @@ class Sets:
         self.count = max(2, rotation_count(per_set, cap=32))
         self.t, self.groups = t, groups
         self.w, self.w_bf16, self.x, self.a, self.z, self.pair, self.pair2, self.zt = ([] for _ in range(8))
+        self.a_e8m0: list = []
         for i in range(self.count):
             g = torch.Generator(device="cuda").manual_seed(i)
             w = torch.randn(groups, N, K, generator=g, device="cuda").mul_(0.05).bfloat16()
@@ -81,6 +82,7 @@ class Sets:
             x = torch.randn(t, groups * K, generator=g, device="cuda").bfloat16()
             self.x.append(x)
             self.a.append(quantize_mxfp8(x, scale_layout="deepgemm"))
+            self.a_e8m0.append(quantize_mxfp8(x, scale_layout="e8m0"))
             self.z.append(torch.empty(t, groups, N, dtype=torch.bfloat16, device="cuda"))
             self.zt.append(torch.empty(groups, t, N, dtype=torch.bfloat16, device="cuda"))
             self.pair.append(empty_mxfp8_pair(t, groups * N, scale_layout="deepgemm", device="cuda"))
@@ -92,6 +94,23 @@ class Sets:
     def unfused(self, i: int):
         z = grouped_wo_a(self.a[i], self.w[i], out=self.z[i])
         return quantize_mxfp8(z.view(self.t, self.groups * N), scale_layout="deepgemm", out=self.pair2[i])
+
+    def from_bf16_pair(self, i: int):
+        """As the decode step calls it: bf16 o in (quantized first, E8M0 scales), wo_b's pair out."""
+        return grouped_wo_a(self.x[i], self.w[i], out_pair=self.pair[i])
+
+    def from_bf16_z(self, i: int):
+        """As the decode step's unfused path calls it: bf16 o in, bf16 z out."""
+        return grouped_wo_a(self.x[i], self.w[i], out=self.z[i])
+
+    def deepgemm_quantize_pair(self, i: int):
+        """bf16 o quantized to deepgemm scales, then the pair out: the step's call with that layout."""
+        a = quantize_mxfp8(self.x[i], scale_layout="deepgemm")
+        return grouped_wo_a(a, self.w[i], out_pair=self.pair[i])
+
+    def e8m0_in_pair(self, i: int):
+        """A pre-quantized activation with E8M0 scales, the pair out: which half of the step's call costs."""
+        return grouped_wo_a(self.a_e8m0[i], self.w[i], out_pair=self.pair[i])
 
     def kernel_bf16(self, i: int):
         return grouped_wo_a(self.a[i], self.w[i], out=self.z[i])
@@ -134,7 +153,12 @@ def check(sets: Sets) -> dict[str, object]:
     }
 
 
-def measure(t: int, groups: int, *, bandwidth: float, rounds: int = 3) -> dict[str, object]:
+STEP_VARIANTS = ("from_bf16_pair", "from_bf16_z", "e8m0_in_pair", "deepgemm_quantize_pair")
+
+
+def measure(
+    t: int, groups: int, *, bandwidth: float, rounds: int = 3, step_inputs: bool = False
+) -> dict[str, object]:
     sets = Sets(t, groups)
     row: dict[str, object] = {"T": t, "G": groups, "sets": sets.count, "bytes": fused_bytes(t, groups)}
     row["floor_us"] = float(row["bytes"]) / bandwidth * 1e6
@@ -142,7 +166,9 @@ def measure(t: int, groups: int, *, bandwidth: float, rounds: int = 3) -> dict[s
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     row["config"] = _kernel.default_config(t, groups, N, K, sm_count=sm_count).__dict__
     variants = {
-        name: sets.calls(name) for name in ("fused", "unfused", "kernel_bf16", "einsum_bf16", "bmm_bf16")
+        name: sets.calls(name)
+        for name in ("fused", "unfused", "kernel_bf16", "einsum_bf16", "bmm_bf16")
+        + (STEP_VARIANTS if step_inputs else ())
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
@@ -318,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         default="1,4,16,64,256,2048",
         help="token counts the sweep times (one per tile class; T = 1 and 4 differ in the stream tiles' rows)",
     )
+    parser.add_argument(
+        "--step-inputs",
+        action="store_true",
+        help="also time the decode step's calls: bf16 o in (pair or z out), and an E8M0-scaled pair in",
+    )
     args = parser.parse_args(argv)
     ts = [int(v) for v in args.ts.split(",")]
     gs = [int(v) for v in args.gs.split(",")]
@@ -336,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for groups in gs:
         for t in [] if args.sweep_only else ts:
-            rows.append(measure(t, groups, bandwidth=bandwidth))
+            rows.append(measure(t, groups, bandwidth=bandwidth, step_inputs=args.step_inputs))
             r = rows[-1]
             print(
                 f"G={groups} T={t}: fused {r['fused_us']:.2f} us, unfused {r['unfused_us']:.2f} us",
@@ -373,6 +404,13 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['unfused_us'] / fused:.2f}x | {bf16 / fused:.2f}x | {100 * r['floor_us'] / fused:.0f}% "
             f"| {'ok' if ok else 'WRONG'} (calc_diff {r['z_calc_diff_vs_reference']:.1e}) |"
         )
+    if args.step_inputs:
+        print("\nthe decode step's calls (us): G | T | deepgemm pair in, pair out | bf16 in, pair out | bf16 in, z out"
+              " | E8M0 pair in, pair out | bf16 quantized to deepgemm, pair out")  # fmt: skip
+        for r in rows:
+            print(f"  {r['G']} | {r['T']} | {r['fused_us']:.2f} | {r['from_bf16_pair_us']:.2f} | "
+                  f"{r['from_bf16_z_us']:.2f} | {r['e8m0_in_pair_us']:.2f} | "
+                  f"{r['deepgemm_quantize_pair_us']:.2f}")  # fmt: skip
     print("\ntargets (issue 12):")
     for r in rows:
         ratio_unfused = r["unfused_us"] / r["fused_us"]

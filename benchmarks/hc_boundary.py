@@ -253,7 +253,15 @@ def ours_failed(row: dict) -> bool:
     return any(row["checks"][v] for v in OURS)
 
 
-def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, copy_gbps: float) -> dict:
+def measure(
+    tokens: int,
+    hidden: int,
+    shifted: bool,
+    compiled: Compiled | None,
+    copy_gbps: float,
+    *,
+    outputs: bool = False,
+) -> dict:
     moved = floor_bytes(tokens, hidden)
     count = rotation_count(moved, cap=32)
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(count)]
@@ -276,6 +284,12 @@ def measure(tokens: int, hidden: int, shifted: bool, compiled: Compiled | None, 
         "unfused": [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o, fused=False)
                     for s, o in zip(sets, chain_outs, strict=True)],
     }  # fmt: skip
+    if outputs:  # the fused kernel writing bf16 y only, and both y and the pair
+        y_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", pair=False) for _ in sets]
+        variants["fused_y"] = [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o)
+                               for s, o in zip(sets, y_outs, strict=True)]  # fmt: skip
+        variants["fused_both"] = [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o)
+                                  for s, o in zip(sets, chain_outs, strict=True)]  # fmt: skip
     if compiled is not None:
         pairs = [o.pair for o in fused_outs]
         variants["compiled"] = [functools.partial(compiled, s, p) for s, p in zip(sets, pairs, strict=True)]
@@ -308,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hiddens", default=",".join(map(str, HIDDENS)), help="comma-separated hidden sizes")
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated T values")
     parser.add_argument("--orderings", default="normal,shifted", help="normal, shifted or both")
+    parser.add_argument(
+        "--outputs", action="store_true", help="also the fused kernel writing y, and y + pair"
+    )
     parser.add_argument("--json", help="write every number here (default $OUT/hc_boundary.json)")
     args = parser.parse_args(argv)
     orderings = args.orderings.split(",")
@@ -325,8 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     for hidden in map(int, args.hiddens.split(",")):
         for shifted in [o == "shifted" for o in orderings]:
             for tokens in map(int, args.tokens.split(",")):
-                rows.append(measure(tokens, hidden, shifted, compiled, copy_gbps))
+                rows.append(measure(tokens, hidden, shifted, compiled, copy_gbps, outputs=args.outputs))
                 r = rows[-1]
+                if args.outputs:
+                    print(f"  T={tokens:>5} H={hidden}: fused writing the pair {r['fused_us']:.2f} us, y "
+                          f"{r['fused_y_us']:.2f}, y and the pair {r['fused_both_us']:.2f}", flush=True)  # fmt: skip
                 print(f"  T={tokens:>5} H={hidden} {r['ordering']:>7}: fused {r['fused_us']:.2f} us, "
                       f"unfused {r['unfused_us']:.2f}, compiled {r.get('compiled_us', float('nan')):.2f}", flush=True)  # fmt: skip
                 for variant, problems in r["checks"].items():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests of the kernels it changes,
-# the decode step (Flash and its TP4 shard, per-stage tables, the kernel list at T = 4), and the boundary
-# against torch.compile; each step under its own time limit; one log ($OUT/pass.log)
+# The speed work's device pass in one call: where the fused decode step loses to the unfused one (the
+# grouped wo_a as the step calls it, the boundary by what it writes), then the step with its per-stage
+# tables; each step under its own time limit; one log ($OUT/pass.log)
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
 # Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
 set -u
@@ -24,13 +24,10 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   cat "$out/step.log" >>"$log" && tail -n 30 "$out/step.log" && rm -f "$out/step.log"
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
-# Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 100 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/kernels/test_rms_norm.py tests/e2e/test_dsv41_decode.py
-run step 150 python3 benchmarks/dsv41_decode.py --tokens 1,4,16 --profile-tokens 4 --stage-tokens 1,4,16 \
-  --replays 30 --json "$out/dsv41_decode.json"
-run step_tp4 60 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1 --stage-tokens 1 \
-  --replays 30 --json "$out/dsv41_decode_tp4.json"
-run boundary 230 python3 benchmarks/hc_boundary.py --hiddens 5120 --tokens 1,16,64,2048 --orderings shifted \
-  --json "$out/hc_boundary.json"
+# Where the fused step loses to unfused: the grouped wo_a as the step calls it, the boundary by output.
+run wo_a 90 python3 benchmarks/grouped_wo_a.py --ts 1,4,16 --gs 8 --step-inputs --json "$out/grouped_wo_a.json"
+run boundary 90 python3 benchmarks/hc_boundary.py --hiddens 5120 --tokens 1,4,16 --orderings shifted \
+  --compile off --outputs --json "$out/hc_boundary.json"
+run step 120 python3 benchmarks/dsv41_decode.py --tokens 1,4 --stage-tokens 1,4 --replays 30 \
+  --json "$out/dsv41_decode.json"
 exit $status
