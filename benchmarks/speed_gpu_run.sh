@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: where the fused decode step loses to the unfused one (the
-# grouped wo_a as the step calls it, the boundary by what it writes), then the step with its per-stage
-# tables; each step under its own time limit; one log ($OUT/pass.log)
+# The speed work's device pass in one call: the GPU tests of what it changes, then the decode step with
+# its per-stage table; each step under its own time limit; one log ($OUT/pass.log)
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
 # Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
 set -u
@@ -24,10 +23,9 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   cat "$out/step.log" >>"$log" && tail -n 30 "$out/step.log" && rm -f "$out/step.log"
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
-# Where the fused step loses to unfused: the grouped wo_a as the step calls it, the boundary by output.
-run wo_a 90 python3 benchmarks/grouped_wo_a.py --ts 1,4,16 --gs 8 --step-inputs --json "$out/grouped_wo_a.json"
-run boundary 90 python3 benchmarks/hc_boundary.py --hiddens 5120 --tokens 1,4,16 --orderings shifted \
-  --compile off --outputs --json "$out/hc_boundary.json"
-run step 120 python3 benchmarks/dsv41_decode.py --tokens 1,4 --stage-tokens 1,4 --replays 30 \
+# Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
+run tests 100 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/e2e/test_dsv41_decode.py tests/kernels/test_grouped_wo_a.py -k "not sweep"
+run step 130 python3 benchmarks/dsv41_decode.py --tokens 1,4,16 --stage-tokens 4 --replays 30 \
   --json "$out/dsv41_decode.json"
 exit $status
