@@ -159,8 +159,35 @@ def profile(models: dict[str, AttentionSublayer], state, cache, *, steps: int = 
                 us = evt.self_cuda_time_total
             kernels.append({"name": evt.key, "us_per_step": us / steps, "calls_per_step": evt.count / steps})
         kernels.sort(key=lambda k: -k["us_per_step"])
-        result[path] = {"total_us_per_step": sum(k["us_per_step"] for k in kernels), "top": kernels[:top]}
+        result[path] = {
+            "total_us_per_step": sum(k["us_per_step"] for k in kernels),
+            "top": kernels[:top],
+            "sequence": kernel_sequence(prof.events(), steps=steps),
+        }
     return result
+
+
+def kernel_sequence(events, *, steps: int) -> list[dict[str, object]]:
+    """One step's kernels in launch order with each one's device time, averaged position by position
+    over ``steps`` identical steps (empty if the steps did not launch the same kernels)."""
+    from torch.autograd import DeviceType
+
+    kernels = sorted(
+        (e for e in events if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start
+    )
+    if not kernels or len(kernels) % steps:
+        return []
+    per = len(kernels) // steps
+    names = [e.name for e in kernels[:per]]
+    if any(kernels[s * per + i].name != names[i] for s in range(steps) for i in range(per)):
+        return []
+    return [
+        {
+            "name": names[i],
+            "us": sum(kernels[s * per + i].time_range.elapsed_us() for s in range(steps)) / steps,
+        }
+        for i in range(per)
+    ]
 
 
 STAGES = ("boundary_in", "wqkv_a", "wq_b", "attention", "wo_a", "wo_b", "boundary_out")
@@ -416,6 +443,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {path}: {info['total_us_per_step']:.1f} us of kernels per step")
             for k in info["top"]:
                 print(f"    {k['us_per_step']:8.1f} us  x{k['calls_per_step']:.0f}  {k['name'][:90]}")
+            if info.get("sequence"):
+                print(
+                    "    in launch order: "
+                    + ", ".join(f"{k['name'][:24]} {k['us']:.1f}" for k in info["sequence"])
+                )
     for stage_row in stage_rows:
         print_stage_table(stage_row["tokens"], stage_row["us"], stage_row["floor_us"])
     timing = "eager steps on the host" if on_cpu else "graph replays"

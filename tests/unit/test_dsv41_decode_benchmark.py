@@ -159,3 +159,20 @@ def test_stage_events_records_nothing_outside_its_block():
     with _stage("wq_b"):
         pass
     assert len(log) == (1 if torch.cuda.is_available() else 0)
+
+
+def test_kernel_sequence_averages_each_launch_position_over_the_steps():
+    """One step's kernels in launch order, each position's device time averaged over the steps; host
+    events ignored; steps that launched different kernels give no sequence."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from dsv41_decode import kernel_sequence
+
+    gpu = [("_hc_kernel", 0, 6), ("_hc_kernel", 10, 20), ("gemm", 21, 25),
+           ("_hc_kernel", 100, 108), ("_hc_kernel", 110, 122), ("gemm", 122, 128)]  # fmt: skip
+    events = [_event(n, a, b, device="cuda") for n, a, b in reversed(gpu)] + [_event("aten::mm", 0, 500)]
+    seq = kernel_sequence(events, steps=2)
+    assert [k["name"] for k in seq] == ["_hc_kernel", "_hc_kernel", "gemm"]
+    assert [k["us"] for k in seq] == [7.0, 11.0, 5.0]
+    assert kernel_sequence(events[:-2], steps=2) == []  # 5 kernels: not two equal steps
+    swapped = [_event(n, a, b, device="cuda") for n, a, b in gpu[:3] + [("gemm", 100, 108)] + gpu[4:]]
+    assert kernel_sequence(swapped, steps=2) == []
