@@ -24,8 +24,9 @@ the torch profiler lists each path's top kernels (eager steps; device time per s
 Per stage (``--stage-tokens``): the model marks each stage of its step (``boundary_in``, ``wqkv_a``,
 ``wq_b``, ``attention``, ``wo_a``, ``wo_b``, ``boundary_out``) with a profiler range and, under
 ``stage_events()``, CUDA events; each stage's device span (eager steps, each stage queued behind a
-sleep kernel, so the GPU never waits for the host inside it) is set beside the bytes that stage must move on its path (``stage_bytes``: weights and scales, the activations it reads and
-writes, the KV cache it reads, the unfused path's quantize round trips) at the copy bandwidth, so a
+sleep kernel, so the GPU never waits for the host inside it) is set beside the bytes that stage must
+move on its path (``stage_bytes``: weights and scales, the activations it reads and writes, the KV
+cache it reads, the unfused path's quantize round trips) at the copy bandwidth, so a
 step that loses shows which stage loses and by how much. ``--dry-run`` runs the whole script on the
 CPU with the tiny config (eager steps, host time instead of device time) to keep it working in CI.
 """
@@ -242,7 +243,8 @@ def profile_stages(
     between CUDA events recorded at each stage's start and end (``stage_events``), each stage behind a
     sleep kernel so that the host has queued the whole stage before the GPU reaches it: each span is
     then the stage's kernels back to back on the device (Triton launches included, which the profiler
-    does not link to the stage's range; the eager gaps between kernels are in it, as in a graph). On the CPU (``on_cpu``): the host time of each stage's profiler range.
+    does not link to the stage's range; the eager gaps between kernels are in it, as in a graph). On
+    the CPU (``on_cpu``): the host time of each stage's profiler range.
     """
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
