@@ -102,7 +102,7 @@ FAMILIES = {
                            post_out=out.post, comb_out=out.comb, workspace=ws, hw_cvt=True)
         weights = out.pre if x["prev_pre"] is None else x["prev_pre"]
         steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
-                          hw_cvt=True)
+                          hw_cvt=True, split=x["prev_pre"] is not None)
 """,
         {"_hc_kernel"},
     ),
