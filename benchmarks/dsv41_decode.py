@@ -272,8 +272,9 @@ def profile_stages(
     return result
 
 
-# About 1 ms at the H200's clock, before each stage: longer than the host takes to launch one stage.
-HOLD_CYCLES = 2_000_000
+# About 5 ms at the H200's clock, before each stage: longer than the host takes to launch one stage
+# (1 ms was not, for the first stage of an eager step: its boundary_in read 170-440 us on the H200).
+HOLD_CYCLES = 10_000_000
 
 
 def stage_event_times(log, *, steps: int) -> dict[str, float]:
