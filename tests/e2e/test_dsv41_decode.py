@@ -82,7 +82,10 @@ def _assert_fused_records(records: list[dict], model: AttentionSublayer) -> None
     assert [r["path"] for r in boundary] == ["hc.boundary.kernel.pair", final]
     assert boundary[0]["scale_layout"] == model.wqkv_a.input_scale_layout.value
     (q_norm,) = [r for r in records if r["path"].startswith("norm.")]  # wq_b's producer: the norm kernel
-    assert (q_norm["path"], q_norm["scale_layout"]) == ("norm.kernel.pair", model.wq_b.input_scale_layout.value)
+    assert (q_norm["path"], q_norm["scale_layout"]) == (
+        "norm.kernel.pair",
+        model.wq_b.input_scale_layout.value,
+    )
     (einsum,) = [r for r in records if r["path"].startswith("einsum.wo_a")]
     assert (einsum["path"], einsum["out_scale_layout"]) == (
         "einsum.wo_a.kernel.pair",

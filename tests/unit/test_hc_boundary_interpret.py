@@ -313,7 +313,10 @@ def test_the_shifted_finish_does_not_depend_on_the_configuration(interpreted):
     """The shifted ordering's y sums the same 16-column slices whatever the A items' split and the
     finish's items: another configuration gives the same y and pair (pre, post' and comb' follow the
     A split, which this does not claim)."""
-    first, second = interpreted["T5 H256 shifted deepgemm"], interpreted["T5 H256 shifted deepgemm, another config"]
+    first, second = (
+        interpreted["T5 H256 shifted deepgemm"],
+        interpreted["T5 H256 shifted deepgemm, another config"],
+    )
     for key in ("residual", "y", "q", "scales"):
         assert_same_bits(second[key], first[key], name=key)
 
