@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests of the boundary, the q_norm producer, wo_a and the
-# step, the boundary alone, then
+# The speed work's device pass in one call: wq_b's GEMM sweep (merged into the table), the GPU tests of
+# the norms and the step, then
 # the decode step (Flash and its TP4 shard) with the per-stage tables and the kernels of one step in
 # launch order; each step under its own time limit; one log ($OUT/pass.log)
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
@@ -25,13 +25,15 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   cat "$out/step.log" >>"$log" && tail -n 30 "$out/step.log" && rm -f "$out/step.log"
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
+# wq_b's GEMM shapes (Flash and its TP4 shard) swept first, the winners merged into the launcher's table
+# for everything after (the merged table comes back in $OUT).
+run sweep 150 python3 benchmarks/mxfp8_gemm_sweep.py --shapes "v41 wq_b,v41 wq_b tp4" --ms 1,4,16,64 \
+  --budget-s 120
+[ -f "$out/mxfp8_gemm_configs.json" ] && python3 benchmarks/merge_gemm_table.py "$out/mxfp8_gemm_configs.json" \
+  && cp src/mxfuse/kernels/mxfp8_gemm_configs.json "$out/merged_mxfp8_gemm_configs.json"
 # Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 200 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/kernels/test_hc_boundary.py tests/kernels/test_rms_norm.py tests/kernels/test_grouped_wo_a.py \
-  tests/e2e/test_dsv41_decode.py
-# The boundary alone (V4.1's shifted ordering): pair, y, both, and the unfused chain.
-run boundary 90 python3 benchmarks/hc_boundary.py --hiddens 5120 --tokens 1,4,16,64,2048 --orderings shifted \
-  --compile off --outputs --json "$out/hc_boundary.json"
+run tests 150 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/kernels/test_rms_norm.py tests/e2e/test_dsv41_decode.py
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.
 run step 170 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --stage-tokens 1,4 --replays 30 \
   --json "$out/dsv41_decode.json"

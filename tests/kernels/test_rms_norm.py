@@ -12,7 +12,7 @@ import torch
 
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits, assert_ulp_close
-from mxfuse.kernels.rms_norm import rms_norm_rows
+from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=20)
 
@@ -87,3 +87,50 @@ def test_the_pair_is_quantize_mxfp8_of_its_y(layout, rounding, rows):
         scale_storage_view(want_s, spec).view(torch.uint8),
         name="scale storage, padding included",
     )
+
+
+def test_rows_into_a_kv_cache_in_a_graph_with_new_lengths():
+    """``rms_norm_into_cache``: token b * S + s lands at ``lens[b] + s``, bit for bit ``rms_norm_rows``'s
+    row; other rows and positions past the capacity stay untouched; a captured call follows new lengths."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    b, s, cap, d = 4, 3, 64, 512
+    qkv = torch.randn(b * s, 1792, device="cuda", generator=g).to(torch.bfloat16)
+    x = qkv[:, 1280:]  # the KV head: a column slice, read in place
+    w = (torch.rand(d, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+    kv = torch.full((b, cap, d), -7.0, dtype=torch.bfloat16, device="cuda")
+    lens = torch.tensor([0, 10, 61, 63], dtype=torch.int32, device="cuda")  # the last two spill past cap
+    graph = torch.cuda.CUDAGraph()
+    rms_norm_into_cache(x, w, eps=1e-6, kv=kv, lens=lens)  # warm-up compile outside the capture
+    kv.fill_(-7.0)
+    with torch.cuda.graph(graph):
+        rms_norm_into_cache(x, w, eps=1e-6, kv=kv, lens=lens)
+    y = rms_norm_rows(x, w, eps=1e-6)
+    for step_lens in ([0, 10, 61, 63], [5, 0, 30, 1]):
+        kv.fill_(-7.0)
+        lens.copy_(torch.tensor(step_lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = torch.full_like(kv, -7.0)
+        for row in range(b * s):
+            seq, pos = divmod(row, s)
+            pos += step_lens[seq]
+            if pos < cap:
+                want[seq, pos] = y[row]
+        assert_same_bits(kv, want, name=f"cache, lens {step_lens}")
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"kv": torch.float32}, "kv must be a bfloat16 tensor"),
+        ({"lens": (3,)}, "lens must be an int32 or int64 tensor"),
+        ({"rows": 5}, "must be a positive multiple of the cache's sequences"),
+    ],
+)
+def test_bad_cache_arguments_are_refused(change, match):
+    rows = change.get("rows", 4)
+    x = torch.randn(rows, 128, device="cuda").to(torch.bfloat16)
+    kv = torch.zeros(2, 8, 128, dtype=change.get("kv", torch.bfloat16), device="cuda")
+    lens = torch.zeros(change.get("lens", (2,)), dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=match):
+        rms_norm_into_cache(x, None, eps=1e-6, kv=kv, lens=lens)

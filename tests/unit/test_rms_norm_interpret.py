@@ -62,6 +62,14 @@ for name, (x, w, stride, layout, rounding) in cases.items():
                               layout_code=code, rows_padded=align(rows, ROWS_ALIGN[layout]),
                               floor=rounding == "floor", hw_cvt=False)
             out[name][poison] = (q, storage)
+# Into a KV cache: 3 sequences x 2 new tokens at lens (0, 5, 7) of capacity 8 (the last token falls outside).
+x, w = cases["a column slice, e8m0 pair"][:2]
+x6 = torch.cat([x, x[:2] * 0.5])  # 6 rows of 512
+kv = torch.full((3, 8, 512), -7.0, dtype=torch.bfloat16)
+m.launch_rms_norm(x6, w, 1e-6, y=kv, lens=torch.tensor([0, 5, 7], dtype=torch.int32), hw_cvt=False)
+y6 = torch.full((6, 512), float("nan"), dtype=torch.bfloat16)
+m.launch_rms_norm(x6, w, 1e-6, y=y6, hw_cvt=False)
+out["cache"] = {"kv": kv, "y": y6}
 torch.save(out, sys.argv[2])
 """
 
@@ -118,6 +126,18 @@ def test_the_pair_is_the_reference_quantization_of_its_y(interpreted, name: str)
         assert_same_bits(storage, want_storage, name=f"{name}: scale storage (poison {poison:#x})")
 
 
+def test_rows_written_into_a_cache_land_at_their_positions(interpreted) -> None:
+    """Row b * 2 + s goes to cache position lens[b] + s, bit for bit the row the plain launch writes; every
+    other cache row, and a position past the capacity, is left as it was."""
+    kv, y = interpreted["cache"]["kv"], interpreted["cache"]["y"]
+    want = torch.full((3, 8, 512), -7.0, dtype=torch.bfloat16)
+    for row, (b, pos) in enumerate([(0, 0), (0, 1), (1, 5), (1, 6), (2, 7), (2, 8)]):
+        if pos < 8:
+            want[b, pos] = y[row]
+    assert not torch.isnan(y).any()
+    assert_same_bits(kv, want, name="cache after the norm")
+
+
 def test_launcher_rejects_bad_input() -> None:
     from mxfuse.kernels.rms_norm import rms_norm_rows
 
@@ -125,3 +145,7 @@ def test_launcher_rejects_bad_input() -> None:
         rms_norm_rows(torch.zeros(2, 4, dtype=torch.int32), None, eps=1e-6)
     with pytest.raises(ValueError, match="x must be on a CUDA device"):
         rms_norm_rows(torch.zeros(2, 4), None, eps=1e-6)
+    from mxfuse.kernels.rms_norm import rms_norm_into_cache
+
+    with pytest.raises(ValueError, match="x must be on a CUDA device"):
+        rms_norm_into_cache(torch.zeros(2, 4), None, eps=1e-6, kv=torch.zeros(1, 4, 4), lens=torch.zeros(1))

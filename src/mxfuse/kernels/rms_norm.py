@@ -22,16 +22,16 @@ import triton.language as tl
 from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
 from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
 
-__all__ = ["MAX_ROW", "launch_rms_norm", "rms_norm_rows"]
+__all__ = ["MAX_ROW", "launch_rms_norm", "rms_norm_into_cache", "rms_norm_rows"]
 
 MAX_ROW = 16384
 
 
-@triton.jit(do_not_specialize=["M", "rows_padded"])
+@triton.jit(do_not_specialize=["M", "rows_padded", "per_seq", "capacity"])
 def _rms_norm_kernel(
-    x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, stride_x, M, cols, rows_padded, eps,
+    x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, M, cols, rows_padded, eps, per_seq, capacity,
     HAS_WEIGHT: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr,
-    HW_CVT: tl.constexpr, LAYOUT: tl.constexpr, WORDS: tl.constexpr,
+    HW_CVT: tl.constexpr, LAYOUT: tl.constexpr, WORDS: tl.constexpr, TO_CACHE: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     words = tl.arange(0, WORDS)
@@ -45,7 +45,15 @@ def _rms_norm_kernel(
         y = y * tl.load(w_ptr + c, mask=c < cols, other=0.0).to(tl.float32)
     yb = tl.where(inside, bf16_bits(y, HW_CVT), 0)
     if WRITE_Y:
-        tl.store(y_ptr + r64 * cols + c, bits_to_bf16(yb), mask=inside)
+        if TO_CACHE:
+            # Row ``row`` is new token s of sequence b (sequence-major): it goes to cache row
+            # b * capacity + lens[b] + s; a position outside [0, capacity) is not written.
+            seq = row // per_seq
+            pos = tl.load(lens_ptr + seq).to(tl.int64) + row % per_seq
+            dest = seq.to(tl.int64) * capacity + pos
+            tl.store(y_ptr + dest * cols + c, bits_to_bf16(yb), mask=inside & (pos >= 0) & (pos < capacity))
+        else:
+            tl.store(y_ptr + r64 * cols + c, bits_to_bf16(yb), mask=inside)
     if WRITE_PAIR:
         ybits = yb << 16  # fp32 patterns of the bf16-rounded y: the pair is quantize(y)
         s = mxfp8_scale_bytes(tl.max(ybits & 0x7FFFFFFF, axis=2), FLOOR)  # [WORDS, 4]; 0 on padding
@@ -79,11 +87,13 @@ def launch_rms_norm(
     rows_padded: int = 0,
     floor: bool = False,
     hw_cvt: bool = True,
+    lens: torch.Tensor | None = None,
 ) -> None:
     """The kernel over ``rows`` [M, D] (unit column stride) into ``y`` [M, D] bf16 and/or the pair ``q``
     [M, D] (float8_e4m3fn, or its uint8 view without ``hw_cvt``) with ``scale_words`` (the scale storage,
     uint8 for layout code 0, else int32) in ``layout_code`` (``mxfp8_tile.scale_layout_code``), scale rows
-    up to ``rows_padded``. Arguments are validated by the caller."""
+    up to ``rows_padded``. With ``lens`` [B], ``y`` is a KV cache [B, capacity, D] and row b * S + s goes
+    to ``y[b, lens[b] + s]`` (S = M / B). Arguments are validated by the caller."""
     count, cols = rows.shape
     pair = q is not None
     grid = max(count, rows_padded) if pair else count
@@ -91,12 +101,54 @@ def launch_rms_norm(
         return
     words = triton.next_power_of_2(triton.cdiv(cols, 128))
     dummy = rows
+    per_seq, capacity = (count // lens.shape[0], y.shape[1]) if lens is not None else (1, 0)
     _rms_norm_kernel[(grid,)](
         rows, dummy if weight is None else weight, dummy if y is None else y, dummy if q is None else q,
-        dummy if scale_words is None else scale_words, rows.stride(0), count, cols, rows_padded, eps,
+        dummy if scale_words is None else scale_words, dummy if lens is None else lens, rows.stride(0), count,
+        cols, rows_padded, eps, per_seq, capacity,
         HAS_WEIGHT=weight is not None, WRITE_Y=y is not None, WRITE_PAIR=pair, FLOOR=floor, HW_CVT=hw_cvt,
-        LAYOUT=layout_code, WORDS=words, num_warps=max(1, min(8, words // 2)),
+        LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, num_warps=max(1, min(8, words // 2)),
     )  # fmt: skip
+
+
+def rms_norm_into_cache(
+    x: torch.Tensor, weight: torch.Tensor | None, *, eps: float, kv: torch.Tensor, lens: torch.Tensor
+) -> None:
+    """``rms_norm_rows(x, weight)`` written into a KV cache instead of a new tensor: ``x`` [T, D] holds T / B
+    new tokens of each of B sequences (sequence-major), ``kv`` [B, capacity, D] bf16 (contiguous) gets
+    token s of sequence b at position ``lens[b] + s``; ``lens`` [B] int32/int64 stays on the device (no
+    host read, so the call can be captured in a CUDA graph) and a position outside the cache is not
+    written. The same bits as ``rms_norm_rows`` then a copy into those rows, in one launch."""
+    rows = _rows(x)
+    _check_weight(weight, x)
+    _check_eps(eps)
+    count, cols = rows.shape
+    if not isinstance(kv, torch.Tensor) or kv.dim() != 3 or kv.dtype != torch.bfloat16 or kv.shape[2] != cols:
+        raise ValueError(f"kv must be a bfloat16 tensor [B, capacity, {cols}]; got {_describe(kv)}")
+    if kv.device != x.device or not kv.is_contiguous():
+        raise ValueError(
+            f"kv must be contiguous on {x.device}; got {kv.device}, contiguous={kv.is_contiguous()}"
+        )
+    b = kv.shape[0]
+    if (
+        not isinstance(lens, torch.Tensor)
+        or lens.shape != (b,)
+        or lens.dtype not in (torch.int32, torch.int64)
+    ):
+        raise ValueError(f"lens must be an int32 or int64 tensor [{b}]; got {_describe(lens)}")
+    if lens.device != x.device or not lens.is_contiguous():
+        raise ValueError(f"lens must be contiguous on {x.device}; got {lens.device}")
+    if b == 0 or count % b:
+        raise ValueError(
+            f"x's rows (T = {count}) must be a positive multiple of the cache's sequences B = {b}"
+        )
+    launch_rms_norm(rows, weight, eps, y=kv, lens=lens)
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {list(value.shape)}"
+    return type(value).__name__
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

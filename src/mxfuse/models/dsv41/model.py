@@ -314,8 +314,7 @@ class AttentionSublayer(nn.Module):
             q = self.wq_b(normed.pair if pair_q else normed.y, context=context)
             q = rms_norm(q.view(tokens, c.local_heads, c.head_dim), None, eps=c.rms_norm_eps)
         with _stage("attention"):
-            kv = rms_norm(kv, self.kv_norm, eps=c.rms_norm_eps)
-            o = mqa_attention(q, kv, cache, scale=c.softmax_scale)
+            o = mqa_attention(q, kv, cache, scale=c.softmax_scale, kv_weight=self.kv_norm, eps=c.rms_norm_eps)
 
         with _stage("wo_a"):
             z = self._wo_a(o, tokens, context)
