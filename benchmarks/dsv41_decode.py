@@ -79,11 +79,12 @@ def _linear_weight(layer) -> int:
 
 
 def weight_bytes(model: AttentionSublayer) -> int:
-    """Bytes of weights one step reads: each linear's weight and the scales its GEMM reads, wo_a, wq_b,
-    the norms and the hc parameters."""
+    """Bytes of weights one step reads: each linear's weight and the scales its GEMM reads (wqkv_a, wq_b,
+    wo_b), wo_a, the norms and the hc parameters."""
     wo_a = _nbytes(model.wo_a.qweight, model.wo_a.scale) if model.wo_a is not None else 0
     own = _nbytes(*(t for _, t in model.named_parameters(recurse=False)))
-    return _linear_weight(model.wqkv_a) + _linear_weight(model.wo_b) + wo_a + own
+    linears = _linear_weight(model.wqkv_a) + _linear_weight(model.wq_b) + _linear_weight(model.wo_b)
+    return linears + wo_a + own
 
 
 def step(model: AttentionSublayer, state, cache) -> StepOutputs:
@@ -114,8 +115,8 @@ def check(models: dict[str, AttentionSublayer], state, cache, *, on_cpu: bool = 
         linear[path] = [r["path"] for r in records if r["path"].startswith(("linear.", "hc.", "einsum."))]
     for field in FIELDS:
         assert_same_bits(getattr(outs["fused"], field), getattr(outs["unfused"], field), name=field)
-    if linear["fused"].count("linear.pair_consumed") != 2:
-        raise SystemExit(f"the fused path did not consume both pairs: {linear['fused']}")
+    if linear["fused"].count("linear.pair_consumed") != 3:
+        raise SystemExit(f"the fused path did not consume its three pairs: {linear['fused']}")
     diffs = {f: calc_diff(getattr(outs["fused"], f), getattr(outs["bf16"], f)) for f in ("attn_out", "y")}
     return {"paths": linear, "calc_diff_vs_bf16": diffs}
 
@@ -220,7 +221,12 @@ def stage_bytes(model: AttentionSublayer, tokens: int, kv: int) -> dict[str, int
         "wqkv_a": _linear_weight(model.wqkv_a)
         + (pair(h) if fused else quantize(h) if unfused else bf16(h))
         + bf16(qkv_cols),
-        "wq_b": _nbytes(model.wq_b) + bf16(c.q_lora_rank) + bf16(heads_cols),
+        # q_norm reads q_lora and writes wq_b's pair (fused) or y; wq_b reads its input as wqkv_a does.
+        "wq_b": _linear_weight(model.wq_b)
+        + bf16(c.q_lora_rank)
+        + (pair(c.q_lora_rank) if fused else bf16(c.q_lora_rank))
+        + (pair(c.q_lora_rank) if fused else quantize(c.q_lora_rank) if unfused else bf16(c.q_lora_rank))
+        + bf16(heads_cols),
         "attention": t * kv * c.head_dim * 2 + 2 * bf16(heads_cols) + bf16(c.head_dim),
         "wo_a": wo_a_weight + bf16(heads_cols) + (pair(z_cols) if fused else bf16(z_cols)),
         "wo_b": _linear_weight(model.wo_b)
@@ -266,8 +272,9 @@ def profile_stages(
     return result
 
 
-# About 1 ms at the H200's clock, before each stage: longer than the host takes to launch one stage.
-HOLD_CYCLES = 2_000_000
+# About 5 ms at the H200's clock, before each stage: longer than the host takes to launch one stage
+# (1 ms was not, for the first stage of an eager step: its boundary_in read 170-440 us on the H200).
+HOLD_CYCLES = 10_000_000
 
 
 def stage_event_times(log, *, steps: int) -> dict[str, float]:

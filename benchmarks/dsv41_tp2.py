@@ -116,7 +116,7 @@ def _check(models: dict, state, cache, replays: Replays) -> dict[str, object]:
         seen[name] = [r["path"] for r in records if r["path"].startswith(("linear.", "tp."))]
     for field in FIELDS:
         assert_same_bits(getattr(outs["fused"], field), getattr(outs["unfused"], field), name=field)
-    want = ["linear.pair_consumed"] * 2 + (["tp.all_reduce"] if models["fused"].process_group else [])
+    want = ["linear.pair_consumed"] * 3 + (["tp.all_reduce"] if models["fused"].process_group else [])
     if seen["fused"] != want:
         raise SystemExit(f"the fused step took other paths than {want}: {seen['fused']}")
     return {"outs": outs, "paths": seen}

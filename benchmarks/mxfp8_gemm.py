@@ -39,6 +39,8 @@ from mxfuse.kernels.mxfp8_gemm import GemmConfig, choose_config, launch_mxfp8_ge
 
 SHAPES = {
     "v41 wqkv_a": (1792, 5120),
+    "v41 wq_b": (32768, 1280),
+    "v41 wq_b tp4": (8192, 1280),
     "v41 wo_b tp4": (5120, 2048),
     "v41 wo_b dp4": (5120, 8192),
     "pro wqkv_a": (2048, 7168),

@@ -255,7 +255,7 @@ def grouped_wo_a(
 
     ``a``: an MXFP8 pair ``(float8_e4m3fn [T, G*r], scale)`` whose scale layout is ``scale_layout``
     (None: told from its dtype and rank), or a bf16/fp16/fp32 ``[T, G*r]`` tensor, quantized first with
-    ``quantize_mxfp8`` (``rounding``). ``w``: a ``WoAWeight`` on ``a``'s device.
+    ``quantize_mxfp8`` (``rounding``, deepgemm scales). ``w``: a ``WoAWeight`` on ``a``'s device.
 
     Output, written without allocating when a buffer is given (CUDA-graph capturable):
 
@@ -284,7 +284,9 @@ def grouped_wo_a(
         _check_columns(a, w)
         if a.shape[1] > 1 and a.stride(1) != 1 or a.shape[0] > 1 and a.stride(0) < a.shape[1]:
             raise ValueError(f"a must have contiguous, non-overlapping rows; got strides {tuple(a.stride())}")
-        a_pair, a_layout = None, ScaleLayout.E8M0
+        # Quantized with deepgemm scales: the layout the stream mainloop reads fastest (H200, T = 4, G = 8:
+        # 24.3 us with the quantize, against 31.7 with E8M0 scales; the same at T = 1 and 16).
+        a_pair, a_layout = None, ScaleLayout.DEEPGEMM
         t = a.shape[0]
     else:
         a_q, a_scale, a_layout = _check_a_pair(a, w, scale_layout)

@@ -59,6 +59,10 @@ PATHS: dict[str, str] = {
     # Multi-query decode attention (mxfuse.attention)
     "attention.kernel": "the split-KV Triton decode-attention kernel ran",
     "attention.reference": "the float32 torch reference decode attention ran (CPU tensors or no kernel here)",
+    # RMSNorm as a producer (mxfuse.norm)
+    "norm.kernel.pair": "the norm kernel wrote the next GEMM's MXFP8 pair",
+    "norm.kernel.bf16": "the norm kernel wrote y in bf16 only",
+    "norm.reference": "the torch RMSNorm formula ran (CPU tensors)",
     # Tensor parallelism (mxfuse.models)
     "tp.all_reduce": "a row-parallel layer's partial sums were all-reduced over the tensor-parallel group",
 }

@@ -38,7 +38,7 @@ register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=170)
 FLASH, TP4 = CONFIGS["flash"], CONFIGS["flash-tp4"]
 TOKENS = (1, 4, 16, 64)
 CAPACITY = 256  # KV positions per sequence; the benchmark runs 4096
-SITES = ("layers.0.attn.wqkv_a", "layers.0.attn.wo_b")
+SITES = ("layers.0.attn.wqkv_a", "layers.0.attn.wq_b", "layers.0.attn.wo_b")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def _load(checkpoint: str, config, path: str, **kwargs) -> AttentionSublayer:
 @pytest.fixture(scope="module")
 def models(checkpoint) -> dict[str, AttentionSublayer]:
     fused = _load(checkpoint, FLASH, "fused")
-    for layer in (fused.wqkv_a, fused.wo_b):
+    for layer in (fused.wqkv_a, fused.wq_b, fused.wo_b):
         assert layer.takes_mxfp8_input, f"{layer.site} takes no MXFP8 pairs here: {layer.processed.reason}"
     # The final boundary also writes the FFN's pair, in a layout this device's consumer reads.
     layout = fused.wqkv_a.input_scale_layout
@@ -81,6 +81,11 @@ def _assert_fused_records(records: list[dict], model: AttentionSublayer) -> None
     final = "hc.boundary.kernel.pair" if model.next_pair_layout is not None else "hc.boundary.kernel.bf16"
     assert [r["path"] for r in boundary] == ["hc.boundary.kernel.pair", final]
     assert boundary[0]["scale_layout"] == model.wqkv_a.input_scale_layout.value
+    (q_norm,) = [r for r in records if r["path"].startswith("norm.")]  # wq_b's producer: the norm kernel
+    assert (q_norm["path"], q_norm["scale_layout"]) == (
+        "norm.kernel.pair",
+        model.wq_b.input_scale_layout.value,
+    )
     (einsum,) = [r for r in records if r["path"].startswith("einsum.wo_a")]
     assert (einsum["path"], einsum["out_scale_layout"]) == (
         "einsum.wo_a.kernel.pair",
@@ -94,6 +99,7 @@ def _assert_unfused_records(records: list[dict]) -> None:
         "hc.boundary.kernel.bf16"
     ] * 2
     assert [r["path"] for r in records if r["path"].startswith("einsum.wo_a")] == ["einsum.wo_a.kernel.bf16"]
+    assert [r["path"] for r in records if r["path"].startswith("norm.")] == ["norm.kernel.bf16"]
 
 
 @pytest.mark.parametrize("tokens", TOKENS)
@@ -198,7 +204,7 @@ def test_the_fused_model_falls_back_with_the_gates_reason(models, tokens, new, m
     unfused, _ = _step(models["unfused"], state, cache, context=mode)
     assert_same_outputs(fused, unfused, name=mode)
     linear = [r for r in records if r["path"].startswith("linear.")]
-    assert [(r["path"], r["failed"]) for r in linear] == [("linear.bf16", failed)] * 2
+    assert [(r["path"], r["failed"]) for r in linear] == [("linear.bf16", failed)] * len(SITES)
     assert all(reason in r["reason"] for r in linear)
     assert [r["path"] for r in records if r["path"].startswith("hc.boundary")] == [
         "hc.boundary.kernel.bf16"

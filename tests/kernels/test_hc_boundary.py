@@ -121,8 +121,13 @@ CONFIGS = {
     "bt32 two launches pipelined": HcConfig(32, 32, 2, 32, 64, 0, 8, 2, "dot", 3),
     "bt16 dot two launches": HcConfig(16, 16, 2, 16, 32, 0, 4, 2, "dot", 2),
     "bt4 fma one launch": HcConfig(4, 32, 1, 4, 64, 0, 4, 1, "fma", 1),
+    # The shifted ordering's split finish in items of 2 words, counters and tickets (one launch).
+    "bt4 fma one launch, split of 2 words": HcConfig(4, 32, 1, 4, 64, 0, 4, 1, "fma", 1, 0, 2),
 }
 UNFUSED_CASES = [(64, 5120, c) for c in CONFIGS] + [(64, 4096, "default"), (4, 7168, "bt4 fma one launch")]
+UNFUSED_CASES += [(t, 5120, "default") for t in (1, 4, 16)] + [
+    (7, 5120, "bt4 fma one launch, split of 2 words")
+]
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
@@ -143,6 +148,21 @@ def test_every_output_is_bit_identical_to_the_unfused_chain(tokens, hidden, conf
     assert_same_bits(fused.pair[0].view(torch.uint8), unfused.pair[0].view(torch.uint8), name="pair elements")
     # The fused pair is quantize(y), scales and padding included (the unfused pair is that by construction).
     assert_boundary_matches(fused, _reference(inputs), layout="deepgemm")
+
+
+def test_the_shifted_y_does_not_depend_on_the_configuration():
+    """In the shifted ordering y sums the same 16-column slices of the collapse whatever the A split and
+    the finish's items, so y and the pair are the same bits under every configuration."""
+    inputs = _inputs(16, 5120, True)
+    first = _outputs(16, 5120)
+    _boundary(inputs, first, config=None)
+    for name in ("bt16 dot two launches", "bt4 fma one launch", "bt4 fma one launch, split of 2 words"):
+        other = _outputs(16, 5120)
+        _boundary(inputs, other, config=CONFIGS[name])
+        assert_same_bits(other.y, first.y, name=f"y, {name} vs default")
+        assert_same_bits(
+            other.pair[0].view(torch.uint8), first.pair[0].view(torch.uint8), name=f"pair, {name}"
+        )
 
 
 PREPARED_CASES = [

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gpumatrix import register
-from gpumatrix.compare import assert_ulp_close
-from mxfuse.kernels.rms_norm import rms_norm_rows
+from gpumatrix.compare import assert_same_bits, assert_ulp_close
+from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=20)
 
@@ -48,3 +48,89 @@ def test_a_column_slice_is_read_in_place():
     got = rms_norm_rows(kv, w, eps=1e-20)
     assert_ulp_close(got, _reference(kv, w, 1e-20), max_ulp=1, name="kv slice")
     assert_ulp_close(rms_norm_rows(kv.contiguous(), w, eps=1e-20), got, max_ulp=0, name="contiguous copy")
+
+
+@pytest.mark.parametrize("layout", ["deepgemm", "e8m0", "swizzled_128x4"])
+@pytest.mark.parametrize("rounding", ["rceil", "floor"])
+@pytest.mark.parametrize("rows", [1, 5, 16])
+def test_the_pair_is_quantize_mxfp8_of_its_y(layout, rounding, rows):
+    """``mxfuse.norm.rms_norm`` writing the pair (and y in the same launch): every byte of the pair,
+    padding rows included, is what ``quantize_mxfp8`` writes for that y; y alone (another launch) has
+    the same bits. Buffers are poisoned first."""
+    from mxfuse import witness
+    from mxfuse.formats import empty_mxfp8_pair, scale_spec, scale_storage_view
+    from mxfuse.kernels import quantize_mxfp8
+    from mxfuse.norm import rms_norm
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    wide = (torch.randn(rows, 1536, device="cuda", generator=g) * 4).to(torch.bfloat16)
+    x = wide[:, :1024]  # q_lora: a column slice of wqkv_a's output
+    x[0, :4] = torch.tensor([1e-38, 448.0, -0.0, 3e4])
+    w = (torch.rand(1024, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+    q, s = empty_mxfp8_pair(rows, 1024, scale_layout=layout, device="cuda")
+    spec = scale_spec(rows, 1024, scale_layout=layout)
+    q.view(torch.uint8).fill_(0xA5)
+    scale_storage_view(s, spec).view(torch.uint8).fill_(0xA5)
+    with witness.capture() as records:
+        out = rms_norm(x, w, eps=1e-6, want_y=True, want_pair=True, scale_layout=layout, rounding=rounding,
+                       out_pair=(q, s))  # fmt: skip
+        y_only = rms_norm(x, w, eps=1e-6)
+    torch.cuda.synchronize()
+    assert [r["path"] for r in records] == ["norm.kernel.pair", "norm.kernel.bf16"]
+    assert out.pair[0] is q and out.pair[1] is s
+    assert_same_bits(y_only.y, out.y, name="y alone")
+    assert_ulp_close(out.y, _reference(x, w, 1e-6), max_ulp=1, name="y")
+    want_q, want_s = quantize_mxfp8(out.y, rounding=rounding, scale_layout=layout)
+    assert_same_bits(q.view(torch.uint8), want_q.view(torch.uint8), name="codes")
+    assert_same_bits(
+        scale_storage_view(s, spec).view(torch.uint8),
+        scale_storage_view(want_s, spec).view(torch.uint8),
+        name="scale storage, padding included",
+    )
+
+
+def test_rows_into_a_kv_cache_in_a_graph_with_new_lengths():
+    """``rms_norm_into_cache``: token b * S + s lands at ``lens[b] + s``, bit for bit ``rms_norm_rows``'s
+    row; other rows and positions past the capacity stay untouched; a captured call follows new lengths."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    b, s, cap, d = 4, 3, 64, 512
+    qkv = torch.randn(b * s, 1792, device="cuda", generator=g).to(torch.bfloat16)
+    x = qkv[:, 1280:]  # the KV head: a column slice, read in place
+    w = (torch.rand(d, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+    kv = torch.full((b, cap, d), -7.0, dtype=torch.bfloat16, device="cuda")
+    lens = torch.tensor([0, 10, 61, 63], dtype=torch.int32, device="cuda")  # the last two spill past cap
+    graph = torch.cuda.CUDAGraph()
+    rms_norm_into_cache(x, w, eps=1e-6, kv=kv, lens=lens)  # warm-up compile outside the capture
+    kv.fill_(-7.0)
+    with torch.cuda.graph(graph):
+        rms_norm_into_cache(x, w, eps=1e-6, kv=kv, lens=lens)
+    y = rms_norm_rows(x, w, eps=1e-6)
+    for step_lens in ([0, 10, 61, 63], [5, 0, 30, 1]):
+        kv.fill_(-7.0)
+        lens.copy_(torch.tensor(step_lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = torch.full_like(kv, -7.0)
+        for row in range(b * s):
+            seq, pos = divmod(row, s)
+            pos += step_lens[seq]
+            if pos < cap:
+                want[seq, pos] = y[row]
+        assert_same_bits(kv, want, name=f"cache, lens {step_lens}")
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"kv": torch.float32}, "kv must be a bfloat16 tensor"),
+        ({"lens": (3,)}, "lens must be an int32 or int64 tensor"),
+        ({"rows": 5}, "must be a positive multiple of the cache's sequences"),
+    ],
+)
+def test_bad_cache_arguments_are_refused(change, match):
+    rows = change.get("rows", 4)
+    x = torch.randn(rows, 128, device="cuda").to(torch.bfloat16)
+    kv = torch.zeros(2, 8, 128, dtype=change.get("kv", torch.bfloat16), device="cuda")
+    lens = torch.zeros(change.get("lens", (2,)), dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=match):
+        rms_norm_into_cache(x, None, eps=1e-6, kv=kv, lens=lens)

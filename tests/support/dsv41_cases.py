@@ -192,17 +192,17 @@ def assert_tp_records(records: list[dict], *, path: str, rank: int, world: int, 
     """One rank's step: its linears took ``path``, and wo_b's output was all-reduced once, over ``world``
     ranks, after wo_b and before the second boundary."""
     linear = LINEAR_PATHS[path]
-    sites = ("layers.0.attn.wqkv_a", "layers.0.attn.wo_b")
+    sites = ("layers.0.attn.wqkv_a", "layers.0.attn.wq_b", "layers.0.attn.wo_b")
     assert paths(records, "linear.") == [(linear, site) for site in sites], f"rank {rank} {path}"
     order = [r["path"] for r in records]
     reduces = [r for r in records if r["path"] == "tp.all_reduce"]
     assert len(reduces) == 1, f"rank {rank} {path}: {len(reduces)} all-reduce records"
     (reduce,) = reduces
     fields = {k: reduce[k] for k in ("site", "tp_size", "tp_rank", "backend")}
-    assert fields == {"site": sites[1], "tp_size": world, "tp_rank": rank, "backend": backend}, fields
+    assert fields == {"site": sites[2], "tp_size": world, "tp_rank": rank, "backend": backend}, fields
     at = order.index("tp.all_reduce")
     boundaries = [i for i, p in enumerate(order) if p.startswith("hc.boundary")]
-    wo_b = [i for i, r in enumerate(records) if r["path"] == linear and r.get("site") == sites[1]]
+    wo_b = [i for i, r in enumerate(records) if r["path"] == linear and r.get("site") == sites[2]]
     assert len(boundaries) == 2 and boundaries[0] < wo_b[0] < at < boundaries[1], order
 
 

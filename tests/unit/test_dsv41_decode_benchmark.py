@@ -82,8 +82,18 @@ def test_stage_floors_count_the_bytes_each_path_moves(dry_run):
     assert floors["bf16"]["boundary_in"] == pytest.approx(floors["unfused"]["boundary_in"], rel=1e-9)
     # wqkv_a's input: the unfused path reads y, writes the pair and reads it back (the quantize kernel).
     assert floors["unfused"]["wqkv_a"] - floors["fused"]["wqkv_a"] == pytest.approx(bf16 + pair, rel=1e-9)
+    # wq_b's producer (q_norm) writes the pair or y, and wq_b reads it as wqkv_a does; its MXFP8 weight
+    # (1 + 1/32 bytes an element) against bf16 on the bf16 path. q_lora_rank 128, heads x head_dim 256.
+    qp, qb = t * 128 + t * 128 // 32, 2 * t * 128
+    assert floors["unfused"]["wq_b"] - floors["fused"]["wq_b"] == pytest.approx(
+        (qb - qp) + (qb + qp), rel=1e-9
+    )
+    weight_mx, weight_bf16 = 256 * 128 + 256 * 128 // 32, 2 * 256 * 128
+    assert floors["bf16"]["wq_b"] - floors["fused"]["wq_b"] == pytest.approx(
+        weight_bf16 - weight_mx + 2 * (qb - qp), rel=1e-9
+    )
     # Stages without an MXFP8 operand move the same bytes on every path.
-    for stage in ("wq_b", "attention", "boundary_out"):
+    for stage in ("attention", "boundary_out"):
         assert floors["fused"][stage] == pytest.approx(floors["bf16"][stage], rel=1e-9), stage
     # The attention floor holds the KV the four sequences read (KV 64 on the dry run, head_dim 64, bf16).
     assert floors["fused"]["attention"] > t * 64 * 64 * 2

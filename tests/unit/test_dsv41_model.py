@@ -259,15 +259,18 @@ def test_fused_and_unfused_are_bit_identical_and_witnessed(models, tokens):
     fused, fused_records = _run(models["fused"], state, cache, context="decode")
     unfused, unfused_records = _run(models["unfused"], state, cache, context="decode")
     assert_same_outputs(fused, unfused, name=f"T={tokens}")
-    sites = ("layers.0.attn.wqkv_a", "layers.0.attn.wo_b")
+    sites = ("layers.0.attn.wqkv_a", "layers.0.attn.wq_b", "layers.0.attn.wo_b")
     assert paths(fused_records, "linear.") == [("linear.pair_consumed", s) for s in sites]
     assert paths(unfused_records, "linear.") == [("linear.self_quantized", s) for s in sites]
     # The producers wrote the pairs in the layout each consumer reads (CPU: the reference producers).
     m = models["fused"]
     (b1, _) = [r for r in fused_records if r["path"].startswith("hc.boundary")]
     (einsum,) = [r for r in fused_records if r["path"].startswith("einsum.wo_a")]
+    (q_norm,) = [r for r in fused_records if r["path"].startswith("norm.")]
     assert b1["scale_layout"] == m.wqkv_a.input_scale_layout.value
+    assert q_norm["scale_layout"] == m.wq_b.input_scale_layout.value
     assert einsum["out_scale_layout"] == m.wo_b.input_scale_layout.value
+    assert [r["scale_layout"] for r in unfused_records if r["path"].startswith("norm.")] == [None]
     assert all("scale_layout" not in r for r in unfused_records if r["path"].startswith("hc.boundary"))
     (einsum,) = [r for r in unfused_records if r["path"].startswith("einsum.wo_a")]
     assert einsum["out_scale_layout"] is None
@@ -325,17 +328,18 @@ def test_the_fused_model_falls_back_with_the_gates_reason(models, tokens, new, m
     unfused, _ = _run(models["unfused"], state, cache, context=mode)
     assert_same_outputs(fused, unfused, name=mode)
     linear = [r for r in records if r["path"].startswith("linear.")]
-    assert [(r["path"], r["failed"]) for r in linear] == [("linear.bf16", failed)] * 2
+    assert [(r["path"], r["failed"]) for r in linear] == [("linear.bf16", failed)] * 3
     assert all(reason in r["reason"] for r in linear)
     assert all("scale_layout" not in r for r in records if r["path"].startswith("hc.boundary"))
     assert [r["out_scale_layout"] for r in records if r["path"].startswith("einsum.wo_a")] == [None]
+    assert [r["scale_layout"] for r in records if r["path"].startswith("norm.")] == [None]
 
 
 def test_the_ambient_forward_context_reaches_the_gate(models):
     state, cache = decode_inputs(TINY, 2, seed=10)
     with forward_context("prefill"):
         _, records = _run(models["fused"], state, cache)
-    assert [r["mode_from"] for r in records if r["path"] == "linear.bf16"] == ["forward_context"] * 2
+    assert [r["mode_from"] for r in records if r["path"] == "linear.bf16"] == ["forward_context"] * 3
 
 
 def test_a_nan_token_stays_nan_and_never_passes_the_budget(models):

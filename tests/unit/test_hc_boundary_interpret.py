@@ -123,6 +123,16 @@ CASES += [
     Case("revealing shifted e8m0, model scalars", REVEALING_TOKENS, 256, True, "e8m0", revealing=True,
          model_scalars=True, seed=22),
     Case("T5 shifted unfused", 5, 256, True, kind="unfused", seed=5),
+    # The shifted ordering's split finish (A items write the collapse and its 16-column sums of squares):
+    # items of two words in one launch (tickets and counters, lag 1), and of one word after 16-column A
+    # steps in two launches, pair only (v in the workspace); the default's T5 case with another config.
+    Case("T7 shifted e8m0, split finish of 2 words, one launch, lag 1", 7, 384, True, "e8m0",
+         config=(4, 32, 3, 2, 4, 1, 4, 1, "fma", 1, 0, 2), copies_of_row0=(4,), seed=14),
+    Case("T5 shifted swizzled, split finish of 1 word, 16-column A steps, pair only", 5, 256, True,
+         "swizzled_128x4", want_y=False, fp32_weight=True, config=(16, 16, 4, 4, 2, 0, 4, 2, "dot", 2, 0, 1),
+         seed=15),
+    Case("T5 H256 shifted deepgemm, another config", 5, 256, True, config=(16, 16, 2, 8, 1, 0, 4, 2, "dot", 2, 0, 2),
+         seed=5),
 ]  # fmt: skip
 # The same cases with fn prepared (HcProjection): the same bits, checked pair by pair below.
 PREPARED = {
@@ -176,7 +186,7 @@ for c in cases:
                            post_out=out.post, comb_out=out.comb, workspace=ws, hw_cvt=False, fn_pieces=pieces)
         weights = out.pre if x["prev_pre"] is None else x["prev_pre"]
         steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
-                          hw_cvt=False)
+                          hw_cvt=False, split=x["prev_pre"] is not None)
         if out.pair is not None:
             quantize._launch(out.y, *out.pair, rounding=ScaleRounding(c["rounding"]), layout=ScaleLayout(layout),
                              hw_cvt=False)
@@ -297,6 +307,18 @@ def test_unfused_chain_writes_the_fused_residual_bit_for_bit(interpreted, shifte
     assert_same_bits(unfused["residual"], fused["residual"], name="R' unfused vs fused")
     for key in ("pre", "post", "comb", "y"):
         assert_same_bits(unfused[key], fused[key], name=f"{key} unfused vs fused")
+
+
+def test_the_shifted_finish_does_not_depend_on_the_configuration(interpreted):
+    """The shifted ordering's y sums the same 16-column slices whatever the A items' split and the
+    finish's items: another configuration gives the same y and pair (pre, post' and comb' follow the
+    A split, which this does not claim)."""
+    first, second = (
+        interpreted["T5 H256 shifted deepgemm"],
+        interpreted["T5 H256 shifted deepgemm, another config"],
+    )
+    for key in ("residual", "y", "q", "scales"):
+        assert_same_bits(second[key], first[key], name=key)
 
 
 @pytest.mark.parametrize(

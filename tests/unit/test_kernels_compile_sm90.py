@@ -102,7 +102,7 @@ FAMILIES = {
                            post_out=out.post, comb_out=out.comb, workspace=ws, hw_cvt=True)
         weights = out.pre if x["prev_pre"] is None else x["prev_pre"]
         steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
-                          hw_cvt=True)
+                          hw_cvt=True, split=x["prev_pre"] is not None)
 """,
         {"_hc_kernel"},
     ),
@@ -124,11 +124,17 @@ FAMILIES = {
     ),
     "rms_norm": (
         """
-    from mxfuse.kernels.rms_norm import _launch
+    from mxfuse.kernels.rms_norm import launch_rms_norm
     for cols, weighted in ((1024, True), (512, False), (300, True)):
         x = torch.randn(3, 2 * cols).to(torch.bfloat16)[:, :cols]
         w = torch.rand(cols).to(torch.bfloat16) if weighted else None
-        _launch(x, w, torch.empty(3, cols, dtype=torch.bfloat16), 1e-6)
+        launch_rms_norm(x, w, 1e-6, y=torch.empty(3, cols, dtype=torch.bfloat16))
+    x = torch.randn(3, 1024).to(torch.bfloat16)
+    for layout, code in (("deepgemm", 1), ("e8m0", 3), ("swizzled_128x4", 2)):
+        q, s = empty_mxfp8_pair(3, 1024, scale_layout=layout, device="cpu")
+        flat = scale_storage_view(s, scale_spec(3, 1024, scale_layout=layout)).view(torch.int32)
+        launch_rms_norm(x, None, 1e-6, y=torch.empty(3, 1024, dtype=torch.bfloat16), q=q, scale_words=flat,
+                        layout_code=code, rows_padded=4 if code == 1 else 128 if code == 2 else 3)
 """,
         {"_rms_norm_kernel"},
     ),

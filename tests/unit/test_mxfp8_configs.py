@@ -185,3 +185,24 @@ def test_sweep_plan_screens_defaults_first_and_its_table_is_readable():
     )
     parsed = parse_table(json.loads(json.dumps(table)), source="sweep output")
     assert parsed["NVIDIA H200"][(7168, 16384)] == [(1, fold), (64, fold)]
+
+
+def test_a_sweeps_table_merges_shape_by_shape():
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "merge_gemm_table.py"
+    spec = importlib.util.spec_from_file_location("merge_gemm_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    old = _table(
+        {"7168x16384": [{"m_max": 4, "config": _fold()}], "1792x5120": [{"m_max": 1, "config": _fold()}]}
+    )
+    new = _table(
+        {
+            "1792x5120": [{"m_max": 64, "config": _fold(block_m=64)}],
+            "8192x1280": [{"m_max": 1, "config": _fold()}],
+        }
+    )
+    merged = parse_table(module.merge(old, new), source="test")["NVIDIA H200"]
+    assert sorted(merged) == [(1792, 5120), (7168, 16384), (8192, 1280)]
+    assert [m for m, _ in merged[(1792, 5120)]] == [64]  # the sweep's shape replaces the table's
+    with pytest.raises(ValueError, match="sweep"):
+        module.merge(old, {"format": 2})

@@ -64,6 +64,9 @@ REQUIRED = [
     ("einsum.wo_a.kernel.pair", GPU),
     ("einsum.wo_a.kernel.bf16", GPU),
     ("einsum.wo_a.reference", ("cpu",)),
+    ("norm.kernel.pair", GPU),
+    ("norm.kernel.bf16", GPU),
+    ("norm.reference", ("cpu",)),
     ("tp.all_reduce", ("cpu", "h100", "b200", "gb300")),  # gloo on CPU; the 2-GPU test's classes
 ]
 

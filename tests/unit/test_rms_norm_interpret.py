@@ -1,8 +1,11 @@
-"""The RMSNorm kernel's logic on the CPU: the Triton interpreter against a float64 reference.
+"""The RMSNorm kernel's logic on the CPU: the Triton interpreter against a float64 reference and the
+reference quantizer.
 
 Triton decides at import whether a kernel is interpreted, so the kernel runs in a child process started
-with TRITON_INTERPRET=1, which launches ``_rms_norm_kernel`` directly on CPU tensors (the launcher itself
-insists on CUDA): rows in NaN-padded wider buffers, outputs NaN-poisoned.
+with TRITON_INTERPRET=1, through ``launch_rms_norm`` on CPU tensors with the integer conversions
+(``hw_cvt=False``: the interpreter's own fp32 -> bf16 cast truncates and its fp8 cast rounds half-up).
+Rows sit in NaN-padded wider buffers; y, the codes and the scale storage are poisoned first, twice with
+two poisons for the pair, so a byte the kernel leaves unwritten cannot pass.
 """
 
 from __future__ import annotations
@@ -17,39 +20,65 @@ import torch
 
 import mxfuse
 from gpumatrix import register
-from gpumatrix.compare import assert_ulp_close
+from gpumatrix.compare import assert_same_bits, assert_ulp_close
+from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view
 
-register(on=("cpu",), est_time=20)
+register(on=("cpu",), est_time=30)
 
-CASES = {  # name: (rows, cols, weighted, row stride)
-    "one row of 1024, weighted": (1, 1024, True, 1024),
-    "heads of 512, no weight": (64, 512, False, 512),
-    "300 columns (masked)": (5, 300, True, 300),
-    "a column slice": (4, 512, True, 1536),
+CASES = {  # name: (rows, cols, weighted, row stride, pair layout or None, rounding)
+    "one row of 1024, weighted, deepgemm pair": (1, 1024, True, 1024, "deepgemm", "rceil"),
+    "heads of 512, no weight": (64, 512, False, 512, None, "rceil"),
+    "300 columns (masked)": (5, 300, True, 300, None, "rceil"),
+    "a column slice, e8m0 pair": (4, 512, True, 1536, "e8m0", "floor"),
+    "5 rows of 96, swizzled pair (128 padding rows)": (5, 96, True, 96, "swizzled_128x4", "rceil"),
+    "3 rows of 160, e8m0 bytes pair": (3, 160, False, 160, "e8m0", "rceil"),
 }
+POISONS = (0xA5, 0x5A)
 
 _WORKER = """
-import sys, torch, triton
+import sys, torch
+from mxfuse.formats import scale_spec, scale_storage_view
+from mxfuse.formats import align
 from mxfuse.kernels import rms_norm as m
+from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
 cases = torch.load(sys.argv[1])
 out = {"interpreted": type(m._rms_norm_kernel).__name__}
-for name, (x, w, stride) in cases.items():
-    rows, cols = x.shape[0], x.shape[1]
+for name, (x, w, stride, layout, rounding) in cases.items():
+    rows, cols = x.shape
     buf = torch.full((rows, stride), float("nan"), dtype=torch.bfloat16)
     buf[:, :cols] = x
+    view = buf[:, :cols]
     y = torch.full((rows, cols), float("nan"), dtype=torch.bfloat16)
-    block = triton.next_power_of_2(cols)
-    m._rms_norm_kernel[(rows,)](buf, w if w is not None else buf, y, stride, cols, cols, 1e-6,
-                                HAS_WEIGHT=w is not None, BLOCK=block)
-    out[name] = y
+    m.launch_rms_norm(view, w, 1e-6, y=y, hw_cvt=False)
+    out[name] = {"y": y}
+    if layout is not None:
+        spec = scale_spec(rows, cols, scale_layout=layout)
+        for poison in (0xA5, 0x5A):
+            q = torch.full((rows, cols), poison, dtype=torch.uint8)
+            storage = torch.full((spec.storage_numel * spec.dtype.itemsize,), poison, dtype=torch.uint8)
+            flat = storage.view(spec.dtype)
+            code = scale_layout_code(layout, k=cols, scale_ptr=flat.data_ptr())
+            m.launch_rms_norm(view, w, 1e-6, q=q, scale_words=storage if code == 0 else flat.view(torch.int32),
+                              layout_code=code, rows_padded=align(rows, ROWS_ALIGN[layout]),
+                              floor=rounding == "floor", hw_cvt=False)
+            out[name][poison] = (q, storage)
+# Into a KV cache: 3 sequences x 2 new tokens at lens (0, 5, 7) of capacity 8 (the last token falls outside).
+x, w = cases["a column slice, e8m0 pair"][:2]
+x6 = torch.cat([x, x[:2] * 0.5])  # 6 rows of 512
+kv = torch.full((3, 8, 512), -7.0, dtype=torch.bfloat16)
+m.launch_rms_norm(x6, w, 1e-6, y=kv, lens=torch.tensor([0, 5, 7], dtype=torch.int32), hw_cvt=False)
+y6 = torch.full((6, 512), float("nan"), dtype=torch.bfloat16)
+m.launch_rms_norm(x6, w, 1e-6, y=y6, hw_cvt=False)
+out["cache"] = {"kv": kv, "y": y6}
 torch.save(out, sys.argv[2])
 """
 
 
 def _inputs(name: str):
-    rows, cols, weighted, _ = CASES[name]
+    rows, cols, weighted, _, _, _ = CASES[name]
     g = torch.Generator().manual_seed(len(name))
     x = (torch.randn(rows, cols, generator=g) * 2).to(torch.bfloat16)
+    x[0, :7] = torch.tensor([1e-30, -3e-39, 448.0, -0.0, 2.0**-126, 65504.0, -1.5])  # subnormals, big values
     w = (torch.rand(cols, generator=g) + 0.5).to(torch.bfloat16) if weighted else None
     return x, w
 
@@ -57,7 +86,7 @@ def _inputs(name: str):
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("rms_norm")
-    payload = {name: (*_inputs(name), CASES[name][3]) for name in CASES}
+    payload = {n: (*_inputs(n), CASES[n][3], CASES[n][4], CASES[n][5]) for n in CASES}
     torch.save(payload, tmp / "cases.pt")
     src = str(Path(mxfuse.__file__).resolve().parents[1])
     env = {**os.environ, "TRITON_INTERPRET": "1",
@@ -73,14 +102,40 @@ def test_kernel_ran_interpreted(interpreted) -> None:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_matches_float64(interpreted, name: str) -> None:
+def test_y_matches_float64(interpreted, name: str) -> None:
     x, w = _inputs(name)
     xd = x.double()
     ref = xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + 1e-6)
     if w is not None:
         ref = ref * w.double()
-    # The interpreter's fp32 -> bf16 cast truncates (see test_quantize_mxfp8_interpret.py): one ulp.
-    assert_ulp_close(interpreted[name], ref.to(torch.bfloat16), max_ulp=1, name=name)
+    assert_ulp_close(interpreted[name]["y"], ref.to(torch.bfloat16), max_ulp=1, name=name)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if CASES[n][4] is not None])
+def test_the_pair_is_the_reference_quantization_of_its_y(interpreted, name: str) -> None:
+    """Every byte, padding included, under both poisons: the pair ``quantize_mxfp8_reference`` makes of the
+    y the same kernel writes."""
+    rows, cols, _, _, layout, rounding = CASES[name]
+    y = interpreted[name]["y"]
+    want_q, want_s = quantize_mxfp8_reference(y, rounding=rounding, scale_layout=layout)
+    spec = scale_spec(rows, cols, scale_layout=layout)
+    want_storage = scale_storage_view(want_s, spec).contiguous().view(torch.uint8).flatten()
+    for poison in POISONS:
+        q, storage = interpreted[name][poison]
+        assert_same_bits(q, want_q.view(torch.uint8), name=f"{name}: codes (poison {poison:#x})")
+        assert_same_bits(storage, want_storage, name=f"{name}: scale storage (poison {poison:#x})")
+
+
+def test_rows_written_into_a_cache_land_at_their_positions(interpreted) -> None:
+    """Row b * 2 + s goes to cache position lens[b] + s, bit for bit the row the plain launch writes; every
+    other cache row, and a position past the capacity, is left as it was."""
+    kv, y = interpreted["cache"]["kv"], interpreted["cache"]["y"]
+    want = torch.full((3, 8, 512), -7.0, dtype=torch.bfloat16)
+    for row, (b, pos) in enumerate([(0, 0), (0, 1), (1, 5), (1, 6), (2, 7), (2, 8)]):
+        if pos < 8:
+            want[b, pos] = y[row]
+    assert not torch.isnan(y).any()
+    assert_same_bits(kv, want, name="cache after the norm")
 
 
 def test_launcher_rejects_bad_input() -> None:
@@ -90,3 +145,7 @@ def test_launcher_rejects_bad_input() -> None:
         rms_norm_rows(torch.zeros(2, 4, dtype=torch.int32), None, eps=1e-6)
     with pytest.raises(ValueError, match="x must be on a CUDA device"):
         rms_norm_rows(torch.zeros(2, 4), None, eps=1e-6)
+    from mxfuse.kernels.rms_norm import rms_norm_into_cache
+
+    with pytest.raises(ValueError, match="x must be on a CUDA device"):
+        rms_norm_into_cache(torch.zeros(2, 4), None, eps=1e-6, kv=torch.zeros(1, 4, 4), lens=torch.zeros(1))

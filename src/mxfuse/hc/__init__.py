@@ -221,6 +221,7 @@ def _run_unfused(call: Call, workspace: HcWorkspace, config: HcConfig | None) ->
         y_out=y,
         workspace=workspace,
         config=config,
+        split=call.prev_pre is not None,
     )
     if out.pair is not None:
         quantize_mxfp8(y, rounding=call.rounding, scale_layout=call.layout, out=out.pair)

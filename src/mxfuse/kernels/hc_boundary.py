@@ -54,6 +54,8 @@ from mxfuse.kernels.hc_plan import (
     Plan,
     choose_config,
     sm_count,
+    split_chunks,
+    split_words,
 )
 from mxfuse.kernels.hc_tile import (
     bf16_bits,
@@ -123,14 +125,23 @@ def _store_scales(s_ptr, s, rows, words, T, rows_padded, n_groups, n_words, layo
 
 
 @triton.jit
-def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, T, H, S_A, a_steps,
-             A_POST: tl.constexpr, MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr,
-             BT: tl.constexpr, BH: tl.constexpr):  # fmt: skip
-    """Post step (or a load of R'), partial mixes and sum of squares for BT rows x one column chunk."""
+def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, pp_ptr, v_ptr, vp_ptr,
+             T, H, S_A, a_steps, A_POST: tl.constexpr, A_MIX: tl.constexpr, A_COLLAPSE: tl.constexpr,
+             MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
+             BH: tl.constexpr):  # fmt: skip
+    """Post step (or a load of R'), partial mixes and sum of squares for BT rows x one column chunk
+    (A_MIX); with A_COLLAPSE also the collapse v = bf16(sum_i pp_i R'_i) of the chunk, stored, and the
+    exactly rounded sum of squares of every 16 columns of v (the shifted ordering, whose collapse
+    weights ``pp`` are inputs)."""
     rows = b * BT + tl.arange(0, BT)
     row_ok = rows < T
     rows64 = rows.to(tl.int64)
     mask = row_ok[:, None]
+    if A_COLLAPSE:
+        q0 = tl.load(pp_ptr + rows64 * 4, mask=row_ok, other=0.0)[:, None]
+        q1 = tl.load(pp_ptr + rows64 * 4 + 1, mask=row_ok, other=0.0)[:, None]
+        q2 = tl.load(pp_ptr + rows64 * 4 + 2, mask=row_ok, other=0.0)[:, None]
+        q3 = tl.load(pp_ptr + rows64 * 4 + 3, mask=row_ok, other=0.0)[:, None]
     if A_POST:
         (p0, p1, p2, p3, c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32,
          c33) = load_post_coefs(post_ptr, comb_ptr, rows64, row_ok)  # fmt: skip
@@ -160,40 +171,62 @@ def _phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, pa
         g1 = bits_to_f32(b1)
         g2 = bits_to_f32(b2)
         g3 = bits_to_f32(b3)
-        sq = g0 * g0
-        sq = sq + g1 * g1
-        sq = sq + g2 * g2
-        sq = sq + g3 * g3
-        sumsq, sumsq_c = _kahan(sumsq, sumsq_c, exact_sum(sq, 1))
-        fcols = fn_ptr + fn_rows + cols[None, :]
-        if MIX_FMA:
-            # [BT, 32, BH] products of the four streams, summed over the columns in one reduction.
-            f0 = tl.load(fcols, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-            f1 = tl.load(fcols + H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-            f2 = tl.load(fcols + 2 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-            f3 = tl.load(fcols + 3 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-            part = g0[:, None, :] * f0[None, :, :]
-            part = part + g1[:, None, :] * f1[None, :, :]
-            part = part + g2[:, None, :] * f2[None, :, :]
-            part = part + g3[:, None, :] * f3[None, :, :]
-            step = exact_sum(part, 2)
-        elif FN_PIECES:
-            pcols = fnp_ptr + fn_rows + cols[None, :]
-            piece = 24 * 4 * H  # one piece: [24, 4H]
-            step = mix_dot_pieces(tl.zeros((BT, 32), dtype=tl.float32), b0, pcols, piece, fn_mask, HW_CVT)
-            step = mix_dot_pieces(step, b1, pcols + H, piece, fn_mask, HW_CVT)
-            step = mix_dot_pieces(step, b2, pcols + 2 * H, piece, fn_mask, HW_CVT)
-            step = mix_dot_pieces(step, b3, pcols + 3 * H, piece, fn_mask, HW_CVT)
-        else:
-            step = mix_dot(tl.zeros((BT, 32), dtype=tl.float32), b0, fcols, fn_mask, HW_CVT)
-            step = mix_dot(step, b1, fcols + H, fn_mask, HW_CVT)
-            step = mix_dot(step, b2, fcols + 2 * H, fn_mask, HW_CVT)
-            step = mix_dot(step, b3, fcols + 3 * H, fn_mask, HW_CVT)
-        acc, acc_c = _kahan(acc, acc_c, step)
-    col = tl.arange(0, _RECORD)[None, :]
-    record = tl.where(col == 24, sumsq[:, None], acc)
-    slot = (b * S_A + s).to(tl.int64) * BT + tl.arange(0, BT)[:, None]
-    tl.store(part_ptr + slot * _RECORD + col, record)
+        if A_COLLAPSE:
+            # The same products and order as the finish's collapse (_collapse_chunk): the same bits.
+            v = q0 * g0
+            v = v + q1 * g1
+            v = v + q2 * g2
+            v = v + q3 * g3
+            vb = bf16_bits(v, HW_CVT)
+            tl.store(v_ptr + rows64[:, None] * H + cols[None, :], bits_to_bf16(vb), mask=mask)
+            vf = bits_to_f32(vb)
+            part16 = exact_sum(tl.reshape(vf * vf, (BT, BH // 16, 16)), 2)
+            pcols = (s * a_steps + i) * (BH // 16) + tl.arange(0, BH // 16)
+            tl.store(vp_ptr + rows64[:, None] * (H // 16) + pcols[None, :], part16, mask=mask)
+        if A_MIX:
+            sq = g0 * g0
+            sq = sq + g1 * g1
+            sq = sq + g2 * g2
+            sq = sq + g3 * g3
+            sumsq, sumsq_c = _kahan(sumsq, sumsq_c, exact_sum(sq, 1))
+            acc, acc_c = _mix_step(acc, acc_c, b0, b1, b2, b3, g0, g1, g2, g3, fn_ptr, fnp_ptr, fn_rows, fn_mask,
+                                   cols, H, MIX_FMA, FN_PIECES, HW_CVT)  # fmt: skip
+    if A_MIX:
+        col = tl.arange(0, _RECORD)[None, :]
+        record = tl.where(col == 24, sumsq[:, None], acc)
+        slot = (b * S_A + s).to(tl.int64) * BT + tl.arange(0, BT)[:, None]
+        tl.store(part_ptr + slot * _RECORD + col, record)
+
+
+@triton.jit
+def _mix_step(acc, acc_c, b0, b1, b2, b3, g0, g1, g2, g3, fn_ptr, fnp_ptr, fn_rows, fn_mask, cols, H,
+              MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr):  # fmt: skip
+    """One step's partial logits of R' (bits b, values g) added to the running ones (Kahan)."""
+    fcols = fn_ptr + fn_rows + cols[None, :]
+    if MIX_FMA:
+        # [BT, 32, BH] products of the four streams, summed over the columns in one reduction.
+        f0 = tl.load(fcols, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        f1 = tl.load(fcols + H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        f2 = tl.load(fcols + 2 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        f3 = tl.load(fcols + 3 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        part = g0[:, None, :] * f0[None, :, :]
+        part = part + g1[:, None, :] * f1[None, :, :]
+        part = part + g2[:, None, :] * f2[None, :, :]
+        part = part + g3[:, None, :] * f3[None, :, :]
+        step = exact_sum(part, 2)
+    elif FN_PIECES:
+        pcols = fnp_ptr + fn_rows + cols[None, :]
+        piece = 24 * 4 * H  # one piece: [24, 4H]
+        step = mix_dot_pieces(tl.zeros_like(acc), b0, pcols, piece, fn_mask, HW_CVT)
+        step = mix_dot_pieces(step, b1, pcols + H, piece, fn_mask, HW_CVT)
+        step = mix_dot_pieces(step, b2, pcols + 2 * H, piece, fn_mask, HW_CVT)
+        step = mix_dot_pieces(step, b3, pcols + 3 * H, piece, fn_mask, HW_CVT)
+    else:
+        step = mix_dot(tl.zeros_like(acc), b0, fcols, fn_mask, HW_CVT)
+        step = mix_dot(step, b1, fcols + H, fn_mask, HW_CVT)
+        step = mix_dot(step, b2, fcols + 2 * H, fn_mask, HW_CVT)
+        step = mix_dot(step, b3, fcols + 3 * H, fn_mask, HW_CVT)
+    return _kahan(acc, acc_c, step)
 
 
 @triton.jit
@@ -293,6 +326,31 @@ def _phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_p
                     zero = tl.zeros((16, CW, 4), dtype=tl.int32)
                     _store_scales(s_ptr, zero, z0 + zr, c * CW + tl.arange(0, CW), T, rows_padded, H // 32,
                                   H // 128, layout)  # fmt: skip
+
+
+@triton.jit
+def _phase_f_split(t, c, w_c, v_ptr, vp_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps, floor, layout,
+                   WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, HW_CVT: tl.constexpr, CW: tl.constexpr,
+                   NPART: tl.constexpr):  # fmt: skip
+    """Chunk ``c`` (CW words) of row ``t``'s finish in the shifted ordering: the row's sum of squares
+    from the A items' 16-column partial sums (every chunk sums them, the same bits), then y and/or the
+    pair of the chunk's collapse, which the A items wrote. ``w_c``: the chunk's norm weight."""
+    t64 = t.to(tl.int64)
+    k = tl.arange(0, NPART)
+    parts = tl.load(vp_ptr + t64 * (H // 16) + k, mask=k < H // 16, other=0.0, cache_modifier=".cg")
+    rf = _rms_factor(exact_sum(parts, 0), H, rms_eps)
+    cols, ok = _chunk_cols(c, H, CW)
+    vb = load_bf16_bits(v_ptr + t64 * H + cols, ok, True)
+    _emit_chunk(vb, ok, cols, c, rf, t, w_c, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout, WRITE_Y,
+                WRITE_PAIR, HW_CVT, CW)  # fmt: skip
+    if WRITE_PAIR:
+        if t == T - 1:
+            # Scale rows past the last token up to the layout's row alignment are 0 (this chunk's words).
+            zr = tl.arange(0, 16)
+            for z0 in range(T, rows_padded, 16):
+                zero = tl.zeros((16, CW, 4), dtype=tl.int32)
+                _store_scales(s_ptr, zero, z0 + zr, c * CW + tl.arange(0, CW), T, rows_padded, H // 32, H // 128,
+                              layout)  # fmt: skip
 
 
 @triton.jit
@@ -442,7 +500,7 @@ def _phase_s(b, g, mix_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, nor
 )  # fmt: skip
 def _hc_kernel(
     x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, fnp_ptr, scale_ptr, base_ptr, w_ptr,
-    ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr,
+    ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr, vp_ptr,
     cnt_ptr, part_ptr, mix_ptr,
     T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps, f_steps,
     norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
@@ -450,7 +508,8 @@ def _hc_kernel(
     HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
     PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
-    CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr,
+    CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr, A_MIX: tl.constexpr,
+    A_COLLAPSE: tl.constexpr, SPLIT: tl.constexpr, NPART: tl.constexpr,
 ):  # fmt: skip
     if PDL_SIGNAL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -472,12 +531,42 @@ def _hc_kernel(
         if HAS_A:
             b = rnd
             if b < NB:
-                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, T, H, S_A,
-                         a_steps, A_POST, MIX_FMA, FN_PIECES, HW_CVT, BT, BH)  # fmt: skip
+                _phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, pp_ptr, v_ptr,
+                         vp_ptr, T, H, S_A, a_steps, A_POST, A_MIX, A_COLLAPSE, MIX_FMA, FN_PIECES, HW_CVT, BT,
+                         BH)  # fmt: skip
                 if TICKETS:
                     _arrive(blocks + b * 3)
     elif pos < off_s:
-        if HAS_F:
+        if HAS_F and SPLIT:
+            # The shifted ordering's finish, F_CHUNKS items a row: chunk 0 also computes the row's
+            # logits and pre. Every item arrives once, after its wait (chunk 0 after the logits), so S,
+            # which resets the counters, runs after every item has read them.
+            b = rnd - lag
+            lr = (pos - off_f) // F_CHUNKS
+            c = (pos - off_f) % F_CHUNKS
+            t = b * BT + lr
+            if (b >= 0) & (t < T):
+                n_items = tl.minimum(T - b * BT, BT) * F_CHUNKS
+                cols_c, ok_c = _chunk_cols(c, H, CW)
+                w_c = tl.zeros((CW, 4, 32), dtype=tl.float32)
+                if NORM:
+                    w_c = _load_w(w_ptr, cols_c, ok_c, rms_scale, W_BF16)
+                if PDL_WAIT:
+                    tl.extra.cuda.gdc_wait()
+                if HAS_A:
+                    _wait(blocks + b * 3, S_A)
+                if COEF:
+                    if c == 0:
+                        _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps,
+                                      norm_eps, pre_eps, BT, SB)  # fmt: skip
+                old = _arrive(blocks + b * 3 + 1)
+                if not HAS_S:
+                    if old == n_items - 1:
+                        _reset(blocks + b * 3)
+                if NORM:
+                    _phase_f_split(t, c, w_c, v_ptr, vp_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps, floor,
+                                   layout, WRITE_Y, WRITE_PAIR, HW_CVT, CW, NPART)  # fmt: skip
+        elif HAS_F:
             b = rnd - lag
             t = b * BT + (pos - off_f)
             if (b >= 0) & (t < T):
@@ -513,7 +602,10 @@ def _hc_kernel(
                 if PDL_WAIT:
                     tl.extra.cuda.gdc_wait()
                 if HAS_F:
-                    _wait(blocks + b * 3 + 1, n_rows)
+                    target = n_rows
+                    if SPLIT:
+                        target = n_rows * F_CHUNKS
+                    _wait(blocks + b * 3 + 1, target)
                 elif HAS_A:
                     _wait(blocks + b * 3, S_A)
                 _phase_s(b, g, mix_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, norm_eps, post_scale,
@@ -552,12 +644,11 @@ def launch_phases(
     config.check(hidden)
     if config.launches == 2 and phases[0] and (phases[1] or phases[2]):
         one = dataclasses.replace(config, launches=1)
-        a_options = {
-            k: options[k] for k in ("tensors", "scalars", "workspace", "a_post", "hw_cvt") if k in options
-        }
+        keys = ("tensors", "scalars", "workspace", "a_post", "a_mix", "a_collapse", "hw_cvt")
+        a_options = {k: options[k] for k in keys if k in options}
         _launch(phases=(1, 0, 0), tokens=tokens, hidden=hidden, config=one, pdl_signal=pdl, **a_options)
         a_plan = Plan.make(tokens, hidden, one, phases=(1, 0, 0))
-        rest = {k: v for k, v in options.items() if k != "a_post"}
+        rest = {k: v for k, v in options.items() if k not in ("a_post", "a_mix", "a_collapse")}
         _launch(phases=(0, phases[1], phases[2]), tokens=tokens, hidden=hidden, config=one, pdl_wait=pdl,
                 a_plan=a_plan, **rest)  # fmt: skip
         return
@@ -574,6 +665,9 @@ def _launch(
     workspace: HcWorkspace,
     config: HcConfig,
     a_post: bool = False,
+    a_mix: bool = True,
+    a_collapse: bool = False,
+    split: bool = False,
     coef: bool = False,
     norm: bool = False,
     write_y: bool = False,
@@ -586,13 +680,15 @@ def _launch(
     pdl_wait: bool = False,
     a_plan: Plan | None = None,
 ) -> None:
-    plan = Plan.make(tokens, hidden, config, phases=phases)
+    split = split and bool(phases[1])
+    a_collapse = a_collapse and bool(phases[0])
+    plan = Plan.make(tokens, hidden, config, phases=phases, split=split)
     if plan.total == 0:
         return
     splits_a = (a_plan or plan).splits_a  # F reads the records of the A items, launched here or before
-    words = hidden // 128
-    f_chunks = -(-words // config.words_f)
-    need_v = norm and f_chunks > 1 and tensors.get("v") is None
+    cw = split_words(config) if split else config.words_f
+    f_chunks = split_chunks(hidden, config) if split else -(-(hidden // 128) // config.words_f)
+    need_v = (a_collapse or (norm and (split or f_chunks > 1))) and tensors.get("v") is None
     counters, scratch, v_ws = workspace.buffers(
         plan.n_counters, plan.n_scratch, tokens * hidden if need_v else 0
     )
@@ -600,6 +696,8 @@ def _launch(
     ptrs = {name: (dummy if tensors.get(name) is None else tensors[name]) for name in _POINTERS}
     if need_v:
         ptrs["v"] = v_ws
+    if a_collapse or (norm and split):
+        ptrs["vp"] = workspace.partials(tokens * (hidden // 16))
     w = tensors.get("w")
     sb = min(64, triton.next_power_of_2(splits_a))
     # A launch without A items runs on warps_f; its one-step finish then loads the norm weight before
@@ -653,9 +751,13 @@ def _launch(
         BH=config.block_h,
         RS=config.rows_s,
         SB=sb,
-        CW=config.words_f,
+        CW=cw,
         F_CHUNKS=f_chunks,
-        W_LOADED=bool(norm and f_chunks == 1 and warps >= 8),
+        W_LOADED=bool(norm and not split and f_chunks == 1 and warps >= 8),
+        A_MIX=a_mix,
+        A_COLLAPSE=a_collapse,
+        SPLIT=split,
+        NPART=triton.next_power_of_2(hidden // 16),
         num_warps=warps,
         num_stages=config.stages,
         enable_fp_fusion=False,
@@ -664,7 +766,7 @@ def _launch(
 
 
 _POINTERS = ("x", "r", "post", "comb", "pp", "fn", "fnp", "scale", "base", "w",
-             "ro", "pre", "posto", "combo", "v", "y", "q", "s")  # fmt: skip
+             "ro", "pre", "posto", "combo", "v", "y", "q", "s", "vp")  # fmt: skip
 
 
 def launch_boundary(
@@ -697,7 +799,10 @@ def launch_boundary(
     then read instead of splitting fn in every step.
 
     Shifted ordering when ``prev_pre`` is given (the collapse takes it), normal otherwise (the collapse
-    takes the pre each row's finish computes). A finish of more than one step keeps the collapse v in
+    takes the pre each row's finish computes). In the shifted ordering the A items compute the collapse
+    and the sums of squares of its 16-column slices, and a row's finish is split over items of
+    ``words_n`` words (``split_words``), each summing the row's slices; in the normal ordering one item
+    finishes a row. A finish of more than one step, and the split finish, keep the collapse v in
     ``y_out`` when y is wanted (each value is then overwritten with y), else in the workspace.
     """
     tokens, hidden = x.shape
@@ -726,6 +831,8 @@ def launch_boundary(
         workspace=workspace,
         config=config or choose_config(tokens, hidden, shifted=shifted, sms=sm_count(x.device)),
         a_post=True,
+        a_collapse=shifted,
+        split=shifted,
         coef=True,
         norm=True,
         write_y=y_out is not None,

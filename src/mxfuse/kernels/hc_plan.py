@@ -145,7 +145,9 @@ class HcConfig:
     software pipelining of phase A's steps (Triton's ``num_stages``; 1 turns it off and frees the shared
     memory its buffers hold). warps_f: the warps of a launch without A items (the second of two
     launches, and the unfused chain's finish): one row's finish is a program's serial work, which more
-    warps shorten; 0 takes ``num_warps``.
+    warps shorten; 0 takes ``num_warps``. words_n: the shifted ordering's finish, split over items of
+    ``words_n`` 128-column words of a row (a power of two <= 64; 0 takes ``words_f``): there the A items
+    write the collapse and its partial sums of squares, so a row's finish is split over programs.
     """
 
     block_t: int
@@ -159,6 +161,7 @@ class HcConfig:
     mix: str = "dot"
     stages: int = 3
     warps_f: int = 0
+    words_n: int = 0
 
     def check(self, hidden: int) -> None:
         """ValueError naming the field that does not fit ``hidden`` (a positive multiple of 128)."""
@@ -193,6 +196,8 @@ class HcConfig:
             )
         if self.launches not in (1, 2):
             problems.append(f"launches must be 1 or 2; got {self.launches}")
+        if not (self.words_n == 0 or (pow2(self.words_n) and self.words_n <= 64)):
+            problems.append(f"words_n must be 0 or a power of two <= 64; got {self.words_n}")
         if self.warps_f not in (0, 1, 2, 4, 8, 16):
             problems.append(f"warps_f must be 0 or a power of two <= 16; got {self.warps_f}")
         if self.stages not in (1, 2, 3, 4):
@@ -219,7 +224,8 @@ def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
     (one step an item: 160 items at H = 5120), the finish in one step (v kept in registers). Up to 16:
     a tensor-core block of 16 with 16-column steps, two pipeline stages, about two A items per SM.
     Larger T: tensor-core blocks of 16 with 32-column steps, three stages, about one A item per SM; the
-    finish in 32-word steps.
+    finish in 32-word steps. The shifted ordering's split finish: items of one word up to 16 tokens (40
+    items a row at H = 5120), four up to 128, else ``words_f``.
     """
     words = hidden // 128
     one_step = min(64, triton.next_power_of_2(words))
@@ -243,6 +249,7 @@ def default_config(tokens: int, hidden: int, *, sms: int = 132) -> HcConfig:
         launches=2,
         mix=mix,
         stages=stages,
+        words_n=1 if tokens <= 16 else (min(4, one_step) if tokens <= 128 else 0),
     )
 
 
@@ -290,13 +297,17 @@ class Plan:
     mix_offset: int
 
     @staticmethod
-    def make(tokens: int, hidden: int, config: HcConfig, *, phases: tuple[int, int, int]) -> Plan:
+    def make(
+        tokens: int, hidden: int, config: HcConfig, *, phases: tuple[int, int, int], split: bool = False
+    ) -> Plan:
+        """``split``: the finish split over ``split_chunks`` items a row (the shifted ordering)."""
         has_a, has_f, has_s = phases
         bt = config.block_t
         blocks = -(-tokens // bt)
         splits_a = hidden // (config.block_h * config.steps_a)
-        items_f = min(bt, tokens)
-        items_s = -(-items_f // config.rows_s)
+        rows_f = min(bt, tokens)
+        items_f = rows_f * (split_chunks(hidden, config) if split else 1)
+        items_s = -(-rows_f // config.rows_s)
         sizes = (splits_a * has_a, items_f * has_f, items_s * has_s)
         lag = config.lag if has_a and (has_f or has_s) else 0
         rounds = blocks + lag
@@ -316,12 +327,23 @@ class Plan:
         )
 
 
+def split_words(config: HcConfig) -> int:
+    """128-column words per item of the split finish (the shifted ordering)."""
+    return config.words_n or config.words_f
+
+
+def split_chunks(hidden: int, config: HcConfig) -> int:
+    """Items of the split finish per row."""
+    return -(-(hidden // 128) // split_words(config))
+
+
 # ---------------------------------------------------------------------------------------------
 # Workspace: counters and partial records, per device, grown on demand and never freed.
 
 
 class HcWorkspace:
-    """Counters, partial records and the collapse buffer of the boundary kernels on one device.
+    """Counters, partial records, the collapse buffer and its partial sums of squares of the boundary
+    kernels on one device.
 
     Counters start at zero and the kernels leave them at zero. Buffers grow when a call needs more;
     a grown-out buffer is kept alive, because a captured CUDA graph may still point at it. Growing
@@ -334,6 +356,7 @@ class HcWorkspace:
         self._counters = torch.zeros(0, dtype=torch.int32, device=self.device)
         self._scratch = torch.empty(0, dtype=torch.float32, device=self.device)
         self._v = torch.empty(0, dtype=torch.bfloat16, device=self.device)
+        self._vp = torch.empty(0, dtype=torch.float32, device=self.device)
         self._retired: list[torch.Tensor] = []
 
     def _grow(self, have: torch.Tensor, need: int, what: str) -> torch.Tensor:
@@ -358,10 +381,16 @@ class HcWorkspace:
         self._v = self._grow(self._v, max(v, 1), "collapse values")
         return self._counters, self._scratch, self._v
 
+    def partials(self, n: int) -> torch.Tensor:
+        """At least ``n`` fp32 partial sums of squares of the collapse (16 columns each)."""
+        self._vp = self._grow(self._vp, max(n, 1), "partial sums of squares")
+        return self._vp
+
     def reserve(self, tokens: int, hidden: int, config: HcConfig | None = None) -> None:
-        """Grow now to what a boundary of ``tokens`` x ``hidden`` (pair only) needs."""
+        """Grow now to what a boundary of ``tokens`` x ``hidden`` (pair only, either ordering) needs."""
         plan = Plan.make(tokens, hidden, config or default_config(tokens, hidden), phases=(1, 1, 1))
         self.buffers(plan.n_counters, plan.n_scratch, tokens * hidden)
+        self.partials(tokens * (hidden // 16))
 
 
 _WORKSPACES: dict[torch.device, HcWorkspace] = {}

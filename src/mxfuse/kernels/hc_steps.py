@@ -110,21 +110,28 @@ def launch_norm(
     workspace: HcWorkspace,
     config: HcConfig | None = None,
     hw_cvt: bool = True,
+    split: bool = False,
 ) -> None:
     """y = RMSNorm(collapse(``residual``, ``weights`` [T, 4])) in bf16 (the boundary's F items, finishing
-    only: collapse, norm, y)."""
+    only: collapse, norm, y). ``split``: as the fused boundary computes it in the shifted ordering (the
+    collapse and its 16-column sums of squares by A items, then the finish split over items), which
+    ``weights`` = ``prev_pre`` asks for; else as in the normal ordering (one item a row)."""
     tokens, _, hidden = residual.shape
     if tokens == 0:
         return
     launch_phases(
-        phases=(0, 1, 0),
+        phases=(1, 1, 0) if split else (0, 1, 0),
         tokens=tokens,
         hidden=hidden,
         tensors={"ro": residual, "pp": weights, "w": norm_weight, "v": y_out, "y": y_out},
         scalars=scalars,
         workspace=workspace,
-        config=config or choose_config(tokens, hidden, shifted=False),
+        config=config or choose_config(tokens, hidden, shifted=split),
+        a_mix=False,
+        a_collapse=split,
+        split=split,
         norm=True,
         write_y=True,
         hw_cvt=hw_cvt,
+        pdl=split and hw_cvt,
     )

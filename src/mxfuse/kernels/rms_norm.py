@@ -1,11 +1,16 @@
-"""RMSNorm of each row into bf16 in one launch: ``bf16(x * rsqrt(mean(x^2) + eps) * weight)``, fp32 math.
+"""RMSNorm of each row in one launch: ``y = bf16(x * rsqrt(mean(x^2) + eps) * weight)``, fp32 math, written
+as bf16 y and/or as the next GEMM's MXFP8 pair of y.
 
 The decode step's attention core normalises three small tensors a step (q_lora, each head of q, the KV
 head); as torch operators each is five to seven launches (casts, square, mean, rsqrt, two multiplies,
-the bf16 cast), as this kernel one. One program a row, the row in registers (rows up to 16384 wide).
-The sum of squares is Triton's tree over the row, not torch's reduction, so the result can differ from
-``mxfuse.models.dsv41.attention.rms_norm``'s CPU formula in the last bit of a bf16 output; every path of
-the step runs this same kernel on CUDA, so fused and unfused stay bit-identical.
+the bf16 cast), as this kernel one. q_lora's norm is also a producer: it can write wq_b's MXFP8 input
+directly, bit for bit ``quantize_mxfp8`` of the bf16 y it would write (the same ``mxfp8_tile`` steps as
+the quantize kernel, on y's bf16-rounded values).
+
+One program a row, the row in registers as ``[WORDS, 4, 32]`` (scale word, k-group, element; rows up to
+16384 wide). The sum of squares is Triton's tree over that tile, not torch's reduction, so y can differ
+from the torch formula (``mxfuse.norm.rms_norm_reference``) in the last bit; every path of the decode step
+runs this same kernel on CUDA, so fused and unfused stay bit-identical.
 """
 
 from __future__ import annotations
@@ -14,31 +19,139 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["MAX_ROW", "rms_norm_rows"]
+from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
+from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
+
+__all__ = ["MAX_ROW", "launch_rms_norm", "rms_norm_into_cache", "rms_norm_rows"]
 
 MAX_ROW = 16384
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "rows_padded", "per_seq", "capacity"])
 def _rms_norm_kernel(
-    x_ptr, w_ptr, out_ptr, stride_x, stride_out, cols, eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, M, cols, rows_padded, eps, per_seq, capacity,
+    HAS_WEIGHT: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr,
+    HW_CVT: tl.constexpr, LAYOUT: tl.constexpr, WORDS: tl.constexpr, TO_CACHE: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    inside = offs < cols
-    x = tl.load(x_ptr + row * stride_x + offs, mask=inside, other=0.0).to(tl.float32)
-    mean = tl.sum(x * x, axis=0) / cols
+    row = tl.program_id(0)
+    words = tl.arange(0, WORDS)
+    c = words[:, None, None] * 128 + tl.arange(0, 4)[None, :, None] * 32 + tl.arange(0, 32)[None, None, :]
+    inside = (c < cols) & (row < M)  # programs past M (the pair's padding rows) read and write no data
+    r64 = row.to(tl.int64)
+    x = tl.load(x_ptr + r64 * stride_x + c, mask=inside, other=0.0).to(tl.float32)
+    mean = tl.sum(tl.sum(tl.sum(x * x, axis=2), axis=1), axis=0) / cols
     y = x * (1.0 / tl.sqrt_rn(mean + eps))
     if HAS_WEIGHT:
-        y = y * tl.load(w_ptr + offs, mask=inside, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_out + offs, y.to(tl.bfloat16), mask=inside)
+        y = y * tl.load(w_ptr + c, mask=c < cols, other=0.0).to(tl.float32)
+    yb = tl.where(inside, bf16_bits(y, HW_CVT), 0)
+    if WRITE_Y:
+        if TO_CACHE:
+            # Row ``row`` is new token s of sequence b (sequence-major): it goes to cache row
+            # b * capacity + lens[b] + s; a position outside [0, capacity) is not written.
+            seq = row // per_seq
+            pos = tl.load(lens_ptr + seq).to(tl.int64) + row % per_seq
+            dest = seq.to(tl.int64) * capacity + pos
+            tl.store(y_ptr + dest * cols + c, bits_to_bf16(yb), mask=inside & (pos >= 0) & (pos < capacity))
+        else:
+            tl.store(y_ptr + r64 * cols + c, bits_to_bf16(yb), mask=inside)
+    if WRITE_PAIR:
+        ybits = yb << 16  # fp32 patterns of the bf16-rounded y: the pair is quantize(y)
+        s = mxfp8_scale_bytes(tl.max(ybits & 0x7FFFFFFF, axis=2), FLOOR)  # [WORDS, 4]; 0 on padding
+        tl.store(q_ptr + r64 * cols + c, mxfp8_codes(ybits, s, HW_CVT), mask=inside)
+        n_words = (cols + 127) // 128
+        store_scale_words(s_ptr, s[None, :, :], row + tl.zeros((1,), dtype=tl.int32), words, M, rows_padded,
+                          cols // 32, n_words, LAYOUT)  # fmt: skip
 
 
 def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dim of ``x`` (a float tensor on CUDA) with an optional ``weight`` [D];
-    returns a new bf16 tensor of ``x``'s shape. A 2-D ``x`` whose rows are strided (a column slice of a
-    larger tensor) is read in place."""
+    """bf16 RMSNorm over the last dim of ``x`` (a float tensor on CUDA) with an optional ``weight`` [D];
+    a new tensor of ``x``'s shape. A 2-D ``x`` whose rows are strided (a column slice of a larger tensor)
+    is read in place."""
+    rows = _rows(x)
+    _check_weight(weight, x)
+    _check_eps(eps)
+    out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    launch_rms_norm(rows, weight, eps, y=out.view(-1, rows.shape[1]))
+    return out
+
+
+def launch_rms_norm(
+    rows: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    *,
+    y: torch.Tensor | None = None,
+    q: torch.Tensor | None = None,
+    scale_words: torch.Tensor | None = None,
+    layout_code: int = 1,
+    rows_padded: int = 0,
+    floor: bool = False,
+    hw_cvt: bool = True,
+    lens: torch.Tensor | None = None,
+) -> None:
+    """The kernel over ``rows`` [M, D] (unit column stride) into ``y`` [M, D] bf16 and/or the pair ``q``
+    [M, D] (float8_e4m3fn, or its uint8 view without ``hw_cvt``) with ``scale_words`` (the scale storage,
+    uint8 for layout code 0, else int32) in ``layout_code`` (``mxfp8_tile.scale_layout_code``), scale rows
+    up to ``rows_padded``. With ``lens`` [B], ``y`` is a KV cache [B, capacity, D] and row b * S + s goes
+    to ``y[b, lens[b] + s]`` (S = M / B). Arguments are validated by the caller."""
+    count, cols = rows.shape
+    pair = q is not None
+    grid = max(count, rows_padded) if pair else count
+    if grid == 0:
+        return
+    words = triton.next_power_of_2(triton.cdiv(cols, 128))
+    dummy = rows
+    per_seq, capacity = (count // lens.shape[0], y.shape[1]) if lens is not None else (1, 0)
+    _rms_norm_kernel[(grid,)](
+        rows, dummy if weight is None else weight, dummy if y is None else y, dummy if q is None else q,
+        dummy if scale_words is None else scale_words, dummy if lens is None else lens, rows.stride(0), count,
+        cols, rows_padded, eps, per_seq, capacity,
+        HAS_WEIGHT=weight is not None, WRITE_Y=y is not None, WRITE_PAIR=pair, FLOOR=floor, HW_CVT=hw_cvt,
+        LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, num_warps=max(1, min(8, words // 2)),
+    )  # fmt: skip
+
+
+def rms_norm_into_cache(
+    x: torch.Tensor, weight: torch.Tensor | None, *, eps: float, kv: torch.Tensor, lens: torch.Tensor
+) -> None:
+    """``rms_norm_rows(x, weight)`` written into a KV cache instead of a new tensor: ``x`` [T, D] holds T / B
+    new tokens of each of B sequences (sequence-major), ``kv`` [B, capacity, D] bf16 (contiguous) gets
+    token s of sequence b at position ``lens[b] + s``; ``lens`` [B] int32/int64 stays on the device (no
+    host read, so the call can be captured in a CUDA graph) and a position outside the cache is not
+    written. The same bits as ``rms_norm_rows`` then a copy into those rows, in one launch."""
+    rows = _rows(x)
+    _check_weight(weight, x)
+    _check_eps(eps)
+    count, cols = rows.shape
+    if not isinstance(kv, torch.Tensor) or kv.dim() != 3 or kv.dtype != torch.bfloat16 or kv.shape[2] != cols:
+        raise ValueError(f"kv must be a bfloat16 tensor [B, capacity, {cols}]; got {_describe(kv)}")
+    if kv.device != x.device or not kv.is_contiguous():
+        raise ValueError(
+            f"kv must be contiguous on {x.device}; got {kv.device}, contiguous={kv.is_contiguous()}"
+        )
+    b = kv.shape[0]
+    if (
+        not isinstance(lens, torch.Tensor)
+        or lens.shape != (b,)
+        or lens.dtype not in (torch.int32, torch.int64)
+    ):
+        raise ValueError(f"lens must be an int32 or int64 tensor [{b}]; got {_describe(lens)}")
+    if lens.device != x.device or not lens.is_contiguous():
+        raise ValueError(f"lens must be contiguous on {x.device}; got {lens.device}")
+    if b == 0 or count % b:
+        raise ValueError(
+            f"x's rows (T = {count}) must be a positive multiple of the cache's sequences B = {b}"
+        )
+    launch_rms_norm(rows, weight, eps, y=kv, lens=lens)
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {list(value.shape)}"
+    return type(value).__name__
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating-point torch.Tensor; got {getattr(x, 'dtype', type(x))}")
     if x.device.type != "cuda":
@@ -48,31 +161,23 @@ def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -
     cols = x.shape[-1]
     if not 0 < cols <= MAX_ROW:
         raise ValueError(f"x's last dim must be in 1..{MAX_ROW}; got {cols}")
-    if weight is not None:
-        if not isinstance(weight, torch.Tensor) or weight.shape != (cols,):
-            raise ValueError(
-                f"weight must be a tensor of shape ({cols},); got {getattr(weight, 'shape', weight)}"
-            )
-        if weight.device != x.device or not weight.is_floating_point():
-            raise ValueError(
-                f"weight must be a float tensor on {x.device}; got {weight.dtype} on {weight.device}"
-            )
-        weight = weight.contiguous()
+    return x if x.dim() == 2 and x.stride(-1) == 1 else x.reshape(-1, cols).contiguous()
+
+
+def _check_weight(weight: torch.Tensor | None, x: torch.Tensor) -> None:
+    if weight is None:
+        return
+    cols = x.shape[-1]
+    if not isinstance(weight, torch.Tensor) or weight.shape != (cols,):
+        raise ValueError(
+            f"weight must be a tensor of shape ({cols},); got {getattr(weight, 'shape', weight)}"
+        )
+    if weight.device != x.device or not weight.is_floating_point() or not weight.is_contiguous():
+        raise ValueError(
+            f"weight must be a contiguous float tensor on {x.device}; got {weight.dtype} on {weight.device}"
+        )
+
+
+def _check_eps(eps: object) -> None:
     if not isinstance(eps, float) or not eps > 0:
         raise ValueError(f"eps must be a positive float; got {eps!r}")
-    rows_view = x if x.dim() == 2 and x.stride(-1) == 1 else x.reshape(-1, cols).contiguous()
-    out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
-    _launch(rows_view, weight, out.view(-1, cols), eps)
-    return out
-
-
-def _launch(rows: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor, eps: float) -> None:
-    """The kernel over ``rows`` [R, D] (unit column stride) into contiguous ``out`` [R, D] bf16."""
-    count, cols = rows.shape
-    if count == 0:
-        return
-    block = triton.next_power_of_2(cols)
-    _rms_norm_kernel[(count,)](
-        rows, weight if weight is not None else rows, out, rows.stride(0), cols, cols, eps,
-        HAS_WEIGHT=weight is not None, BLOCK=block, num_warps=max(1, min(8, block // 256)),
-    )  # fmt: skip

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from mxfuse.attention import mqa_decode_attention
-from mxfuse.kernels.rms_norm import rms_norm_rows
+from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
 from mxfuse.models.dsv41.state import KvCache
 
 __all__ = ["mqa_attention", "rms_norm"]
@@ -32,18 +32,26 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> tor
     return y.to(torch.bfloat16)
 
 
-def mqa_attention(q: torch.Tensor, kv: torch.Tensor, cache: KvCache, *, scale: float) -> torch.Tensor:
-    """Write ``kv`` [T, D] into ``cache`` and attend: ``q`` [T, heads, D] bf16 -> [T, heads * D] bf16.
+def mqa_attention(
+    q: torch.Tensor, kv: torch.Tensor, cache: KvCache, *, scale: float, kv_weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """Write ``kv_norm(kv)`` ([T, D], weight ``kv_weight``) into ``cache`` and attend: ``q`` [T, heads, D]
+    bf16 -> [T, heads * D] bf16.
 
-    Tokens are sequence-major: token ``b * S + s`` is new token ``s`` of sequence ``b`` (S = T / B). The
-    attention is ``mxfuse.attention.mqa_decode_attention``: the split-KV kernel on CUDA, the float32
-    reference elsewhere. No host synchronisation (lengths are not read back) and static shapes, so one
-    decode step can be captured in a CUDA graph and replayed with new lengths.
+    Tokens are sequence-major: token ``b * S + s`` is new token ``s`` of sequence ``b`` (S = T / B). On
+    CUDA the norm writes the cache rows itself (``rms_norm_into_cache``: one launch, the same bits as
+    ``rms_norm`` then a copy); elsewhere ``rms_norm`` then ``index_put_``. The attention is
+    ``mxfuse.attention.mqa_decode_attention``: the split-KV kernel on CUDA, the float32 reference
+    elsewhere. No host synchronisation (lengths are not read back) and static shapes, so one decode step
+    can be captured in a CUDA graph and replayed with new lengths.
     """
     tokens, _, dim = q.shape
     b = cache.sequences
     s = tokens // b
-    pos = cache.lens.to(torch.int64)[:, None] + torch.arange(s, device=q.device)  # [B, S]
-    rows = torch.arange(b, device=q.device)[:, None].expand(b, s)
-    cache.kv.index_put_((rows, pos), kv.view(b, s, dim))
+    if kv.device.type == "cuda":
+        rms_norm_into_cache(kv, kv_weight, eps=eps, kv=cache.kv, lens=cache.lens)
+    else:
+        pos = cache.lens.to(torch.int64)[:, None] + torch.arange(s, device=q.device)  # [B, S]
+        rows = torch.arange(b, device=q.device)[:, None].expand(b, s)
+        cache.kv.index_put_((rows, pos), rms_norm(kv, kv_weight, eps=eps).view(b, s, dim))
     return mqa_decode_attention(q, cache.kv, cache.lens, scale=scale, check_lens=False)

@@ -22,7 +22,7 @@ hc_{attn,ffn}_scale      float32                              [3]
 
 The release keeps wq_a and wkv apart; serving engines stack them into one wqkv_a GEMM at load (SGLang
 ``SGLANG_OPT_FUSE_WQA_WKV``), and so does ``AttentionSublayer.load_weights``. The release stores wq_b in
-FP8 too; here it is bf16 (the sublayer's MXFP8 contracts are about wqkv_a, wo_a and wo_b). Scales are
+FP8 too; here it is bf16, and the MXFP8 paths quantize it at load (``MxLinear``). Scales are
 written as ``float8_e8m0fnu`` (safetensors ``F8_E8M0``, as in the release); uint8 is read as well.
 
 ``config.json`` beside ``model.safetensors`` holds the model dims and the block format; a reader checks

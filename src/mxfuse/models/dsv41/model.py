@@ -5,7 +5,8 @@ One decode step of T tokens::
     boundary 1  post of the previous sublayer (the FFN before), mixes + Sinkhorn with hc_attn, collapse
                 with the carried pre (V4.1 shifted ordering), attn_norm          -> y, or wqkv_a's pair
     wqkv_a      MxLinear [q_lora_rank + head_dim, hidden]: q_lora | the shared KV head
-    q           q_norm, wq_b (bf16), per-head RMS; kv: kv_norm               (``attention.py``)
+    q           q_norm -> wq_b's pair or bf16 (``mxfuse.norm``), wq_b MxLinear [heads * head_dim,
+                q_lora_rank], per-head RMS; kv: kv_norm                        (``attention.py``)
     attention   multi-query over the KV cache                                 -> o [T, heads * head_dim]
     wo_a        grouped projection o [T, G, r] x [G, R, r] -> z [T, G * R]     -> bf16 z, or wo_b's pair
     wo_b        MxLinear [hidden, G * R]                                       -> attn_out
@@ -14,8 +15,8 @@ One decode step of T tokens::
 
 Three paths, one model (``path``), all loaded from the same checkpoint:
 
-* ``fused``: the producers write the consumers' MXFP8 pairs (boundary 1 for wqkv_a, wo_a's epilogue
-  for wo_b) and the linears consume them (witness ``linear.pair_consumed``). Whether a producer writes a
+* ``fused``: the producers write the consumers' MXFP8 pairs (boundary 1 for wqkv_a, q_norm for wq_b,
+  wo_a's epilogue for wo_b) and the linears consume them (witness ``linear.pair_consumed``). Whether a producer writes a
   pair is the consuming layer's gate (``MxLinear.gate(T)``): at T > 2048 or in prefill the producers
   write bf16 and the layers take their bf16 path, the gate's reason in their witness records.
 * ``unfused``: the producers write bf16; each linear quantizes its own input (``linear.self_quantized``).
@@ -46,7 +47,6 @@ from enum import Enum
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mxfuse.einsum import WoAWeight, grouped_wo_a, prepare_wo_a_weight
@@ -67,16 +67,16 @@ from mxfuse.models.dsv41.checkpoint import local_shapes, read_checkpoint
 from mxfuse.models.dsv41.config import Dsv41Config
 from mxfuse.models.dsv41.parallel import all_reduce_partial_sums, check_process_group
 from mxfuse.models.dsv41.state import HcState, KvCache, StepOutputs
+from mxfuse.norm import rms_norm as norm_producer
 
 __all__ = ["AttentionSublayer", "LoadResult", "SublayerPath", "load_sublayer", "stage_events"]
 
 StatusFn = Callable[[torch.device], Mapping[str, Availability]]
 
-# checkpoint name -> parameter name, for the tensors used as they are (bf16 norms and wq_b, fp32 hc)
+# checkpoint name -> parameter name, for the tensors used as they are (bf16 norms, fp32 hc)
 _PLAIN = {
     "attn.q_norm.weight": "q_norm",
     "attn.kv_norm.weight": "kv_norm",
-    "attn.wq_b.weight": "wq_b",
     "attn_norm.weight": "attn_norm",
     "ffn_norm.weight": "ffn_norm",
     **{f"hc_{sub}_{part}": f"hc_{sub}_{part}" for sub in ("attn", "ffn") for part in ("fn", "base", "scale")},
@@ -100,11 +100,13 @@ class LoadResult:
     wqkv_a: ProcessResult
     wo_b: ProcessResult
     rebound: tuple[str, ...]
+    wq_b: ProcessResult | None = None
 
     @property
     def graph_safe(self) -> bool:
         """True when CUDA graphs captured before this (re)load read the new weights."""
-        return not self.rebound and self.wqkv_a.graph_safe and self.wo_b.graph_safe
+        linears = (self.wqkv_a, self.wo_b) + ((self.wq_b,) if self.wq_b is not None else ())
+        return not self.rebound and all(r.graph_safe for r in linears)
 
 
 class AttentionSublayer(nn.Module):
@@ -148,6 +150,8 @@ class AttentionSublayer(nn.Module):
         c, site = config, f"layers.{layer}.attn"
         common = {"mxfp8_input": mx, "device": self.device, "backend_status": backend_status}
         self.wqkv_a = MxLinear(c.hidden, c.wqkv_a_out, name=f"{site}.wqkv_a", **common)
+        # The checkpoint's bf16 wq_b, quantized at load on the MXFP8 paths (the release stores it in FP8).
+        self.wq_b = MxLinear(c.q_lora_rank, c.local_heads * c.head_dim, name=f"{site}.wq_b", **common)
         self.wo_b = MxLinear(c.wo_b_in, c.hidden, name=f"{site}.wo_b", **common)
         self.wo_a: WoAWeight | None = None  # the MXFP8 paths' grouped weight
         for slot in (*_PLAIN.values(), "wo_a_bf16", *_PIECES.values()):
@@ -217,7 +221,9 @@ class AttentionSublayer(nn.Module):
             # q_lora_rank is a multiple of 32, so wq_a's 32x32 scale blocks end where wkv's begin.
             self.wqkv_a.load_weights(torch.cat([wq_a[0], wkv[0]]), torch.cat([wq_a[1], wkv[1]]))
             self.wo_b.load_weights(s["attn.wo_b.weight"], s["attn.wo_b.scale"])
+        self.wq_b.load_weights(s["attn.wq_b.weight"])
         wqkv_a, wo_b = self.wqkv_a.process_weights_after_loading(), self.wo_b.process_weights_after_loading()
+        wq_b = self.wq_b.process_weights_after_loading()
 
         c = self.config
         w, scale = s["attn.wo_a.weight"], s["attn.wo_a.scale"]
@@ -244,7 +250,7 @@ class AttentionSublayer(nn.Module):
             rebound += self._commit(slot, HcProjection.prepare(getattr(self, fn)).pieces)
         self._staged = {}
         self._state = "ready"
-        return LoadResult(wqkv_a, wo_b, tuple(rebound))
+        return LoadResult(wqkv_a, wo_b, tuple(rebound), wq_b)
 
     def _commit(self, slot: str, value: torch.Tensor) -> list[str]:
         old = getattr(self, slot)
@@ -295,11 +301,20 @@ class AttentionSublayer(nn.Module):
 
         q_lora, kv = qkv.split([c.q_lora_rank, c.head_dim], dim=1)
         with _stage("wq_b"):
-            q = F.linear(rms_norm(q_lora, self.q_norm, eps=c.rms_norm_eps), self.wq_b)
+            # q_norm is wq_b's producer: on the fused path it writes wq_b's pair (the gate's rule).
+            pair_q = fused and self.wq_b.gate(tokens, context=context).fused
+            normed = norm_producer(
+                q_lora,
+                self.q_norm,
+                eps=c.rms_norm_eps,
+                want_y=not pair_q,
+                want_pair=pair_q,
+                **self._pair_format(self.wq_b, pair_q),
+            )
+            q = self.wq_b(normed.pair if pair_q else normed.y, context=context)
             q = rms_norm(q.view(tokens, c.local_heads, c.head_dim), None, eps=c.rms_norm_eps)
         with _stage("attention"):
-            kv = rms_norm(kv, self.kv_norm, eps=c.rms_norm_eps)
-            o = mqa_attention(q, kv, cache, scale=c.softmax_scale)
+            o = mqa_attention(q, kv, cache, scale=c.softmax_scale, kv_weight=self.kv_norm, eps=c.rms_norm_eps)
 
         with _stage("wo_a"):
             z = self._wo_a(o, tokens, context)
