@@ -227,8 +227,14 @@ def stage_bytes(model: AttentionSublayer, tokens: int, kv: int) -> dict[str, int
         + (pair(c.q_lora_rank) if fused else bf16(c.q_lora_rank))
         + (pair(c.q_lora_rank) if fused else quantize(c.q_lora_rank) if unfused else bf16(c.q_lora_rank))
         + bf16(heads_cols),
-        "attention": t * kv * c.head_dim * 2 + 2 * bf16(heads_cols) + bf16(c.head_dim),
-        "wo_a": wo_a_weight + bf16(heads_cols) + (pair(z_cols) if fused else bf16(z_cols)),
+        # The attention writes wo_a's pair (fused) or bf16 o, which wo_a quantizes on the unfused path.
+        "attention": t * kv * c.head_dim * 2
+        + bf16(heads_cols)
+        + (pair(heads_cols) if fused else bf16(heads_cols))
+        + bf16(c.head_dim),
+        "wo_a": wo_a_weight
+        + (pair(heads_cols) if fused else quantize(heads_cols) if unfused else bf16(heads_cols))
+        + (pair(z_cols) if fused else bf16(z_cols)),
         "wo_b": _linear_weight(model.wo_b)
         + (pair(z_cols) if fused else quantize(z_cols) if unfused else bf16(z_cols))
         + bf16(h),

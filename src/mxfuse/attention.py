@@ -31,7 +31,19 @@ from contextlib import contextmanager
 import torch
 
 from mxfuse import MxfuseError, witness
+from mxfuse.formats import (
+    ScaleLayout,
+    ScaleRounding,
+    align,
+    check_mxfp8_pair,
+    parse_scale_layout,
+    parse_scale_rounding,
+    scale_spec,
+    scale_storage_view,
+)
+from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.mqa_decode import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
+from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
 from mxfuse.memory import tensors_overlap
 
 __all__ = [
@@ -214,43 +226,116 @@ def mqa_decode_attention(
     out: torch.Tensor | None = None,
     check_lens: bool = True,
     config: MqaConfig | None = None,
-) -> torch.Tensor:
+    out_pair: tuple[torch.Tensor, torch.Tensor] | None = None,
+    out_scale_layout: ScaleLayout | str | None = None,
+    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``q`` over the cache ``kv`` (module docstring); returns ``out`` [T, H * D] bf16.
 
     ``check_lens``: read ``lens`` on the host and refuse values outside ``[0, capacity - S]`` (a device
     synchronisation; skipped inside CUDA-graph capture, where the kernel clamps lengths to that range so a
     bad one can never read outside the cache). ``config`` overrides the checked-in launch table
     (``mxfuse.kernels.mqa_decode.choose_mqa_config``).
+
+    ``out_pair``: ``(float8_e4m3fn [T, H * D], scale)`` in ``out_scale_layout`` (None: told from the scale's
+    dtype and rank), the next GEMM's MXFP8 input: bit for bit ``quantize_mxfp8(out, rounding=rounding)``,
+    every byte written, padding included; then the pair is returned (and bf16 ``out`` written only when
+    given). The combine kernel writes it when head_dim is a multiple of 128 and the launch has more than one
+    split (the witness record's ``pair`` says ``combine``), else the bf16 output is quantized (``quantize``).
     """
     tokens, heads, dim, sequences, new = _check_inputs(q, kv, lens, scale)
     if out is not None:
         _check_out(out, tokens, heads * dim, q.device, (q, kv, lens))
+    layout, rounding = None, parse_scale_rounding(rounding)
+    if out_pair is not None:
+        layout = _pair_layout(out_pair, out_scale_layout)
+        check_mxfp8_pair(
+            out_pair, m=tokens, k=heads * dim, scale_layout=layout, device=q.device, argument="out_pair"
+        )
+        if any(
+            tensors_overlap(t, u)
+            for t in out_pair
+            for u in (q, kv, lens) + ((out,) if out is not None else ())
+        ):
+            raise ValueError("out_pair must not overlap q, kv, lens or out")
+    elif out_scale_layout is not None:
+        raise ValueError("out_scale_layout describes out_pair; without out_pair it must be None")
     if config is not None and not isinstance(config, MqaConfig):
         raise TypeError(f"config must be an MqaConfig or None; got {type(config).__name__}")
     if check_lens and not _capturing(q.device):
         _check_lens_values(lens, new, kv.shape[1])
     refusal = _kernel_refusal(q.device)
     fields = {"sequences": sequences, "new_tokens": new, "heads": heads, "head_dim": dim}
+    if out_pair is not None:
+        fields["out_scale_layout"] = layout.value
     if refusal is not None:
         witness.emit("attention.reference", f"float32 torch reference: {refusal}", **fields)
         result = mqa_decode_attention_reference(q, kv, lens, scale=scale)
-        if out is None:
-            return result
-        out.copy_(result)
-        return out
-    if out is None:
-        out = torch.empty(tokens, heads * dim, dtype=torch.bfloat16, device=q.device)
+        if out is not None:
+            out.copy_(result)
+        if out_pair is None:
+            return result if out is None else out
+        quantize_mxfp8(result, rounding=rounding, scale_layout=layout, out=out_pair)
+        return out_pair
     if tokens == 0:
-        return out
+        if out_pair is not None:
+            return out_pair
+        return out if out is not None else torch.empty(0, heads * dim, dtype=torch.bfloat16, device=q.device)
     props = torch.cuda.get_device_properties(q.device)
     cfg = config or choose_mqa_config(sequences, new, heads, dim, multiprocessors=props.multi_processor_count)
     if cfg.pdl and torch.cuda.get_device_capability(q.device) < (9, 0):
         cfg = dataclasses.replace(cfg, pdl=False)  # programmatic dependent launch needs sm_90+
     acc, ml = _partials(q.device, *mqa_partials_numel(sequences, new * heads, dim, cfg.splits))
-    launch_mqa_decode(q, kv, lens, out, acc, ml, scale=scale, config=cfg)
+    by_combine = out_pair is not None and cfg.splits > 1 and dim % 128 == 0
+    if out is None and not by_combine:
+        out = torch.empty(tokens, heads * dim, dtype=torch.bfloat16, device=q.device)
+    pair_args = {}
+    if by_combine:
+        codes, scales = out_pair
+        flat = scale_storage_view(scales, scale_spec(tokens, heads * dim, scale_layout=layout))
+        code = scale_layout_code(layout.value, k=heads * dim, scale_ptr=flat.data_ptr())
+        pair_args = {
+            "pair": (codes, flat if code == 0 else flat.view(torch.int32)),
+            "layout_code": code,
+            "rows_padded": align(tokens, ROWS_ALIGN[layout.value]),
+            "floor": rounding is ScaleRounding.FLOOR,
+            "write_y": out is not None,
+        }
+    launch_mqa_decode(
+        q, kv, lens, _codes_or_out(out, out_pair), acc, ml, scale=scale, config=cfg, **pair_args
+    )
+    if out_pair is not None and not by_combine:
+        quantize_mxfp8(out, rounding=rounding, scale_layout=layout, out=out_pair)
+    if out_pair is not None:
+        fields["pair"] = "combine" if by_combine else "quantize"
     witness.emit(
         "attention.kernel",
         f"split-KV Triton kernel: {cfg.splits} splits x {cfg.d_parts} output parts, {cfg.block_n}-key tiles",
         **fields,
     )
-    return out
+    return out if out_pair is None else out_pair
+
+
+def _codes_or_out(
+    out: torch.Tensor | None, out_pair: tuple[torch.Tensor, torch.Tensor] | None
+) -> torch.Tensor:
+    """The kernels' ``out`` argument: bf16 ``out``, or (the combine writing the pair alone) a [T, H * D]
+    view of the pair's codes, which the kernels then neither read nor write as bf16."""
+    return out if out is not None else out_pair[0].view(torch.uint8)
+
+
+def _pair_layout(out_pair: object, layout: ScaleLayout | str | None) -> ScaleLayout:
+    if layout is not None:
+        return parse_scale_layout(layout)
+    scale = out_pair[1] if isinstance(out_pair, tuple | list) and len(out_pair) == 2 else None
+    if isinstance(scale, torch.Tensor):
+        if scale.dtype == torch.int32 and scale.dim() == 2:
+            return ScaleLayout.DEEPGEMM
+        if scale.dtype == torch.uint8 and scale.dim() == 2:
+            return ScaleLayout.E8M0
+        if scale.dtype == torch.uint8 and scale.dim() == 1:
+            return ScaleLayout.SWIZZLED_128X4
+    raise ValueError(
+        "out_pair[1] must be int32 [T, K/128] (deepgemm), uint8 [T, K/32] (e8m0) or 1-D uint8 "
+        f"(swizzled_128x4) scales, or out_scale_layout given; got {getattr(scale, 'dtype', type(scale).__name__)}"
+    )

@@ -324,7 +324,7 @@ def grouped_wo_a(
         out_layout = None
         out = torch.empty((t, w.groups, w.n), dtype=torch.bfloat16, device=device)
     config = _kernel_config(device, t, w)
-    _emit(device, t, w, out_layout, a_layout, config)
+    _emit(device, t, w, out_layout, a_layout, config, given_pair=a_pair is not None)
     if t == 0:
         return out_pair if out_pair is not None else out
     if a_pair is None:
@@ -388,8 +388,11 @@ def _emit(
     out_layout: ScaleLayout | None,
     a_layout: ScaleLayout,
     config: WoAConfig | None,
+    *,
+    given_pair: bool,
 ) -> None:
     fields = {
+        "input": "pair" if given_pair else "quantized here",
         "rows": t,
         "groups": w.groups,
         "n": w.n,

@@ -87,9 +87,17 @@ def _assert_fused_records(records: list[dict], model: AttentionSublayer) -> None
         model.wq_b.input_scale_layout.value,
     )
     (einsum,) = [r for r in records if r["path"].startswith("einsum.wo_a")]
-    assert (einsum["path"], einsum["out_scale_layout"]) == (
+    assert (einsum["path"], einsum["out_scale_layout"], einsum["input"]) == (
         "einsum.wo_a.kernel.pair",
         model.wo_b.input_scale_layout.value,
+        "pair",
+    )
+    # wo_a's input pair: written by the attention's combine kernel, deepgemm scales.
+    (attention,) = [r for r in records if r["path"].startswith("attention.")]
+    assert (attention["path"], attention["pair"], attention["out_scale_layout"]) == (
+        "attention.kernel",
+        "combine",
+        "deepgemm",
     )
 
 
@@ -98,7 +106,9 @@ def _assert_unfused_records(records: list[dict]) -> None:
     assert [r["path"] for r in records if r["path"].startswith("hc.boundary")] == [
         "hc.boundary.kernel.bf16"
     ] * 2
-    assert [r["path"] for r in records if r["path"].startswith("einsum.wo_a")] == ["einsum.wo_a.kernel.bf16"]
+    assert [(r["path"], r["input"]) for r in records if r["path"].startswith("einsum.wo_a")] == [
+        ("einsum.wo_a.kernel.bf16", "quantized here")
+    ]
     assert [r["path"] for r in records if r["path"].startswith("norm.")] == ["norm.kernel.bf16"]
 
 

@@ -17,6 +17,8 @@ from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse import witness
 from mxfuse.attention import MqaConfig, mqa_decode_attention, mqa_decode_attention_reference
+from mxfuse.formats import empty_mxfp8_pair, scale_spec, scale_storage_view
+from mxfuse.kernels import quantize_mxfp8
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 
@@ -166,3 +168,73 @@ def test_bad_input_is_refused_and_nothing_written(change, argument: str) -> None
         mqa_decode_attention(args.pop("q"), args.pop("kv"), args.pop("lens"), out=out, **args)
     torch.cuda.synchronize()
     assert_same_bits(out, before, name="out after a refused call")
+
+
+def _pair(tokens: int, width: int, layout: str, poison: int):
+    pair = empty_mxfp8_pair(tokens, width, scale_layout=layout, device="cuda")
+    pair[0].view(torch.uint8).fill_(poison)
+    scale_storage_view(pair[1], scale_spec(tokens, width, scale_layout=layout)).view(torch.uint8).fill_(
+        poison
+    )
+    return pair
+
+
+def _pair_bytes(pair, tokens: int, width: int, layout: str):
+    storage = scale_storage_view(pair[1], scale_spec(tokens, width, scale_layout=layout))
+    return pair[0].view(torch.uint8), storage.contiguous().view(torch.uint8)
+
+
+@pytest.mark.parametrize(
+    ("lens", "new", "layout", "rounding", "config"),
+    [
+        ([4095], 1, "deepgemm", "rceil", None),  # the step at T = 1: table config, 3 padding scale rows
+        ([100, 4000, 7], 1, "e8m0", "floor", None),
+        ([2000] * 4, 4, "swizzled_128x4", "rceil", None),  # 16 rows padded to 128
+        ([3000, 12], 2, "deepgemm", "rceil", MqaConfig(splits=1)),  # no combine: the output is quantized
+    ],
+    ids=["T1 deepgemm", "T3 e8m0 floor", "T16 swizzled", "one split (quantize)"],
+)
+def test_the_pair_is_quantize_mxfp8_of_the_bf16_output(lens, new, layout, rounding, config):
+    """``out_pair``: every code and scale byte, padding included, under two poisons, is ``quantize_mxfp8``
+    of the bf16 output of the same call; with bf16 ``out`` too and without it; the witness says who wrote it."""
+    inputs = make_mqa_inputs(
+        lens, new_tokens=new, heads=64, head_dim=512, seed=len(lens) + new, device="cuda"
+    )
+    tokens, width = len(lens) * new, 64 * 512
+    out = _run(inputs, config=config)
+    want = _pair_bytes(quantize_mxfp8(out, rounding=rounding, scale_layout=layout), tokens, width, layout)
+    for poison, with_out in ((0xA5, False), (0x5A, True)):
+        pair = _pair(tokens, width, layout, poison)
+        both = _poisoned_out(inputs) if with_out else None
+        with witness.capture() as records:
+            got = mqa_decode_attention(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale, out=both,
+                                       out_pair=pair, rounding=rounding, config=config)  # fmt: skip
+        torch.cuda.synchronize()
+        assert got is pair
+        (record,) = records
+        assert record["pair"] == ("quantize" if config is not None else "combine")
+        assert record["out_scale_layout"] == layout
+        for name, a, b in zip(
+            ("codes", "scales"), _pair_bytes(pair, tokens, width, layout), want, strict=True
+        ):
+            assert_same_bits(a, b, name=f"{name}, poison {poison:#x}")
+        if with_out:
+            assert_same_bits(both, out, name="bf16 out written beside the pair")
+
+
+def test_the_pair_in_a_graph_with_changed_lengths():
+    inputs = make_mqa_inputs([4000, 10], new_tokens=1, heads=64, head_dim=512, capacity=4200, seed=18,
+                             device="cuda", poison_unused=None)  # fmt: skip
+    pair = _pair(2, 64 * 512, "deepgemm", 0xA5)
+    mqa_decode_attention(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale, out_pair=pair)  # warm
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mqa_decode_attention(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale, out_pair=pair)
+    for lens in ([17, 4100], [2500, 0]):
+        inputs.lens.copy_(torch.tensor(lens))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = quantize_mxfp8(_run(inputs), scale_layout="deepgemm")
+        for a, b in zip(_pair_bytes(pair, 2, 64 * 512, "deepgemm"), _pair_bytes(want, 2, 64 * 512, "deepgemm"),
+                        strict=True):  # fmt: skip
+            assert_same_bits(a, b, name=f"pair after a replay with lens {lens}")

@@ -12,6 +12,7 @@ from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits
 from mxfuse import witness
 from mxfuse.attention import MqaConfig, mqa_decode_attention, mqa_decode_attention_reference
+from mxfuse.formats import empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec, scale_storage_view
 
 register(on=("cpu",), est_time=10)
 
@@ -202,3 +203,40 @@ def test_bad_out_and_config() -> None:
 def test_config_is_validated(fields, match) -> None:
     with pytest.raises(ValueError, match=match):
         MqaConfig(**fields)
+
+
+@pytest.mark.parametrize("layout", ["deepgemm", "e8m0", "swizzled_128x4"])
+def test_a_pair_on_cpu_is_the_reference_quantized(layout) -> None:
+    inputs = make_mqa_inputs([5, 9, 0], new_tokens=1, heads=2, head_dim=128, seed=4)
+    pair = empty_mxfp8_pair(3, 256, scale_layout=layout, device="cpu")
+    with witness.capture() as records:
+        got = mqa_decode_attention(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale, out_pair=pair)
+    assert got is pair
+    assert [(r["path"], r["out_scale_layout"]) for r in records] == [("attention.reference", layout)]
+    want_q, want_s = quantize_mxfp8_reference(
+        mqa_decode_attention_reference(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale),
+        scale_layout=layout,
+    )
+    spec = scale_spec(3, 256, scale_layout=layout)
+    assert_same_bits(pair[0].view(torch.uint8), want_q.view(torch.uint8), name="codes")
+    assert_same_bits(scale_storage_view(pair[1], spec), scale_storage_view(want_s, spec), name="scales")
+
+
+def test_bad_out_pair_is_refused_naming_it() -> None:
+    inputs = make_mqa_inputs([5, 9], new_tokens=1, heads=2, head_dim=128, seed=5)
+    args = (inputs.q, inputs.kv, inputs.lens)
+    good = empty_mxfp8_pair(2, 256, scale_layout="deepgemm", device="cpu")
+    with pytest.raises(ValueError, match=r"out_pair\[0\] must have dtype"):
+        mqa_decode_attention(*args, scale=inputs.scale, out_pair=(good[0].view(torch.uint8), good[1]))
+    with pytest.raises(ValueError, match=r"out_pair\[0\] must have shape"):
+        mqa_decode_attention(
+            *args,
+            scale=inputs.scale,
+            out_pair=empty_mxfp8_pair(3, 256, scale_layout="deepgemm", device="cpu"),
+        )
+    with pytest.raises(ValueError, match=r"out_pair\[1\]"):
+        mqa_decode_attention(*args, scale=inputs.scale, out_pair=(good[0], torch.zeros(2, 3)))
+    with pytest.raises(ValueError, match="out_scale_layout describes out_pair"):
+        mqa_decode_attention(*args, scale=inputs.scale, out_scale_layout="deepgemm")
+    with pytest.raises(ValueError, match="rounding"):
+        mqa_decode_attention(*args, scale=inputs.scale, out_pair=good, rounding="up")

@@ -92,9 +92,18 @@ def test_stage_floors_count_the_bytes_each_path_moves(dry_run):
     assert floors["bf16"]["wq_b"] - floors["fused"]["wq_b"] == pytest.approx(
         weight_bf16 - weight_mx + 2 * (qb - qp), rel=1e-9
     )
-    # Stages without an MXFP8 operand move the same bytes on every path.
-    for stage in ("attention", "boundary_out"):
-        assert floors["fused"][stage] == pytest.approx(floors["bf16"][stage], rel=1e-9), stage
+    # The attention writes wo_a's pair (fused) or bf16 o (heads x head_dim = 256 columns), which wo_a
+    # quantizes on the unfused path (o read, the pair written and read back).
+    op, ob = t * 256 + t * 256 // 32, 2 * t * 256
+    assert floors["unfused"]["attention"] - floors["fused"]["attention"] == pytest.approx(ob - op, rel=1e-9)
+    assert floors["bf16"]["attention"] == pytest.approx(floors["unfused"]["attention"], rel=1e-9)
+    # wo_a's output z (2 groups x o_lora_rank 128): its pair (fused) or bf16 z.
+    zp, zb = t * 256 + t * 256 // 32, 2 * t * 256
+    assert floors["unfused"]["wo_a"] - floors["fused"]["wo_a"] == pytest.approx(
+        (ob + 2 * op) - op + (zb - zp), rel=1e-9
+    )
+    # The boundary after attention moves the same bytes on every path.
+    assert floors["fused"]["boundary_out"] == pytest.approx(floors["bf16"]["boundary_out"], rel=1e-9)
     # The attention floor holds the KV the four sequences read (KV 64 on the dry run, head_dim 64, bf16).
     assert floors["fused"]["attention"] > t * 64 * 64 * 2
 

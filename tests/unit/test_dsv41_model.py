@@ -273,7 +273,14 @@ def test_fused_and_unfused_are_bit_identical_and_witnessed(models, tokens):
     assert [r["scale_layout"] for r in unfused_records if r["path"].startswith("norm.")] == [None]
     assert all("scale_layout" not in r for r in unfused_records if r["path"].startswith("hc.boundary"))
     (einsum,) = [r for r in unfused_records if r["path"].startswith("einsum.wo_a")]
-    assert einsum["out_scale_layout"] is None
+    assert (einsum["out_scale_layout"], einsum["input"]) == (None, "quantized here")
+    # The attention is wo_a's producer on the fused path only: its pair (deepgemm scales) read as it is.
+    (fused_einsum,) = [r for r in fused_records if r["path"].startswith("einsum.wo_a")]
+    assert (fused_einsum["input"], fused_einsum["scale_layout"]) == ("pair", "deepgemm")
+    (attention,) = [r for r in fused_records if r["path"].startswith("attention.")]
+    assert attention["out_scale_layout"] == "deepgemm"
+    (attention,) = [r for r in unfused_records if r["path"].startswith("attention.")]
+    assert "out_scale_layout" not in attention
 
 
 def test_target_verify_and_the_next_pair_are_bit_identical(checkpoint):

@@ -133,6 +133,11 @@ CASES += [
          seed=15),
     Case("T5 H256 shifted deepgemm, another config", 5, 256, True, config=(16, 16, 2, 8, 1, 0, 4, 2, "dot", 2, 0, 2),
          seed=5),
+    # Two launches with Sinkhorn items of one row, which sum their row's records themselves (both orderings).
+    Case("T6 shifted deepgemm, one-row Sinkhorn items summing their records", 6, 256, True,
+         config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1), copies_of_row0=(5,), seed=16),
+    Case("T6 normal e8m0, one-row Sinkhorn items summing their records", 6, 256, False, "e8m0",
+         config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1), seed=17),
 ]  # fmt: skip
 # The same cases with fn prepared (HcProjection): the same bits, checked pair by pair below.
 PREPARED = {

@@ -119,6 +119,15 @@ FAMILIES = {
         for cfg in configs:
             a, m = mqa_partials_numel(2, new * heads, dim, cfg.splits)
             launch_mqa_decode(q, kv, lens, out, torch.empty(a), torch.empty(m), scale=0.1, config=cfg)
+    # The combine writing wo_a's pair (deepgemm words, then e8m0 bytes with FLOOR), bf16 out off.
+    q, kv = torch.randn(2, 64, 512).to(torch.bfloat16), torch.randn(2, 100, 512).to(torch.bfloat16)
+    a, m = mqa_partials_numel(2, 64, 512, 3)
+    codes = torch.empty(2, 64 * 512, dtype=torch.float8_e4m3fn)
+    for code, scales, floor in ((1, torch.empty(2, 256, dtype=torch.int32), False),
+                                (0, torch.empty(2 * 1024, dtype=torch.uint8), True)):
+        launch_mqa_decode(q, kv, torch.tensor([3, 90]), codes.view(torch.uint8), torch.empty(a), torch.empty(m),
+                          scale=0.1, config=MqaConfig(splits=3), pair=(codes, scales), layout_code=code,
+                          rows_padded=4, floor=floor, write_y=False)
 """,
         {"_mqa_split_kernel", "_mqa_combine_kernel"},
     ),

@@ -23,6 +23,7 @@ import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse.attention import mqa_decode_attention_reference
+from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view
 
 register(on=("cpu",), est_time=60)
 
@@ -72,7 +73,7 @@ CASES = {
 _WORKER = """
 import importlib, sys, torch
 md = importlib.import_module("mxfuse.kernels.mqa_decode")
-cases = torch.load(sys.argv[1], weights_only=False)
+cases, pairs = torch.load(sys.argv[1], weights_only=False)
 results = {"interpreted": type(md._mqa_split_kernel).__name__}
 for name, c in cases.items():
     q, kv, lens = c["q"], c["kv"], c["lens"]
@@ -83,6 +84,30 @@ for name, c in cases.items():
     acc, ml = torch.full((a,), float("nan")), torch.full((m,), float("nan"))
     md.launch_mqa_decode(q, kv, lens, out, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True)
     results[name] = out
+from mxfuse.formats import align, scale_spec
+from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
+for name, c in pairs.items():
+    q, kv, lens = c["q"], c["kv"], c["lens"]
+    cfg = md.MqaConfig(**c["config"])
+    tokens, heads, dim = q.shape
+    a, m = md.mqa_partials_numel(kv.shape[0], (tokens // kv.shape[0]) * heads, dim, cfg.splits)
+    acc, ml = torch.full((a,), float("nan")), torch.full((m,), float("nan"))
+    y = torch.full((tokens, heads * dim), float("nan"), dtype=torch.bfloat16)
+    md.launch_mqa_decode(q, kv, lens, y, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True, hw_cvt=False)
+    layout, width = c["layout"], heads * dim
+    spec = scale_spec(tokens, width, scale_layout=layout)
+    got = {"y": y}
+    for poison in (0xA5, 0x5A):
+        codes = torch.full((tokens, width), poison, dtype=torch.uint8)
+        storage = torch.full((spec.storage_numel * spec.dtype.itemsize,), poison, dtype=torch.uint8)
+        flat = storage.view(spec.dtype)
+        code = scale_layout_code(layout, k=width, scale_ptr=flat.data_ptr())
+        md.launch_mqa_decode(q, kv, lens, codes, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True,
+                             pair=(codes, storage if code == 0 else flat.view(torch.int32)), layout_code=code,
+                             rows_padded=align(tokens, ROWS_ALIGN[layout]), floor=c["rounding"] == "floor",
+                             write_y=False, hw_cvt=False)
+        got[poison] = (codes, storage)
+    results["pair: " + name] = got
 torch.save(results, sys.argv[2])
 """
 
@@ -97,7 +122,28 @@ def _inputs(name: str):
     return x
 
 
-def _payload() -> dict:
+# The combine writing wo_a's MXFP8 pair (head_dim 128: one scale word a program): name -> (lens, new
+# tokens, heads, splits, layout, rounding). Three rows pad to 4 (deepgemm) and 128 (swizzled) scale rows.
+PAIR_CASES = {
+    "3 sequences, 2 heads, 3 splits, deepgemm": ([5, 40, 0], 1, 2, 3, "deepgemm", "rceil"),
+    "2 sequences x 2 tokens, 70 splits (two combine chunks), e8m0 floor": (
+        [70, 9],
+        2,
+        2,
+        70,
+        "e8m0",
+        "floor",
+    ),
+    "3 sequences, 1 head, 2 splits, swizzled": ([12, 1, 33], 1, 1, 2, "swizzled_128x4", "rceil"),
+}
+
+
+def _pair_inputs(name: str):
+    lens, new, heads, _, _, _ = PAIR_CASES[name]
+    return make_mqa_inputs(lens, new_tokens=new, heads=heads, head_dim=128, seed=len(name))
+
+
+def _payload() -> tuple[dict, dict]:
     payload = {}
     for name, case in CASES.items():
         x = _inputs(name)
@@ -105,7 +151,13 @@ def _payload() -> dict:
             x.kv[1] = x.kv[0]
             x.q[1] = x.q[0]
         payload[name] = {"q": x.q, "kv": x.kv, "lens": x.lens, "scale": x.scale, "config": case[5]}
-    return payload
+    pairs = {}
+    for name, (_, _, _, splits, layout, rounding) in PAIR_CASES.items():
+        x = _pair_inputs(name)
+        config = dict(block_n=16, block_m=16, d_parts=1, splits=splits)
+        pairs[name] = {"q": x.q, "kv": x.kv, "lens": x.lens, "scale": x.scale, "config": config,
+                       "layout": layout, "rounding": rounding}  # fmt: skip
+    return payload, pairs
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +203,24 @@ def test_matches_reference(interpreted, name: str) -> None:
         x.q[1] = x.q[0]
     ref = mqa_decode_attention_reference(x.q, x.kv, x.lens, scale=x.scale)
     assert_attention_matches(interpreted[name], ref, heads=x.q.shape[1], name=name)
+
+
+@pytest.mark.parametrize("name", list(PAIR_CASES))
+def test_the_combines_pair_is_the_reference_quantization_of_its_output(interpreted, name: str) -> None:
+    """Every code and scale byte, padding rows included, under two poisons: ``quantize_mxfp8_reference``
+    of the bf16 output the same configuration writes (itself checked against the float32 reference)."""
+    lens, new, heads, _, layout, rounding = PAIR_CASES[name]
+    got = interpreted["pair: " + name]
+    x = _pair_inputs(name)
+    ref = mqa_decode_attention_reference(x.q, x.kv, x.lens, scale=x.scale)
+    assert_attention_matches(got["y"], ref, heads=heads, name=name)
+    want_q, want_s = quantize_mxfp8_reference(got["y"], rounding=rounding, scale_layout=layout)
+    spec = scale_spec(len(lens) * new, heads * 128, scale_layout=layout)
+    want_storage = scale_storage_view(want_s, spec).contiguous().view(torch.uint8).flatten()
+    for poison in (0xA5, 0x5A):
+        codes, storage = got[poison]
+        assert_same_bits(codes, want_q.view(torch.uint8), name=f"{name}: codes (poison {poison:#x})")
+        assert_same_bits(storage, want_storage, name=f"{name}: scale storage (poison {poison:#x})")
 
 
 def test_duplicated_sequence_gives_the_same_bits(interpreted) -> None:

@@ -15,7 +15,8 @@ grid, per block of ``BT`` tokens:
       ``pre``, kept in registers, or ``prev_pre`` in the shifted ordering), its sum of squares, then y
       and/or the MXFP8 pair
   S   Sinkhorn of ``rows_s`` rows from their logits: post' and comb' (nothing waits on it); it waits
-      only for its rows' logits, so it runs beside the F items' norm
+      only for its rows' logits, so it runs beside the F items' norm (in a launch without A items, an
+      item of one row sums the row's records itself instead of waiting for them: ``S_OWN``)
 
 so the residual is read once and R' written once and read back once, from L2; only one hand-off (A to
 F) is on the path to y. Programs take tickets from an atomic counter in launch order, and an item of
@@ -245,10 +246,9 @@ def _pick(v, col, j):
 
 
 @triton.jit
-def _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps, norm_eps, pre_eps,
-                  BT: tl.constexpr, SB: tl.constexpr):  # fmt: skip
-    """Row ``t``'s records summed into its 24 logits and sum(R'^2) (stored for S), and ``pre`` (stored
-    and returned: [32], the four values first)."""
+def _row_mix(t, part_ptr, mix_ptr, S_A, f_steps, BT: tl.constexpr, SB: tl.constexpr):
+    """Row ``t``'s records summed into its 24 logits and sum(R'^2) at 24 ([32]), stored for S and returned.
+    The F item and, when it does not wait for the F item, the row's S item compute the same bits."""
     t64 = t.to(tl.int64)
     col = tl.arange(0, _RECORD)
     b = t // BT
@@ -259,8 +259,19 @@ def _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_
         sp = i * SB + si
         ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr) * _RECORD + col[None, :]
         acc += tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg")
-    mix = exact_sum(acc, 0)  # [32]: the 24 logits, sum(R'^2) at 24
+    mix = exact_sum(acc, 0)
     tl.store(mix_ptr + t64 * _RECORD + col, mix)
+    return mix
+
+
+@triton.jit
+def _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps, norm_eps, pre_eps,
+                  BT: tl.constexpr, SB: tl.constexpr):  # fmt: skip
+    """Row ``t``'s records summed into its 24 logits and sum(R'^2) (stored for S), and ``pre`` (stored
+    and returned: [32], the four values first)."""
+    t64 = t.to(tl.int64)
+    col = tl.arange(0, _RECORD)
+    mix = _row_mix(t, part_ptr, mix_ptr, S_A, f_steps, BT, SB)
     one = tl.full((1,), 1.0, dtype=tl.float32)
     sumsq = _pick(mix, col, 24) + tl.zeros((1,), dtype=tl.float32)
     rs = tl.div_rn(one, tl.sqrt_rn(tl.div_rn(sumsq, one * (4 * H)) + norm_eps))
@@ -509,7 +520,7 @@ def _hc_kernel(
     PDL_WAIT: tl.constexpr, W_BF16: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
     CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr, A_MIX: tl.constexpr,
-    A_COLLAPSE: tl.constexpr, SPLIT: tl.constexpr, NPART: tl.constexpr,
+    A_COLLAPSE: tl.constexpr, SPLIT: tl.constexpr, NPART: tl.constexpr, S_OWN: tl.constexpr,
 ):  # fmt: skip
     if PDL_SIGNAL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -559,10 +570,11 @@ def _hc_kernel(
                     if c == 0:
                         _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps,
                                       norm_eps, pre_eps, BT, SB)  # fmt: skip
-                old = _arrive(blocks + b * 3 + 1)
-                if not HAS_S:
-                    if old == n_items - 1:
-                        _reset(blocks + b * 3)
+                if not S_OWN:
+                    old = _arrive(blocks + b * 3 + 1)
+                    if not HAS_S:
+                        if old == n_items - 1:
+                            _reset(blocks + b * 3)
                 if NORM:
                     _phase_f_split(t, c, w_c, v_ptr, vp_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padded, rms_eps, floor,
                                    layout, WRITE_Y, WRITE_PAIR, HW_CVT, CW, NPART)  # fmt: skip
@@ -583,7 +595,8 @@ def _hc_kernel(
                     pre = _phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps,
                                         norm_eps, pre_eps, BT, SB)  # fmt: skip
                     if HAS_S:
-                        _arrive(blocks + b * 3 + 1)  # S needs only the logits: it runs beside the norm
+                        if not S_OWN:
+                            _arrive(blocks + b * 3 + 1)  # S needs only the logits: it runs beside the norm
                 if NORM:
                     _phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H,
                                   rows_padded, rms_eps, rms_scale, floor, layout, PP_OWN, W_LOADED, W_BF16,
@@ -601,7 +614,13 @@ def _hc_kernel(
             if (b >= 0) & (g * RS < n_rows):
                 if PDL_WAIT:
                     tl.extra.cuda.gdc_wait()
-                if HAS_F:
+                if S_OWN:
+                    # One row an item, no A items in this launch: the item sums its row's records itself
+                    # (the F item's bits) instead of waiting for the F item's logits; nothing waits on
+                    # the F items, so they do not arrive.
+                    _row_mix(b * BT + g, part_ptr, mix_ptr, S_A, f_steps, BT, SB)
+                    tl.debug_barrier()  # the row's logits stored by every thread before any reads them
+                elif HAS_F:
                     target = n_rows
                     if SPLIT:
                         target = n_rows * F_CHUNKS
@@ -758,6 +777,8 @@ def _launch(
         A_COLLAPSE=a_collapse,
         SPLIT=split,
         NPART=triton.next_power_of_2(hidden // 16),
+        # The Sinkhorn item of one row sums its records itself when this launch has no A items to wait on.
+        S_OWN=bool(coef and phases[1] and phases[2] and not phases[0] and config.rows_s == 1),
         num_warps=warps,
         num_stages=config.stages,
         enable_fp_fusion=False,

@@ -35,6 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
+from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
+from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
+
 __all__ = ["MqaConfig", "choose_mqa_config", "launch_mqa_decode", "mqa_partials_numel"]
 
 _LOG2E = 1.4426950408889634
@@ -204,17 +207,48 @@ def _mqa_split_kernel(
             tl.store(ml_ptr + (base * 2 + 1) * rows + r, l_i, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["S", "H", "capacity", "n_splits", "out_stride"])
+@triton.jit
+def _combine_store(o, t, h, dblk, d, d_ok, out_ptr, out_stride, q_ptr, s_ptr, H, T, rows_padded,
+                   D: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr,
+                   LAYOUT: tl.constexpr, HW_CVT: tl.constexpr):  # fmt: skip
+    """Dims ``d`` of head ``h`` in row ``t``: bf16 (WRITE_Y) and/or, the block being one 128-column word
+    of the [T, H * D] row, its MXFP8 pair (WRITE_PAIR): bit for bit ``quantize_mxfp8`` of the bf16 values."""
+    yb = bf16_bits(o, HW_CVT)
+    cols = h * D + d
+    t64 = t.to(tl.int64)
+    if WRITE_Y:
+        tl.store(out_ptr + t64 * out_stride + cols, bits_to_bf16(yb), mask=d_ok)
+    if WRITE_PAIR:
+        n_cols = H * D
+        ybits = tl.reshape(yb << 16, (1, 4, 32))  # one scale word: four blocks of 32
+        sc = mxfp8_scale_bytes(tl.max(ybits & 0x7FFFFFFF, axis=2), FLOOR)  # [1, 4]
+        tl.store(q_ptr + t64 * n_cols + tl.reshape(cols, (1, 4, 32)), mxfp8_codes(ybits, sc, HW_CVT))
+        word = (h * D) // 128 + dblk + tl.zeros((1,), dtype=tl.int32)
+        store_scale_words(s_ptr, sc[None, :, :], t + tl.zeros((1,), dtype=tl.int32), word, T, rows_padded,
+                          n_cols // 32, n_cols // 128, LAYOUT)  # fmt: skip
+        if t == T - 1:
+            # Scale rows past the last token up to the layout's row alignment are 0 (this word's).
+            zr = tl.arange(0, 16)
+            for z0 in range(T, rows_padded, 16):
+                store_scale_words(s_ptr, tl.zeros((16, 1, 4), dtype=tl.int32), z0 + zr, word, T, rows_padded,
+                                  n_cols // 32, n_cols // 128, LAYOUT)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["S", "H", "capacity", "n_splits", "out_stride", "T", "rows_padded"])
 def _mqa_combine_kernel(
     acc_ptr,
     ml_ptr,
     lens_ptr,
     out_ptr,  # [T, H * D] bf16, rows of stride out_stride
+    q_ptr,  # [T, H * D] fp8 codes of the pair (WRITE_PAIR)
+    s_ptr,  # its scale storage in LAYOUT
     S,
     H,
     capacity,
     n_splits,
     out_stride,
+    T,
+    rows_padded,
     D: tl.constexpr,
     BLOCK_DC: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
@@ -222,11 +256,18 @@ def _mqa_combine_kernel(
     MIN_TILES: tl.constexpr,
     USE_PDL: tl.constexpr,
     ONE_PASS: tl.constexpr,
+    WRITE_Y: tl.constexpr = True,
+    WRITE_PAIR: tl.constexpr = False,
+    FLOOR: tl.constexpr = False,
+    LAYOUT: tl.constexpr = 1,
+    HW_CVT: tl.constexpr = True,
 ):
     """One program per (sequence, row, BLOCK_DC output dims): the partials of SPLIT_CHUNK splits are
     loaded as one [SPLIT_CHUNK, BLOCK_DC] tile (all loads in flight at once), weighted and summed.
     ``ONE_PASS`` (every split fits one chunk): the maxima, sums and partials are loaded together, so the
-    program waits on memory once instead of twice (the maxima, then the rest); the same arithmetic."""
+    program waits on memory once instead of twice (the maxima, then the rest); the same arithmetic.
+    WRITE_PAIR (BLOCK_DC = 128, D a multiple of 128): the row's MXFP8 pair too, or instead of bf16
+    (WRITE_Y off); the last token's programs write the layout's zero padding rows of their word."""
     b = tl.program_id(0)
     r = tl.program_id(1)
     dblk = tl.program_id(2)
@@ -254,9 +295,8 @@ def _mqa_combine_kernel(
         m_ref = tl.where(m_max == float("-inf"), 0.0, m_max)
         w = tl.exp2(m - m_ref)
         o = tl.sum(w[:, None] * part, 0) / tl.sum(w * s_l, 0)
-        t = b * S + r // H
-        h = r % H
-        tl.store(out_ptr + t.to(tl.int64) * out_stride + h * D + d, o.to(tl.bfloat16), mask=d_ok)
+        _combine_store(o, b * S + r // H, r % H, dblk, d, d_ok, out_ptr, out_stride, q_ptr, s_ptr, H, T,
+                       rows_padded, D, WRITE_Y, WRITE_PAIR, FLOOR, LAYOUT, HW_CVT)  # fmt: skip
     else:
         m_max = float("-inf")
         for j0 in range(0, used, SPLIT_CHUNK):
@@ -280,9 +320,8 @@ def _mqa_combine_kernel(
             )
             o += tl.sum(w[:, None] * part, 0)
         o = o / tl.sum(total, 0)
-        t = b * S + r // H
-        h = r % H
-        tl.store(out_ptr + t.to(tl.int64) * out_stride + h * D + d, o.to(tl.bfloat16), mask=d_ok)
+        _combine_store(o, b * S + r // H, r % H, dblk, d, d_ok, out_ptr, out_stride, q_ptr, s_ptr, H, T,
+                       rows_padded, D, WRITE_Y, WRITE_PAIR, FLOOR, LAYOUT, HW_CVT)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -353,9 +392,18 @@ def launch_mqa_decode(
     scale: float,
     config: MqaConfig,
     fp32_dots: bool = False,
+    pair: tuple[torch.Tensor, torch.Tensor] | None = None,
+    layout_code: int = 1,
+    rows_padded: int = 0,
+    floor: bool = False,
+    write_y: bool = True,
+    hw_cvt: bool = True,
 ) -> None:
     """Run both kernels. Arguments are validated by ``mxfuse.attention``; ``acc`` and ``ml`` hold at least
-    ``mqa_partials_numel`` fp32 elements. ``config.pdl`` launches the combine as a programmatic dependent
+    ``mqa_partials_numel`` fp32 elements. ``pair``: ``(codes [T, H * D], scale storage)`` the combine also
+    writes (``layout_code``, scale rows up to ``rows_padded``, FLOOR or RCEIL scales; the codes a uint8 view
+    without ``hw_cvt``), bf16 ``out`` only when ``write_y``; it needs ``config.splits > 1`` and D a multiple
+    of 128. ``config.pdl`` launches the combine as a programmatic dependent
     of the split kernel (sm_90+), which lets it launch once every split program has finished its loop. ``fp32_dots``: both dots on fp32 copies of the same bf16 operands (P still
     rounded to bf16), for the Triton interpreter, whose bf16 dot does not compute bf16 products."""
     tokens, heads, dim = q.shape
@@ -395,7 +443,11 @@ def launch_mqa_decode(
         num_stages=cfg.num_stages,
     )
     if cfg.splits == 1:
+        if pair is not None:
+            raise ValueError("a pair is written by the combine: config.splits must be > 1")
         return
+    if pair is not None and dim % 128:
+        raise ValueError(f"the pair needs head_dim a multiple of 128; got {dim}")
     # One combine program per (row, 128 output dims): 256 programs at T = 1, each with every split's
     # partial of its slice in flight at once (a loop over splits one load at a time took 20 us there).
     block_dc = min(block_d, 128)
@@ -405,11 +457,15 @@ def launch_mqa_decode(
         ml,
         lens,
         out,
+        out if pair is None else pair[0],
+        out if pair is None else pair[1],
         new,
         heads,
         capacity,
         cfg.splits,
         out.stride(0),
+        tokens,
+        rows_padded,
         D=dim,
         BLOCK_DC=block_dc,
         SPLIT_CHUNK=split_chunk,
@@ -417,6 +473,11 @@ def launch_mqa_decode(
         MIN_TILES=cfg.min_tiles,
         USE_PDL=use_pdl,
         ONE_PASS=cfg.splits <= split_chunk,
+        WRITE_Y=write_y or pair is None,
+        WRITE_PAIR=pair is not None,
+        FLOOR=floor,
+        LAYOUT=layout_code,
+        HW_CVT=hw_cvt,
         num_warps=4,
         **({"launch_pdl": True} if use_pdl else {}),
     )

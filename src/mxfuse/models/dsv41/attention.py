@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from mxfuse.attention import mqa_decode_attention
+from mxfuse.formats import ScaleLayout, ScaleRounding
 from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
 from mxfuse.models.dsv41.state import KvCache
 
@@ -33,10 +34,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> tor
 
 
 def mqa_attention(
-    q: torch.Tensor, kv: torch.Tensor, cache: KvCache, *, scale: float, kv_weight: torch.Tensor, eps: float
-) -> torch.Tensor:
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    cache: KvCache,
+    *,
+    scale: float,
+    kv_weight: torch.Tensor,
+    eps: float,
+    out_pair: tuple[torch.Tensor, torch.Tensor] | None = None,
+    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Write ``kv_norm(kv)`` ([T, D], weight ``kv_weight``) into ``cache`` and attend: ``q`` [T, heads, D]
-    bf16 -> [T, heads * D] bf16.
+    bf16 -> [T, heads * D] bf16, or with ``out_pair`` (deepgemm scales) its MXFP8 pair (``rounding``),
+    which the attention's combine writes: wo_a's input on the fused path.
 
     Tokens are sequence-major: token ``b * S + s`` is new token ``s`` of sequence ``b`` (S = T / B). On
     CUDA the norm writes the cache rows itself (``rms_norm_into_cache``: one launch, the same bits as
@@ -54,4 +64,15 @@ def mqa_attention(
         pos = cache.lens.to(torch.int64)[:, None] + torch.arange(s, device=q.device)  # [B, S]
         rows = torch.arange(b, device=q.device)[:, None].expand(b, s)
         cache.kv.index_put_((rows, pos), rms_norm(kv, kv_weight, eps=eps).view(b, s, dim))
-    return mqa_decode_attention(q, cache.kv, cache.lens, scale=scale, check_lens=False)
+    if out_pair is None:
+        return mqa_decode_attention(q, cache.kv, cache.lens, scale=scale, check_lens=False)
+    return mqa_decode_attention(
+        q,
+        cache.kv,
+        cache.lens,
+        scale=scale,
+        check_lens=False,
+        out_pair=out_pair,
+        out_scale_layout=ScaleLayout.DEEPGEMM,
+        rounding=rounding,
+    )

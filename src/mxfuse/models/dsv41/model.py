@@ -16,9 +16,11 @@ One decode step of T tokens::
 Three paths, one model (``path``), all loaded from the same checkpoint:
 
 * ``fused``: the producers write the consumers' MXFP8 pairs (boundary 1 for wqkv_a, q_norm for wq_b,
-  wo_a's epilogue for wo_b) and the linears consume them (witness ``linear.pair_consumed``). Whether a producer writes a
-  pair is the consuming layer's gate (``MxLinear.gate(T)``): at T > 2048 or in prefill the producers
-  write bf16 and the layers take their bf16 path, the gate's reason in their witness records.
+  the attention's combine for wo_a, wo_a's epilogue for wo_b) and the linears consume them (witness
+  ``linear.pair_consumed``). Whether a producer writes a linear's pair is the consuming layer's gate
+  (``MxLinear.gate(T)``): at T > 2048 or in prefill the producers write bf16 and the layers take their
+  bf16 path, the gate's reason in their witness records. The grouped wo_a has no gate (it reads MXFP8 at
+  every T), so the attention writes its pair on every fused step.
 * ``unfused``: the producers write bf16; each linear quantizes its own input (``linear.self_quantized``).
   The producers' contracts (their pair is bit for bit ``quantize_mxfp8`` of their bf16 output) make
   every GEMM input, hence every output, bit-identical to ``fused``.
@@ -314,7 +316,21 @@ class AttentionSublayer(nn.Module):
             q = self.wq_b(normed.pair if pair_q else normed.y, context=context)
             q = rms_norm(q.view(tokens, c.local_heads, c.head_dim), None, eps=c.rms_norm_eps)
         with _stage("attention"):
-            o = mqa_attention(q, kv, cache, scale=c.softmax_scale, kv_weight=self.kv_norm, eps=c.rms_norm_eps)
+            # The attention is wo_a's producer: on the fused path its combine writes wo_a's pair.
+            o_pair = None
+            if fused:
+                width = c.local_heads * c.head_dim
+                o_pair = empty_mxfp8_pair(tokens, width, scale_layout=ScaleLayout.DEEPGEMM, device=q.device)
+            o = mqa_attention(
+                q,
+                kv,
+                cache,
+                scale=c.softmax_scale,
+                kv_weight=self.kv_norm,
+                eps=c.rms_norm_eps,
+                out_pair=o_pair,
+                rounding=self.wo_b.rounding,
+            )
 
         with _stage("wo_a"):
             z = self._wo_a(o, tokens, context)
@@ -360,9 +376,13 @@ class AttentionSublayer(nn.Module):
         return {"scale_layout": layer.input_scale_layout, "rounding": layer.rounding}
 
     def _wo_a(
-        self, o: torch.Tensor, tokens: int, context: ForwardContext | str | None
+        self,
+        o: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+        tokens: int,
+        context: ForwardContext | str | None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """wo_b's input: the MXFP8 pair of z (fused, gate yes), else bf16 z [T, G * R]."""
+        """wo_b's input: the MXFP8 pair of z (fused, gate yes), else bf16 z [T, G * R]. ``o``: attention's
+        output, bf16 or (fused) its MXFP8 pair with deepgemm scales, which wo_a reads as it is."""
         c = self.config
         width = c.local_groups * c.o_lora_rank
         if self.path is SublayerPath.BF16:
@@ -372,11 +392,14 @@ class AttentionSublayer(nn.Module):
         if self.wo_a is None:  # processing sets it on the MXFP8 paths; forward checked the state
             raise LayerNotReadyError(f"layers.{self.layer}.attn: wo_a was not prepared")
         rounding = self.wo_b.rounding
+        a_layout = ScaleLayout.DEEPGEMM if isinstance(o, tuple) else None
         if self.path is SublayerPath.FUSED and self.wo_b.gate(tokens, context=context).fused:
             layout = self.wo_b.input_scale_layout
-            pair = empty_mxfp8_pair(tokens, width, scale_layout=layout, device=o.device)
-            return grouped_wo_a(o, self.wo_a, out_pair=pair, out_scale_layout=layout, rounding=rounding)
-        return grouped_wo_a(o, self.wo_a, rounding=rounding).view(tokens, width)
+            pair = empty_mxfp8_pair(tokens, width, scale_layout=layout, device=self.device)
+            return grouped_wo_a(
+                o, self.wo_a, out_pair=pair, scale_layout=a_layout, out_scale_layout=layout, rounding=rounding
+            )
+        return grouped_wo_a(o, self.wo_a, scale_layout=a_layout, rounding=rounding).view(tokens, width)
 
     def _check_inputs(self, state: HcState, cache: KvCache) -> int:
         if not isinstance(state, HcState):
