@@ -19,6 +19,10 @@ call emits a witness record, ``attention.kernel`` or ``attention.reference``, wi
 reads ``lens`` on the device: no host synchronisation, static shapes, so a CUDA graph captured once
 replays with new lengths. Numerics: fp32 scores and softmax state, P rounded to bf16 for the second dot
 (as FlashAttention does), partials merged in fp32 in split order: the same bits on every run.
+
+As a producer, ``mqa_decode_attention(out_pair=...)`` also (or instead) writes the next GEMM's MXFP8 input:
+the combine kernel quantizes the bf16 output it computes, bit for bit ``quantize_mxfp8`` of it (the V4.1
+decode step's fused path feeds wo_a this way).
 """
 
 from __future__ import annotations
