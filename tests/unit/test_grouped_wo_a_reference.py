@@ -390,6 +390,7 @@ def test_the_cpu_path_records_what_ran(given, out_layout, what):
             "path": "einsum.wo_a.reference",
             "reason": f"CPU tensors: the torch reference ran (dequantize + fp32 einsum, {what})",
             "backend": "torch",
+            "input": "pair" if given == "pair" else "quantized here",
             "rows": 3,
             "groups": 2,
             "n": 128,
