@@ -40,6 +40,7 @@ from mxfuse.formats import (
     ScaleRounding,
     align,
     check_mxfp8_pair,
+    infer_scale_layout,
     parse_scale_layout,
     parse_scale_rounding,
     scale_spec,
@@ -252,7 +253,13 @@ def mqa_decode_attention(
         _check_out(out, tokens, heads * dim, q.device, (q, kv, lens))
     layout, rounding = None, parse_scale_rounding(rounding)
     if out_pair is not None:
-        layout = _pair_layout(out_pair, out_scale_layout)
+        if not isinstance(out_pair, tuple | list) or len(out_pair) != 2:
+            raise ValueError(f"out_pair must be a tuple (q, scale); got {type(out_pair).__name__}")
+        layout = (
+            infer_scale_layout(out_pair[1], argument="out_pair[1]")
+            if out_scale_layout is None
+            else parse_scale_layout(out_scale_layout)
+        )
         check_mxfp8_pair(
             out_pair, m=tokens, k=heads * dim, scale_layout=layout, device=q.device, argument="out_pair"
         )
@@ -326,20 +333,3 @@ def _codes_or_out(
     """The kernels' ``out`` argument: bf16 ``out``, or (the combine writing the pair alone) a [T, H * D]
     view of the pair's codes, which the kernels then neither read nor write as bf16."""
     return out if out is not None else out_pair[0].view(torch.uint8)
-
-
-def _pair_layout(out_pair: object, layout: ScaleLayout | str | None) -> ScaleLayout:
-    if layout is not None:
-        return parse_scale_layout(layout)
-    scale = out_pair[1] if isinstance(out_pair, tuple | list) and len(out_pair) == 2 else None
-    if isinstance(scale, torch.Tensor):
-        if scale.dtype == torch.int32 and scale.dim() == 2:
-            return ScaleLayout.DEEPGEMM
-        if scale.dtype == torch.uint8 and scale.dim() == 2:
-            return ScaleLayout.E8M0
-        if scale.dtype == torch.uint8 and scale.dim() == 1:
-            return ScaleLayout.SWIZZLED_128X4
-    raise ValueError(
-        "out_pair[1] must be int32 [T, K/128] (deepgemm), uint8 [T, K/32] (e8m0) or 1-D uint8 "
-        f"(swizzled_128x4) scales, or out_scale_layout given; got {getattr(scale, 'dtype', type(scale).__name__)}"
-    )

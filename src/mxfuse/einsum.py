@@ -32,6 +32,7 @@ from mxfuse.formats import (
     dequantize_mxfp8,
     e8m0_to_float,
     empty_mxfp8_pair,
+    infer_scale_layout,
     parse_scale_layout,
     parse_scale_rounding,
 )
@@ -184,7 +185,7 @@ def _check_a_pair(a: object, w: WoAWeight, scale_layout: ScaleLayout | str | Non
         )
     _check_columns(a_q, w)
     if scale_layout is None:
-        layout = _infer_layout(a_scale, "a[1]")
+        layout = infer_scale_layout(a_scale, argument="a[1]")
     else:
         layout = parse_scale_layout(scale_layout)
     t = a_q.shape[0]
@@ -202,20 +203,6 @@ def _check_columns(a: torch.Tensor, w: WoAWeight) -> None:
         )
     if a.device != w.device:
         raise ValueError(f"a must be on the weight's device {w.device}; got {a.device}")
-
-
-def _infer_layout(scale: torch.Tensor, argument: str) -> ScaleLayout:
-    """deepgemm (int32, 2-D), e8m0 (uint8, 2-D) or swizzled_128x4 (uint8, 1-D), from dtype and rank."""
-    if scale.dtype == torch.int32 and scale.dim() == 2:
-        return ScaleLayout.DEEPGEMM
-    if scale.dtype == torch.uint8 and scale.dim() == 2:
-        return ScaleLayout.E8M0
-    if scale.dtype == torch.uint8 and scale.dim() == 1:
-        return ScaleLayout.SWIZZLED_128X4
-    raise ValueError(
-        f"{argument} must be int32 [M, K/128] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 "
-        f"(swizzled_128x4) scales; got {scale.dtype} {tuple(scale.shape)}"
-    )
 
 
 def grouped_wo_a_reference(
@@ -310,7 +297,7 @@ def grouped_wo_a(
             and isinstance(out_pair[1], torch.Tensor)
         ):
             out_layout = (
-                _infer_layout(out_pair[1], "out_pair[1]")
+                infer_scale_layout(out_pair[1], argument="out_pair[1]")
                 if out_scale_layout is None
                 else parse_scale_layout(out_scale_layout, argument="out_scale_layout")
             )

@@ -466,7 +466,7 @@ WEIGHT_FIELDS = [
     ("a scale a str", lambda t: grouped_wo_a_reference((_fp8(2, 64), "s"), prepare_wo_a_weight(torch.zeros(1, 128, 64))),
      "a must be a pair of torch.Tensors (fp8 [T, G*r], scale)"),
     ("a scale int32 1-D", lambda t: grouped_wo_a_reference((_fp8(2, 64), torch.zeros(8, dtype=torch.int32)), prepare_wo_a_weight(torch.zeros(1, 128, 64))),
-     "a[1] must be int32 [M, K/128] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 (swizzled_128x4) scales; got torch.int32 (8,)"),
+     "a[1] must be int32 [M, ceil(K/128)] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 (swizzled_128x4); got torch.int32 (8,)"),
     ("a scale for another layout than named", lambda t: grouped_wo_a_reference((_fp8(2, 64), torch.zeros(2, 2, dtype=torch.uint8)), prepare_wo_a_weight(torch.zeros(1, 128, 64)), scale_layout="deepgemm"),
      "a[1] must have dtype torch.int32"),
 ]  # fmt: skip
@@ -496,7 +496,7 @@ OUT_MESSAGES = [
      "out_scale_layout describes out_pair; with out (bf16 z) it must be None"),
     ("out_pair a str", {"out_pair": "pq"}, "out_pair must be a tuple (q, scale); got str"),
     ("out_pair scale int64", {"out_pair": (_fp8(3, 256), torch.zeros(3, 8, dtype=torch.int64))},
-     "out_pair[1] must be int32 [M, K/128] (deepgemm)"),
+     "out_pair[1] must be int32 [M, ceil(K/128)] (deepgemm)"),
     ("out_pair with an unknown layout", {"out_pair": (_fp8(3, 256), torch.zeros(3, 8, dtype=torch.uint8)), "out_scale_layout": "x"},
      "out_scale_layout must be one of"),
 ]  # fmt: skip

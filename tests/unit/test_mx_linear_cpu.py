@@ -506,7 +506,7 @@ BAD_FORWARD = [
         ValueError,
         re.escape(
             "x[1] (scale) must be int32 [rows, ceil(K/128)] (deepgemm), uint8 [rows, K/32] (e8m0) or 1-D "
-            "uint8 (swizzled_128x4); got torch.int16 [3, 4]"
+            "uint8 (swizzled_128x4); got torch.int16 (3, 4)"
         ),
     ),
     (

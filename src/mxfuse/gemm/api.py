@@ -13,7 +13,13 @@ import functools
 
 import torch
 
-from mxfuse.formats import ScaleLayout, ScaleRounding, check_mxfp8_pair, parse_scale_layout
+from mxfuse.formats import (
+    ScaleLayout,
+    ScaleRounding,
+    check_mxfp8_pair,
+    infer_scale_layout,
+    parse_scale_layout,
+)
 from mxfuse.gemm.backend import Availability, Backend
 from mxfuse.gemm.deepgemm_backend import DEEPGEMM
 from mxfuse.gemm.flashinfer_backend import FLASHINFER
@@ -142,23 +148,6 @@ def prepare_mxfp8_weight(
     return MxWeight(q, s, impl.weight_scale(s, n=n, k=k), impl.name, tuple(passed_over.items()))
 
 
-def infer_scale_layout(scale: torch.Tensor) -> ScaleLayout:
-    """The layout a scale tensor is in, told apart by dtype and rank: int32 2-D deepgemm, uint8 2-D e8m0,
-    uint8 1-D swizzled_128x4."""
-    if not isinstance(scale, torch.Tensor):
-        raise TypeError(f"a[1] (scale) must be a torch.Tensor; got {type(scale).__name__}")
-    if scale.dtype == torch.int32 and scale.dim() == 2:
-        return ScaleLayout.DEEPGEMM
-    if scale.dtype == torch.uint8 and scale.dim() == 2:
-        return ScaleLayout.E8M0
-    if scale.dtype == torch.uint8 and scale.dim() == 1:
-        return ScaleLayout.SWIZZLED_128X4
-    raise ValueError(
-        "a[1] (scale) must be int32 [M, ceil(K/128)] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 "
-        f"(swizzled_128x4); got {scale.dtype} {tuple(scale.shape)}"
-    )
-
-
 def mxfp8_gemm(
     a: tuple[torch.Tensor, torch.Tensor],
     w: MxWeight,
@@ -200,7 +189,11 @@ def mxfp8_gemm(
     e8m0fnu = getattr(torch, "float8_e8m0fnu", None)
     if isinstance(a_scale, torch.Tensor) and e8m0fnu is not None and a_scale.dtype == e8m0fnu:
         a_scale = a_scale.view(torch.uint8)
-    layout = infer_scale_layout(a_scale) if scale_layout is None else parse_scale_layout(scale_layout)
+    layout = (
+        infer_scale_layout(a_scale, argument="a[1] (scale)")
+        if scale_layout is None
+        else parse_scale_layout(scale_layout)
+    )
     check_mxfp8_pair((a_q, a_scale), m=m, k=k, scale_layout=layout, device=w.device, argument="a")
     if out is None:
         out = torch.empty((m, w.n), dtype=torch.bfloat16, device=w.device)

@@ -444,15 +444,7 @@ class MxLinear(nn.Module):
         return y
 
     def _pair_layout(self, scale: object, result: ProcessResult) -> ScaleLayout:
-        if not isinstance(scale, torch.Tensor):
-            raise TypeError(f"x[1] (scale) must be a torch.Tensor; got {type(scale).__name__}")
-        try:
-            layout = infer_scale_layout(scale)
-        except ValueError:
-            raise ValueError(
-                "x[1] (scale) must be int32 [rows, ceil(K/128)] (deepgemm), uint8 [rows, K/32] (e8m0) or 1-D "
-                f"uint8 (swizzled_128x4); got {scale.dtype} {list(scale.shape)}"
-            ) from None
+        layout = infer_scale_layout(scale, argument="x[1] (scale)", rows="rows")
         wanted = result.input_scale_layout
         if wanted is not None and layout is not wanted:
             raise ValueError(
