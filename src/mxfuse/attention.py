@@ -38,17 +38,14 @@ from mxfuse import MxfuseError, witness
 from mxfuse.formats import (
     ScaleLayout,
     ScaleRounding,
-    align,
     check_mxfp8_pair,
     infer_scale_layout,
     parse_scale_layout,
     parse_scale_rounding,
-    scale_spec,
-    scale_storage_view,
 )
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.mqa_decode import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
-from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
+from mxfuse.kernels.mxfp8_tile import scale_target
 from mxfuse.memory import tensors_overlap
 
 __all__ = [
@@ -302,13 +299,11 @@ def mqa_decode_attention(
         out = torch.empty(tokens, heads * dim, dtype=torch.bfloat16, device=q.device)
     pair_args = {}
     if by_combine:
-        codes, scales = out_pair
-        flat = scale_storage_view(scales, scale_spec(tokens, heads * dim, scale_layout=layout))
-        code = scale_layout_code(layout.value, k=heads * dim, scale_ptr=flat.data_ptr())
+        target = scale_target(out_pair[1], m=tokens, k=heads * dim, layout=layout)
         pair_args = {
-            "pair": (codes, flat if code == 0 else flat.view(torch.int32)),
-            "layout_code": code,
-            "rows_padded": align(tokens, ROWS_ALIGN[layout.value]),
+            "pair": (out_pair[0], target.storage),
+            "layout_code": target.code,
+            "rows_padded": target.rows_padded,
             "floor": rounding is ScaleRounding.FLOOR,
             "write_y": out is not None,
         }

@@ -19,7 +19,6 @@ from mxfuse import MxfuseUnavailableError, witness
 from mxfuse.formats import (
     ScaleLayout,
     ScaleRounding,
-    align,
     check_mxfp8_pair,
     empty_mxfp8_pair,
     parse_scale_layout,
@@ -65,7 +64,7 @@ def rms_norm(
     an optional ``weight`` [D]: bf16 y (``want_y``) and/or its MXFP8 pair in ``scale_layout``
     (``want_pair``; D a multiple of 32), written into ``out_pair`` when given (see ``empty_mxfp8_pair``;
     capturable in a CUDA graph). Bad arguments raise ValueError or TypeError naming the argument."""
-    from mxfuse.kernels.rms_norm import MAX_ROW, _check_eps, _check_weight, launch_rms_norm
+    from mxfuse.kernels.rms_norm import MAX_ROW, check_norm_eps, check_norm_weight, launch_rms_norm
 
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2:
         raise TypeError(f"x must be a 2-D floating-point torch.Tensor; got {_describe(x)}")
@@ -74,8 +73,8 @@ def rms_norm(
         raise ValueError(f"x's last dim must be in 1..{MAX_ROW}; got {d}")
     if d > 1 and x.stride(1) != 1 or m > 1 and x.stride(0) < d:
         raise ValueError(f"x must have contiguous, non-overlapping rows; got strides {tuple(x.stride())}")
-    _check_weight(weight, x)
-    _check_eps(eps)
+    check_norm_weight(weight, x)
+    check_norm_eps(eps)
     for name, flag in (("want_y", want_y), ("want_pair", want_pair)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool; got {flag!r}")
@@ -118,15 +117,14 @@ def rms_norm(
             raise MxfuseUnavailableError(
                 f"rms_norm's MXFP8 pair needs FP8 conversion (sm_89+); {x.device} is {sm}"
             )
-        from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
+        from mxfuse.kernels.mxfp8_tile import scale_target
 
-        flat = scale_storage_view(pair[1], scale_spec(m, d, scale_layout=layout))
-        code = scale_layout_code(layout.value, k=d, scale_ptr=flat.data_ptr())
+        target = scale_target(pair[1], m=m, k=d, layout=layout)
         kwargs = {
             "q": pair[0],
-            "scale_words": flat if code == 0 else flat.view(torch.int32),
-            "layout_code": code,
-            "rows_padded": align(m, ROWS_ALIGN[layout.value]),
+            "scale_words": target.storage,
+            "layout_code": target.code,
+            "rows_padded": target.rows_padded,
             "floor": rounding is ScaleRounding.FLOOR,
         }
     with torch.cuda.device(x.device):

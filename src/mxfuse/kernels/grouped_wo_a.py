@@ -32,10 +32,9 @@ from mxfuse.kernels.mxfp8_fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WS
 from mxfuse.kernels.mxfp8_stream import stream_mainloop, stream_rows
 from mxfuse.kernels.mxfp8_tile import (
     LAYOUT_CODE,
-    ROWS_ALIGN,
     mxfp8_codes,
     mxfp8_scale_bytes,
-    scale_layout_code,
+    scale_target,
     store_scale_words,
 )
 from mxfuse.kernels.splitk import split_arrive, split_for, split_release, split_sum
@@ -465,12 +464,8 @@ def launch_grouped_wo_a(
     q_arg, s_arg, o_layout, o_rows = dummy, dummy, 0, t
     if pair is not None:
         q, scale = pair
-        o_spec = scale_spec(t, gr, scale_layout=out_layout)
-        s_flat = scale_storage_view(scale, o_spec)
-        o_layout = scale_layout_code(out_layout.value, k=gr, scale_ptr=s_flat.data_ptr())
-        s_arg = s_flat if o_layout == 0 else s_flat.view(torch.int32)
+        s_arg, o_layout, o_rows = scale_target(scale, m=t, k=gr, layout=out_layout)
         q_arg = q if hw_cvt else q.view(torch.uint8)
-        o_rows = align(t, ROWS_ALIGN[out_layout.value])
     n_m_tiles = triton.cdiv(t, config.block_m)
     n_n_tiles = n // config.block_n
     work = dummy

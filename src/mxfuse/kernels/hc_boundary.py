@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
+from mxfuse.formats import ScaleLayout, ScaleRounding
 from mxfuse.kernels.hc_plan import (
     RECORD as _RECORD_INT,
 )
@@ -71,10 +71,9 @@ from mxfuse.kernels.hc_tile import (
     post_tile,
 )
 from mxfuse.kernels.mxfp8_tile import (
-    ROWS_ALIGN,
     mxfp8_codes,
     mxfp8_scale_bytes,
-    scale_layout_code,
+    scale_target,
     store_scale_words,
 )
 
@@ -838,11 +837,9 @@ def launch_boundary(
     layout_code, rows_padded = 1, 0
     if pair_out is not None:
         q, scales = pair_out
-        flat = scale_storage_view(scales, scale_spec(tokens, hidden, scale_layout=layout))
-        layout_code = scale_layout_code(layout.value, k=hidden, scale_ptr=flat.data_ptr())
+        target = scale_target(scales, m=tokens, k=hidden, layout=layout)
         tensors["q"] = q if hw_cvt else q.view(torch.uint8)
-        tensors["s"] = flat if layout_code == 0 else flat.view(torch.int32)
-        rows_padded = align(tokens, ROWS_ALIGN[layout.value])
+        tensors["s"], layout_code, rows_padded = target
     launch_phases(
         phases=(1, 1, 1),
         tokens=tokens,

@@ -11,15 +11,22 @@ dropped by a float max and the scale never goes through a division or a log2.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import torch
 import triton
 import triton.language as tl
+
+from mxfuse.formats import ScaleLayout, align, scale_spec, scale_storage_view
 
 __all__ = [
     "LAYOUT_CODE",
     "ROWS_ALIGN",
+    "ScaleTarget",
     "mxfp8_codes",
     "mxfp8_scale_bytes",
     "scale_layout_code",
+    "scale_target",
     "store_scale_words",
 ]
 
@@ -133,3 +140,22 @@ def scale_layout_code(layout: str, *, k: int, scale_ptr: int) -> int:
     if code == 0 and k % 128 == 0 and scale_ptr % 4 == 0:
         return 3
     return code
+
+
+class ScaleTarget(NamedTuple):
+    """How a kernel is launched to write a pair's scales: ``storage`` (the scale storage as the kernel
+    stores into it: uint8 bytes for layout code 0, int32 words otherwise), ``code`` (the ``LAYOUT``
+    constant, ``scale_layout_code``) and ``rows_padded`` (the scale rows to write, padding included)."""
+
+    storage: torch.Tensor
+    code: int
+    rows_padded: int
+
+
+def scale_target(scale: torch.Tensor, *, m: int, k: int, layout: ScaleLayout) -> ScaleTarget:
+    """The ``ScaleTarget`` of an ``[m, k]`` pair's (validated) scale tensor in ``layout``."""
+    flat = scale_storage_view(scale, scale_spec(m, k, scale_layout=layout))
+    code = scale_layout_code(layout.value, k=k, scale_ptr=flat.data_ptr())
+    return ScaleTarget(
+        flat if code == 0 else flat.view(torch.int32), code, align(m, ROWS_ALIGN[layout.value])
+    )

@@ -27,7 +27,6 @@ from mxfuse.formats import (
     BLOCK_SIZE,
     ScaleLayout,
     ScaleRounding,
-    align,
     check_mxfp8_pair,
     check_quantize_input,
     empty_mxfp8_pair,
@@ -38,10 +37,9 @@ from mxfuse.formats import (
     scale_storage_view,
 )
 from mxfuse.kernels.mxfp8_tile import (
-    ROWS_ALIGN,
     mxfp8_codes,
     mxfp8_scale_bytes,
-    scale_layout_code,
+    scale_target,
     store_scale_words,
 )
 
@@ -130,13 +128,8 @@ def _launch(
     ``_block_config`` (benchmarks sweep it).
     """
     m, k = x.shape
-    spec = scale_spec(m, k, scale_layout=layout)
     n_words = -(-k // _COLS_PER_WORD)
-    rows_padded = align(m, ROWS_ALIGN[layout.value])
-    s_flat = scale_storage_view(scale, spec)
-    layout_code = scale_layout_code(layout.value, k=k, scale_ptr=s_flat.data_ptr())
-    if layout_code != 0:
-        s_flat = s_flat.view(torch.int32)
+    s_flat, layout_code, rows_padded = scale_target(scale, m=m, k=k, layout=layout)
     block_m, block_w, num_warps = config or _block_config(rows_padded, n_words)
     n_word_blocks = triton.cdiv(n_words, block_w)
     grid = (triton.cdiv(rows_padded, block_m) * n_word_blocks,)

@@ -22,7 +22,14 @@ import triton.language as tl
 from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
 from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
 
-__all__ = ["MAX_ROW", "launch_rms_norm", "rms_norm_into_cache", "rms_norm_rows"]
+__all__ = [
+    "MAX_ROW",
+    "check_norm_eps",
+    "check_norm_weight",
+    "launch_rms_norm",
+    "rms_norm_into_cache",
+    "rms_norm_rows",
+]
 
 MAX_ROW = 16384
 
@@ -68,8 +75,8 @@ def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -
     a new tensor of ``x``'s shape. A 2-D ``x`` whose rows are strided (a column slice of a larger tensor)
     is read in place."""
     rows = _rows(x)
-    _check_weight(weight, x)
-    _check_eps(eps)
+    check_norm_weight(weight, x)
+    check_norm_eps(eps)
     out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     launch_rms_norm(rows, weight, eps, y=out.view(-1, rows.shape[1]))
     return out
@@ -120,8 +127,8 @@ def rms_norm_into_cache(
     host read, so the call can be captured in a CUDA graph) and a position outside the cache is not
     written. The same bits as ``rms_norm_rows`` then a copy into those rows, in one launch."""
     rows = _rows(x)
-    _check_weight(weight, x)
-    _check_eps(eps)
+    check_norm_weight(weight, x)
+    check_norm_eps(eps)
     count, cols = rows.shape
     if not isinstance(kv, torch.Tensor) or kv.dim() != 3 or kv.dtype != torch.bfloat16 or kv.shape[2] != cols:
         raise ValueError(f"kv must be a bfloat16 tensor [B, capacity, {cols}]; got {_describe(kv)}")
@@ -164,7 +171,8 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.dim() == 2 and x.stride(-1) == 1 else x.reshape(-1, cols).contiguous()
 
 
-def _check_weight(weight: torch.Tensor | None, x: torch.Tensor) -> None:
+def check_norm_weight(weight: torch.Tensor | None, x: torch.Tensor) -> None:
+    """ValueError unless ``weight`` is None or a contiguous float [D] tensor on ``x``'s device (D = x's last dim)."""
     if weight is None:
         return
     cols = x.shape[-1]
@@ -178,6 +186,7 @@ def _check_weight(weight: torch.Tensor | None, x: torch.Tensor) -> None:
         )
 
 
-def _check_eps(eps: object) -> None:
+def check_norm_eps(eps: object) -> None:
+    """ValueError unless ``eps`` is a positive float."""
     if not isinstance(eps, float) or not eps > 0:
         raise ValueError(f"eps must be a positive float; got {eps!r}")
