@@ -282,6 +282,24 @@ def test_cuda_graph_capture_and_replay():
     assert int(w.tickets.abs().sum()) == 0
 
 
+def _launch_z_then_pair(a_q, a_s, w, z, pair, out_layout: str, config) -> None:
+    """The kernel at ``config`` on a deepgemm-scaled ``a``: once writing bf16 ``z``, once wo_b's pair."""
+    for out, out_pair in ((z, None), (None, pair)):
+        _kernel.launch_grouped_wo_a(
+            a_q,
+            a_s,
+            ScaleLayout.DEEPGEMM,
+            w.qweight,
+            w.scale,
+            w.tickets,
+            z=out,
+            pair=out_pair,
+            out_layout=ScaleLayout(out_layout),
+            rounding=ScaleRounding.RCEIL,
+            config=config,
+        )
+
+
 @pytest.mark.parametrize(
     "config",
     [
@@ -302,20 +320,7 @@ def test_other_configurations(t, config):
     a_q, a_s = _pair(t, groups, seed=23)
     z = _poisoned_z(t, groups)
     pair = _poisoned_pair(t, groups * N, "deepgemm")
-    for out, out_pair in ((z, None), (None, pair)):
-        _kernel.launch_grouped_wo_a(
-            a_q,
-            a_s,
-            ScaleLayout.DEEPGEMM,
-            w.qweight,
-            w.scale,
-            w.tickets,
-            z=out,
-            pair=out_pair,
-            out_layout=ScaleLayout.DEEPGEMM,
-            rounding=ScaleRounding.RCEIL,
-            config=config,
-        )
+    _launch_z_then_pair(a_q, a_s, w, z, pair, "deepgemm", config)
     torch.cuda.synchronize()
     _assert_z_close(z, grouped_wo_a_reference((a_q, a_s), w))
     _assert_pair_is_quantized_z(pair, z, "deepgemm")
@@ -344,20 +349,7 @@ def test_stream_configurations(t, config, out_layout):
     a_q, a_s = _pair(t, groups, seed=29)
     z = _poisoned_z(t, groups)
     pair = _poisoned_pair(t, groups * N, out_layout)
-    for out, out_pair in ((z, None), (None, pair)):
-        _kernel.launch_grouped_wo_a(
-            a_q,
-            a_s,
-            ScaleLayout.DEEPGEMM,
-            w.qweight,
-            w.scale,
-            w.tickets,
-            z=out,
-            pair=out_pair,
-            out_layout=ScaleLayout(out_layout),
-            rounding=ScaleRounding.RCEIL,
-            config=config,
-        )
+    _launch_z_then_pair(a_q, a_s, w, z, pair, out_layout, config)
     torch.cuda.synchronize()
     _assert_z_close(z, grouped_wo_a_reference((a_q, a_s), w))
     _assert_pair_is_quantized_z(pair, z, out_layout)

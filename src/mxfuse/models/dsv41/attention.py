@@ -16,6 +16,7 @@ from mxfuse.attention import mqa_decode_attention
 from mxfuse.formats import ScaleLayout, ScaleRounding
 from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
 from mxfuse.models.dsv41.state import KvCache
+from mxfuse.norm import rms_norm_reference
 
 __all__ = ["mqa_attention", "rms_norm"]
 
@@ -23,14 +24,10 @@ __all__ = ["mqa_attention", "rms_norm"]
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> torch.Tensor:
     """``bf16(x * rsqrt(mean(x^2) + eps) * weight)`` over the last dim, fp32 math (V4 ``RMSNorm``). On
     CUDA one launch (``mxfuse.kernels.rms_norm``, whose sum of squares may round differently in the last
-    bit); elsewhere these torch operators."""
+    bit); elsewhere the torch formula (``mxfuse.norm.rms_norm_reference``)."""
     if x.device.type == "cuda":
         return rms_norm_rows(x, weight, eps=eps)
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
-    if weight is not None:
-        y = y * weight.float()
-    return y.to(torch.bfloat16)
+    return rms_norm_reference(x, weight, eps=eps)
 
 
 def mqa_attention(
