@@ -97,18 +97,17 @@ class SublayerPath(str, Enum):
 
 @dataclass(frozen=True)
 class LoadResult:
-    """What ``process_weights_after_loading`` did: the two linears' results and the tensors rebound."""
+    """What ``process_weights_after_loading`` did: the three linears' results and the tensors rebound."""
 
     wqkv_a: ProcessResult
     wo_b: ProcessResult
     rebound: tuple[str, ...]
-    wq_b: ProcessResult | None = None
+    wq_b: ProcessResult
 
     @property
     def graph_safe(self) -> bool:
         """True when CUDA graphs captured before this (re)load read the new weights."""
-        linears = (self.wqkv_a, self.wo_b) + ((self.wq_b,) if self.wq_b is not None else ())
-        return not self.rebound and all(r.graph_safe for r in linears)
+        return not self.rebound and all(r.graph_safe for r in (self.wqkv_a, self.wq_b, self.wo_b))
 
 
 class AttentionSublayer(nn.Module):
