@@ -105,6 +105,25 @@ def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
     return graph
 
 
+def time_paths(
+    models: dict[str, AttentionSublayer], state, cache, variants: tuple[bool, ...], replays: int
+) -> tuple[dict[str, float], dict[str, float] | None]:
+    """Each path's step captured once per prefetch setting in ``variants`` (each graph on its own copy
+    of the cache), all replayed interleaved: (us per path with ``variants[0]``, us per path with
+    prefetch off when both were captured, else None)."""
+    graphs = {}
+    for path, model in models.items():
+        for enabled in variants:
+            model.prefetcher.enabled = enabled
+            graphs[(path, enabled)] = capture(model, state, cache.clone())
+        model.prefetcher.enabled = variants[0]
+    us = time_graphs(graphs, replays)
+    del graphs
+    first = {p: us[(p, variants[0])] for p in models}
+    off = {p: us[(p, False)] for p in models} if len(variants) > 1 else None
+    return first, off
+
+
 def check(models: dict[str, AttentionSublayer], state, cache, *, on_cpu: bool = False) -> dict[str, object]:
     """fused == unfused bit for bit, the paths the witness saw, calc_diff against bf16."""
     outs, linear = {}, {}
@@ -121,7 +140,7 @@ def check(models: dict[str, AttentionSublayer], state, cache, *, on_cpu: bool = 
     return {"paths": linear, "calc_diff_vs_bf16": diffs}
 
 
-def time_graphs(graphs: dict[str, torch.cuda.CUDAGraph], replays: int) -> dict[str, float]:
+def time_graphs(graphs: dict[object, torch.cuda.CUDAGraph], replays: int) -> dict[object, float]:
     for graph in graphs.values():
         graph.replay()
     torch.cuda.synchronize()
@@ -378,12 +397,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stage-tokens", default=None, help="T values of the per-stage tables (default: --tokens)"
     )
+    parser.add_argument(
+        "--prefetch",
+        default="on",
+        choices=("on", "off", "both"),
+        help="the sublayer's L2 weight prefetch in the timed graphs; both: each path captured with and without",
+    )
+    parser.add_argument("--prefetch-mode", default=None, help="the prefetcher's mode (default: its own)")
+    parser.add_argument(
+        "--prefetch-fraction",
+        type=float,
+        default=None,
+        help="the share of L2 one fork requests (default: its own)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="the CPU, the tiny config, eager steps")
     parser.add_argument("--json", default=None, help="write every number here (default: $OUT or reports/)")
     args = parser.parse_args(argv)
     tokens = [int(t) for t in args.tokens.split(",")]
     stage_tokens = tokens if args.stage_tokens is None else [int(t) for t in args.stage_tokens.split(",")]
     on_cpu = args.dry_run
+    variants = {"on": (True,), "off": (False,), "both": (True, False)}[args.prefetch]
     config_name = args.config or ("tiny" if on_cpu else "flash")
     config = CONFIGS[config_name]
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
@@ -394,6 +427,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as directory:
         make_checkpoint(directory, config, seed=0, device=device)
         models = {p: load_sublayer(directory, config, path=p, device=device) for p in PATHS}
+    for model in models.values():
+        model.prefetcher.enabled = variants[0]
+        if args.prefetch_mode is not None:
+            model.prefetcher.mode = args.prefetch_mode
+        if args.prefetch_fraction is not None:
+            model.prefetcher.fraction = args.prefetch_fraction
+    prefetcher = models["fused"].prefetcher
     bandwidth = cpu_copy_bandwidth() if on_cpu else copy_bandwidth()
     wbytes = {p: weight_bytes(m) for p, m in models.items()}
     print(
@@ -410,15 +450,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         checked = check(models, state, cache, on_cpu=on_cpu)
         caches = {p: cache.clone() for p in PATHS}
+        extra = {}
         if on_cpu:
             us = time_eager(models, state, caches, args.replays)
         else:
-            graphs = {p: capture(models[p], state, caches[p]) for p in PATHS}
-            us = time_graphs(graphs, args.replays)
-            del graphs
+            us, off = time_paths(models, state, cache, variants, args.replays)
+            if off is not None:
+                extra["us_no_prefetch"] = off
         kv_bytes = t * args.kv * config.head_dim * 2
         floor = {p: (wbytes[p] + kv_bytes) / bandwidth * 1e6 for p in PATHS}
-        row = {"tokens": t, "us": us, "floor_us": floor, **checked}
+        row = {"tokens": t, "us": us, "floor_us": floor, **extra, **checked}
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "paths"}), flush=True)
         if t == args.profile_tokens and not on_cpu:
@@ -442,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         "config": config_name,
         "kv": args.kv,
         "replays": args.replays,
+        "l2_prefetch": args.prefetch,
+        "l2_prefetch_mode": prefetcher.mode,
+        "l2_prefetch_fraction": prefetcher.fraction,
+        "l2_bytes": prefetcher.l2_bytes,
         "backend": models["fused"].wqkv_a.processed.backend,
         "weight_bytes": wbytes,
         "copy_bandwidth": bandwidth,
@@ -481,6 +526,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{u['unfused'] / u['fused']:.3f} | {u['bf16'] / u['fused']:.3f} | {row['floor_us']['fused']:.1f} | "
             f"{row['floor_us']['bf16']:.1f} | {row['calc_diff_vs_bf16']['attn_out']:.2e} |"
         )
+    if any("us_no_prefetch" in row for row in rows):
+        print("\nwithout the L2 prefetch (same run, us): | T | fused | unfused | bf16 | fused on/off |")
+        for row in rows:
+            off = row["us_no_prefetch"]
+            print(
+                f"| {row['tokens']} | {off['fused']:.1f} | {off['unfused']:.1f} | {off['bf16']:.1f} | "
+                f"{row['us']['fused'] / off['fused']:.3f} |"
+            )
     for what, applies, ratio_of, target in TARGETS:
         for row in rows:
             if applies(row):

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests of the boundary and the step, the boundary
-# alone, then
+# The speed work's device pass in one call: the GPU tests, the L2 prefetch alone, then
 # the decode step (Flash and its TP4 shard) with the per-stage tables and the kernels of one step in
 # launch order; each step under its own time limit; one log ($OUT/pass.log)
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
@@ -26,13 +25,15 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
 # Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 130 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/kernels/test_hc_boundary.py tests/e2e/test_dsv41_decode.py
-# The boundary alone (V4.1's shifted ordering): pair, y, both, and the unfused chain.
-run boundary 40 python3 benchmarks/hc_boundary.py --hiddens 5120 --tokens 1,4,16 --orderings shifted \
-  --compile off --json "$out/hc_boundary.json"
+run tests 230 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+  tests/kernels/test_l2_prefetch.py tests/kernels/test_hc_boundary.py tests/kernels/test_mqa_decode.py \
+  tests/kernels/test_grouped_wo_a.py tests/kernels/test_rms_norm.py tests/kernels/test_quantize_mxfp8.py \
+  tests/kernels/test_mx_linear.py tests/e2e/test_dsv41_decode.py
+# Whether and how fast an L2 prefetch fills L2 for the next GEMM, per mode.
+run prefetch 45 python3 benchmarks/l2_prefetch.py --json "$out/l2_prefetch.json"
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.
-run step 100 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --replays 30 --json "$out/dsv41_decode.json"
-run step_tp4 60 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1,4,16 --replays 30 \
-  --json "$out/dsv41_decode_tp4.json"
+run step 130 python3 benchmarks/dsv41_decode.py --tokens 1,4,16 --replays 30 --prefetch both \
+  --json "$out/dsv41_decode.json"
+run step_tp4 80 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1,4,16 --replays 30 \
+  --prefetch both --json "$out/dsv41_decode_tp4.json"
 exit $status

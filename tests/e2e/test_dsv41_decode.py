@@ -200,6 +200,21 @@ def test_captured_decode_steps_replay_bit_identically_on_fresh_inputs(models, to
             assert_same_bits(caches[path], eager_cache.kv, name=f"T={tokens} {path}: cache, replay vs eager")
 
 
+@pytest.mark.parametrize("path", ["fused", "bf16"])
+def test_the_l2_prefetch_changes_no_bit(models, path):
+    """The step prefetches its GEMMs' weights on a side stream by default; without it, the same bits."""
+    model = models[path]
+    assert model.prefetcher.active, "sm_90 and later prefetch"
+    state, cache = decode_inputs(FLASH, 4, seed=41, capacity=CAPACITY, device="cuda")
+    on, _ = _step(model, state, cache)
+    model.prefetcher.enabled = False
+    try:
+        off, _ = _step(model, state, cache)
+    finally:
+        model.prefetcher.enabled = True
+    assert_same_outputs(on, off, name=f"{path}: prefetch on vs off")
+
+
 @pytest.mark.parametrize(
     ("tokens", "new", "mode", "failed", "reason"),
     [

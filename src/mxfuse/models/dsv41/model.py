@@ -56,6 +56,7 @@ from mxfuse.formats import ScaleLayout, dequantize_mxfp8, empty_mxfp8_pair, pars
 from mxfuse.gemm import Availability, expand_block_scales
 from mxfuse.hc import N_STREAMS, HcProjection, mhc_boundary
 from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.l2_prefetch import L2Prefetcher
 from mxfuse.layers import (
     ForwardContext,
     LayerNotReadyError,
@@ -119,6 +120,10 @@ class AttentionSublayer(nn.Module):
     witness sites' prefix. ``backend_status``: passed to the linears (tests model other devices).
     ``process_group``: the tensor-parallel group (its size and this rank must be ``config``'s
     ``tp_size`` and ``tp_rank``), over which wo_b's output is all-reduced; None: no tensor parallelism.
+    ``l2_prefetch``: prefetch the GEMMs' weights into L2 on a side stream while the latency-bound kernels
+    before them run (``mxfuse.kernels.l2_prefetch``): wqkv_a's and wq_b's under boundary 1, wo_a's and
+    wo_b's under the norms and the attention; a hint that changes no result (on every path, sm_90 and
+    later; ``self.prefetcher.enabled`` switches it between steps or captures).
     """
 
     def __init__(
@@ -131,6 +136,7 @@ class AttentionSublayer(nn.Module):
         layer: int = 0,
         backend_status: StatusFn | None = None,
         process_group: object | None = None,
+        l2_prefetch: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(config, Dsv41Config):
@@ -147,6 +153,7 @@ class AttentionSublayer(nn.Module):
         self.device = _canonical(torch.device(device))
         self.next_pair_layout = None if next_pair_layout is None else parse_scale_layout(next_pair_layout)
         self.process_group = check_process_group(process_group, config, self.device)
+        self.prefetcher = L2Prefetcher(self.device, enabled=l2_prefetch)
         mx = self.path is not SublayerPath.BF16
         c, site = config, f"layers.{layer}.attn"
         common = {"mxfp8_input": mx, "device": self.device, "backend_status": backend_status}
@@ -279,6 +286,8 @@ class AttentionSublayer(nn.Module):
         c = self.config
         fused = self.path is SublayerPath.FUSED
 
+        # The first two GEMMs' weights stream into L2 under boundary 1 (latency-bound, HBM idle).
+        self.prefetcher.fork(self._prefetch_group(0))
         # Boundary 1: the previous sublayer's post, then this sublayer's pre; its y feeds wqkv_a.
         pair_in = fused and self.wqkv_a.gate(tokens, context=context).fused
         with _stage("boundary_in"):
@@ -313,6 +322,8 @@ class AttentionSublayer(nn.Module):
                 **self._pair_format(self.wq_b, pair_q),
             )
             q = self.wq_b(normed.pair if pair_q else normed.y, context=context)
+            # After wq_b: wo_a's and wo_b's weights stream into L2 under the norms and the attention.
+            self.prefetcher.fork(self._prefetch_group(1))
             q = rms_norm(q.view(tokens, c.local_heads, c.head_dim), None, eps=c.rms_norm_eps)
         with _stage("attention"):
             # The attention is wo_a's producer: on the fused path its combine writes wo_a's pair.
@@ -366,7 +377,18 @@ class AttentionSublayer(nn.Module):
             pair = b2.pair
             if pair_next and not fused:
                 pair = quantize_mxfp8(b2.y, rounding=self.wqkv_a.rounding, scale_layout=self.next_pair_layout)
+        self.prefetcher.join()
         return StepOutputs(attn_out, b2.residual, b2.pre, b2.post, b2.comb, b2.y, pair)
+
+    def _prefetch_group(self, group: int) -> list[torch.Tensor]:
+        """The weights one prefetch fork requests, in the order the step reads them: group 0 wqkv_a and
+        wq_b, group 1 wo_a and wo_b (only while the prefetcher is active: nothing to build otherwise)."""
+        if not self.prefetcher.active:
+            return []
+        if group == 0:
+            return [self.wqkv_a.weight, self.wq_b.weight]
+        wo_a = self.wo_a_bf16 if self.path is SublayerPath.BF16 else self.wo_a.qweight
+        return [wo_a, self.wo_b.weight]
 
     @staticmethod
     def _pair_format(layer: MxLinear, pair: bool) -> dict[str, object]:
