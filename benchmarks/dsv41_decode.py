@@ -41,6 +41,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -51,6 +53,7 @@ from gpu_timing import copy_bandwidth
 
 from gpumatrix.compare import assert_same_bits, calc_diff
 from mxfuse import witness
+from mxfuse.kernels.pdl import programmatic_launch
 from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, load_sublayer, make_checkpoint
 from mxfuse.models.dsv41.model import stage_events
 from mxfuse.models.dsv41.state import StepOutputs, random_kv_cache, random_state
@@ -105,23 +108,44 @@ def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
     return graph
 
 
+# Launch variants of the same step: (L2 prefetch fork on a side stream, PDL, PDL dependents prefetching).
+VARIANTS = {
+    "base": (False, False, False),
+    "pdl": (False, True, True),
+    "pdl-wait": (False, True, False),
+    "l2": (True, False, False),
+    "l2+pdl": (True, True, True),
+}
+
+
+@contextmanager
+def variant(models: dict[str, AttentionSublayer], name: str) -> Iterator[None]:
+    """Steps inside run (and graphs captured inside keep) launch variant ``name`` of ``VARIANTS``."""
+    l2, pdl, pdl_prefetch = VARIANTS[name]
+    before = {p: m.prefetcher.enabled for p, m in models.items()}
+    for model in models.values():
+        model.prefetcher.enabled = l2
+    try:
+        with programmatic_launch(pdl, prefetch=pdl_prefetch):
+            yield
+    finally:
+        for p, m in models.items():
+            m.prefetcher.enabled = before[p]
+
+
 def time_paths(
-    models: dict[str, AttentionSublayer], state, cache, variants: tuple[bool, ...], replays: int
-) -> tuple[dict[str, float], dict[str, float] | None]:
-    """Each path's step captured once per prefetch setting in ``variants`` (each graph on its own copy
-    of the cache), all replayed interleaved: (us per path with ``variants[0]``, us per path with
-    prefetch off when both were captured, else None)."""
+    models: dict[str, AttentionSublayer], state, cache, variants: list[str], replays: int
+) -> dict[str, dict[str, float]]:
+    """Each path's step captured once per launch variant (each graph on its own copy of the cache), all
+    replayed interleaved: {variant: {path: us}}."""
     graphs = {}
-    for path, model in models.items():
-        for enabled in variants:
-            model.prefetcher.enabled = enabled
-            graphs[(path, enabled)] = capture(model, state, cache.clone())
-        model.prefetcher.enabled = variants[0]
+    for name in variants:
+        with variant(models, name):
+            for path, model in models.items():
+                graphs[(name, path)] = capture(model, state, cache.clone())
     us = time_graphs(graphs, replays)
     del graphs
-    first = {p: us[(p, variants[0])] for p in models}
-    off = {p: us[(p, False)] for p in models} if len(variants) > 1 else None
-    return first, off
+    return {name: {p: us[(name, p)] for p in models} for name in variants}
 
 
 def check(models: dict[str, AttentionSublayer], state, cache, *, on_cpu: bool = False) -> dict[str, object]:
@@ -398,10 +422,9 @@ def main(argv: list[str] | None = None) -> int:
         "--stage-tokens", default=None, help="T values of the per-stage tables (default: --tokens)"
     )
     parser.add_argument(
-        "--prefetch",
-        default="on",
-        choices=("on", "off", "both"),
-        help="the sublayer's L2 weight prefetch in the timed graphs; both: each path captured with and without",
+        "--variants",
+        default="pdl,base",
+        help=f"launch variants timed in the same run, the first one reported and checked ({', '.join(VARIANTS)})",
     )
     parser.add_argument("--prefetch-mode", default=None, help="the prefetcher's mode (default: its own)")
     parser.add_argument(
@@ -416,7 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     tokens = [int(t) for t in args.tokens.split(",")]
     stage_tokens = tokens if args.stage_tokens is None else [int(t) for t in args.stage_tokens.split(",")]
     on_cpu = args.dry_run
-    variants = {"on": (True,), "off": (False,), "both": (True, False)}[args.prefetch]
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
     config_name = args.config or ("tiny" if on_cpu else "flash")
     config = CONFIGS[config_name]
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
@@ -428,7 +454,6 @@ def main(argv: list[str] | None = None) -> int:
         make_checkpoint(directory, config, seed=0, device=device)
         models = {p: load_sublayer(directory, config, path=p, device=device) for p in PATHS}
     for model in models.values():
-        model.prefetcher.enabled = variants[0]
         if args.prefetch_mode is not None:
             model.prefetcher.mode = args.prefetch_mode
         if args.prefetch_fraction is not None:
@@ -448,24 +473,28 @@ def main(argv: list[str] | None = None) -> int:
         cache = random_kv_cache(
             config, sequences=t, capacity=args.kv, lens=[args.kv - 1] * t, seed=t, device=device
         )
-        checked = check(models, state, cache, on_cpu=on_cpu)
+        with variant(models, variants[0]):
+            checked = check(models, state, cache, on_cpu=on_cpu)
         caches = {p: cache.clone() for p in PATHS}
         extra = {}
         if on_cpu:
-            us = time_eager(models, state, caches, args.replays)
+            with variant(models, variants[0]):
+                us = time_eager(models, state, caches, args.replays)
         else:
-            us, off = time_paths(models, state, cache, variants, args.replays)
-            if off is not None:
-                extra["us_no_prefetch"] = off
+            by_variant = time_paths(models, state, cache, variants, args.replays)
+            us = by_variant[variants[0]]
+            extra["us_by_variant"] = by_variant
         kv_bytes = t * args.kv * config.head_dim * 2
         floor = {p: (wbytes[p] + kv_bytes) / bandwidth * 1e6 for p in PATHS}
         row = {"tokens": t, "us": us, "floor_us": floor, **extra, **checked}
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "paths"}), flush=True)
         if t == args.profile_tokens and not on_cpu:
-            breakdown = profile(models, state, cache)
+            with variant(models, variants[0]):
+                breakdown = profile(models, state, cache)
         if t in stage_tokens:
-            stages = profile_stages(models, state, cache, on_cpu=on_cpu)
+            with variant(models, variants[0]):
+                stages = profile_stages(models, state, cache, on_cpu=on_cpu)
             floors = {
                 p: {k: b / bandwidth * 1e6 for k, b in stage_bytes(models[p], t, args.kv).items()}
                 for p in PATHS
@@ -483,7 +512,9 @@ def main(argv: list[str] | None = None) -> int:
         "config": config_name,
         "kv": args.kv,
         "replays": args.replays,
-        "l2_prefetch": args.prefetch,
+        "variants": {
+            v: dict(zip(("l2_prefetch", "pdl", "pdl_prefetch"), VARIANTS[v], strict=True)) for v in variants
+        },
         "l2_prefetch_mode": prefetcher.mode,
         "l2_prefetch_fraction": prefetcher.fraction,
         "l2_bytes": prefetcher.l2_bytes,
@@ -526,14 +557,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{u['unfused'] / u['fused']:.3f} | {u['bf16'] / u['fused']:.3f} | {row['floor_us']['fused']:.1f} | "
             f"{row['floor_us']['bf16']:.1f} | {row['calc_diff_vs_bf16']['attn_out']:.2e} |"
         )
-    if any("us_no_prefetch" in row for row in rows):
-        print("\nwithout the L2 prefetch (same run, us): | T | fused | unfused | bf16 | fused on/off |")
+    if len(variants) > 1 and not on_cpu:
+        print(
+            "\nevery launch variant (same run, graphs, us): | T | variant | fused | unfused | bf16 | unfused/fused | bf16/fused |"
+        )
         for row in rows:
-            off = row["us_no_prefetch"]
-            print(
-                f"| {row['tokens']} | {off['fused']:.1f} | {off['unfused']:.1f} | {off['bf16']:.1f} | "
-                f"{row['us']['fused'] / off['fused']:.3f} |"
-            )
+            for name, u in row["us_by_variant"].items():
+                print(
+                    f"| {row['tokens']} | {name} | {u['fused']:.1f} | {u['unfused']:.1f} | {u['bf16']:.1f} | "
+                    f"{u['unfused'] / u['fused']:.3f} | {u['bf16'] / u['fused']:.3f} |"
+                )
     for what, applies, ratio_of, target in TARGETS:
         for row in rows:
             if applies(row):

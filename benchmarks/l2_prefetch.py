@@ -68,7 +68,7 @@ def sample(c: Case, variant: str, sleep_us: float) -> tuple[torch.cuda.Event, to
     c.flush.fill_(1)
     v = VARIANTS[variant]
     if v == "read":
-        torch.sum(c.weight.qweight.view(torch.uint8), dtype=torch.int64, out=c.sink)
+        torch.sum(c.weight.qweight.view(torch.uint8), dim=0, dtype=torch.int64, out=c.sink)
     elif v is not None:
         launch_prefetch_l2(c.weight.qweight, c.wbytes, mode=v[0], chunk=max(v[1], 16))
     torch.cuda._sleep(int(sleep_us * 1e-6 * c.clock_hz))
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         ref = mxfp8_gemm(pair, weight, backend="triton")
         out = torch.empty_like(ref)
         wbytes = weight.qweight.numel()
-        sink = torch.zeros((), dtype=torch.int64, device=dev)
+        sink = torch.zeros(k, dtype=torch.int64, device=dev)
 
         case = Case(weight, pair, out, sink, flush, wbytes, clock_hz)
 

@@ -31,6 +31,7 @@ from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse import witness
 from mxfuse.formats import scale_spec, scale_storage_view
+from mxfuse.kernels.pdl import programmatic_launch
 from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, StepOutputs, load_sublayer, make_checkpoint
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=170)
@@ -201,18 +202,21 @@ def test_captured_decode_steps_replay_bit_identically_on_fresh_inputs(models, to
 
 
 @pytest.mark.parametrize("path", ["fused", "bf16"])
-def test_the_l2_prefetch_changes_no_bit(models, path):
-    """The step prefetches its GEMMs' weights on a side stream by default; without it, the same bits."""
+def test_the_l2_prefetch_and_pdl_change_no_bit(models, path):
+    """The step's optional L2 prefetch fork (side stream) and its PDL launches change no bit."""
     model = models[path]
-    assert model.prefetcher.active, "sm_90 and later prefetch"
     state, cache = decode_inputs(FLASH, 4, seed=41, capacity=CAPACITY, device="cuda")
-    on, _ = _step(model, state, cache)
-    model.prefetcher.enabled = False
+    with programmatic_launch(False):
+        plain, _ = _step(model, state, cache)
+    model.prefetcher.enabled = True
     try:
-        off, _ = _step(model, state, cache)
+        assert model.prefetcher.active, "sm_90 and later prefetch"
+        forked, _ = _step(model, state, cache)
     finally:
-        model.prefetcher.enabled = True
-    assert_same_outputs(on, off, name=f"{path}: prefetch on vs off")
+        model.prefetcher.enabled = False
+    pdl, _ = _step(model, state, cache)  # the default: programmatic dependent launches
+    assert_same_outputs(forked, plain, name=f"{path}: L2 prefetch fork vs plain")
+    assert_same_outputs(pdl, plain, name=f"{path}: PDL vs plain")
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,11 @@ def test_each_mode_compiles_for_sm90_to_its_prefetch_instruction():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_SUPPORT), str(Path(mxfuse.__file__).parents[1])]))
     env.pop("TRITON_INTERPRET", None)
     done = subprocess.run(
-        [sys.executable, "-c", _COMPILE.format(modes=MODES)], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", _COMPILE.format(modes=MODES)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     ptx = json.loads(done.stdout.strip().splitlines()[-1])

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
+from mxfuse.kernels.l2_prefetch import prefetch_rows_l2
 from mxfuse.kernels.mxfp8_dot import DOT_CODE, mxfp8_mainloop
 from mxfuse.kernels.mxfp8_fold import check_fold_options, launch_fold_activation
 from mxfuse.kernels.mxfp8_fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
@@ -37,6 +38,7 @@ from mxfuse.kernels.mxfp8_tile import (
     scale_target,
     store_scale_words,
 )
+from mxfuse.kernels.pdl import OFF, pdl_policy
 from mxfuse.kernels.splitk import split_arrive, split_for, split_release, split_sum
 
 __all__ = ["TICKETS", "WoAConfig", "check_config", "default_config", "launch_grouped_wo_a"]
@@ -216,6 +218,9 @@ def _grouped_wo_a_kernel(
     FOLD_WSCALE: tl.constexpr,
     FOLD_W_BIAS: tl.constexpr,
     STREAM_SUB: tl.constexpr,  # DOT_STREAM: weight rows a thread group spans (32 * warps * 16 / BLOCK_K)
+    PDL_SIGNAL: tl.constexpr,  # let a programmatic dependent launched next (wo_b) start now
+    PDL_WAIT: tl.constexpr,  # launched as a programmatic dependent: wait before reading or writing
+    PDL_PREFETCH: tl.constexpr,  # DOT_STREAM: before that wait, request this program's weight rows into L2
 ):
     # M tiles fastest: programs that read the same weight tile run side by side.
     pid = tl.program_id(0)
@@ -225,6 +230,16 @@ def _grouped_wo_a_kernel(
     rest = rest // n_n_tiles
     g = rest % G
     split = rest // G
+    if PDL_SIGNAL:
+        tl.extra.cuda.gdc_launch_dependents()
+    if PDL_WAIT:
+        if PDL_PREFETCH and DOT == 4:
+            # The weight is written by no kernel of the step: one request per row of this program's tile.
+            k0 = split * K_ITERS * BLOCK_K
+            prow = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            prefetch_rows_l2(w_ptr + g.to(tl.int64) * R * K + prow.to(tl.int64) * K + k0,
+                             tl.minimum(K_ITERS * BLOCK_K, K - k0), prow < R)  # fmt: skip
+        tl.extra.cuda.gdc_wait()
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     groups_k = K // 32
@@ -480,6 +495,7 @@ def launch_grouped_wo_a(
         refs = torch.empty((groups, t), dtype=torch.int32, device=a_q.device)
         launch_fold_activation(a_q, a_s, LAYOUT_CODE[a_layout.value], folded, refs, slices=groups)
     grid = (config.split * groups * n_n_tiles * n_m_tiles,)
+    pdl = pdl_policy(a_q.device) if hw_cvt else OFF
     _grouped_wo_a_kernel[grid](
         codes(a_q),
         a_s,
@@ -522,6 +538,10 @@ def launch_grouped_wo_a(
         FOLD_WSCALE=WSCALE_CODE[config.wscale],
         FOLD_W_BIAS=config.w_bias if config.operand == "f16" else 127,
         STREAM_SUB=max(1, 32 * config.num_warps // (config.block_k // 16)),
+        PDL_SIGNAL=pdl.signal,
+        PDL_WAIT=pdl.wait,
+        PDL_PREFETCH=pdl.prefetch,
         num_warps=config.num_warps,
+        **({"launch_pdl": True} if pdl.wait else {}),
     )
     return config

@@ -76,6 +76,7 @@ from mxfuse.kernels.mxfp8_tile import (
     scale_target,
     store_scale_words,
 )
+from mxfuse.kernels.pdl import pdl_policy
 
 __all__ = ["launch_boundary", "launch_phases"]
 
@@ -667,8 +668,11 @@ def launch_phases(
         _launch(phases=(1, 0, 0), tokens=tokens, hidden=hidden, config=one, pdl_signal=pdl, **a_options)
         a_plan = Plan.make(tokens, hidden, one, phases=(1, 0, 0))
         rest = {k: v for k, v in options.items() if k not in ("a_post", "a_mix", "a_collapse")}
+        # The second launch also signals at its start when the policy says so: the next kernel (a GEMM
+        # launched as a programmatic dependent) then starts its weight stream under this launch's tail.
+        signal = pdl and pdl_policy(options["workspace"].device).signal
         _launch(phases=(0, phases[1], phases[2]), tokens=tokens, hidden=hidden, config=one, pdl_wait=pdl,
-                a_plan=a_plan, **rest)  # fmt: skip
+                pdl_signal=signal, a_plan=a_plan, **rest)  # fmt: skip
         return
     _launch(phases=phases, tokens=tokens, hidden=hidden, config=config, **options)
 

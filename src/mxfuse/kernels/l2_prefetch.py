@@ -24,11 +24,27 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["L2Prefetcher", "MODES", "launch_prefetch_l2"]
+__all__ = ["L2Prefetcher", "MODES", "launch_prefetch_l2", "prefetch_rows_l2"]
 
 MODES = ("bulk", "line", "line_last")
 _MODE_CODE = {"bulk": 0, "line": 1, "line_last": 2}
 _LINE = 128
+
+
+@triton.jit
+def prefetch_rows_l2(ptrs, nbytes, ok):
+    """In a kernel: one bulk L2 prefetch request of ``nbytes`` (a multiple of 16, 16-byte aligned
+    addresses) at each of ``ptrs`` where ``ok`` (tensors of one shape; ``nbytes`` may be a scalar)."""
+    size = (tl.zeros(ptrs.shape, tl.int32) + nbytes).to(tl.int32)
+    go = (ok & (size > 0)).to(tl.int32)
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r,r",
+        [ptrs, size, go],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
 
 
 @triton.jit

@@ -37,6 +37,7 @@ import triton.language as tl
 
 from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
 from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
+from mxfuse.kernels.pdl import pdl_policy
 
 __all__ = ["MqaConfig", "choose_mqa_config", "launch_mqa_decode", "mqa_partials_numel"]
 
@@ -261,6 +262,7 @@ def _mqa_combine_kernel(
     FLOOR: tl.constexpr = False,
     LAYOUT: tl.constexpr = 1,
     HW_CVT: tl.constexpr = True,
+    PDL_SIGNAL: tl.constexpr = False,
 ):
     """One program per (sequence, row, BLOCK_DC output dims): the partials of SPLIT_CHUNK splits are
     loaded as one [SPLIT_CHUNK, BLOCK_DC] tile (all loads in flight at once), weighted and summed.
@@ -276,6 +278,8 @@ def _mqa_combine_kernel(
     d_ok = d < D
     jj = tl.arange(0, SPLIT_CHUNK)
 
+    if PDL_SIGNAL:  # the next kernel (wo_a, a programmatic dependent) may start its weight stream now
+        tl.extra.cuda.gdc_launch_dependents()
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
     _, n_keys, chunk = _split_bounds(lens_ptr, b, S, capacity, n_splits, BLOCK_N, MIN_TILES)
@@ -478,6 +482,7 @@ def launch_mqa_decode(
         FLOOR=floor,
         LAYOUT=layout_code,
         HW_CVT=hw_cvt,
+        PDL_SIGNAL=not fp32_dots and pdl_policy(q.device).signal,
         num_warps=4,
         **({"launch_pdl": True} if use_pdl else {}),
     )

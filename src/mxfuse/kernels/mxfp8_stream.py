@@ -18,7 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
+from mxfuse.kernels.l2_prefetch import prefetch_rows_l2
 from mxfuse.kernels.mxfp8_steps import act_scale_offsets, e8m0_to_f32
+from mxfuse.kernels.pdl import pdl_policy
 from mxfuse.kernels.splitk import split_arrive, split_release, split_sum
 
 __all__ = ["launch_stream", "stream_mainloop", "stream_rows", "stream_shape"]
@@ -167,6 +169,8 @@ def _mxfp8_stream_kernel(
     EVEN: tl.constexpr,  # N % (R * SUB_N) == 0 and every split holds whole steps: no masks
     NUM_STAGES: tl.constexpr,
     WS_ROWS: tl.constexpr,  # the weight's scales row-major (one row's groups adjacent) instead of K-group-major
+    PDL_WAIT: tl.constexpr,  # launched as a programmatic dependent: wait before reading the activation
+    PDL_PREFETCH: tl.constexpr,  # before that wait, request this program's weight rows into L2
 ):
     BLOCK_N: tl.constexpr = R * SUB_N
     pid_n = tl.program_id(0)
@@ -177,6 +181,15 @@ def _mxfp8_stream_kernel(
     per_split = tl.cdiv(steps, SPLIT_K)
     s_begin = pid_k * per_split
     s_end = tl.minimum(s_begin + per_split, steps)
+    if PDL_WAIT:
+        if PDL_PREFETCH:
+            # The weight is written by no kernel of the step: its bytes may be requested while the
+            # previous kernel runs. One request per row, this split's K range.
+            k0 = s_begin * CHUNKS * 16
+            span = tl.minimum(s_end * CHUNKS * 16, K) - k0
+            prow = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            prefetch_rows_l2(w_ptr + prow.to(tl.int64) * K + k0, span, prow < N)
+        tl.extra.cuda.gdc_wait()
 
     rr = tl.arange(0, R)[None, :]
     sub = tl.arange(0, SUB_N)[:, None]
@@ -251,6 +264,7 @@ def launch_stream(
             f"config.block_m must be 1, 2 or 4 and >= M ({m}) for the stream kernel; got {block_m}"
         )
     sub_n, r = stream_shape(block_n, block_g, num_warps)
+    pdl = pdl_policy(out.device)
     steps = -(-(k // 16) // block_g)
     even = n % block_n == 0 and (k // 16) % block_g == 0 and steps % split_k == 0
     groups = k // 32
@@ -260,5 +274,7 @@ def launch_stream(
         A_LAYOUT=a_layout_code, BLOCK_M=block_m, R=r, SUB_N=sub_n, CHUNKS=block_g, SPLIT_K=split_k,
         EVEN=even, NUM_STAGES=num_stages,
         WS_ROWS=w_scale_rows is not None,
+        PDL_WAIT=pdl.wait, PDL_PREFETCH=pdl.prefetch,
         num_warps=num_warps,
+        **({"launch_pdl": True} if pdl.wait else {}),
     )  # fmt: skip

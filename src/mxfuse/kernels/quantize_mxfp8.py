@@ -42,6 +42,7 @@ from mxfuse.kernels.mxfp8_tile import (
     scale_target,
     store_scale_words,
 )
+from mxfuse.kernels.pdl import pdl_policy
 
 __all__ = ["quantize_mxfp8"]
 
@@ -68,7 +69,10 @@ def _quantize_mxfp8_kernel(
     LAYOUT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_W: tl.constexpr,
+    PDL_SIGNAL: tl.constexpr,  # let a programmatic dependent launched next (a GEMM) start now
 ):
+    if PDL_SIGNAL:
+        tl.extra.cuda.gdc_launch_dependents()
     # 1-D grid, K-blocks fastest: neighbouring programs read neighbouring bytes of the same rows.
     pid = tl.program_id(0)
     pid_m = pid // n_word_blocks
@@ -148,6 +152,7 @@ def _launch(
         LAYOUT=layout_code,
         BLOCK_M=block_m,
         BLOCK_W=block_w,
+        PDL_SIGNAL=pdl_policy(x.device).signal,
         num_warps=num_warps,
     )
 

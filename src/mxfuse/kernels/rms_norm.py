@@ -21,6 +21,7 @@ import triton.language as tl
 
 from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
 from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
+from mxfuse.kernels.pdl import pdl_policy
 
 __all__ = [
     "MAX_ROW",
@@ -39,7 +40,10 @@ def _rms_norm_kernel(
     x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, M, cols, rows_padded, eps, per_seq, capacity,
     HAS_WEIGHT: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr,
     HW_CVT: tl.constexpr, LAYOUT: tl.constexpr, WORDS: tl.constexpr, TO_CACHE: tl.constexpr,
+    PDL_SIGNAL: tl.constexpr,
 ):  # fmt: skip
+    if PDL_SIGNAL:  # a programmatic dependent launched next (a GEMM) may start its weight stream now
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     words = tl.arange(0, WORDS)
     c = words[:, None, None] * 128 + tl.arange(0, 4)[None, :, None] * 32 + tl.arange(0, 32)[None, None, :]
@@ -114,7 +118,8 @@ def launch_rms_norm(
         dummy if scale_words is None else scale_words, dummy if lens is None else lens, rows.stride(0), count,
         cols, rows_padded, eps, per_seq, capacity,
         HAS_WEIGHT=weight is not None, WRITE_Y=y is not None, WRITE_PAIR=pair, FLOOR=floor, HW_CVT=hw_cvt,
-        LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, num_warps=max(1, min(8, words // 2)),
+        LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, PDL_SIGNAL=pdl_policy(rows.device).signal,
+        num_warps=max(1, min(8, words // 2)),
     )  # fmt: skip
 
 

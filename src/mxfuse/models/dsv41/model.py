@@ -123,7 +123,8 @@ class AttentionSublayer(nn.Module):
     ``l2_prefetch``: prefetch the GEMMs' weights into L2 on a side stream while the latency-bound kernels
     before them run (``mxfuse.kernels.l2_prefetch``): wqkv_a's and wq_b's under boundary 1, wo_a's and
     wo_b's under the norms and the attention; a hint that changes no result (on every path, sm_90 and
-    later; ``self.prefetcher.enabled`` switches it between steps or captures).
+    later; ``self.prefetcher.enabled`` switches it between steps or captures). Off by default: on the
+    H200 the step measured slower with it (benchmarks/RESULTS.md).
     """
 
     def __init__(
@@ -136,7 +137,7 @@ class AttentionSublayer(nn.Module):
         layer: int = 0,
         backend_status: StatusFn | None = None,
         process_group: object | None = None,
-        l2_prefetch: bool = True,
+        l2_prefetch: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(config, Dsv41Config):

@@ -1,0 +1,78 @@
+"""Programmatic dependent launch (PDL) between the decode step's kernels: the launch policy.
+
+A kernel launched as a programmatic dependent (``launch_pdl=True``) may start while the kernel before it
+on the stream still runs, once every program of that kernel has signalled
+(``gdc_launch_dependents``) or exited; it must wait (``gdc_wait``: the previous grid complete and its
+writes visible) before it reads anything a previous kernel wrote or writes anything at all. In a CUDA
+graph the launch attribute becomes a programmatic edge.
+
+Here: the weight-streaming GEMM kernels (``mxfp8_stream``, the grouped wo_a's stream mode) are launched
+as dependents; before their wait they request their program's weight rows into L2 (their weights are
+not written by any kernel of the step), so the first wave's weight stream starts under the previous
+kernel's tail. The kernels before them (the norm, the boundary's second launch, the attention's combine,
+the grouped wo_a, the quantize kernel) signal at their start. Both only on CUDA devices of sm_90 and
+later, never under the Triton interpreter.
+
+``programmatic_launch(enabled, prefetch=...)`` sets the policy for the launches inside it (a context
+variable, read at launch time: a CUDA graph keeps what its capture saw); the default is on.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["OFF", "PdlPolicy", "pdl_policy", "programmatic_launch"]
+
+
+@dataclass(frozen=True)
+class PdlPolicy:
+    """What a launch on a device does: ``signal`` (call ``gdc_launch_dependents`` at the start),
+    ``wait`` (launch as a programmatic dependent and wait before reading), ``prefetch`` (a dependent
+    requests its weight rows into L2 before it waits)."""
+
+    signal: bool = False
+    wait: bool = False
+    prefetch: bool = False
+
+
+OFF = PdlPolicy()
+_SETTING: ContextVar[tuple[bool, bool]] = ContextVar("mxfuse_pdl", default=(True, True))
+
+
+@contextmanager
+def programmatic_launch(enabled: bool, *, prefetch: bool = True) -> Iterator[None]:
+    """Launches inside use PDL (``enabled``), their dependents prefetching weights (``prefetch``)."""
+    for name, value in (("enabled", enabled), ("prefetch", prefetch)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool; got {type(value).__name__}")
+    token = _SETTING.set((enabled, prefetch))
+    try:
+        yield
+    finally:
+        _SETTING.reset(token)
+
+
+@functools.cache
+def _capability_ok(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def _supported(device: torch.device) -> bool:
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return _capability_ok(torch.cuda.current_device() if device.index is None else device.index)
+
+
+def pdl_policy(device: torch.device) -> PdlPolicy:
+    """The policy for a launch on ``device`` under the current setting (``OFF`` where unsupported)."""
+    enabled, prefetch = _SETTING.get()
+    if not enabled or not _supported(device):
+        return OFF
+    return PdlPolicy(signal=True, wait=True, prefetch=prefetch)

@@ -1,0 +1,113 @@
+"""Programmatic dependent launch: the policy on the CPU, and the sm_90 code of every kernel that takes part.
+
+The weight-streaming GEMMs (the stream kernel, the grouped wo_a's stream mode) launched as dependents must
+wait (``griddepcontrol.wait``) before they read an activation, and request their weight rows into L2
+before it; the kernels before them signal (``griddepcontrol.launch_dependents``). Neither can run here:
+the launchers run with the policy forced on and every launch is compiled for sm_90, and the PTX is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import mxfuse
+from gpumatrix import register
+from mxfuse.kernels.pdl import OFF, PdlPolicy, pdl_policy, programmatic_launch
+
+register(on=("cpu",), est_time=90)
+
+_SUPPORT = Path(__file__).resolve().parents[1] / "support"
+
+
+def test_the_policy_is_off_on_the_cpu_and_follows_the_setting(monkeypatch):
+    assert pdl_policy(torch.device("cpu")) is OFF
+    monkeypatch.setattr("mxfuse.kernels.pdl._supported", lambda device: True)
+    cpu = torch.device("cpu")
+    assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=True)  # the default
+    with programmatic_launch(True, prefetch=False):
+        assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=False)
+        with programmatic_launch(False):
+            assert pdl_policy(cpu) is OFF
+        assert pdl_policy(cpu).wait
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        with programmatic_launch(1):
+            pass
+    with pytest.raises(TypeError, match="prefetch must be a bool"):
+        with programmatic_launch(True, prefetch=None):
+            pass
+
+
+_COMPILE = """
+import json, torch
+import mxfuse.kernels.pdl as pdl
+from sm90_compile import compile_launches
+from mxfuse.formats import (ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec,
+                            scale_storage_view)
+pdl._supported = lambda device: True
+PREFETCH = {prefetch}
+kept = []
+def run():
+    from mxfuse.gemm.weights import quantize_weight
+    from mxfuse.kernels import mxfp8_gemm as mk
+    import importlib
+    qm = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+    from mxfuse.kernels.rms_norm import launch_rms_norm
+    from mxfuse.kernels.mqa_decode import MqaConfig, launch_mqa_decode, mqa_partials_numel
+    from mxfuse.einsum import prepare_wo_a_weight
+    from mxfuse.kernels.grouped_wo_a import launch_grouped_wo_a
+    with pdl.programmatic_launch(True, prefetch=PREFETCH):
+        wq, ws = quantize_weight(torch.randn(256, 512))
+        aq, asc = quantize_mxfp8_reference(torch.randn(1, 512), scale_layout="deepgemm")
+        a_bytes = scale_storage_view(asc, scale_spec(1, 512, scale_layout="deepgemm")).view(torch.uint8)
+        out = torch.empty(1, 256, dtype=torch.bfloat16)
+        mk.launch_mxfp8_gemm(aq, a_bytes, "deepgemm", wq, mk.weight_scale_kgroup_major(ws), out,
+                             config=mk.GemmConfig("stream", 1, 8, 32, 1, 4, 1), w_scale_rows=ws)
+        w = prepare_wo_a_weight(torch.randn(2, 128, 256))
+        aq, asc = quantize_mxfp8_reference(torch.randn(1, 512), scale_layout="deepgemm")
+        pair = empty_mxfp8_pair(1, 256, scale_layout="deepgemm", device="cpu")
+        launch_grouped_wo_a(aq, asc, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets, z=None, pair=pair,
+                            out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL)
+        x = torch.randn(1, 512, dtype=torch.bfloat16)
+        launch_rms_norm(x, None, 1e-6, y=torch.empty_like(x))
+        q, s = empty_mxfp8_pair(1, 512, scale_layout="deepgemm", device="cpu")
+        qm._launch(x, q, s, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM, hw_cvt=True)
+        qq, kv = torch.randn(1, 64, 512).to(torch.bfloat16), torch.randn(1, 100, 512).to(torch.bfloat16)
+        a, m = mqa_partials_numel(1, 64, 512, 3)
+        launch_mqa_decode(qq, kv, torch.tensor([90]), torch.empty(1, 64 * 512, dtype=torch.bfloat16),
+                          torch.empty(a), torch.empty(m), scale=0.1, config=MqaConfig(splits=3))
+compile_launches(run, keep=kept)
+print(json.dumps({{name: k.asm["ptx"] for name, k in kept}}))
+"""
+
+_WAIT, _SIGNAL, _BULK = "griddepcontrol.wait", "griddepcontrol.launch_dependents", "cp.async.bulk.prefetch.L2"
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_SUPPORT), str(Path(mxfuse.__file__).parents[1])]))
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE.format(prefetch=prefetch)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    ptx = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("_mxfp8_stream_kernel", "_grouped_wo_a_kernel"):
+        assert _WAIT in ptx[name], f"{name}: a dependent must wait"
+        assert (_BULK in ptx[name]) == prefetch, f"{name}: weight rows requested before the wait: {prefetch}"
+        if prefetch:  # the request comes before the wait
+            assert ptx[name].index(_BULK) < ptx[name].index(_WAIT)
+    for name in ("_rms_norm_kernel", "_quantize_mxfp8_kernel", "_mqa_combine_kernel", "_grouped_wo_a_kernel"):
+        assert _SIGNAL in ptx[name], f"{name}: should signal its dependents"
+    for name in ("_rms_norm_kernel", "_quantize_mxfp8_kernel"):
+        assert _WAIT not in ptx[name], f"{name} is not launched as a dependent"
