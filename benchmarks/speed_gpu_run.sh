@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests, the L2 prefetch alone, then
+# The speed work's device pass in one call: the GPU tests, then
 # the decode step (Flash and its TP4 shard) with the per-stage tables and the kernels of one step in
 # launch order; each step under its own time limit; one log ($OUT/pass.log)
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
@@ -29,10 +29,8 @@ run tests 240 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cachepr
   tests/kernels/test_l2_prefetch.py tests/kernels/test_mxfp8_gemm.py tests/kernels/test_grouped_wo_a.py \
   tests/kernels/test_rms_norm.py tests/kernels/test_quantize_mxfp8.py tests/kernels/test_mqa_decode.py \
   tests/kernels/test_hc_boundary.py tests/e2e/test_dsv41_decode.py
-# Whether and how fast an L2 prefetch fills L2 for the next GEMM, per mode.
-run prefetch 45 python3 benchmarks/l2_prefetch.py --json "$out/l2_prefetch.json"
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.
-run step 150 python3 benchmarks/dsv41_decode.py --tokens 1,4,16 --replays 30 --variants pdl,base,pdl-wait,l2 \
+run step 150 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --replays 30 --variants pdl,base \
   --json "$out/dsv41_decode.json"
 run step_tp4 80 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1,4,16 --replays 30 \
   --variants pdl,base --json "$out/dsv41_decode_tp4.json"

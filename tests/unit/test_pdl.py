@@ -1,8 +1,8 @@
 """Programmatic dependent launch: the policy on the CPU, and the sm_90 code of every kernel that takes part.
 
-The weight-streaming GEMMs (the stream kernel, the grouped wo_a's stream mode) launched as dependents must
-wait (``griddepcontrol.wait``) before they read an activation, and request their weight rows into L2
-before it; the kernels before them signal (``griddepcontrol.launch_dependents``). Neither can run here:
+Every kernel of the decode step is launched as a dependent: it waits (``griddepcontrol.wait``) before it
+reads or writes anything and signals (``griddepcontrol.launch_dependents``) after that; the weight-streaming
+GEMMs may request their weight rows into L2 before the wait (``prefetch``). Neither can run here:
 the launchers run with the policy forced on and every launch is compiled for sm_90, and the PTX is read.
 """
 
@@ -30,9 +30,9 @@ def test_the_policy_is_off_on_the_cpu_and_follows_the_setting(monkeypatch):
     assert pdl_policy(torch.device("cpu")) is OFF
     monkeypatch.setattr("mxfuse.kernels.pdl._supported", lambda device: True)
     cpu = torch.device("cpu")
-    assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=True)  # the default
-    with programmatic_launch(True, prefetch=False):
-        assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=False)
+    assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=False)  # the default
+    with programmatic_launch(True, prefetch=True):
+        assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=True)
         with programmatic_launch(False):
             assert pdl_policy(cpu) is OFF
         assert pdl_policy(cpu).wait
@@ -107,7 +107,11 @@ def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
         assert (_BULK in ptx[name]) == prefetch, f"{name}: weight rows requested before the wait: {prefetch}"
         if prefetch:  # the request comes before the wait
             assert ptx[name].index(_BULK) < ptx[name].index(_WAIT)
-    for name in ("_rms_norm_kernel", "_quantize_mxfp8_kernel", "_mqa_combine_kernel", "_grouped_wo_a_kernel"):
+    # Every kernel of the step is a dependent: it waits, and signals its own dependents only after that
+    # (a dependent's work before its wait must not run ahead of its predecessor's predecessor).
+    for name in ("_mxfp8_stream_kernel", "_grouped_wo_a_kernel", "_rms_norm_kernel", "_quantize_mxfp8_kernel",
+                 "_mqa_combine_kernel"):  # fmt: skip
         assert _SIGNAL in ptx[name], f"{name}: should signal its dependents"
-    for name in ("_rms_norm_kernel", "_quantize_mxfp8_kernel"):
-        assert _WAIT not in ptx[name], f"{name} is not launched as a dependent"
+        assert _WAIT in ptx[name], f"{name}: should wait as a dependent"
+        assert ptx[name].index(_WAIT) < ptx[name].index(_SIGNAL), f"{name}: signals before it waits"
+    assert _WAIT in ptx["_mqa_split_kernel"], "the attention's split kernel waits for the cache write"

@@ -230,8 +230,6 @@ def _grouped_wo_a_kernel(
     rest = rest // n_n_tiles
     g = rest % G
     split = rest // G
-    if PDL_SIGNAL:
-        tl.extra.cuda.gdc_launch_dependents()
     if PDL_WAIT:
         if PDL_PREFETCH and DOT == 4:
             # The weight is written by no kernel of the step: one request per row of this program's tile.
@@ -240,6 +238,8 @@ def _grouped_wo_a_kernel(
             prefetch_rows_l2(w_ptr + g.to(tl.int64) * R * K + prow.to(tl.int64) * K + k0,
                              tl.minimum(K_ITERS * BLOCK_K, K - k0), prow < R)  # fmt: skip
         tl.extra.cuda.gdc_wait()
+    if PDL_SIGNAL:  # after the wait: a dependent's work before its own wait never runs ahead of ours
+        tl.extra.cuda.gdc_launch_dependents()
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     groups_k = K // 32

@@ -521,7 +521,13 @@ def _hc_kernel(
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
     CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr, A_MIX: tl.constexpr,
     A_COLLAPSE: tl.constexpr, SPLIT: tl.constexpr, NPART: tl.constexpr, S_OWN: tl.constexpr,
+    PDL_WAIT_TOP: tl.constexpr,
 ):  # fmt: skip
+    if PDL_WAIT_TOP:
+        # A programmatic dependent of the previous kernel (whose output may be x): wait before anything,
+        # and signal only after, so that the second launch's work before its own wait (which reads x)
+        # never runs ahead of that kernel.
+        tl.extra.cuda.gdc_wait()
     if PDL_SIGNAL:
         tl.extra.cuda.gdc_launch_dependents()
     # A launch that waits on the A launch (PDL_WAIT) has no A items: its F and S items wait below, after
@@ -661,11 +667,14 @@ def launch_phases(
     when ``pdl``).
     """
     config.check(hidden)
+    # The first launch is a programmatic dependent of the kernel before it when the policy says so.
+    top = pdl and phases[0] and pdl_policy(options["workspace"].device).wait
     if config.launches == 2 and phases[0] and (phases[1] or phases[2]):
         one = dataclasses.replace(config, launches=1)
         keys = ("tensors", "scalars", "workspace", "a_post", "a_mix", "a_collapse", "hw_cvt")
         a_options = {k: options[k] for k in keys if k in options}
-        _launch(phases=(1, 0, 0), tokens=tokens, hidden=hidden, config=one, pdl_signal=pdl, **a_options)
+        _launch(phases=(1, 0, 0), tokens=tokens, hidden=hidden, config=one, pdl_signal=pdl, pdl_wait_top=top,
+                **a_options)  # fmt: skip
         a_plan = Plan.make(tokens, hidden, one, phases=(1, 0, 0))
         rest = {k: v for k, v in options.items() if k not in ("a_post", "a_mix", "a_collapse")}
         # The second launch also signals at its start when the policy says so: the next kernel (a GEMM
@@ -674,7 +683,7 @@ def launch_phases(
         _launch(phases=(0, phases[1], phases[2]), tokens=tokens, hidden=hidden, config=one, pdl_wait=pdl,
                 pdl_signal=signal, a_plan=a_plan, **rest)  # fmt: skip
         return
-    _launch(phases=phases, tokens=tokens, hidden=hidden, config=config, **options)
+    _launch(phases=phases, tokens=tokens, hidden=hidden, config=config, pdl_wait_top=top, **options)
 
 
 def _launch(
@@ -700,6 +709,7 @@ def _launch(
     hw_cvt: bool = True,
     pdl_signal: bool = False,
     pdl_wait: bool = False,
+    pdl_wait_top: bool = False,
     a_plan: Plan | None = None,
 ) -> None:
     split = split and bool(phases[1])
@@ -782,10 +792,11 @@ def _launch(
         NPART=triton.next_power_of_2(hidden // 16),
         # The Sinkhorn item of one row sums its records itself when this launch has no A items to wait on.
         S_OWN=bool(coef and phases[1] and phases[2] and not phases[0] and config.rows_s == 1),
+        PDL_WAIT_TOP=pdl_wait_top,
         num_warps=warps,
         num_stages=config.stages,
         enable_fp_fusion=False,
-        **({"launch_pdl": True} if pdl_wait else {}),
+        **({"launch_pdl": True} if pdl_wait or pdl_wait_top else {}),
     )
 
 

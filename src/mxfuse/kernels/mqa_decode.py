@@ -37,7 +37,7 @@ import triton.language as tl
 
 from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
 from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
-from mxfuse.kernels.pdl import pdl_policy
+from mxfuse.kernels.pdl import OFF, pdl_policy
 
 __all__ = ["MqaConfig", "choose_mqa_config", "launch_mqa_decode", "mqa_partials_numel"]
 
@@ -118,7 +118,10 @@ def _mqa_split_kernel(
     DIRECT: tl.constexpr,
     USE_PDL: tl.constexpr,
     FP32_DOTS: tl.constexpr,
+    PDL_WAIT: tl.constexpr = False,  # a programmatic dependent of the previous kernel (the KV cache write)
 ):
+    if PDL_WAIT:
+        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0)
     split = tl.program_id(1)
     mblk = tl.program_id(2) // D_PARTS
@@ -278,10 +281,10 @@ def _mqa_combine_kernel(
     d_ok = d < D
     jj = tl.arange(0, SPLIT_CHUNK)
 
-    if PDL_SIGNAL:  # the next kernel (wo_a, a programmatic dependent) may start its weight stream now
-        tl.extra.cuda.gdc_launch_dependents()
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
+    if PDL_SIGNAL:  # the next kernel (wo_a, a programmatic dependent) may launch now
+        tl.extra.cuda.gdc_launch_dependents()
     _, n_keys, chunk = _split_bounds(lens_ptr, b, S, capacity, n_splits, BLOCK_N, MIN_TILES)
     used = tl.cdiv(n_keys, chunk)  # splits that own keys; the rest wrote nothing this combine reads
 
@@ -415,7 +418,8 @@ def launch_mqa_decode(
     new = tokens // sequences
     rows = new * heads
     cfg = config
-    use_pdl = cfg.pdl and not fp32_dots
+    policy = OFF if fp32_dots else pdl_policy(q.device)
+    use_pdl = (cfg.pdl or policy.wait) and not fp32_dots
     block_d = triton.next_power_of_2(dim)
     _mqa_split_kernel[(sequences, cfg.splits, triton.cdiv(rows, cfg.block_m) * cfg.d_parts)](
         q,
@@ -443,8 +447,10 @@ def launch_mqa_decode(
         DIRECT=cfg.splits == 1,
         USE_PDL=use_pdl,
         FP32_DOTS=fp32_dots,
+        PDL_WAIT=policy.wait,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **({"launch_pdl": True} if policy.wait else {}),
     )
     if cfg.splits == 1:
         if pair is not None:
@@ -482,7 +488,7 @@ def launch_mqa_decode(
         FLOOR=floor,
         LAYOUT=layout_code,
         HW_CVT=hw_cvt,
-        PDL_SIGNAL=not fp32_dots and pdl_policy(q.device).signal,
+        PDL_SIGNAL=policy.signal,
         num_warps=4,
         **({"launch_pdl": True} if use_pdl else {}),
     )

@@ -190,6 +190,7 @@ def _mxfp8_stream_kernel(
             prow = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             prefetch_rows_l2(w_ptr + prow.to(tl.int64) * K + k0, span, prow < N)
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel (a norm, the boundary) may launch now
 
     rr = tl.arange(0, R)[None, :]
     sub = tl.arange(0, SUB_N)[:, None]

@@ -43,11 +43,11 @@ class PdlPolicy:
 
 
 OFF = PdlPolicy()
-_SETTING: ContextVar[tuple[bool, bool]] = ContextVar("mxfuse_pdl", default=(True, True))
+_SETTING: ContextVar[tuple[bool, bool]] = ContextVar("mxfuse_pdl", default=(True, False))
 
 
 @contextmanager
-def programmatic_launch(enabled: bool, *, prefetch: bool = True) -> Iterator[None]:
+def programmatic_launch(enabled: bool, *, prefetch: bool = False) -> Iterator[None]:
     """Launches inside use PDL (``enabled``), their dependents prefetching weights (``prefetch``)."""
     for name, value in (("enabled", enabled), ("prefetch", prefetch)):
         if not isinstance(value, bool):

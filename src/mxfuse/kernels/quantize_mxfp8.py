@@ -69,9 +69,10 @@ def _quantize_mxfp8_kernel(
     LAYOUT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_W: tl.constexpr,
-    PDL_SIGNAL: tl.constexpr,  # let a programmatic dependent launched next (a GEMM) start now
+    PDL: tl.constexpr,  # a programmatic dependent: wait for the previous kernel, then let the next launch
 ):
-    if PDL_SIGNAL:
+    if PDL:
+        tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     # 1-D grid, K-blocks fastest: neighbouring programs read neighbouring bytes of the same rows.
     pid = tl.program_id(0)
@@ -137,6 +138,7 @@ def _launch(
     block_m, block_w, num_warps = config or _block_config(rows_padded, n_words)
     n_word_blocks = triton.cdiv(n_words, block_w)
     grid = (triton.cdiv(rows_padded, block_m) * n_word_blocks,)
+    pdl = hw_cvt and pdl_policy(x.device).wait
     _quantize_mxfp8_kernel[grid](
         x,
         q if hw_cvt else q.view(torch.uint8),
@@ -152,8 +154,9 @@ def _launch(
         LAYOUT=layout_code,
         BLOCK_M=block_m,
         BLOCK_W=block_w,
-        PDL_SIGNAL=pdl_policy(x.device).signal,
+        PDL=pdl,
         num_warps=num_warps,
+        **({"launch_pdl": True} if pdl else {}),
     )
 
 
