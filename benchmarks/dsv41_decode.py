@@ -109,24 +109,26 @@ def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
 
 
 # Launch variants of the same step: (L2 prefetch fork on a side stream, programmatic dependent launches,
-# the dependent GEMMs requesting their weight rows into L2 before their wait). "pdl" is the default.
+# the dependent GEMMs requesting their weight rows into L2 before their wait, which kernels are dependents:
+# "all" or only the "gemm"s). "pdl" is the library's default.
 VARIANTS = {
-    "pdl": (False, True, False),
-    "base": (False, False, False),
-    "pdl-prefetch": (False, True, True),
-    "l2": (True, False, False),
+    "pdl": (False, True, False, "all"),
+    "pdl-gemm": (False, True, False, "gemm"),
+    "base": (False, False, False, "all"),
+    "pdl-prefetch": (False, True, True, "all"),
+    "l2": (True, False, False, "all"),
 }
 
 
 @contextmanager
 def variant(models: dict[str, AttentionSublayer], name: str) -> Iterator[None]:
     """Steps inside run (and graphs captured inside keep) launch variant ``name`` of ``VARIANTS``."""
-    l2, pdl, pdl_prefetch = VARIANTS[name]
+    l2, pdl, pdl_prefetch, scope = VARIANTS[name]
     before = {p: m.prefetcher.enabled for p, m in models.items()}
     for model in models.values():
         model.prefetcher.enabled = l2
     try:
-        with programmatic_launch(pdl, prefetch=pdl_prefetch):
+        with programmatic_launch(pdl, prefetch=pdl_prefetch, scope=scope):
             yield
     finally:
         for p, m in models.items():
@@ -513,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         "kv": args.kv,
         "replays": args.replays,
         "variants": {
-            v: dict(zip(("l2_prefetch", "pdl", "pdl_prefetch"), VARIANTS[v], strict=True)) for v in variants
+            v: dict(zip(("l2_prefetch", "pdl", "pdl_prefetch", "pdl_scope"), VARIANTS[v], strict=True))
+            for v in variants
         },
         "l2_prefetch_mode": prefetcher.mode,
         "l2_prefetch_fraction": prefetcher.fraction,

@@ -32,7 +32,15 @@ def test_the_policy_is_off_on_the_cpu_and_follows_the_setting(monkeypatch):
     cpu = torch.device("cpu")
     assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=False)  # the default
     with programmatic_launch(True, prefetch=True):
-        assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=True)
+        assert pdl_policy(cpu, gemm=True) == PdlPolicy(signal=True, wait=True, prefetch=True)
+        assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=False)  # only GEMMs prefetch
+    with programmatic_launch(True, scope="gemm"):  # only the GEMMs are dependents; the rest signal
+        assert pdl_policy(cpu, gemm=True) == PdlPolicy(signal=True, wait=True)
+        assert pdl_policy(cpu) == PdlPolicy(signal=True)
+    with pytest.raises(ValueError, match="scope must be one of"):
+        with programmatic_launch(True, scope="some"):
+            pass
+    with programmatic_launch(True, prefetch=True):
         with programmatic_launch(False):
             assert pdl_policy(cpu) is OFF
         assert pdl_policy(cpu).wait

@@ -495,7 +495,7 @@ def launch_grouped_wo_a(
         refs = torch.empty((groups, t), dtype=torch.int32, device=a_q.device)
         launch_fold_activation(a_q, a_s, LAYOUT_CODE[a_layout.value], folded, refs, slices=groups)
     grid = (config.split * groups * n_n_tiles * n_m_tiles,)
-    pdl = pdl_policy(a_q.device) if hw_cvt else OFF
+    pdl = pdl_policy(a_q.device, gemm=True) if hw_cvt else OFF
     _grouped_wo_a_kernel[grid](
         codes(a_q),
         a_s,

@@ -265,7 +265,7 @@ def launch_stream(
             f"config.block_m must be 1, 2 or 4 and >= M ({m}) for the stream kernel; got {block_m}"
         )
     sub_n, r = stream_shape(block_n, block_g, num_warps)
-    pdl = pdl_policy(out.device)
+    pdl = pdl_policy(out.device, gemm=True)
     steps = -(-(k // 16) // block_g)
     even = n % block_n == 0 and (k // 16) % block_g == 0 and steps % split_k == 0
     groups = k // 32

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["OFF", "PdlPolicy", "pdl_policy", "programmatic_launch"]
+__all__ = ["OFF", "SCOPES", "PdlPolicy", "pdl_policy", "programmatic_launch"]
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,21 @@ class PdlPolicy:
 
 
 OFF = PdlPolicy()
-_SETTING: ContextVar[tuple[bool, bool]] = ContextVar("mxfuse_pdl", default=(True, False))
+SCOPES = ("all", "gemm")
+_SETTING: ContextVar[tuple[bool, bool, str]] = ContextVar("mxfuse_pdl", default=(True, False, "all"))
 
 
 @contextmanager
-def programmatic_launch(enabled: bool, *, prefetch: bool = False) -> Iterator[None]:
-    """Launches inside use PDL (``enabled``), their dependents prefetching weights (``prefetch``)."""
+def programmatic_launch(enabled: bool, *, prefetch: bool = False, scope: str = "all") -> Iterator[None]:
+    """Launches inside use PDL (``enabled``), the GEMMs requesting their weight rows before their wait
+    (``prefetch``). ``scope``: ``"all"``, every kernel of the step is a dependent; ``"gemm"``, only the
+    weight-streaming GEMMs are, the other kernels only signal (at their start)."""
     for name, value in (("enabled", enabled), ("prefetch", prefetch)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool; got {type(value).__name__}")
-    token = _SETTING.set((enabled, prefetch))
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}; got {scope!r}")
+    token = _SETTING.set((enabled, prefetch, scope))
     try:
         yield
     finally:
@@ -70,9 +75,12 @@ def _supported(device: torch.device) -> bool:
     return _capability_ok(torch.cuda.current_device() if device.index is None else device.index)
 
 
-def pdl_policy(device: torch.device) -> PdlPolicy:
-    """The policy for a launch on ``device`` under the current setting (``OFF`` where unsupported)."""
-    enabled, prefetch = _SETTING.get()
+def pdl_policy(device: torch.device, *, gemm: bool = False) -> PdlPolicy:
+    """The policy for a launch on ``device`` under the current setting (``OFF`` where unsupported);
+    ``gemm``: the launch is a weight-streaming GEMM's."""
+    enabled, prefetch, scope = _SETTING.get()
     if not enabled or not _supported(device):
         return OFF
-    return PdlPolicy(signal=True, wait=True, prefetch=prefetch)
+    if scope == "gemm" and not gemm:
+        return PdlPolicy(signal=True)
+    return PdlPolicy(signal=True, wait=True, prefetch=prefetch and gemm)

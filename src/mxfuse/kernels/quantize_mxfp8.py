@@ -42,7 +42,7 @@ from mxfuse.kernels.mxfp8_tile import (
     scale_target,
     store_scale_words,
 )
-from mxfuse.kernels.pdl import pdl_policy
+from mxfuse.kernels.pdl import OFF, pdl_policy
 
 __all__ = ["quantize_mxfp8"]
 
@@ -69,10 +69,12 @@ def _quantize_mxfp8_kernel(
     LAYOUT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_W: tl.constexpr,
-    PDL: tl.constexpr,  # a programmatic dependent: wait for the previous kernel, then let the next launch
+    PDL_WAIT: tl.constexpr,  # a programmatic dependent: wait for the previous kernel first
+    PDL_SIGNAL: tl.constexpr,  # then let the next kernel (a programmatic dependent) launch
 ):
-    if PDL:
+    if PDL_WAIT:
         tl.extra.cuda.gdc_wait()
+    if PDL_SIGNAL:
         tl.extra.cuda.gdc_launch_dependents()
     # 1-D grid, K-blocks fastest: neighbouring programs read neighbouring bytes of the same rows.
     pid = tl.program_id(0)
@@ -138,7 +140,7 @@ def _launch(
     block_m, block_w, num_warps = config or _block_config(rows_padded, n_words)
     n_word_blocks = triton.cdiv(n_words, block_w)
     grid = (triton.cdiv(rows_padded, block_m) * n_word_blocks,)
-    pdl = hw_cvt and pdl_policy(x.device).wait
+    pdl = pdl_policy(x.device) if hw_cvt else OFF
     _quantize_mxfp8_kernel[grid](
         x,
         q if hw_cvt else q.view(torch.uint8),
@@ -154,9 +156,10 @@ def _launch(
         LAYOUT=layout_code,
         BLOCK_M=block_m,
         BLOCK_W=block_w,
-        PDL=pdl,
+        PDL_WAIT=pdl.wait,
+        PDL_SIGNAL=pdl.signal,
         num_warps=num_warps,
-        **({"launch_pdl": True} if pdl else {}),
+        **({"launch_pdl": True} if pdl.wait else {}),
     )
 
 

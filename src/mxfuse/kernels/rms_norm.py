@@ -21,7 +21,7 @@ import triton.language as tl
 
 from mxfuse.kernels.hc_tile import bf16_bits, bits_to_bf16
 from mxfuse.kernels.mxfp8_tile import mxfp8_codes, mxfp8_scale_bytes, store_scale_words
-from mxfuse.kernels.pdl import pdl_policy
+from mxfuse.kernels.pdl import OFF, pdl_policy
 
 __all__ = [
     "MAX_ROW",
@@ -40,10 +40,11 @@ def _rms_norm_kernel(
     x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, M, cols, rows_padded, eps, per_seq, capacity,
     HAS_WEIGHT: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr,
     HW_CVT: tl.constexpr, LAYOUT: tl.constexpr, WORDS: tl.constexpr, TO_CACHE: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL_WAIT: tl.constexpr, PDL_SIGNAL: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # a programmatic dependent: the previous kernel's writes first, then let the next one launch
+    if PDL_WAIT:  # a programmatic dependent: the previous kernel's writes first
         tl.extra.cuda.gdc_wait()
+    if PDL_SIGNAL:  # then the next kernel (a programmatic dependent) may launch
         tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     words = tl.arange(0, WORDS)
@@ -114,14 +115,14 @@ def launch_rms_norm(
     words = triton.next_power_of_2(triton.cdiv(cols, 128))
     dummy = rows
     per_seq, capacity = (count // lens.shape[0], y.shape[1]) if lens is not None else (1, 0)
-    pdl = pdl_policy(rows.device).wait and hw_cvt
+    pdl = pdl_policy(rows.device) if hw_cvt else OFF
     _rms_norm_kernel[(grid,)](
         rows, dummy if weight is None else weight, dummy if y is None else y, dummy if q is None else q,
         dummy if scale_words is None else scale_words, dummy if lens is None else lens, rows.stride(0), count,
         cols, rows_padded, eps, per_seq, capacity,
         HAS_WEIGHT=weight is not None, WRITE_Y=y is not None, WRITE_PAIR=pair, FLOOR=floor, HW_CVT=hw_cvt,
-        LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, PDL=pdl, num_warps=max(1, min(8, words // 2)),
-        **({"launch_pdl": True} if pdl else {}),
+        LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, PDL_WAIT=pdl.wait, PDL_SIGNAL=pdl.signal,
+        num_warps=max(1, min(8, words // 2)), **({"launch_pdl": True} if pdl.wait else {}),
     )  # fmt: skip
 
 
