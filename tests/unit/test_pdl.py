@@ -1,8 +1,9 @@
 """Programmatic dependent launch: the policy on the CPU, and the sm_90 code of every kernel that takes part.
 
 Every kernel of the decode step is launched as a dependent: it waits (``griddepcontrol.wait``) before it
-reads or writes anything and signals (``griddepcontrol.launch_dependents``) after that; the weight-streaming
-GEMMs may request their weight rows into L2 before the wait (``prefetch``). Neither can run here:
+reads or writes anything and signals (``griddepcontrol.launch_dependents``) after that, except the grouped
+wo_a (its dependent launches as it exits); the weight-streaming GEMMs may request their weight rows into L2
+before the wait (``prefetch``). Neither can run here:
 the launchers run with the policy forced on and every launch is compiled for sm_90, and the PTX is read.
 """
 
@@ -117,9 +118,10 @@ def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
             assert ptx[name].index(_BULK) < ptx[name].index(_WAIT)
     # Every kernel of the step is a dependent: it waits, and signals its own dependents only after that
     # (a dependent's work before its wait must not run ahead of its predecessor's predecessor).
-    for name in ("_mxfp8_stream_kernel", "_grouped_wo_a_kernel", "_rms_norm_kernel", "_quantize_mxfp8_kernel",
-                 "_mqa_combine_kernel"):  # fmt: skip
+    for name in ("_mxfp8_stream_kernel", "_rms_norm_kernel", "_quantize_mxfp8_kernel", "_mqa_combine_kernel"):
         assert _SIGNAL in ptx[name], f"{name}: should signal its dependents"
         assert _WAIT in ptx[name], f"{name}: should wait as a dependent"
         assert ptx[name].index(_WAIT) < ptx[name].index(_SIGNAL), f"{name}: signals before it waits"
     assert _WAIT in ptx["_mqa_split_kernel"], "the attention's split kernel waits for the cache write"
+    # The grouped wo_a lets wo_b launch only as its programs exit (no early residency beside its stream).
+    assert _SIGNAL not in ptx["_grouped_wo_a_kernel"]

@@ -218,7 +218,6 @@ def _grouped_wo_a_kernel(
     FOLD_WSCALE: tl.constexpr,
     FOLD_W_BIAS: tl.constexpr,
     STREAM_SUB: tl.constexpr,  # DOT_STREAM: weight rows a thread group spans (32 * warps * 16 / BLOCK_K)
-    PDL_SIGNAL: tl.constexpr,  # let a programmatic dependent launched next (wo_b) start now
     PDL_WAIT: tl.constexpr,  # launched as a programmatic dependent: wait before reading or writing
     PDL_PREFETCH: tl.constexpr,  # DOT_STREAM: before that wait, request this program's weight rows into L2
 ):
@@ -238,8 +237,9 @@ def _grouped_wo_a_kernel(
             prefetch_rows_l2(w_ptr + g.to(tl.int64) * R * K + prow.to(tl.int64) * K + k0,
                              tl.minimum(K_ITERS * BLOCK_K, K - k0), prow < R)  # fmt: skip
         tl.extra.cuda.gdc_wait()
-    if PDL_SIGNAL:  # after the wait: a dependent's work before its own wait never runs ahead of ours
-        tl.extra.cuda.gdc_launch_dependents()
+    # No explicit signal: wo_b (a dependent) launches as these programs exit. Signalling after the wait
+    # put wo_b's programs on the multiprocessors while this kernel still streamed its weight, unevenly:
+    # wo_b then took 3.7 us longer (H200, benchmarks/RESULTS.md).
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     groups_k = K // 32
@@ -538,7 +538,6 @@ def launch_grouped_wo_a(
         FOLD_WSCALE=WSCALE_CODE[config.wscale],
         FOLD_W_BIAS=config.w_bias if config.operand == "f16" else 127,
         STREAM_SUB=max(1, 32 * config.num_warps // (config.block_k // 16)),
-        PDL_SIGNAL=pdl.signal,
         PDL_WAIT=pdl.wait,
         PDL_PREFETCH=pdl.prefetch,
         num_warps=config.num_warps,

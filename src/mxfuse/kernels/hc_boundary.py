@@ -677,11 +677,10 @@ def launch_phases(
                 **a_options)  # fmt: skip
         a_plan = Plan.make(tokens, hidden, one, phases=(1, 0, 0))
         rest = {k: v for k, v in options.items() if k not in ("a_post", "a_mix", "a_collapse")}
-        # The second launch also signals at its start when the policy says so: the next kernel (a GEMM
-        # launched as a programmatic dependent) then starts its weight stream under this launch's tail.
-        signal = pdl and pdl_policy(options["workspace"].device).signal
+        # The second launch does not signal: the GEMM after it (a dependent) launches as its programs
+        # exit; resident early, beside this launch's items, it ran slower (H200, benchmarks/RESULTS.md).
         _launch(phases=(0, phases[1], phases[2]), tokens=tokens, hidden=hidden, config=one, pdl_wait=pdl,
-                pdl_signal=signal, a_plan=a_plan, **rest)  # fmt: skip
+                a_plan=a_plan, **rest)  # fmt: skip
         return
     _launch(phases=phases, tokens=tokens, hidden=hidden, config=config, pdl_wait_top=top, **options)
 

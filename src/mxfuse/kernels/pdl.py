@@ -1,20 +1,23 @@
 """Programmatic dependent launch (PDL) between the decode step's kernels: the launch policy.
 
 A kernel launched as a programmatic dependent (``launch_pdl=True``) may start while the kernel before it
-on the stream still runs, once every program of that kernel has signalled
-(``gdc_launch_dependents``) or exited; it must wait (``gdc_wait``: the previous grid complete and its
-writes visible) before it reads anything a previous kernel wrote or writes anything at all. In a CUDA
-graph the launch attribute becomes a programmatic edge.
+on the stream still runs, once every program of that kernel has signalled (``gdc_launch_dependents``)
+or exited; it waits (``gdc_wait``: the previous grid complete and its writes visible) before it reads or
+writes anything. In a CUDA graph the launch attribute becomes a programmatic edge. The launch and the
+start of the programs then overlap the previous kernel's end instead of following it.
 
-Here: the weight-streaming GEMM kernels (``mxfp8_stream``, the grouped wo_a's stream mode) are launched
-as dependents; before their wait they request their program's weight rows into L2 (their weights are
-not written by any kernel of the step), so the first wave's weight stream starts under the previous
-kernel's tail. The kernels before them (the norm, the boundary's second launch, the attention's combine,
-the grouped wo_a, the quantize kernel) signal at their start. Both only on CUDA devices of sm_90 and
-later, never under the Triton interpreter.
+Every kernel of the step takes part (scope ``"all"``): the norms, the quantize kernel, the attention's two
+kernels, the boundary's first launch, the stream GEMMs and the grouped wo_a wait first and then signal, so
+a dependent's work before its own wait (the boundary's second launch loads before it waits) never runs
+ahead of its predecessor's predecessor. Two kernels do not signal early: the grouped wo_a and the
+boundary's second launch, whose dependents (wo_b, wqkv_a: weight streams) measured slower resident beside
+them than launched as they exit. Scope ``"gemm"``: only the GEMMs are dependents, the rest signal at their
+start. ``prefetch``: the dependent GEMMs request their weight rows into L2 before their wait (measured
+slower: off by default). Only on CUDA devices of sm_90 and later, never under the Triton interpreter.
 
-``programmatic_launch(enabled, prefetch=...)`` sets the policy for the launches inside it (a context
-variable, read at launch time: a CUDA graph keeps what its capture saw); the default is on.
+``programmatic_launch(enabled, prefetch=..., scope=...)`` sets the policy for the launches inside it (a
+context variable, read at launch time: a CUDA graph keeps what its capture saw); the default is on, scope
+``"all"``, no prefetch.
 """
 
 from __future__ import annotations
