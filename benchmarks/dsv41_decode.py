@@ -1,7 +1,7 @@
 """Time one DeepSeek-V4.1-Flash attention decode step: fused vs unfused vs all-bf16, on one GPU.
 
     python benchmarks/dsv41_decode.py [--tokens 1,4,16,64,128] [--kv 4096] [--config flash|flash-tp4]
-        [--stage-tokens 1,4,16,64,128] [--json PATH] [--dry-run]
+        [--stage-tokens 1,4,16,64,128] [--variants pdl,base] [--json PATH] [--dry-run]
 
 The sublayer (``mxfuse.models.dsv41``: boundary -> wqkv_a -> q norm + wq_b -> MQA over the KV cache ->
 wo_a -> wo_b -> boundary) is loaded from a random checkpoint in the native format written to a temporary
@@ -16,6 +16,12 @@ T decode tokens = T sequences, each holding ``kv - 1`` cached tokens and attendi
 step writes its own. Each path's step is captured as one CUDA graph (as a serving engine runs decode);
 the three graphs are replayed interleaved (each path's 170-250 MB of weights evict the others' from the
 60 MB L2, so every step reads its weights from HBM), ``--replays`` times each, one run; medians.
+``--variants``: launch variants of the same step (``VARIANTS``), each path captured once per variant and
+all graphs replayed interleaved in one run; the first variant is the one reported, checked and profiled.
+``pdl`` (the library's default): every kernel a programmatic dependent (``mxfuse.kernels.pdl``);
+``base``: none; ``pdl-gemm``: only the GEMMs; ``pdl-prefetch``: the GEMMs also request their weight rows
+into L2 before their wait; ``l2``: the sublayer's side-stream L2 prefetch fork
+(``mxfuse.kernels.l2_prefetch``).
 ``floor``: the bytes a step must move (weights, KV read, activations ignored) at the copy bandwidth
 measured in the same run. Before timing, each T checks fused == unfused bit for bit, the witness
 (the fused path really consumed producer pairs) and calc_diff against bf16. For T = ``--profile-tokens``
