@@ -25,16 +25,16 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
 # Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 150 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
+run tests 130 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
   tests/kernels/test_l2_prefetch.py tests/kernels/test_mxfp8_gemm.py tests/kernels/test_grouped_wo_a.py \
   tests/kernels/test_rms_norm.py tests/kernels/test_quantize_mxfp8.py tests/kernels/test_mqa_decode.py \
   tests/kernels/test_hc_boundary.py tests/e2e/test_dsv41_decode.py
-# Each kernel's start and end inside a graph replay at T = 1, per launch variant.
-run timeline 40 python3 benchmarks/dsv41_timeline.py --tokens 1 --variants pdl,base \
-  --json "$out/dsv41_timeline.json"
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.
-run step 130 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --replays 30 --variants pdl,base \
-  --json "$out/dsv41_decode.json"
-run step_tp4 70 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1,4,16 --replays 30 \
-  --variants pdl,base --json "$out/dsv41_decode_tp4.json"
+run step 110 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
+  --variants pdl,base --json "$out/dsv41_decode.json"
+run step_tp4 50 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1,4,16 --stage-tokens 1 \
+  --replays 30 --variants pdl,base --json "$out/dsv41_decode_tp4.json"
+# Each kernel's start and end inside a graph replay at T = 1, per launch variant (if time is left).
+run timeline 30 python3 benchmarks/dsv41_timeline.py --tokens 1 --variants pdl,base --replays 11 \
+  --json "$out/dsv41_timeline.json"
 exit $status
