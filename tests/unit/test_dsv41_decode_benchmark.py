@@ -195,3 +195,28 @@ def test_kernel_sequence_averages_each_launch_position_over_the_steps():
     assert kernel_sequence(events[:-2], steps=2) == []  # 5 kernels: not two equal steps
     swapped = [_event(n, a, b, device="cuda") for n, a, b in gpu[:3] + [("gemm", 100, 108)] + gpu[4:]]
     assert kernel_sequence(swapped, steps=2) == []
+
+
+def test_the_timeline_cuts_kernels_into_replays_in_start_order():
+    """benchmarks/dsv41_timeline.py: kernel events of several replays (any order) -> one list per replay of
+    (name, start, end), sorted by start; a trailing partial replay is dropped."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from dsv41_timeline import replays_of
+
+    gpu = [("a", 0, 4), ("b", 2, 9), ("a", 20, 23), ("b", 21, 30), ("a", 40, 41)]
+    events = [_event(n, s, e, device="cuda") for n, s, e in reversed(gpu)]
+    reps = replays_of(events, 2)
+    assert [[(n, s, e) for n, s, e in r] for r in reps] == [
+        [("a", 0, 4), ("b", 2, 9)],
+        [("a", 20, 23), ("b", 21, 30)],
+    ]
+
+
+def test_unknown_launch_variants_are_refused():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--tokens", "1", "--variants", "pdl,fast"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "--variants: unknown ['fast']" in done.stderr
