@@ -6,6 +6,9 @@ norms: latency-bound, HBM idle). ``L2Prefetcher.fork(tensors)`` starts a prefetc
 weights on a side stream that waits for everything queued so far on the current stream; the kernels after
 the fork run unchanged, and the GEMMs later find (part of) their weights in L2. The bytes a step reads
 from HBM do not change; the weight stream overlaps the latency-bound kernels instead of following them.
+Measured in the V4.1 decode step on an H200 it made the step 6-10 us slower at T = 1-16 (likely because
+the latency-bound kernels' own loads queue behind the requests; not traced: benchmarks/RESULTS.md), so the
+sublayer leaves it off by default.
 
 The prefetch is a hint: ``cp.async.bulk.prefetch.L2`` (sm_90, one instruction per ``chunk`` bytes,
 ``mode="bulk"``) or ``prefetch.global.L2`` per 128-byte line (``mode="line"``, ``"line_last"`` with the
