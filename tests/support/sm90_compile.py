@@ -7,13 +7,18 @@ function, a layout the sm_90 lowering refuses) then show in CPU CI instead of on
 
 ``compile_launches(run)`` replaces ``JITFunction.__getitem__`` while ``run()`` executes the launchers with
 CPU tensors: each ``kernel[grid](...)`` call is compiled for sm_90 from its actual argument types and
-constexpr values instead of being launched. Run it in a child process: the replacement is global.
+constexpr values instead of being launched. Run it in a child process (``run_in_child``): the replacement
+is global.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import triton
@@ -21,7 +26,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
-__all__ = ["SM90", "compile_launches"]
+__all__ = ["SM90", "compile_launches", "run_in_child"]
 
 SM90 = GPUTarget("cuda", 90, 32)
 _POINTER_TYPES = {
@@ -99,3 +104,22 @@ def compile_launches(run: Callable[[], None], *, keep: list | None = None) -> li
     finally:
         JITFunction.__getitem__ = original
     return done
+
+
+def run_in_child(code: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (with ``args`` as its ``sys.argv[1:]``) in a fresh Python, output captured, where
+    ``mxfuse`` and this folder import and the Triton interpreter is off, so that ``compile_launches``
+    compiles for sm_90."""
+    import mxfuse
+
+    paths = [str(Path(mxfuse.__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

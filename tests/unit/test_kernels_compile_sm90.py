@@ -9,19 +9,13 @@ tensors in a child process where every launch is compiled for sm_90 instead (tes
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from sm90_compile import run_in_child
 
-import mxfuse
 from gpumatrix import register
 
 register(on=("cpu",), est_time=60)
-
-_SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 _PRELUDE = """
 import json, sys, torch
@@ -153,20 +147,7 @@ FAMILIES = {
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_kernels_compile_for_sm90(family):
     body, expected = FAMILIES[family]
-    src = str(Path(mxfuse.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([src, str(_SUPPORT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _PRELUDE.format(body=body)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_in_child(_PRELUDE.format(body=body))
     assert done.returncode == 0, f"sm_90 compilation failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     compiled = json.loads(done.stdout.strip().splitlines()[-1])
     assert expected <= set(compiled), (

@@ -4,21 +4,15 @@ code (each mode's prefetch instruction is in the PTX; the interpreter cannot run
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from sm90_compile import run_in_child
 
-import mxfuse
 from gpumatrix import register
 from mxfuse.kernels.l2_prefetch import MODES, L2Prefetcher
 
 register(on=("cpu",), est_time=20)
-
-_SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 
 def test_a_fork_requests_tensors_in_order_until_the_budget_is_spent():
@@ -85,15 +79,7 @@ print(json.dumps([k.asm["ptx"] for _, k in kept]))
 
 
 def test_each_mode_compiles_for_sm90_to_its_prefetch_instruction():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_SUPPORT), str(Path(mxfuse.__file__).parents[1])]))
-    env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE.format(modes=MODES)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    done = run_in_child(_COMPILE.format(modes=MODES), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ptx = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(ptx) == len(MODES)

@@ -13,19 +13,14 @@ left in flight (a ``warp_group_dot_wait`` with pendings > 0), and no local-memor
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from sm90_compile import run_in_child
 
-import mxfuse
 from gpumatrix import register
 
 register(on=("cpu",), est_time=120)
 
-_SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 # name: launch_fold keyword arguments (besides block_m = 16, split_k = 2, num_warps = 4, num_stages = 3)
 VARIANTS = {
@@ -109,20 +104,7 @@ print(json.dumps(report))
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    src = str(Path(mxfuse.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([src, str(_SUPPORT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps(VARIANTS)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
+    done = run_in_child(_CHILD, json.dumps(VARIANTS), timeout=1200)
     assert done.returncode == 0, f"sm_90 compilation failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -10,21 +10,15 @@ the launchers run with the policy forced on and every launch is compiled for sm_
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from sm90_compile import run_in_child
 
-import mxfuse
 from gpumatrix import register
 from mxfuse.kernels.pdl import OFF, PdlPolicy, pdl_policy, programmatic_launch
 
 register(on=("cpu",), est_time=90)
-
-_SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 
 def test_the_policy_is_off_on_the_cpu_and_follows_the_setting(monkeypatch):
@@ -100,15 +94,7 @@ _WAIT, _SIGNAL, _BULK = "griddepcontrol.wait", "griddepcontrol.launch_dependents
 
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_SUPPORT), str(Path(mxfuse.__file__).parents[1])]))
-    env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE.format(prefetch=prefetch)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    done = run_in_child(_COMPILE.format(prefetch=prefetch))
     assert done.returncode == 0, done.stderr[-4000:]
     ptx = json.loads(done.stdout.strip().splitlines()[-1])
     for name in ("_mxfp8_stream_kernel", "_grouped_wo_a_kernel"):
