@@ -43,6 +43,7 @@ def register(
     disabled: str | None = None,
     disabled_on: Mapping[str, str] | None = None,
     flaky: Mapping[str, str] | None = None,
+    gpu: str = "shared",
 ) -> None:
     """Declare where, when and whether this test file runs; a no-op at run time.
 
@@ -54,8 +55,9 @@ def register(
         register(on=("cpu",), est_time=3, disabled="hangs on the new runner image; ask @alice")
         register(on=("h100", "gb300"), est_time=40, disabled_on={"gb300": "NaN in split-K, #123"})
         register(on=("h100", "b200"), gpus=2, est_time=90, flaky={"h100": "NCCL timeout, #45"})
+        register(on=("h100",), est_time=30, gpu="exclusive")   # each test holds its GPU alone
 
     The registry is built by parsing files with ``ast``, never by importing them (see
     ``gpumatrix.registry``; docs/registry.md has the rules), so the call itself does nothing.
     """
-    del on, gpus, est_time, suite, disabled, disabled_on, flaky
+    del on, gpus, est_time, suite, disabled, disabled_on, flaky, gpu

@@ -33,8 +33,10 @@ __all__ = [
     "DEFAULT_FLAKY_RERUNS",
     "DEFAULT_SUITE",
     "DEFAULT_TEST_ROOTS",
+    "DEFAULT_WORKERS_PER_GPU",
     "MAX_FLAKY_RERUNS",
     "MAX_REPEAT",
+    "MAX_WORKERS_PER_GPU",
     "VENDORS",
     "MAX_SECONDS",
     "NIGHTLY_SUITE",
@@ -44,6 +46,7 @@ __all__ = [
     "Matrix",
     "MatrixError",
     "Runner",
+    "WorkersPerGpu",
     "load_matrix",
     "parse_matrix",
 ]
@@ -77,6 +80,13 @@ MAX_FLAKY_RERUNS = 5
 # bounds N (default 20), never above MAX_REPEAT.
 DEFAULT_MAX_REPEAT = 20
 MAX_REPEAT = 1000
+# How many tests one GPU runs at a time (`workers_per_gpu:` of a runner or a class). Most kernel tests use a
+# sliver of a GPU and spend their time compiling on the CPU, so a GPU is shared; a test registered
+# gpu="exclusive" (or marked exclusive_gpu), and every test of several GPUs, still holds its GPUs alone.
+# `gpumatrix run` starts the runner's GPUs times this many workers, at most one per CPU.
+DEFAULT_WORKERS_PER_GPU = 8
+# The most tests that may share one GPU: a lease of a whole GPU takes this many slots (gpumatrix.leases).
+MAX_WORKERS_PER_GPU = 32
 # Ordered as GitHub's collaborator roles: a level grants everything to its left.
 PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 # Labels travel into workflow inputs and shell environments: keep them to a safe alphabet.
@@ -102,6 +112,7 @@ class GpuClass:
     device_names: tuple[str, ...] = ()
     vendor: str = "nvidia"
     architectures: tuple[str, ...] = ()  # AMD: gfx942, gfx950
+    workers_per_gpu: int | None = None  # tests one GPU of the class runs at a time; None: the default
 
     @property
     def is_cpu(self) -> bool:
@@ -129,6 +140,15 @@ class Runner:
     runs_on: tuple[str, ...]
     timeout_minutes: int
     max_shards: int = 1
+    workers_per_gpu: int | None = None  # tests one of its GPUs runs at a time; None: its class's
+
+
+@dataclass(frozen=True)
+class WorkersPerGpu:
+    """How many tests share one GPU, and where that number comes from (shown in `gpumatrix run`'s header)."""
+
+    count: int
+    source: str  # "runner 1-gpu-h100", "class h100", "the default", "GPUMATRIX_WORKERS_PER_GPU"
 
 
 @dataclass(frozen=True)
@@ -185,6 +205,15 @@ class Matrix:
                 f"(suites: {', '.join(self.suites)}, or {ALL_SUITES})"
             )
         return name
+
+    def workers_per_gpu(self, class_name: str | None, runner: Runner | None = None) -> WorkersPerGpu:
+        """Tests one GPU runs at a time: the runner's `workers_per_gpu`, else its class's, else the default."""
+        if runner is not None and runner.workers_per_gpu is not None:
+            return WorkersPerGpu(runner.workers_per_gpu, f"runner {runner.label}")
+        gpu_class = self.classes.get(runner.gpu_class if runner is not None else class_name or "")
+        if gpu_class is not None and gpu_class.workers_per_gpu is not None:
+            return WorkersPerGpu(gpu_class.workers_per_gpu, f"class {gpu_class.name}")
+        return WorkersPerGpu(DEFAULT_WORKERS_PER_GPU, "the default")
 
     def runners_of(self, class_name: str) -> tuple[Runner, ...]:
         return tuple(r for r in self.runners if r.gpu_class == class_name)
@@ -325,7 +354,7 @@ class _MatrixParser(YamlReader):
     def parse_classes(self, node: yaml.Node) -> dict[str, GpuClass]:
         classes: dict[str, GpuClass] = {}
         owner_of: dict[object, str] = {}  # a capability or a gfx architecture: the class that has it
-        allowed = ("description", "compute_capability", "device_names", "vendor", "gfx")
+        allowed = ("description", "compute_capability", "device_names", "vendor", "gfx", "workers_per_gpu")
         for name, key_node, value_node in self.mapping(node, "classes"):
             where = f"class {name!r}"
             fields = self.check_keys(value_node, allowed, where)
@@ -358,6 +387,9 @@ class _MatrixParser(YamlReader):
                     f'["Data Center GPU Max"]): an intel class is told by name',
                 )
             description = fields.get("description")
+            workers = self._workers_per_gpu(fields.get("workers_per_gpu"), where)
+            if workers is not None and name == CPU_CLASS:
+                self.error(fields["workers_per_gpu"], f"class {CPU_CLASS!r} has no GPU to share")
             classes[name] = GpuClass(
                 name=name,
                 description=self.text(description, f"{where} description", default=name)
@@ -367,6 +399,7 @@ class _MatrixParser(YamlReader):
                 device_names=device_names,
                 vendor="none" if name == CPU_CLASS else vendor,
                 architectures=architectures,
+                workers_per_gpu=workers,
             )
         if CPU_CLASS not in classes and isinstance(node, yaml.MappingNode):
             self.error(node, f"the class {CPU_CLASS!r} (no GPU) must be defined")
@@ -423,7 +456,7 @@ class _MatrixParser(YamlReader):
         if not isinstance(node, yaml.SequenceNode):
             self.error(node, "runners must be a list")
             return ()
-        allowed = ("label", "class", "gpus", "runs_on", "timeout_minutes", "max_shards")
+        allowed = ("label", "class", "gpus", "runs_on", "timeout_minutes", "max_shards", "workers_per_gpu")
         runners: list[Runner] = []
         labels: dict[str, int] = {}
         served: dict[tuple[str, int], tuple[str, int]] = {}  # (class, gpus): (label, line) of its runner
@@ -482,8 +515,22 @@ class _MatrixParser(YamlReader):
                         f"{first[0]!r} (line {first[1]}): every file would go to that one and this "
                         f"runner would never run any; remove it or give it another GPU count",
                     )
-            runners.append(Runner(label, class_name, gpus, runs_on, timeout, shards))
+            workers = self._workers_per_gpu(fields.get("workers_per_gpu"), where)
+            if workers is not None and is_cpu:
+                self.error(fields["workers_per_gpu"], f"{where}: a {CPU_CLASS!r} runner has no GPU to share")
+            runners.append(Runner(label, class_name, gpus, runs_on, timeout, shards, workers))
         return tuple(runners)
+
+    def _workers_per_gpu(self, node: yaml.Node | None, where: str) -> int | None:
+        """`workers_per_gpu: N`, 1 (each test holds a GPU alone) to MAX_WORKERS_PER_GPU; None when absent."""
+        if node is None:
+            return None
+        workers = self.positive_int(node, f"{where} workers_per_gpu")
+        if workers > MAX_WORKERS_PER_GPU:
+            self.error(
+                node, f"{where} workers_per_gpu must be from 1 to {MAX_WORKERS_PER_GPU}, got {workers}"
+            )
+        return workers if 1 <= workers <= MAX_WORKERS_PER_GPU else None
 
     def parse_bot(self, node: yaml.Node) -> BotConfig:
         fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref", "max_repeat"), "bot")

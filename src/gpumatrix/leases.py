@@ -1,20 +1,25 @@
-"""GPU leases: each test holds the GPUs it uses alone, across pytest-xdist workers and separate runs.
+"""GPU leases: each test holds what it uses of the GPUs, across pytest-xdist workers and separate runs.
 
-One `filelock` per device (flock: the kernel drops it when its holder dies, so a crashed run leaves
-no stale lease). A process takes devices only while it holds a turnstile lock, and releases the
-turnstile once it has all it asked for. That keeps multi-GPU leases from deadlocking (no one waits
-for a device while another acquirer holds some of what it needs, because acquirers are one at a
-time) and from starving (a waiting 2-GPU lease stops 1-GPU leases from taking each device it frees).
+A GPU has `MAX_WORKERS_PER_GPU` slots, each one `filelock` (flock: the kernel drops it when its
+holder dies, so a crashed run leaves no stale lease). A test that may share a GPU (`share` > 1: the
+runner's `workers_per_gpu`) holds one slot among the first `share` of one GPU; a test that holds GPUs
+alone (registered `gpu="exclusive"`, marked `exclusive_gpu`, or needing several GPUs) holds every slot
+of each of its GPUs, so it never overlaps any other lease of them, whatever `share` another run on the
+machine uses. A process takes slots only while it holds a turnstile lock, and releases the turnstile
+once it has all it asked for. That keeps leases from deadlocking (no one waits for a slot while another
+acquirer holds some of what it needs, because acquirers are one at a time) and from starving (a waiting
+whole-GPU lease stops shared leases from taking each slot it frees).
 
 CUDA reads CUDA_VISIBLE_DEVICES once, when the driver initialises in a process; after that the
 process's devices are fixed ("bound"). `ProcessLeases` follows that: once bound, a test needing at
-most the bound set leases exactly it (still exclusive, sometimes idle GPUs), and a test needing more
+most the bound set leases exactly it (sometimes idle GPUs), and a test needing more
 is planned for a fresh child process (`LeasePlan.in_child`), which the pytest plugin runs.
 """
 
 from __future__ import annotations
 
 import ctypes
+import glob
 import json
 import math
 import os
@@ -31,6 +36,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from gpumatrix import GpumatrixError, UsageError
+from gpumatrix.config import MAX_WORKERS_PER_GPU
 
 __all__ = [
     "LEASE_DIR_ENV",
@@ -142,9 +148,13 @@ def lease_gpus(
     holder: str = "",
     worker: str = "",
     log: Path | None = None,
+    share: int = 1,
 ) -> Iterator[tuple[str, ...]]:
-    """Hold `count` of `devices` exclusively for the `with` block; yields the leased ids.
+    """Hold `count` of `devices` for the `with` block; yields the leased ids.
 
+    `share` is how many tests may use one GPU at once, this one included: 1 (the default) holds the
+    GPUs alone; more holds one of a GPU's first `share` slots, beside at most `share - 1` other such
+    leases and never beside a lease that holds the GPU alone. A lease of several GPUs holds them alone.
     Blocks until they are free; `timeout` seconds (None: forever) bounds the wait, after which
     `LeaseTimeout` names who holds what. `holder` labels the lease (a test's node id) in that message
     and in `log`, a JSON-lines file that gets one line per lease when it ends.
@@ -157,6 +167,10 @@ def lease_gpus(
         raise ValueError(f"count must be between 1 and len(devices)={len(devices)}, got {count}")
     if timeout is not None and not timeout >= 0:
         raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
+    if not isinstance(share, int) or isinstance(share, bool) or not 1 <= share <= MAX_WORKERS_PER_GPU:
+        raise ValueError(f"share must be an int from 1 to {MAX_WORKERS_PER_GPU}, got {share!r}")
+    if count > 1 and share > 1:
+        raise ValueError(f"a lease of {count} GPUs holds them alone: share must be 1, got {share}")
     lock_dir = Path(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -170,21 +184,27 @@ def lease_gpus(
         except Timeout:
             raise LeaseTimeout(_timeout_message(count, devices, lock_dir, timeout)) from None
         try:
-            leased = _take_devices(count, devices, lock_dir, deadline, held)
+            if share > 1:
+                taken = _take_slot(devices, share, lock_dir, deadline, held)
+            else:
+                taken = _take_whole(count, devices, lock_dir, deadline, held)
         finally:
             turnstile.release()
-        if leased is None:
+        if taken is None:
             raise LeaseTimeout(_timeout_message(count, devices, lock_dir, timeout))
+        leased, slot = taken
         acquired, acquired_wall = time.monotonic(), time.time()
-        for device in leased:
-            _holder_file(lock_dir, device).write_text(
-                json.dumps({"pid": os.getpid(), "holder": holder, "since": acquired_wall}), encoding="utf-8"
+        holder_files = [_holder_file(lock_dir, device, slot) for device in leased]
+        for path in holder_files:
+            path.write_text(
+                json.dumps({"pid": os.getpid(), "holder": holder, "since": acquired_wall, "share": share}),
+                encoding="utf-8",
             )
         try:
             yield leased
         finally:
-            for device in leased:
-                _holder_file(lock_dir, device).unlink(missing_ok=True)
+            for path in holder_files:
+                path.unlink(missing_ok=True)
             if log is not None:
                 # Written before the locks go: a reader never sees a later lease of these devices
                 # logged ahead of this one ending.
@@ -193,6 +213,8 @@ def lease_gpus(
                     "pid": os.getpid(),
                     "worker": worker,
                     "devices": list(leased),
+                    "share": share,  # 1: the devices were held alone
+                    "slot": slot,  # the slot of a shared lease; None for a lease of whole GPUs
                     "acquired": acquired,
                     "released": time.monotonic(),
                     "acquired_wall": acquired_wall,
@@ -206,42 +228,88 @@ def _lock_name(device: str) -> str:
     return "gpu-" + re.sub(r"[^A-Za-z0-9._-]", "_", device)
 
 
-def _holder_file(lock_dir: Path, device: str) -> Path:
-    return lock_dir / f"{_lock_name(device)}.holder.json"
+def _slot_lock(lock_dir: Path, device: str, slot: int) -> FileLock:
+    return FileLock(lock_dir / f"{_lock_name(device)}.slot{slot}.lock")
 
 
-def _take_devices(
-    count: int, devices: Sequence[str], lock_dir: Path, deadline: float | None, held: ExitStack
-) -> tuple[str, ...] | None:
-    """Under the turnstile: take free devices, keep them, and wait for the rest; None on timeout."""
-    taken: list[str] = []
+def _holder_file(lock_dir: Path, device: str, slot: int | None) -> Path:
+    """Who holds `device`: one file per shared slot, or one for the whole GPU (`slot` None)."""
+    return lock_dir / f"{_lock_name(device)}.{'all' if slot is None else f'slot{slot}'}.holder.json"
+
+
+def _try(lock: FileLock, held: ExitStack) -> bool:
+    """Take `lock` if it is free, to be released with `held`."""
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        return False
+    held.callback(lock.release)
+    return True
+
+
+def _take_slot(
+    devices: Sequence[str], share: int, lock_dir: Path, deadline: float | None, held: ExitStack
+) -> tuple[tuple[str, ...], int] | None:
+    """Under the turnstile: one free slot of the first `share` of any device, ((device,), slot); None
+    on timeout. Slots are tried in slot order across the devices, so sharers spread over the GPUs."""
     while True:
-        for device in devices:
-            if device in taken:
-                continue
-            lock = FileLock(lock_dir / f"{_lock_name(device)}.lock")
-            try:
-                lock.acquire(blocking=False)
-            except Timeout:
-                continue
-            held.callback(lock.release)
-            taken.append(device)
-            if len(taken) == count:
-                return tuple(taken)
+        for slot in range(share):
+            for device in devices:
+                if _try(_slot_lock(lock_dir, device, slot), held):
+                    return (device,), slot
         if deadline is not None and time.monotonic() >= deadline:
             return None
         time.sleep(_POLL_SECONDS)
 
 
+def _take_whole(
+    count: int, devices: Sequence[str], lock_dir: Path, deadline: float | None, held: ExitStack
+) -> tuple[tuple[str, ...], None] | None:
+    """Under the turnstile: every slot of `count` devices, ((devices...), None); None on timeout.
+
+    Slots are taken as they come free and kept, so a device drains while its sharers finish; once
+    `count` devices are whole, the slots taken of the others are given back.
+    """
+    partial: dict[str, ExitStack] = {device: ExitStack() for device in devices}
+    missing: dict[str, list[int]] = {device: list(range(MAX_WORKERS_PER_GPU)) for device in devices}
+    whole: list[str] = []
+    try:
+        while True:
+            for device in devices:
+                if device in whole:
+                    continue
+                missing[device] = [
+                    slot
+                    for slot in missing[device]
+                    if not _try(_slot_lock(lock_dir, device, slot), partial[device])
+                ]
+                if not missing[device]:
+                    whole.append(device)
+                    if len(whole) == count:
+                        for device_ in whole:
+                            held.enter_context(partial.pop(device_))
+                        return tuple(whole), None
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(_POLL_SECONDS)
+    finally:
+        for stack in partial.values():  # what was taken of devices not leased
+            stack.close()
+
+
 def _timeout_message(count: int, devices: Sequence[str], lock_dir: Path, timeout: float | None) -> str:
     holders = []
     for device in devices:
-        try:
-            info = json.loads(_holder_file(lock_dir, device).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        since = time.strftime("%H:%M:%S", time.localtime(info["since"]))
-        holders.append(f"{device} by pid {info['pid']} ({info['holder'] or 'unnamed'}) since {since}")
+        for path in sorted(lock_dir.glob(f"{glob.escape(_lock_name(device))}.*.holder.json")):
+            try:
+                info = json.loads(path.read_text(encoding="utf-8"))
+                since = time.strftime("%H:%M:%S", time.localtime(info["since"]))
+            except (OSError, ValueError, KeyError, TypeError, OverflowError):
+                continue
+            how = "" if info.get("share", 1) == 1 else " (shared)"
+            holders.append(
+                f"{device}{how} by pid {info['pid']} ({info['holder'] or 'unnamed'}) since {since}"
+            )
     held = "; held: " + ", ".join(holders) if holders else " (another run was acquiring)"
     return (
         f"waited {timeout:g} s for {count} of GPUs {', '.join(devices)} in {lock_dir}{held}; "
@@ -284,28 +352,49 @@ class LeasePlan:
     pool: tuple[str, ...]  # devices to lease them from
     in_child: bool  # run the test in a fresh process holding the lease
     reason: str
+    share: int = 1  # tests one GPU may hold at once, this one included (`lease_gpus`); 1: held alone
 
 
-def plan_lease(need: int, *, devices: Sequence[str], bound: Sequence[str] | None) -> LeasePlan:
-    """Plan a lease of `need` GPUs among `devices`, for a process whose CUDA is `bound` (or None)."""
+def plan_lease(
+    need: int,
+    *,
+    devices: Sequence[str],
+    bound: Sequence[str] | None,
+    share: int = 1,
+    exclusive: bool = False,
+) -> LeasePlan:
+    """Plan a lease of `need` GPUs among `devices`, for a process whose CUDA is `bound` (or None).
+
+    `share` is how many tests one GPU runs at a time on this machine; a lease of one GPU shares it
+    unless the test is `exclusive`, and a lease of several GPUs (a test's need, or a bound set wider
+    than it) always holds them alone.
+    """
     if not 1 <= need <= len(devices):
         raise ValueError(
             f"need must be between 1 and the {len(devices)} device(s) of this machine, got {need}"
         )
+    if not isinstance(share, int) or isinstance(share, bool) or not 1 <= share <= MAX_WORKERS_PER_GPU:
+        raise ValueError(f"share must be an int from 1 to {MAX_WORKERS_PER_GPU}, got {share!r}")
+
+    def shared(count: int) -> int:
+        return share if count == 1 and not exclusive else 1
+
     if bound is None:
-        return LeasePlan(need, tuple(devices), False, f"any {need} free")
+        return LeasePlan(need, tuple(devices), False, f"any {need} free", shared(need))
     if need <= len(bound):
         return LeasePlan(
             len(bound),
             tuple(bound),
             False,
             f"CUDA in this process already uses {', '.join(bound) or 'no device'}: lease exactly those",
+            shared(len(bound)),
         )
     return LeasePlan(
         need,
         tuple(devices),
         True,
         f"needs {need} GPU(s) but CUDA in this process is bound to {', '.join(bound) or 'none'}",
+        shared(need),
     )
 
 
@@ -318,14 +407,15 @@ class ProcessLeases:
     timeout: float | None = None
     log: Path | None = None
     worker: str = ""
+    share: int = 1  # tests one GPU runs at a time (the runner's workers_per_gpu)
     bound: tuple[str, ...] | None = None
     _stack: ExitStack | None = field(default=None, init=False, repr=False)
     _visible: tuple[str, ...] = field(default=(), init=False, repr=False)
     _saved_env: str | None = field(default=None, init=False, repr=False)
 
-    def plan(self, need: int) -> LeasePlan:
+    def plan(self, need: int, *, exclusive: bool = False) -> LeasePlan:
         self._note_binding(self.devices)  # initialised outside any lease: bound to the process's own set
-        return plan_lease(need, devices=self.devices, bound=self.bound)
+        return plan_lease(need, devices=self.devices, bound=self.bound, share=self.share, exclusive=exclusive)
 
     def start(self, plan: LeasePlan, *, holder: str) -> tuple[str, ...]:
         """Lease for one test and point CUDA_VISIBLE_DEVICES at the leased devices."""
@@ -341,6 +431,7 @@ class ProcessLeases:
                 holder=holder,
                 worker=self.worker,
                 log=self.log,
+                share=plan.share,
             )
         )
         self._stack, self._visible = stack, leased

@@ -16,9 +16,12 @@ pytest. Once active, every `test_*.py` under the test roots of ci/matrix.yaml (`
   its reason, marked `disabled` in the report (never a hardware skip), unless `--include-disabled`;
 - a test runs again after a failure only where its file is registered `flaky=` for the class it runs
   as, through pytest-rerunfailures (`gpumatrix.reruns`), and never in a repeated run (`--count N`);
-- each test of a GPU file holds its GPUs alone (`gpumatrix.leases`), with or without xdist, seeing
-  only them through CUDA_VISIBLE_DEVICES; a test needing more GPUs than its process's CUDA is
-  bound to runs in a fresh pytest child (`gpumatrix.child`), whose reports are replayed here;
+- each test of a GPU file leases its GPUs (`gpumatrix.leases`), with or without xdist, seeing only
+  them through CUDA_VISIBLE_DEVICES: a one-GPU test shares its GPU with at most `workers_per_gpu - 1`
+  others (ci/matrix.yaml), unless its file is registered `gpu="exclusive"` or the test is marked
+  `exclusive_gpu`; a test of several GPUs holds them alone; a test needing more GPUs than its
+  process's CUDA is bound to runs in a fresh pytest child (`gpumatrix.child`), whose reports are
+  replayed here;
 - `--gpumatrix-report PATH` writes the JSON test report (`gpumatrix.report`: this plugin is its one
   writer) by file and test, with each file's duration and the code paths each test recorded
   (`gpumatrix.witnesses`, checked against `ci/paths.yaml`), for `gpumatrix run`, `coverage`,
@@ -67,7 +70,10 @@ from gpumatrix.session import SessionPlan, resolve_session
 from gpumatrix.source import read_source_bytes
 from gpumatrix.witnesses import WitnessHooks
 
-__all__ = ["HardwareSkip", "evaluate_hardware", "unplugged_collect_report"]
+__all__ = ["EXCLUSIVE_MARKER", "HardwareSkip", "evaluate_hardware", "unplugged_collect_report"]
+
+# `@pytest.mark.exclusive_gpu`: this test holds its GPUs alone, whatever its file's registration says.
+EXCLUSIVE_MARKER = "exclusive_gpu"
 
 _WORKER_PLAN = "gpumatrix_plan"
 _WORKER_DESELECTED = "gpumatrix_deselected"
@@ -124,6 +130,7 @@ class _State:
 
 _STATE = pytest.StashKey[_State]()
 _NEED = pytest.StashKey[int]()
+_EXCLUSIVE = pytest.StashKey[bool]()  # the test holds its GPUs alone (register(gpu=...), the marker)
 _HARDWARE_SKIP = pytest.StashKey[bool]()  # a refined test this machine cannot run
 _REFINE_ERROR = pytest.StashKey[str]()
 _PLAN = pytest.StashKey[LeasePlan]()  # a test leased in its own process
@@ -186,11 +193,16 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{MARKER}(on=CLASSES, gpus=N): narrow where this test runs within its file's registration "
         "(gpumatrix.refine); read statically, like register(...)",
     )
+    config.addinivalue_line(
+        "markers",
+        f"{EXCLUSIVE_MARKER}: this test holds its GPUs alone instead of sharing them with other tests "
+        '(as register(gpu="exclusive") does for a whole file)',
+    )
     try:  # every problem of configuration is one usage error before any test, never one per test
         plan = _session_plan(config)
         if plan is None:
             return
-        leases = _process_leases(config, plan.hardware, lease_settings())
+        leases = _process_leases(config, plan, lease_settings())
         reruns = RerunHooks.for_session(config, plan)
     except GpumatrixError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -244,8 +256,9 @@ def _session_plan(config: pytest.Config) -> SessionPlan | None:
 
 
 def _process_leases(
-    config: pytest.Config, hardware: Hardware, settings: LeaseSettings
+    config: pytest.Config, plan: SessionPlan, settings: LeaseSettings
 ) -> ProcessLeases | None:
+    hardware = plan.hardware
     if not hardware.count or os.environ.get(HELD_LEASE_ENV):  # a child runs under its parent's lease
         return None
     settings.prepare()
@@ -256,6 +269,7 @@ def _process_leases(
         timeout=settings.timeout,
         log=settings.log,
         worker=worker,
+        share=plan.workers_per_gpu,
     )
 
 
@@ -384,6 +398,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and evaluate_hardware(registration, state.hardware) is None
         ):
             item.stash[_NEED] = registration.gpus
+            item.stash[_EXCLUSIVE] = (
+                registration.exclusive or item.get_closest_marker(EXCLUSIVE_MARKER) is not None
+            )
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
@@ -410,7 +427,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
     need = item.stash.get(_NEED, 0)
     if state is None or state.leases is None or not need:
         return None
-    plan = state.leases.plan(need)
+    plan = state.leases.plan(need, exclusive=item.stash.get(_EXCLUSIVE, False))
     if not plan.in_child:
         item.stash[_PLAN] = plan
         return None  # leased in setup, released in teardown
@@ -440,7 +457,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     plan = item.stash.get(_PLAN, None)
     if plan is None:  # another plugin ran this test's protocol (a rerun, say): plan here
-        plan = state.leases.plan(need)
+        plan = state.leases.plan(need, exclusive=item.stash.get(_EXCLUSIVE, False))
         if plan.in_child:
             raise GpumatrixError(
                 f"{plan.reason}; only gpumatrix's own test protocol can move it to a fresh "

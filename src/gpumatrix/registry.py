@@ -43,6 +43,7 @@ from gpumatrix.source import (
 )
 
 __all__ = [
+    "GPU_USES",
     "NOT_REGISTERED",
     "FileReading",
     "Registration",
@@ -50,20 +51,24 @@ __all__ = [
     "RegistryError",
     "build_registry",
     "discover",
+    "find_register_call",
     "find_test_files",
     "load_tree",
     "read_registration",
     "reading_code_key",
 ]
 
-_KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on", "flaky")
+_KEYWORDS = ("on", "gpus", "est_time", "suite", "disabled", "disabled_on", "flaky", "gpu")
+# `register(gpu=...)`: whether the file's tests may share a GPU with other tests (the runner's
+# `workers_per_gpu`) or each holds its GPUs alone (timing, leases, memory-hungry tests).
+GPU_USES = ("shared", "exclusive")
 # A reason is shown in a pytest skip line, `gpumatrix list` and the bot's comments: one short line.
 _REASON_LIMIT = 200
 # Suite names travel into workflow inputs, like runner labels (ci/matrix.yaml checks declared ones so).
 _SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Part of the registry cache's key: raise it when a reading's stored shape changes without this
 # module's or gpumatrix.source's code changing (2: suite, disabled, disabled_on and est_times joined).
-_CACHE_FORMAT = 3  # 3: refined tests (`@pytest.mark.gpumatrix`) and own_runners
+_CACHE_FORMAT = 4  # 3: refined tests (`@pytest.mark.gpumatrix`) and own_runners; 4: exclusive
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Registration:
     # `own_runners` are the runners of the file's other tests.
     refined: tuple[tuple[tuple[str, ...], tuple[str, ...], str, int, int], ...] = ()
     own_runners: tuple[str, ...] = ()
+    exclusive: bool = False  # register(gpu="exclusive"): each test holds its GPUs alone, never shared
 
     @property
     def base_runners(self) -> tuple[str, ...]:
@@ -462,6 +468,19 @@ def _register_aliases(body: Iterable[ast.stmt]) -> tuple[set[str], set[str]]:
     return names, modules
 
 
+def find_register_call(body: Sequence[ast.stmt]) -> ast.Call | None:
+    """The `register(...)` call among a module's top-level statements (the first, if it has several)."""
+    names, modules = _register_aliases(body)
+    for stmt in body:
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and _is_register(stmt.value.func, names, modules)
+        ):
+            return stmt.value
+    return None
+
+
 def _is_register(func: ast.expr, names: set[str], modules: set[str]) -> bool:
     if isinstance(func, ast.Name):
         return func.id in names
@@ -577,6 +596,14 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
                 f"got {values['flaky']!r}",
             )
 
+    gpu = values.get("gpu", "shared")
+    if "gpu" in values and gpu not in GPU_USES:
+        bad(
+            nodes["gpu"],
+            f'register(gpu=...) must be "shared" (the default: tests may share a GPU) or "exclusive" '
+            f"(each test holds its GPUs alone), got {_shown_literal(gpu)}",
+        )
+
     if problems:
         return None, problems
     return Registration(
@@ -591,6 +618,7 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
         disabled_on=tuple((name, str(reason)) for name, reason in disabled_on),
         est_times=tuple((name, float(seconds)) for name, seconds in est_times),  # type: ignore[arg-type]
         flaky=tuple((name, str(reason)) for name, reason in flaky),
+        exclusive=gpu == "exclusive",
     ), []
 
 

@@ -12,21 +12,39 @@ the plan narrowed to the GPUs it leased.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from gpumatrix import UsageError
-from gpumatrix.config import DEFAULT_FLAKY_RERUNS, DEFAULT_TEST_ROOTS, Matrix, Runner, load_matrix
+from gpumatrix.config import (
+    DEFAULT_FLAKY_RERUNS,
+    DEFAULT_TEST_ROOTS,
+    MAX_WORKERS_PER_GPU,
+    Matrix,
+    Runner,
+    WorkersPerGpu,
+    load_matrix,
+)
 from gpumatrix.hardware import Hardware, detect
 from gpumatrix.paths import PATHS_FILE, load_paths
 from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration, Registry, discover
 
-__all__ = ["PLAN_FORMAT", "SessionPlan", "declared_paths", "resolve_session"]
+__all__ = [
+    "PLAN_FORMAT",
+    "WORKERS_PER_GPU_ENV",
+    "SessionPlan",
+    "declared_paths",
+    "resolve_session",
+    "resolve_workers_per_gpu",
+]
 
 PLAN_FORMAT = 1
+# Overrides ci/matrix.yaml's `workers_per_gpu` for one run (a measurement of another sharing, say).
+WORKERS_PER_GPU_ENV = "GPUMATRIX_WORKERS_PER_GPU"
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,7 @@ class SessionPlan:
     declared_paths: frozenset[str] | None = None
     test_roots: tuple[str, ...] = DEFAULT_TEST_ROOTS  # ci/matrix.yaml's: the files the plugin decides on
     flaky_reruns: int = DEFAULT_FLAKY_RERUNS  # ci/matrix.yaml `flaky: reruns:`
+    workers_per_gpu: int = 1  # tests one GPU runs at a time (`resolve_workers_per_gpu`)
 
     def narrowed(self, device_ids: Sequence[str]) -> SessionPlan:
         """This plan as a child process bound to `device_ids` (a subset of this machine's GPUs, as
@@ -67,6 +86,7 @@ class SessionPlan:
             "problems": [[p.source, p.line, p.message] for p in self.registry.problems],
             "test_roots": list(self.test_roots),
             "flaky_reruns": self.flaky_reruns,
+            "workers_per_gpu": self.workers_per_gpu,
         }
 
     @classmethod
@@ -89,6 +109,7 @@ class SessionPlan:
                 declared_paths=frozenset(declared) if declared is not None else None,
                 test_roots=tuple(str(root) for root in data["test_roots"]),
                 flaky_reruns=int(data.get("flaky_reruns", DEFAULT_FLAKY_RERUNS)),
+                workers_per_gpu=_workers_per_gpu_field(data.get("workers_per_gpu", 1)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UsageError(
@@ -109,6 +130,12 @@ class SessionPlan:
         return cls.from_json(data, source=str(path))
 
 
+def _workers_per_gpu_field(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_WORKERS_PER_GPU:
+        raise ValueError(f"workers_per_gpu {value!r} is not from 1 to {MAX_WORKERS_PER_GPU}")
+    return value
+
+
 def _runner_json(runner: Runner | None) -> dict[str, Any] | None:
     if runner is None:
         return None
@@ -119,6 +146,7 @@ def _runner_json(runner: Runner | None) -> dict[str, Any] | None:
         "runs_on": list(runner.runs_on),
         "timeout_minutes": runner.timeout_minutes,
         "max_shards": runner.max_shards,
+        "workers_per_gpu": runner.workers_per_gpu,
     }
 
 
@@ -139,6 +167,7 @@ def resolve_session(
     chosen = matrix.require_runner(runner) if runner is not None else None
     chosen_suite = matrix.require_suite(suite) if suite is not None else None
     hardware = detect(matrix, environ=environ)
+    workers = resolve_workers_per_gpu(matrix, hardware, chosen, environ=environ)
     return SessionPlan(
         root=root,
         hardware=hardware,
@@ -148,7 +177,35 @@ def resolve_session(
         declared_paths=declared_paths(root, matrix),
         test_roots=matrix.test_roots,
         flaky_reruns=matrix.flaky_reruns,
+        workers_per_gpu=workers.count,
     )
+
+
+def resolve_workers_per_gpu(
+    matrix: Matrix, hardware: Hardware, runner: Runner | None, *, environ: Mapping[str, str] | None = None
+) -> WorkersPerGpu:
+    """How many tests one GPU of this machine runs at a time: `GPUMATRIX_WORKERS_PER_GPU`, else the
+    runner's setting (without one, the runner of this machine's class and GPU count), else its class's.
+
+    Raises a `UsageError` naming the variable when it is not a number from 1 to MAX_WORKERS_PER_GPU.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(WORKERS_PER_GPU_ENV, "").strip()
+    if text:
+        if not (
+            text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_WORKERS_PER_GPU
+        ):
+            raise UsageError(
+                f"{WORKERS_PER_GPU_ENV}={text[:40]!r} must be a whole number from 1 to {MAX_WORKERS_PER_GPU} "
+                f"(1: each test holds a GPU alone)"
+            )
+        return WorkersPerGpu(int(text), WORKERS_PER_GPU_ENV)
+    if runner is None:
+        runner = next(
+            (r for r in matrix.runners if r.gpu_class == hardware.gpu_class and r.gpus == hardware.count),
+            None,
+        )
+    return matrix.workers_per_gpu(hardware.gpu_class, runner)
 
 
 def declared_paths(root: Path, matrix: Matrix) -> frozenset[str] | None:

@@ -25,6 +25,7 @@ __all__ = [
     "REGISTER_IMPORT",
     "RESOLVING_CONFTEST",
     "PytestRun",
+    "most_at_once",
     "overlapping_leases",
     "read_jsonl",
     "register_call",
@@ -176,11 +177,33 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def overlapping_leases(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
-    """(device, holder, holder) for every two lease-log records that held one device at once."""
+    """(device, holder, holder) for every two lease-log records that held one device at once when they
+    may not: one of them held it alone (`share` 1), or both held the same slot of it."""
     found = []
     for i, first in enumerate(records):
         for second in records[i + 1 :]:
             shared = set(first["devices"]) & set(second["devices"])
-            if shared and first["acquired"] < second["released"] and second["acquired"] < first["released"]:
+            alone = first.get("share", 1) == 1 or second.get("share", 1) == 1
+            if (
+                shared
+                and (alone or first.get("slot") == second.get("slot"))
+                and first["acquired"] < second["released"]
+                and second["acquired"] < first["released"]
+            ):
                 found.extend((device, first["nodeid"], second["nodeid"]) for device in sorted(shared))
     return found
+
+
+def most_at_once(records: Sequence[Mapping[str, Any]], device: str) -> int:
+    """The most lease-log records that held `device` at the same moment."""
+    events = sorted(
+        (moment, step)
+        for record in records
+        if device in record["devices"]
+        for moment, step in ((record["acquired"], 1), (record["released"], -1))
+    )
+    most = held = 0
+    for _, step in events:  # a release sorts before an acquisition at the same moment
+        held += step
+        most = max(most, held)
+    return most

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpumatrix import register
-from gpumatrix.config import BotConfig, MatrixError, load_matrix, parse_matrix
+from gpumatrix.config import DEFAULT_WORKERS_PER_GPU, BotConfig, MatrixError, load_matrix, parse_matrix
 
 register(on=("cpu",), est_time=2)
 
@@ -205,6 +205,37 @@ INVALID = [
         VALID + "  - {label: cpu2, class: cpu, runs_on: [u], timeout_minutes: 9}\n",
         [(18, "runner 'cpu2' has the class 'cpu' and GPU count 0 of runner 'cpu' (line 7)")],
     ),
+    # workers_per_gpu: how many tests one GPU runs at a time, 1 to 32, never on the cpu class or runner.
+    (
+        "workers-per-gpu-zero",
+        VALID + "    workers_per_gpu: 0\n",
+        [(18, "runner '1-gpu-h100' workers_per_gpu must be positive, got 0")],
+    ),
+    (
+        "workers-per-gpu-past-the-slots",
+        VALID + "    workers_per_gpu: 33\n",
+        [(18, "runner '1-gpu-h100' workers_per_gpu must be from 1 to 32, got 33")],
+    ),
+    (
+        "workers-per-gpu-text",
+        VALID + "    workers_per_gpu: many\n",
+        [(18, "runner '1-gpu-h100' workers_per_gpu must be an integer")],
+    ),
+    (
+        "workers-per-gpu-on-the-cpu-runner",
+        VALID.replace("    timeout_minutes: 30\n", "    timeout_minutes: 30\n    workers_per_gpu: 2\n"),
+        [(12, "runner 'cpu': a 'cpu' runner has no GPU to share")],
+    ),
+    (
+        "workers-per-gpu-on-the-cpu-class",
+        VALID.replace("    compute_capability: []\n", "    compute_capability: []\n    workers_per_gpu: 2\n"),
+        [(4, "class 'cpu' has no GPU to share")],
+    ),
+    (
+        "workers-per-gpu-of-a-class-negative",
+        VALID.replace('["9.0"]\n', '["9.0"]\n    workers_per_gpu: -1\n'),
+        [(6, "class 'h100' workers_per_gpu must be positive, got -1")],
+    ),
     # suites: {name: description}; names travel into workflow inputs, and `all` means every suite.
     ("suites-not-a-mapping", VALID + "suites: [pr, nightly]\n", [(18, "suites must be a mapping")]),
     ("suite-named-all", VALID + "suites:\n  all: everything\n", [(19, "'all' cannot name a suite")]),
@@ -230,6 +261,26 @@ def test_invalid_matrix_reports_problem_with_location(text, expected):
     for line, fragment in expected:
         prefix = f"ci/matrix.yaml:{line}: " if line else "ci/matrix.yaml: "
         assert any(r.startswith(prefix) and fragment in r for r in rendered), rendered
+
+
+@pytest.mark.parametrize(
+    ("class_setting", "runner_setting", "expected"),
+    [
+        ("", "", (DEFAULT_WORKERS_PER_GPU, "the default")),
+        ("    workers_per_gpu: 3\n", "", (3, "class h100")),
+        ("    workers_per_gpu: 3\n", "    workers_per_gpu: 5\n", (5, "runner 1-gpu-h100")),
+        ("", "    workers_per_gpu: 1\n", (1, "runner 1-gpu-h100")),
+    ],
+    ids=["default", "class", "runner-over-class", "runner-alone"],
+)
+def test_workers_per_gpu_comes_from_the_runner_then_its_class_then_the_default(
+    class_setting: str, runner_setting: str, expected: tuple[int, str]
+) -> None:
+    text = VALID.replace('["9.0"]\n', '["9.0"]\n' + class_setting) + runner_setting
+    matrix = parse_matrix(text)
+    chosen = matrix.workers_per_gpu("h100", matrix.runner("1-gpu-h100"))
+    assert (chosen.count, chosen.source) == expected
+    assert matrix.workers_per_gpu("h100").count == (3 if class_setting else DEFAULT_WORKERS_PER_GPU)
 
 
 def test_all_problems_are_reported_together():

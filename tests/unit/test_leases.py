@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpumatrix_trees import overlapping_leases, read_jsonl
+from gpumatrix_trees import most_at_once, overlapping_leases, read_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +63,96 @@ def test_lease_rejects_bad_arguments(
         lease_gpus(count, devices=devices, lock_dir=tmp_path, timeout=timeout),
     ):
         pass
+
+
+@pytest.mark.parametrize(
+    ("count", "share", "message"),
+    [
+        (1, 0, "share must be an int from 1 to 32, got 0"),
+        (1, 33, "share must be an int from 1 to 32, got 33"),
+        (1, True, "share must be an int from 1 to 32, got True"),
+        (1, 2.0, "share must be an int from 1 to 32, got 2.0"),
+        (2, 4, "a lease of 2 GPUs holds them alone: share must be 1, got 4"),
+    ],
+    ids=["zero", "past-the-slots", "bool", "float", "several-gpus-shared"],
+)
+def test_lease_rejects_a_bad_share(count: int, share: Any, message: str, tmp_path: Path) -> None:
+    with (
+        pytest.raises(ValueError, match=re.escape(message)),
+        lease_gpus(count, devices=("0", "1"), lock_dir=tmp_path, timeout=0, share=share),
+    ):
+        pass
+
+
+def test_shared_leases_fill_a_gpu_up_to_share_then_wait(tmp_path: Path) -> None:
+    with ExitStack() as held:
+        got = [
+            held.enter_context(
+                lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=0, share=3, holder=f"t{i}")
+            )
+            for i in range(3)
+        ]
+        assert got == [("0",)] * 3
+        with (
+            pytest.raises(LeaseTimeout, match=r"held: 0 \(shared\) by pid"),
+            lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=0, share=3),
+        ):
+            pass
+    with lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=0):
+        pass  # every slot was released: the GPU is whole again
+
+
+def test_shared_leases_spread_over_the_gpus(tmp_path: Path) -> None:
+    with ExitStack() as held:
+        got = [
+            held.enter_context(lease_gpus(1, devices=("0", "1"), lock_dir=tmp_path, timeout=0, share=2))[0]
+            for _ in range(4)
+        ]
+    assert got == ["0", "1", "0", "1"]
+
+
+@pytest.mark.parametrize("other_share", [1, 2, 32], ids=["alone", "shared", "shared-by-every-slot"])
+def test_a_gpu_held_alone_is_never_shared_whatever_share_others_use(other_share: int, tmp_path: Path) -> None:
+    with lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=0, holder="exclusive"):
+        with (
+            pytest.raises(LeaseTimeout, match=r"held: 0 by pid \d+ \(exclusive\)"),
+            lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=0, share=other_share),
+        ):
+            pass
+
+
+def test_a_lease_of_the_whole_gpu_waits_for_its_sharers(tmp_path: Path) -> None:
+    with lease_gpus(1, devices=("0", "1"), lock_dir=tmp_path, timeout=0, share=32, holder="sharer") as shared:
+        with lease_gpus(1, devices=("0", "1"), lock_dir=tmp_path, timeout=0) as whole:
+            assert whole != shared  # the other GPU is whole
+            with (
+                pytest.raises(LeaseTimeout, match=r"\(shared\) by pid \d+ \(sharer\)"),
+                lease_gpus(2, devices=("0", "1"), lock_dir=tmp_path, timeout=0),
+            ):
+                pass
+
+
+def test_a_waiting_lease_of_the_whole_gpu_is_not_starved_by_new_sharers(tmp_path: Path) -> None:
+    events: list[str] = []
+    first = ExitStack()
+    first.enter_context(lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=0, share=4))
+
+    def take_whole() -> None:
+        with lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=30):
+            events.append("whole")
+
+    waiter = threading.Thread(target=take_whole)
+    waiter.start()
+    time.sleep(0.3)  # it now waits for the sharer, holding the turnstile and the free slots
+    with (
+        pytest.raises(LeaseTimeout),
+        lease_gpus(1, devices=("0",), lock_dir=tmp_path, timeout=0.3, share=4),
+    ):
+        pass  # a new sharer does not slip in ahead of it
+    assert events == []
+    first.close()
+    waiter.join(timeout=30)
+    assert events == ["whole"]
 
 
 def test_a_held_device_times_out_another_lease_naming_its_holder(tmp_path: Path) -> None:
@@ -122,8 +214,11 @@ def test_the_lease_log_records_each_lease(tmp_path: Path) -> None:
 @given(
     plans=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=4), min_size=2, max_size=4),
     device_count=st.integers(3, 4),
+    share=st.integers(1, 3),
 )
-def test_threads_never_share_a_device(plans: list[list[int]], device_count: int) -> None:
+def test_threads_never_share_a_device_beyond_its_share(
+    plans: list[list[int]], device_count: int, share: int
+) -> None:
     devices = tuple(str(i) for i in range(device_count))
     with tempfile.TemporaryDirectory() as scratch:
         log, errors = Path(scratch) / "log.jsonl", []
@@ -138,6 +233,7 @@ def test_threads_never_share_a_device(plans: list[list[int]], device_count: int)
                         timeout=60,
                         holder=f"{thread}/{turn}",
                         log=log,
+                        share=share if count == 1 else 1,
                     ) as got:
                         if len(set(got)) != count or not set(got) <= set(devices):
                             errors.append(f"{thread}/{turn} asked for {count}, got {got}")
@@ -154,6 +250,7 @@ def test_threads_never_share_a_device(plans: list[list[int]], device_count: int)
     assert errors == []
     assert len(records) == sum(map(len, plans))
     assert overlapping_leases(records) == []
+    assert all(most_at_once(records, device) <= share for device in devices)
 
 
 _LEASING_PROCESS = """
@@ -163,15 +260,15 @@ from gpumatrix.leases import lease_gpus
 lock_dir, log, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(seed)
 for turn in range(12):
-    count = rng.choice((1, 1, 2, 3))
+    count, share = rng.choice(((1, 2), (1, 2), (1, 1), (2, 1), (3, 1)))
     with lease_gpus(count, devices=("0", "1", "2"), lock_dir=lock_dir, timeout=60, holder=f"{seed}/{turn}",
-                    log=log) as got:
+                    log=log, share=share) as got:
         assert len(set(got)) == count, got
         time.sleep(rng.uniform(0.001, 0.005))
 """
 
 
-def test_processes_never_share_a_device_and_mixed_sizes_do_not_deadlock(tmp_path: Path) -> None:
+def test_processes_share_only_what_they_may_and_mixed_leases_do_not_deadlock(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     children = [
         subprocess.Popen(
@@ -187,6 +284,7 @@ def test_processes_never_share_a_device_and_mixed_sizes_do_not_deadlock(tmp_path
     assert len(records) == 4 * 12
     assert len({r["pid"] for r in records}) == 4
     assert overlapping_leases(records) == []
+    assert all(most_at_once(records, device) <= 2 for device in ("0", "1", "2"))
 
 
 # -- planning for a process whose CUDA is bound -----------------------------------------------------
@@ -224,6 +322,25 @@ def test_plan_lease(
     plan = plan_lease(need, devices=devices, bound=bound)
     assert (plan.count, plan.pool, plan.in_child) == (count, pool, in_child)
     assert plan.reason
+
+
+@pytest.mark.parametrize(
+    ("need", "bound", "exclusive", "share"),
+    [
+        (1, None, False, 4),
+        (1, None, True, 1),
+        (2, None, False, 1),
+        (1, ("1",), False, 4),
+        (1, ("0", "1"), False, 1),  # bound to both: it leases both, whole
+        (2, ("1",), False, 1),  # in a child, whole
+    ],
+    ids=["one-shared", "one-exclusive", "two-whole", "bound-one-shared", "bound-two-whole", "child-whole"],
+)
+def test_plan_lease_shares_only_one_gpu_of_a_test_that_allows_it(
+    need: int, bound: tuple[str, ...] | None, exclusive: bool, share: int
+) -> None:
+    plan = plan_lease(need, devices=("0", "1"), bound=bound, share=4, exclusive=exclusive)
+    assert plan.share == share
 
 
 @pytest.mark.parametrize("need", [0, 3])

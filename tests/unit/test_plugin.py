@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,10 @@ from typing import Any
 import pytest
 from filelock import FileLock
 from gpumatrix_trees import (
+    MATRIX_YAML,
     RESOLVING_CONFTEST,
     PytestRun,
+    most_at_once,
     overlapping_leases,
     read_jsonl,
     registered,
@@ -23,6 +26,7 @@ from gpumatrix_trees import (
 )
 
 from gpumatrix import register
+from gpumatrix.config import DEFAULT_WORKERS_PER_GPU
 from gpumatrix.hardware import Hardware
 from gpumatrix.plugin import HardwareSkip, evaluate_hardware
 from gpumatrix.registry import Registration
@@ -479,7 +483,7 @@ _RECORDING_TEST = """
 """
 
 
-def test_xdist_workers_hold_their_gpus_alone(tmp_path: Path) -> None:
+def test_xdist_workers_share_one_gpu_tests_and_hold_several_gpus_alone(tmp_path: Path) -> None:
     write_tree(
         tmp_path,
         {
@@ -503,17 +507,108 @@ def test_xdist_workers_hold_their_gpus_alone(tmp_path: Path) -> None:
     leases, records = read_jsonl(log), {r["nodeid"]: r for r in read_jsonl(records_path)}
     assert sorted(lease["nodeid"] for lease in leases) == sorted(records) and len(records) == 11
     assert len({lease["worker"] for lease in leases}) > 1
-    assert overlapping_leases(leases) == []
+    assert overlapping_leases(leases) == []  # no lease of whole GPUs beside another, no slot twice
     for lease in leases:
         assert records[lease["nodeid"]]["seen"] == ",".join(lease["devices"])
-        assert len(set(lease["devices"])) == (2 if "test_two" in lease["nodeid"] else 1)
+        two = "test_two" in lease["nodeid"]
+        assert len(set(lease["devices"])) == (2 if two else 1)
+        assert lease["share"] == (1 if two else DEFAULT_WORKERS_PER_GPU)
         assert set(lease["devices"]) <= {"0", "1"}
     singles = [lease for lease in leases if "test_one" in lease["nodeid"]]
     assert any(
-        a["devices"] != b["devices"] and a["acquired"] < b["released"] and b["acquired"] < a["released"]
+        a is not b and a["acquired"] < b["released"] and b["acquired"] < a["released"]
         for a in singles
         for b in singles
     ), "no two 1-GPU tests ever ran at the same time"
+
+
+def _matrix_sharing(per_gpu: int) -> str:
+    """The test matrix with the 1-gpu-h100 runner running `per_gpu` tests on its GPU at a time."""
+    runner = "{label: 1-gpu-h100, class: h100, gpus: 1,"
+    assert runner in MATRIX_YAML
+    return MATRIX_YAML.replace(runner, f"{runner} workers_per_gpu: {per_gpu},")
+
+
+@pytest.mark.parametrize(
+    ("per_gpu", "environ", "most"), [(3, {}, 3), (1, {}, 1), (8, {"GPUMATRIX_WORKERS_PER_GPU": "2"}, 2)]
+)
+def test_a_gpu_runs_at_most_workers_per_gpu_tests_at_once(
+    per_gpu: int, environ: dict[str, str], most: int, tmp_path: Path
+) -> None:
+    write_tree(
+        tmp_path,
+        {
+            "tests/kernels/test_one.py": registered(
+                ("h100",), body=_RECORDING_TEST.format(count=12, name="one")
+            )
+        },
+        matrix=_matrix_sharing(per_gpu),
+    )
+    log, records_path = tmp_path / "lease.jsonl", tmp_path / "records.jsonl"
+    run = run_pytest(
+        tmp_path,
+        "-n",
+        "4",
+        hardware="1xh100",
+        env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path), **environ},
+    )
+    assert run.returncode == 0, run.output
+    leases = read_jsonl(log)
+    assert len(leases) == 12 and overlapping_leases(leases) == []
+    assert {lease["share"] for lease in leases} == {most}
+    assert all(lease["slot"] is None if most == 1 else 0 <= lease["slot"] < most for lease in leases)
+    # four workers, twelve tests of 0.3 s: the limit is reached, and never passed
+    assert most_at_once(leases, "0") == most
+
+
+_SHARED_AND_EXCLUSIVE = """
+    import json, os, time, pytest
+
+    def _record(request):
+        start = time.monotonic()
+        time.sleep(0.3)
+        with open(os.environ["RECORDS"], "a") as stream:
+            stream.write(json.dumps({"nodeid": request.node.nodeid, "start": start, "end": time.monotonic()}) + "\\n")
+
+    @pytest.mark.parametrize("i", range(6))
+    def test_shared(i, request):
+        _record(request)
+
+    @pytest.mark.exclusive_gpu
+    @pytest.mark.parametrize("i", range(2))
+    def test_marked(i, request):
+        _record(request)
+"""
+
+
+def test_exclusive_tests_hold_their_gpu_alone(tmp_path: Path) -> None:
+    exclusive_file = (
+        'from gpumatrix import register\n\nregister(on=("h100",), est_time=1, gpu="exclusive")\n'
+        + textwrap.dedent(_RECORDING_TEST.format(count=3, name="whole"))
+    )
+    write_tree(
+        tmp_path,
+        {
+            "tests/kernels/test_mixed.py": registered(("h100",), body=_SHARED_AND_EXCLUSIVE),
+            "tests/kernels/test_whole.py": exclusive_file,
+        },
+        matrix=_matrix_sharing(4),
+    )
+    log, records_path = tmp_path / "lease.jsonl", tmp_path / "records.jsonl"
+    run = run_pytest(
+        tmp_path,
+        "-n",
+        "4",
+        hardware="1xh100",
+        env={"GPUMATRIX_LEASE_LOG": str(log), "RECORDS": str(records_path)},
+    )
+    assert run.returncode == 0, run.output
+    leases = {lease["nodeid"]: lease for lease in read_jsonl(log)}
+    assert len(leases) == 11 and overlapping_leases(list(leases.values())) == []
+    alone = {nodeid for nodeid, lease in leases.items() if lease["share"] == 1}
+    assert alone == {n for n in leases if "test_marked" in n or "test_whole" in n} and len(alone) == 5
+    assert {leases[n]["share"] for n in leases.keys() - alone} == {4}
+    assert most_at_once(list(leases.values()), "0") > 1  # the shared ones did share
 
 
 _FAKE_CUDA_CONFTEST = """

@@ -318,7 +318,28 @@ ERRORS = [
         _call('on=("cpu",), est_time=1, suite="pr", suite="nightly"'),
         [(2, "repeats the argument suite=")],
     ),
+    (
+        "gpu-use-unknown",
+        _call('on=("h100",), est_time=1, gpu="alone"'),
+        [(2, 'register(gpu=...) must be "shared" (the default: tests may share a GPU) or "exclusive"')],
+    ),
+    (
+        "gpu-use-not-a-string",
+        _call('on=("h100",), est_time=1, gpu=True'),
+        [(2, 'or "exclusive" (each test holds its GPUs alone), got True')],
+    ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "exclusive"),
+    [('gpu="exclusive"', True), ('gpu="shared"', False), ("gpus=1", False)],
+    ids=["exclusive", "shared", "default"],
+)
+def test_gpu_says_whether_a_files_tests_hold_their_gpus_alone(arguments: str, exclusive: bool) -> None:
+    (registration,) = build_registry({PATH: _call(f'on=("h100",), est_time=3, {arguments}')}, MATRIX).files
+    assert registration.exclusive is exclusive
+    assert Registration.from_dict(registration.to_dict()) == registration
 
 
 @pytest.mark.parametrize(("source", "expected"), [r[1:] for r in ERRORS], ids=[r[0] for r in ERRORS])
@@ -400,6 +421,7 @@ def test_the_cache_keeps_every_new_field(tmp_path: Path) -> None:
             'disabled="x", disabled_on={"gb300": "y"}'
         ),
         "tests/test_plain.py": _call('on=("cpu",), est_time=2'),
+        "tests/test_alone.py": _call('on=("h100",), est_time=2, gpu="exclusive"'),
     }
     for relative, text in sources.items():
         path = tmp_path / relative
@@ -422,6 +444,8 @@ def test_the_cache_keeps_every_new_field(tmp_path: Path) -> None:
         disabled_on=(("gb300", "y"),),
         est_times=(("h100", 40.0), ("gb300", 15.0)),
     )
+    alone = warm.get("tests/test_alone.py")
+    assert alone is not None and alone.exclusive
 
 
 def test_a_registration_crosses_to_xdist_workers_whole() -> None:
