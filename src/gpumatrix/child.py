@@ -109,16 +109,13 @@ def _child_args(item: pytest.Item, scratch: Path, plan_file: Path, include_disab
         "-q",
         "-p",
         "no:cacheprovider",
-        "--rootdir",
-        str(config.rootpath),
-        "--basetemp",
-        str(scratch / "tmp"),
+        f"--rootdir={config.rootpath}",
+        f"--basetemp={scratch / 'tmp'}",
         f"--import-mode={config.option.importmode}",
-        "--gpumatrix-plan",
-        str(plan_file),
+        f"--gpumatrix-plan={plan_file}",  # one argument each: never taken for a test path
     ]
     if config.inipath is not None:
-        args += ["-c", str(config.inipath)]
+        args.append(f"--config-file={config.inipath}")
     if include_disabled:  # the child decides on the file again
         args.append("--include-disabled")
     if config.pluginmanager.has_plugin("xdist"):

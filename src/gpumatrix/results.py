@@ -276,13 +276,23 @@ def render_matrix(console: Console, plans: Sequence[ShardPlan], *, suite: str | 
 # -- run --------------------------------------------------------------------------------------------
 
 
-def render_run_start(console: Console, plan: RunPlan) -> None:
+def render_run_start(console: Console, plan: RunPlan, *, cached_kernels: int | None = None) -> None:
+    """The run's header: runner, machine and targets; the workers it starts and why; the compile cache
+    (`cached_kernels`: the kernels already in it, None when not looked at)."""
     from rich.markup import escape
 
     console.print(
         f"[bold]runner {escape(plan.runner.label)}[/bold] on {escape(plan.hardware.describe())}: "
         f"{len(plan.targets)} target(s)" + (f", shard {escape(plan.shard)}" if plan.shard else "")
     )
+    console.print(f"workers: {escape(plan.workers.arg)} ({escape(plan.workers.reason)})", soft_wrap=True)
+    if plan.compile_cache is not None and cached_kernels is not None:
+        state = f"warm: {cached_kernels} kernels" if cached_kernels else "cold: no kernels yet"
+        console.print(
+            f"compile cache: {escape(plan.compile_cache.describe())}; {state}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def render_run_result(console: Console, errors: Console, result: RunResult) -> None:
@@ -297,6 +307,12 @@ def render_run_result(console: Console, errors: Console, result: RunResult) -> N
                 f"runner {result.summary.runner}: pass rates over {result.summary.repeat} runs of each test"
             )
             render_pass_rates(console, result.summary.pass_rates, title=title)
+    if result.cache_use is not None:
+        console.print(
+            f"{result.cache_use.describe()} ({len(result.plan.targets)} file(s), "
+            f"{result.plan.workers.arg} worker(s))",
+            highlight=False,
+        )
     render_gated(console, result.plan.gated)
     render_problems(errors, result.problems, summary=f"runner {result.plan.runner.label} failed")
 
@@ -421,5 +437,7 @@ def summary_markdown(result: RunResult) -> str:
                 f"- {code_span(nodeid, limit=NAME_LIMIT)}: {plain_text(reason)}"
                 for nodeid, reason in summary.disabled
             ]
+    if result.cache_use is not None:
+        lines += ["", f"Workers: {plain_text(result.plan.workers.arg)}; {result.cache_use.describe()}."]
     lines += [f"- ❗ {plain_text(problem, limit=PROBLEM_LIMIT)}" for problem in result.problems]
     return "\n".join(lines) + "\n\n"

@@ -8,7 +8,9 @@ nothing and passes, saying so. A test that passed only after running again (a fi
 is listed as such, never as a plain pass; a run repeated N times (`--repeat N`, pytest-repeat's `--count`)
 ends with each test's pass rate and its 95% interval (`gpumatrix.flaky_history`).
 `plan_run` decides everything before pytest starts (and raises a `UsageError` for
-anything a person must fix first); `finish_run` reads pytest's report (through `gpumatrix.report`: a
+anything a person must fix first): among it the worker count (`choose_workers`: the runner's GPUs times
+the tests one GPU runs at a time, `workers_per_gpu`, at most one per CPU) and the compile caches
+(`gpumatrix.compile_cache`); `finish_run` reads pytest's report (through `gpumatrix.report`: a
 report that cannot be read or contradicts itself fails the run, naming it) into a `RunResult`. The CLI
 starts pytest between the two and `gpumatrix.results` renders both.
 """
@@ -24,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumatrix import UsageError
-from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, MAX_REPEAT, Matrix, Runner
+from gpumatrix.compile_cache import CacheUse, CompileCache, compile_cache
+from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, MAX_REPEAT, Matrix, Runner, WorkersPerGpu
 from gpumatrix.pytest_failure import explain_no_report
 from gpumatrix.registry import Registration
 from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
-from gpumatrix.session import SessionPlan, declared_paths
+from gpumatrix.session import SessionPlan, declared_paths, resolve_workers_per_gpu
 
 if TYPE_CHECKING:
     from gpumatrix.flaky_history import PassRecord
@@ -41,6 +44,8 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunSummary",
+    "WorkerChoice",
+    "choose_workers",
     "clean_outputs",
     "evaluate_report",
     "finish_run",
@@ -101,6 +106,18 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class WorkerChoice:
+    """How many pytest-xdist workers a run starts, and why (shown in its header)."""
+
+    arg: str  # pytest-xdist's -n: a number, or "auto"
+    reason: str
+
+    @property
+    def parallel(self) -> bool:
+        return self.arg not in ("0", "1")
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """Everything decided before pytest starts: who runs what, where, and with which command."""
 
@@ -119,6 +136,8 @@ class RunPlan:
     html_path: Path | None = None
     session: SessionPlan | None = None  # what pytest is handed instead of resolving it again
     session_path: Path | None = None  # where it is written for pytest (--gpumatrix-plan)
+    workers: WorkerChoice = WorkerChoice("1", "one process")
+    compile_cache: CompileCache | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +149,7 @@ class RunResult:
     summary: RunSummary | None
     problems: tuple[str, ...]
     exit_code: int
+    cache_use: CacheUse | None = None  # what the run found in the compile cache and added to it
 
 
 def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runner, dict[str, str]]:
@@ -152,6 +172,32 @@ def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runne
         f"--runner auto: no runner matches this machine ({hardware.describe()}); runners: "
         + ", ".join(f"{r.label} ({r.gpus} x {r.gpu_class})" for r in matrix.runners)
     )
+
+
+def choose_workers(
+    runner: Runner, per_gpu: WorkersPerGpu, *, cpus: int, requested: str | None = None
+) -> WorkerChoice:
+    """The xdist workers of a run: `requested` (`-n`) when given; on a CPU runner one per CPU; on a GPU
+    runner its GPUs times the tests one GPU runs at a time, at most one per CPU (compiling is CPU work,
+    and a worker without a CPU only waits)."""
+    if requested is not None:
+        return WorkerChoice(requested, f"-n {requested} as asked")
+    if runner.gpu_class == CPU_CLASS:
+        return WorkerChoice("auto", f"one per CPU ({cpus})")
+    wanted = runner.gpus * per_gpu.count
+    count = max(1, min(wanted, cpus))
+    reason = f"{runner.gpus} GPU(s) x {per_gpu.count} test(s) per GPU (workers_per_gpu of {per_gpu.source})"
+    if count < wanted:
+        reason += f", limited to the {cpus} CPUs"
+    return WorkerChoice(str(count), reason)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity, as a container or taskset limits it)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def select_files(
@@ -297,6 +343,7 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     report_path = (options.report or reports_dir / f"gpumatrix-{runner.label}.json").resolve()
     # pytest is handed what was resolved here (the hardware, the runner, the registry) instead of
     # detecting, loading and discovering it again.
+    per_gpu = resolve_workers_per_gpu(matrix, hardware, runner, environ=env)
     session = SessionPlan(
         root,
         hardware,
@@ -306,9 +353,16 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         declared_paths(root, matrix),
         test_roots=matrix.test_roots,
         flaky_reruns=matrix.flaky_reruns,
+        workers_per_gpu=per_gpu.count,
     )
     session_path = report_path.with_name(f".{report_path.stem}.plan.json")
-    workers = options.workers or ("auto" if runner.gpu_class == CPU_CLASS else str(runner.gpus))
+    workers = choose_workers(runner, per_gpu, cpus=available_cpus(), requested=options.workers)
+    cache = compile_cache(env)
+    env.update(cache.env)
+    # Every option that takes a value is one `--option=value` argument: pytest looks for its config file
+    # from the paths among its arguments before the plugin has registered its options, so a value given
+    # as a separate argument (a report outside the tree) would be taken for a test path, and the config
+    # (pythonpath, xfail_strict, --strict-markers, filterwarnings) would be lost.
     # --rootdir and --gpumatrix-root: a tree nested in another project's pytest config keeps its own
     # matrix, registry and root-relative node ids.
     command = [
@@ -316,28 +370,27 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         "-m",
         "pytest",
         *targets,
-        "--runner",
-        runner.label,
-        "--rootdir",
-        str(root),
-        "--gpumatrix-root",
-        str(root),
-        "--gpumatrix-report",
-        str(report_path),
-        "--gpumatrix-plan",
-        str(session_path),
+        f"--runner={runner.label}",
+        f"--rootdir={root}",
+        f"--gpumatrix-root={root}",
+        f"--gpumatrix-report={report_path}",
+        f"--gpumatrix-plan={session_path}",
         f"--junitxml={junit}",
         "-p",
         "no:cacheprovider",
     ]
     if suite is not None:
-        command += ["--suite", suite]
+        command.append(f"--suite={suite}")
     if options.include_disabled:
         command.append("--include-disabled")
     if options.repeat > 1:
-        command += ["--count", str(options.repeat)]
-    if workers not in ("0", "1"):
-        command += ["-n", workers]
+        command.append(f"--count={options.repeat}")
+    if workers.parallel:
+        command.append(f"--numprocesses={workers.arg}")
+        if not any(arg == "--dist" or arg.startswith("--dist=") for arg in options.pytest_args):
+            # Contiguous blocks of tests per worker, stolen when a worker runs dry: a file's tests, which
+            # compile the same kernels, mostly stay in one process and compile them once.
+            command.append("--dist=worksteal")
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         command += ["-p", "gpumatrix.plugin"]
     command += list(options.pytest_args)
@@ -357,6 +410,8 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         html_path=(options.html or report_path.with_suffix(".html")).resolve(),
         session=session,
         session_path=session_path,
+        workers=workers,
+        compile_cache=cache,
     )
 
 
