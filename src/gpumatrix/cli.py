@@ -225,7 +225,11 @@ def matrix(
 )
 @click.option("--shard", "shard", default=None, help="Run shard I of N (e.g. 1/2).")
 @click.option(
-    "-n", "workers", default=None, help="pytest-xdist workers (default: one per GPU; 'auto' on CPU)."
+    "-n",
+    "workers",
+    default=None,
+    help="pytest-xdist workers (default: the runner's GPUs x its workers_per_gpu, at most one per CPU; "
+    "one per CPU on a CPU runner).",
 )
 @click.option(
     "--tests-file",
@@ -299,6 +303,9 @@ def run(
 
     Writes a JUnit XML file, the JSON report and the report page of this runner's slice (the file x
     runner and path x class matrices, `gpumatrix coverage`'s page for one report)."""
+    from dataclasses import replace
+
+    from gpumatrix.compile_cache import CacheUse, kernel_entries
     from gpumatrix.pytest_failure import run_teed
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
     from gpumatrix.run import RunOptions, clean_outputs, finish_run, plan_run, prepare_outputs
@@ -329,13 +336,17 @@ def run(
     run_plan = plan_run(root, options)
     console = _console()
     if run_plan.targets:
-        render_run_start(console, run_plan)
+        cached = kernel_entries(run_plan.compile_cache.triton_dir) if run_plan.compile_cache else frozenset()
+        render_run_start(console, run_plan, cached_kernels=len(cached))
         prepare_outputs(run_plan)
         try:
             pytest_exit, output = run_teed(run_plan.command, cwd=run_plan.root, env=run_plan.env)
         finally:
             clean_outputs(run_plan)
         result = finish_run(run_plan, pytest_exit, output)
+        if run_plan.compile_cache is not None:
+            added = kernel_entries(run_plan.compile_cache.triton_dir) - cached
+            result = replace(result, cache_use=CacheUse(before=len(cached), compiled=len(added)))
     else:
         result = finish_run(run_plan, None)
     render_run_result(console, _console(stderr=True), result)
@@ -431,24 +442,62 @@ def coverage(
 @main.command()
 @click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Write the proposals into the registrations' est_time= literals (only that literal changes).",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=1.0, max=100.0),
+    default=None,
+    help="With --write: leave registrations within this factor of their proposal (default 1.25).",
+)
 @root_option
-def estimate(reports: tuple[Path, ...], as_json: bool, root: Path | None) -> None:
+def estimate(
+    reports: tuple[Path, ...], as_json: bool, write: bool, tolerance: float | None, root: Path | None
+) -> None:
     """Propose each test file's est_time from the durations measured in JSON reports.
 
     The proposal is the 90th percentile (nearest rank) of a file's samples, one per report in which
     it ran, rounded up to a second; registrations off it by more than 2x are flagged. Exit 0: this
-    proposes, it does not judge.
+    proposes, it does not judge. With --write, each registration further than --tolerance from its
+    proposal gets it, per class, as a literal edit of its est_time= (exit 1 if a file could not be
+    edited).
     """
     from gpumatrix.estimate import estimate_files, estimates_json, render_estimates
     from gpumatrix.registry import load_tree
     from gpumatrix.report import read_report
 
-    tree_matrix, registry = load_tree(root or find_root())
+    if tolerance is not None and not write:
+        raise click.UsageError("--tolerance applies to --write only")
+    root = root or find_root()
+    tree_matrix, registry = load_tree(root)
     found = estimate_files([read_report(p, tree_matrix) for p in reports], registry.files, tree_matrix)
     if as_json:
         click.echo(json.dumps(estimates_json(found), indent=2))
     else:
         render_estimates(_console(), found)
+    if write:
+        from rich.markup import escape
+
+        from gpumatrix.est_time_write import DEFAULT_TOLERANCE, plan_edits, write_edits
+        from gpumatrix.results import render_problems
+
+        edits = plan_edits(found, tolerance=tolerance or DEFAULT_TOLERANCE)
+        problems = write_edits(root, edits)
+        output = _console(stderr=as_json)
+        for edit in edits:
+            if edit.path not in problems:
+                changes = ", ".join(
+                    f"{name} {edit.registered[name]:g} -> {seconds}" for name, seconds in edit.seconds.items()
+                )
+                output.print(f"wrote est_time of {escape(edit.path)}: {changes}", highlight=False)
+        output.print(f"{len(edits) - len(problems)} registration(s) rewritten", highlight=False)
+        if problems:
+            lines = [f"{path}: {why}" for path, why in problems.items()]
+            render_problems(_console(stderr=True), lines, summary="est_time not written")
+            sys.exit(EXIT_FAILED)
 
 
 @main.command()
