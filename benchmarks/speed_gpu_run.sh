@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The speed work's device pass in one call: the GPU tests, then
+# The speed work's device pass in one call: the GPU tests (the GPU job, `gpumatrix run --runner 1-gpu-h100`,
+# as the workflow runs it: its report and log in $OUT), then
 # the decode step (Flash and its TP4 shard) with the per-stage tables and the kernels of one step in
 # launch order; each step under its own time limit; one log ($OUT/pass.log)
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
@@ -24,11 +25,8 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
   cat "$out/step.log" >>"$log" && tail -n 30 "$out/step.log" && rm -f "$out/step.log"
   [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
 }
-# Tests in 8 processes (compiling dominates); each process takes the whole GPU without a lease.
-run tests 130 env GPUMATRIX_HELD_LEASE=0 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/kernels/test_l2_prefetch.py tests/kernels/test_mxfp8_gemm.py tests/kernels/test_grouped_wo_a.py \
-  tests/kernels/test_rms_norm.py tests/kernels/test_quantize_mxfp8.py tests/kernels/test_mqa_decode.py \
-  tests/kernels/test_hc_boundary.py tests/e2e/test_dsv41_decode.py
+# The GPU tests as users run them: the runner's whole slice, its workers and compile cache chosen by gpumatrix.
+run tests 300 gpumatrix run --runner 1-gpu-h100 --report "$out/gpu-job.json" --junit-xml "$out/gpu-job.xml"
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.
 run step 110 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
   --variants pdl,base --json "$out/dsv41_decode.json"
