@@ -87,11 +87,14 @@ def main() -> int:
     parser.add_argument("--runs", default="cold,warm", help="comma-separated: cold, warm, cold@N, warm@N")
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for all runs together")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--caches", type=Path, default=None, help="where each cold run's cache goes (default: temp)"
+    )
     args = parser.parse_args()
     out = Path(os.environ.get("OUT") or ROOT / "reports").resolve()
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    caches = Path(tempfile.mkdtemp(prefix="gpu-job-cache-"))
+    caches = args.caches or Path(tempfile.mkdtemp(prefix="gpu-job-cache-"))
     cache = caches / "0"
     rows: list[dict[str, object]] = []
     for index, name in enumerate(args.runs.split(",")):
