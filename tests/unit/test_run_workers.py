@@ -243,6 +243,9 @@ def test_a_report_outside_the_tree_keeps_the_config(in_tree: bool, tmp_path: Pat
         "tests/test_config_kept.py::test_a_strict_xfail_that_passes",
         "tests/test_config_kept.py::test_a_warning_is_an_error",
     ]
+    assert "workers: 0 (-n 0 as asked)" in result.output
+    assert f"compile cache: {tmp_path / 'cache'} (GPUMATRIX_CACHE_DIR); cold" in result.output
+    assert "compile cache cold; 0 kernel(s) compiled" in result.output
     assert (out / "r.html").is_file()
     assert len(list(ElementTree.parse(out / "j.xml").getroot().iter("failure"))) == 2
 
