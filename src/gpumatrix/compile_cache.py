@@ -3,8 +3,11 @@
 A GPU test run spends most of its time compiling kernels on the CPU (Triton, and torch's inductor where
 a test uses torch.compile) unless the compilers find their results from an earlier run. `gpumatrix run`
 points both at one directory, `GPUMATRIX_CACHE_DIR` (default `$XDG_CACHE_HOME/gpumatrix`, else
-`~/.cache/gpumatrix`): `triton/` for TRITON_CACHE_DIR and `inductor/` for TORCHINDUCTOR_CACHE_DIR. A
-variable the environment already sets is kept. The GPU workflow restores and saves the directory with
+`~/.cache/gpumatrix`): `triton/` for TRITON_CACHE_DIR, `inductor/` for TORCHINDUCTOR_CACHE_DIR and
+`torch-kernels/` for PYTORCH_KERNEL_CACHE_PATH (PyTorch's own run-time compiled CUDA kernels). A variable
+the environment already sets is kept. The directories are made before the workers start: eight workers
+creating PyTorch's `~/.cache/torch/kernels` at once on an H200 left one of them without it ("could not be
+created! This disables kernel caching"). The GPU workflow restores and saves the directory with
 actions/cache, keyed on the torch and Triton versions and a hash of the kernel sources.
 
 Triton writes one entry (a directory named by the kernel's hash) per compiled kernel, holding a
@@ -24,6 +27,7 @@ __all__ = ["CACHE_DIR_ENV", "CacheUse", "CompileCache", "compile_cache", "kernel
 CACHE_DIR_ENV = "GPUMATRIX_CACHE_DIR"
 _TRITON_ENV = "TRITON_CACHE_DIR"
 _INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+_TORCH_KERNELS_ENV = "PYTORCH_KERNEL_CACHE_PATH"
 _GROUP_PREFIX = "__grp__"
 
 
@@ -38,6 +42,15 @@ class CompileCache:
 
     def describe(self) -> str:
         return f"{self.root} ({self.source})"
+
+    def prepare(self) -> None:
+        """Make the directories the variables name (a run's workers would race to), best effort: a
+        compiler that cannot use its directory says so itself."""
+        for directory in (*self.env.values(), self.triton_dir):
+            try:
+                Path(directory).mkdir(parents=True, exist_ok=True)
+            except OSError:
+                continue
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,11 @@ def compile_cache(environ: Mapping[str, str] | None = None) -> CompileCache:
         base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
         root, source = base / "gpumatrix", f"the default; set {CACHE_DIR_ENV} to move it"
     root = root.absolute()
-    wanted = {_TRITON_ENV: str(root / "triton"), _INDUCTOR_ENV: str(root / "inductor")}
+    wanted = {
+        _TRITON_ENV: str(root / "triton"),
+        _INDUCTOR_ENV: str(root / "inductor"),
+        _TORCH_KERNELS_ENV: str(root / "torch-kernels"),
+    }
     kept = {name: env[name] for name in wanted if env.get(name)}
     return CompileCache(
         root=root,

@@ -423,6 +423,8 @@ def prepare_outputs(plan: RunPlan) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if plan.compile_cache is not None:
+        plan.compile_cache.prepare()
     plan.report_path.unlink(missing_ok=True)
     if plan.html_path is not None:
         plan.html_path.unlink(missing_ok=True)

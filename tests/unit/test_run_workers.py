@@ -93,6 +93,7 @@ def test_a_gpu_run_shares_the_gpu_and_points_the_compilers_at_the_cache(tmp_path
     assert plan.workers.arg in {str(n) for n in range(1, 7)}
     assert plan.env["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")
     assert plan.env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+    assert plan.env["PYTORCH_KERNEL_CACHE_PATH"] == str(tmp_path / "cache" / "torch-kernels")
     assert plan.compile_cache is not None and plan.compile_cache.triton_dir == tmp_path / "cache" / "triton"
     if plan.workers.parallel:
         assert f"--numprocesses={plan.workers.arg}" in plan.command and "--dist=worksteal" in plan.command
@@ -130,7 +131,17 @@ def test_every_option_of_the_pytest_command_is_one_argument(tmp_path: Path) -> N
 def test_compile_cache(environ: dict[str, str], root: str, triton: str, kept: tuple[str, ...]) -> None:
     cache = compile_cache(environ)
     assert (cache.root, cache.triton_dir) == (Path(root), Path(triton))
-    assert set(cache.env) == {"TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"} - set(kept)
+    assert set(cache.env) == {
+        "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "PYTORCH_KERNEL_CACHE_PATH",
+    } - set(kept)
+
+
+def test_prepare_makes_every_cache_directory(tmp_path: Path) -> None:
+    cache = compile_cache({"GPUMATRIX_CACHE_DIR": str(tmp_path / "c")})
+    cache.prepare()
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["inductor", "torch-kernels", "triton"]
 
 
 def test_kernel_entries_count_compiled_kernels_only(tmp_path: Path) -> None:
