@@ -23,6 +23,7 @@ from types import MappingProxyType
 import yaml
 
 from gpumatrix import UsageError
+from gpumatrix.bounds import MAX_GPUS, MAX_SHARDS
 from gpumatrix.problems import ProblemsError
 from gpumatrix.yamlfile import INVALID, YamlReader, compose_yaml, read_yaml_text
 
@@ -453,7 +454,7 @@ class _MatrixParser(YamlReader):
             is_cpu = class_name == CPU_CLASS
             gpus = 0
             if "gpus" in fields:
-                gpus = self.positive_int(fields["gpus"], f"{where} gpus", allow_zero=is_cpu)
+                gpus = self.positive_int(fields["gpus"], f"{where} gpus", allow_zero=is_cpu, maximum=MAX_GPUS)
                 if is_cpu and gpus:
                     self.error(fields["gpus"], f"{where}: a {CPU_CLASS!r} runner has no GPUs (gpus: 0)")
             elif not is_cpu and isinstance(item, yaml.MappingNode):
@@ -467,7 +468,7 @@ class _MatrixParser(YamlReader):
                 else 0
             )
             shards = (
-                self.positive_int(fields["max_shards"], f"{where} max_shards")
+                self.positive_int(fields["max_shards"], f"{where} max_shards", maximum=MAX_SHARDS)
                 if "max_shards" in fields
                 else 1
             )

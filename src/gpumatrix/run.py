@@ -163,14 +163,18 @@ def select_files(
     durations: Durations | None = None,
 ) -> list[str]:
     """The pytest targets of this run: the runner's slice, one shard of it, or an explicit list."""
+    from gpumatrix.bounds import MAX_TESTS_FILE_BYTES
+    from gpumatrix.regular_files import read_regular
     from gpumatrix.shard import parse_shard_spec, split_shards
 
     slice_paths = {f.path for f in files}
     if tests_file is not None:
-        try:
-            data = tests_file.read_bytes()
+        try:  # a FIFO or a device is refused, never opened for a read that would wait
+            data = read_regular(tests_file, limit=MAX_TESTS_FILE_BYTES)
         except OSError as exc:
             raise RunError(f"--tests-file: cannot read {tests_file}: {exc.strerror}") from exc
+        if len(data) > MAX_TESTS_FILE_BYTES:
+            raise RunError(f"--tests-file: {tests_file} is larger than {MAX_TESTS_FILE_BYTES >> 20} MiB")
         try:
             lines = data.decode("utf-8-sig").splitlines()
         except UnicodeDecodeError as exc:
@@ -189,7 +193,7 @@ def select_files(
     if shard is None:
         return sorted(slice_paths)
     try:
-        index, count = parse_shard_spec(shard)
+        index, count = parse_shard_spec(shard, max_shards=runner.max_shards)
     except ValueError as exc:
         raise RunError(str(exc)) from exc
     return list(split_shards(files, count, gpu_class=runner.gpu_class, durations=durations)[index - 1].files)

@@ -163,7 +163,7 @@ INVALID = [
     (
         "huge-integer",
         VALID.replace("max_shards: 3", "max_shards: 1" + "0" * 5000),
-        [(17, "max_shards: cannot read the value")],
+        [(17, "max_shards must be an integer from 1 to 256, got an integer literal of 5001 digits")],
     ),
     (
         "deep-flow-nesting",

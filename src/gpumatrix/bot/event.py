@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from gpumatrix import GpumatrixError
+from gpumatrix.bounds import MAX_EVENT_BYTES
+from gpumatrix.regular_files import read_regular
 
 __all__ = ["CommentEvent", "EventError", "load_event"]
 
@@ -53,10 +55,14 @@ class CommentEvent:
 
 def load_event(path: str | Path) -> CommentEvent:
     """Read an `issue_comment` event file (`$GITHUB_EVENT_PATH`)."""
-    try:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:  # a FIFO or a device is refused, never opened for a read that would wait
+        data = read_regular(Path(path), limit=MAX_EVENT_BYTES)
     except OSError as exc:
         raise EventError(f"cannot read the event file {path}: {exc.strerror}") from exc
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventError(f"the event file {path} is larger than {MAX_EVENT_BYTES >> 20} MiB")
+    try:
+        payload = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
         raise EventError(f"the event file {path} is not JSON: {type(exc).__name__}: {exc}") from None
     return CommentEvent.from_payload(payload)

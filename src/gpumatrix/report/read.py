@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 from gpumatrix.config import CPU_CLASS, MAX_REPEAT, MAX_SECONDS, Matrix
 from gpumatrix.hardware import HARDWARE_SOURCES, Hardware
+from gpumatrix.regular_files import read_regular
 from gpumatrix.report.model import (
     FORMAT,
     OUTCOMES,
@@ -67,8 +68,7 @@ _TOTALS = ("ran", *OUTCOMES, "hardware_skipped", "deselected")
 def read_report(path: str | Path, matrix: Matrix) -> Report:
     """Read the report at `path`; a `ReportError` naming it when it cannot be read or used."""
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_REPORT_BYTES + 1)
+        data = read_regular(path, limit=MAX_REPORT_BYTES)  # a FIFO or a device is refused, never opened
     except OSError as exc:
         raise ReportError(str(path), "", str(exc.strerror or exc), unreadable=True) from None
     return parse_report_bytes(data, source=str(path), matrix=matrix)
