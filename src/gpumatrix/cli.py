@@ -348,9 +348,8 @@ def run(
 
 def _write_run_page(run_plan, console) -> None:
     """The page of this run's own report; a page that cannot be made is said, and fails nothing."""
-    from rich.markup import escape
-
     from gpumatrix.coverage import load_coverage
+    from gpumatrix.escape import terminal
     from gpumatrix.page import render_html, write_text
 
     try:
@@ -362,9 +361,9 @@ def _write_run_page(run_plan, console) -> None:
             run_plan.html_path, render_html(coverage, title=title, sources=[run_plan.report_path.name])
         )
     except GpumatrixError as exc:
-        console.print(f"[yellow]warning:[/yellow] no report page: {escape(str(exc))}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] no report page: {terminal(str(exc))}", soft_wrap=True)
         return
-    console.print(f"report page: {escape(str(run_plan.html_path))}", soft_wrap=True, highlight=False)
+    console.print(f"report page: {terminal(str(run_plan.html_path))}", soft_wrap=True, highlight=False)
 
 
 def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
@@ -411,6 +410,7 @@ def coverage(
     import os
 
     from gpumatrix.coverage import load_coverage
+    from gpumatrix.escape import terminal
     from gpumatrix.page import render_coverage, render_html, render_markdown, write_text
 
     merged = load_coverage(root or find_root(), list(reports))
@@ -424,7 +424,7 @@ def coverage(
         write_text(Path(step_summary), text, append=True)
     if html is not None:
         write_text(html, render_html(merged, title=title, sources=sources))
-        click.echo(f"report page: {html}")
+        click.echo(f"report page: {terminal(html, markup=False)}")
     sys.exit(EXIT_FAILED if merged.failed(warn_only=warn_only) else EXIT_OK)
 
 

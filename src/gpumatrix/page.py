@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpumatrix import UsageError
 from gpumatrix.coverage import CELL_STATES, Coverage, FileCell
+from gpumatrix.escape import NAME_LIMIT, PROBLEM_LIMIT, html, markdown, terminal
 from gpumatrix.flaky import passed_after_reruns
-from gpumatrix.markdown import NAME_LIMIT, PROBLEM_LIMIT, code_span, plain_text
 from gpumatrix.report import OUTCOMES
 
 if TYPE_CHECKING:
@@ -183,6 +183,7 @@ def render_html(coverage: Coverage, *, title: str, sources: Sequence[str]) -> st
     environment = Environment(
         loader=PackageLoader("gpumatrix", "templates"),
         autoescape=select_autoescape(default=True),
+        finalize=html,  # every value shown goes through the page's one escaping function
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -199,12 +200,16 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
         if coverage.exit_code == 0
         else "❌ coverage failed"
     )
-    lines = [f"### {plain_text(title)}", "", verdict, ""]
-    lines += [f"- ❗ {plain_text(problem, limit=PROBLEM_LIMIT)}" for problem in coverage.problems()]
+    lines = [f"### {markdown(title)}", "", verdict, ""]
+    lines += [f"- ❗ {markdown(problem, limit=PROBLEM_LIMIT)}" for problem in coverage.problems()]
     classes = coverage.classes
     lines += ["", "#### Code paths by GPU class", ""]
     lines.append(
-        "| path | " + " | ".join(f"{c.name}{'' if c.ran else ' (not reported)'}" for c in classes) + " |"
+        "| path | "
+        + " | ".join(
+            markdown(f"{c.name}{'' if c.ran else ' (not reported)'}", in_table=True) for c in classes
+        )
+        + " |"
     )
     lines.append("| --- |" + " :---: |" * len(classes))
     for path in coverage.paths:
@@ -221,13 +226,17 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
             elif cell.state == "not_reported" and cell.required:
                 mark += " required"
             cells.append(mark)
-        lines.append(f"| {code_span(path, limit=NAME_LIMIT, in_table=True)} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {markdown(path, limit=NAME_LIMIT, in_table=True, style='code')} | " + " | ".join(cells) + " |"
+        )
     lines += ["", " · ".join(f"{PATH_SYMBOLS[s]} {w}" for s, w in CELL_STATES.items()), ""]
     runners = coverage.runners
     lines += ["#### Test files by runner", ""]
     lines.append(
         "| file | est. | "
-        + " | ".join(f"{r.label}{'' if r.reported else ' (not reported)'}" for r in runners)
+        + " | ".join(
+            markdown(f"{r.label}{'' if r.reported else ' (not reported)'}", in_table=True) for r in runners
+        )
         + " |"
     )
     lines.append("| --- | ---: |" + " --- |" * len(runners))
@@ -244,7 +253,7 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
             if cell.after_reruns:
                 counts += f" ({len(cell.after_reruns)} {passed_after_reruns(max(n for _, n in cell.after_reruns)).removeprefix('passed ')})"
             cells.append(f"{icon} {counts} · {_seconds(cell.duration)}")
-        name = code_span(file, limit=NAME_LIMIT, in_table=True)
+        name = markdown(file, limit=NAME_LIMIT, in_table=True, style="code")
         lines.append(f"| {name} | {_seconds(est)} | " + " | ".join(cells) + " |")
     lines.append(
         "| **total** | | "
@@ -272,7 +281,6 @@ def write_text(path: Path, text: str, *, append: bool = False) -> None:
 
 def render_coverage(console: Console, errors: Console, coverage: Coverage) -> None:
     """The path x class matrix in the terminal, then what fails it."""
-    from rich.markup import escape
     from rich.table import Table
 
     from gpumatrix.results import render_problems
@@ -280,7 +288,7 @@ def render_coverage(console: Console, errors: Console, coverage: Coverage) -> No
     table = Table(title="code paths by GPU class")
     table.add_column("path")
     for column in coverage.classes:
-        name = escape(column.name)
+        name = terminal(column.name)
         table.add_column(name if column.ran else f"{name}\n(not reported)", justify="center")
     for path in coverage.paths:
         row = []
@@ -292,13 +300,15 @@ def render_coverage(console: Console, errors: Console, coverage: Coverage) -> No
             elif cell.state in ("missing", "failing") or (cell.state == "not_reported" and cell.required):
                 mark += " " + ("required" if cell.state == "not_reported" else cell.state)
             row.append(mark)
-        table.add_row(escape(path), *row)
+        table.add_row(terminal(path), *row)
     console.print(table)
     console.print(" · ".join(f"{PATH_SYMBOLS[s]} {w}" for s, w in CELL_STATES.items()), highlight=False)
     reported = [r for r in coverage.runners if r.reported]
     console.print(
         f"{len(reported)} runner(s) reported: "
-        + (", ".join(escape(f"{r.label} ({r.totals.get('passed', 0)} passed)") for r in reported) or "none"),
+        + (
+            ", ".join(terminal(f"{r.label} ({r.totals.get('passed', 0)} passed)") for r in reported) or "none"
+        ),
         soft_wrap=True,
         highlight=False,
     )

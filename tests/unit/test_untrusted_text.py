@@ -24,7 +24,7 @@ from gpumatrix import register
 from gpumatrix.bot.commands import bot
 from gpumatrix.bot.event import CommentEvent, EventError
 from gpumatrix.cli import main
-from gpumatrix.markdown import code_span, plain_text
+from gpumatrix.escape import markdown
 
 register(on=("cpu",), est_time=25)
 
@@ -140,8 +140,8 @@ MARKDOWN = [
 
 @pytest.mark.parametrize(("text", "plain", "span"), [m[1:] for m in MARKDOWN], ids=[m[0] for m in MARKDOWN])
 def test_markdown_escapes(text: str, plain: str, span: str) -> None:
-    assert plain_text(text, in_table=True) == plain
-    assert code_span(text, in_table=True) == span
+    assert markdown(text, in_table=True) == plain
+    assert markdown(text, style="code", in_table=True) == span
 
 
 # -- bot events ------------------------------------------------------------------------------------------------

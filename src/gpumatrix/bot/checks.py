@@ -32,7 +32,7 @@ from gpumatrix.bot.render import (
 )
 from gpumatrix.bot.repeat import check_comparison
 from gpumatrix.bot.report import ReportSummary
-from gpumatrix.markdown import code_span, plain_text
+from gpumatrix.escape import markdown
 
 __all__ = [
     "CHECK_NAME_PREFIX",
@@ -175,7 +175,7 @@ def check_spec(
     if group.include_disabled:
         lines += ["Tests registered as disabled on this runner run too (`--include-disabled`).", ""]
     if group.state == "error":
-        lines += [f"❗ The dispatch failed: {plain_text(group.error or 'unknown error')}", ""]
+        lines += [f"❗ The dispatch failed: {markdown(group.error or 'unknown error')}", ""]
     else:
         lines += [f"{STATE_EMOJI[group.state]} {_state_words(group.state)}", ""]
     suffix, comparison = check_comparison(status, group) if terminal else ("", [])
@@ -240,18 +240,18 @@ def _counts(report: ReportSummary) -> str:
 
 
 def _header(status: StatusComment, comment_url: str | None) -> str:
-    parts = [code_span(status.command), f"from {plain_text('@' + status.author)}"]
+    parts = [markdown(status.command, style="code"), f"from {markdown('@' + status.author)}"]
     if status.pr is not None:
         parts.append(f"on #{status.pr}")
     if status.sha:
-        parts.append(f"at {code_span(status.sha)}")
+        parts.append(f"at {markdown(status.sha, style='code')}")
     if comment_url:
         parts.append(f"([status comment]({comment_url}))")
     return " ".join(parts)
 
 
 def _tests_line(tests: tuple[str, ...]) -> str:
-    shown = ", ".join(code_span(test) for test in tests[:_LISTED_TESTS])
+    shown = ", ".join(markdown(test, style="code") for test in tests[:_LISTED_TESTS])
     more = f" and {len(tests) - _LISTED_TESTS} more" if len(tests) > _LISTED_TESTS else ""
     return f"Tests: {shown}{more}" if tests else "Tests: the runner's whole slice"
 
@@ -270,7 +270,7 @@ def _report_lines(report: ReportSummary) -> list[str]:
             if not report.more_failing
             else f"Failing tests (first {len(report.failing)} of {total}):"
         )
-        lines += [heading, *(f"- {code_span(nodeid)}" for nodeid in report.failing), ""]
+        lines += [heading, *(f"- {markdown(nodeid, style='code')}" for nodeid in report.failing), ""]
     elif report.failed:
         lines += ["The reports counted failures without naming them: see the run's log.", ""]
     read = f"{report.reports} report{'s' if report.reports != 1 else ''}"
@@ -278,7 +278,7 @@ def _report_lines(report: ReportSummary) -> list[str]:
         read += f"; {report.unreadable} unreadable, not counted"
     lines += [f"From the run's JSON test reports ({read}).", ""]
     if report.problems:
-        lines += ["What is wrong with the reports:", *(f"- {plain_text(p)}" for p in report.problems), ""]
+        lines += ["What is wrong with the reports:", *(f"- {markdown(p)}" for p in report.problems), ""]
     return lines
 
 
