@@ -299,6 +299,7 @@ def run(
 
     Writes a JUnit XML file, the JSON report and the report page of this runner's slice (the file x
     runner and path x class matrices, `gpumatrix coverage`'s page for one report)."""
+    from gpumatrix.outputs import check_append
     from gpumatrix.pytest_failure import run_teed
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
     from gpumatrix.run import RunOptions, clean_outputs, finish_run, plan_run, prepare_outputs
@@ -326,15 +327,17 @@ def run(
         include_disabled=include_disabled,
         repeat=repeat,
     )
+    if summary_md is not None:
+        check_append("--summary-md", summary_md)  # before any test: never a FIFO the run ends waiting on
     run_plan = plan_run(root, options)
     console = _console()
     if run_plan.targets:
         render_run_start(console, run_plan)
-        prepare_outputs(run_plan)
+        staged = prepare_outputs(run_plan)  # every output checked; pytest writes beside them
         try:
-            pytest_exit, output = run_teed(run_plan.command, cwd=run_plan.root, env=run_plan.env)
+            pytest_exit, output = run_teed(staged.command, cwd=run_plan.root, env=run_plan.env)
         finally:
-            clean_outputs(run_plan)
+            clean_outputs(staged)
         result = finish_run(run_plan, pytest_exit, output)
     else:
         result = finish_run(run_plan, None)
@@ -350,15 +353,17 @@ def _write_run_page(run_plan, console) -> None:
     """The page of this run's own report; a page that cannot be made is said, and fails nothing."""
     from gpumatrix.coverage import load_coverage
     from gpumatrix.escape import terminal
-    from gpumatrix.page import render_html, write_text
+    from gpumatrix.outputs import Output, write_output
+    from gpumatrix.page import render_html
 
     try:
         coverage = load_coverage(run_plan.root, [run_plan.report_path], require_paths=False)
         title = f"gpumatrix run on {run_plan.runner.label}" + (
             f", shard {run_plan.shard}" if run_plan.shard else ""
         )
-        write_text(
-            run_plan.html_path, render_html(coverage, title=title, sources=[run_plan.report_path.name])
+        write_output(
+            Output("--html", run_plan.html_path, "page"),
+            render_html(coverage, title=title, sources=[run_plan.report_path.name]),
         )
     except GpumatrixError as exc:
         console.print(f"[yellow]warning:[/yellow] no report page: {terminal(str(exc))}", soft_wrap=True)
@@ -411,19 +416,26 @@ def coverage(
 
     from gpumatrix.coverage import load_coverage
     from gpumatrix.escape import terminal
-    from gpumatrix.page import render_coverage, render_html, render_markdown, write_text
+    from gpumatrix.outputs import Output, append_output, check_append, check_output, write_output
+    from gpumatrix.page import render_coverage, render_html, render_markdown
 
+    # Every output checked before any report is read: nothing is written over what gpumatrix did not write.
+    for option, path, kind in (("--markdown", markdown, "markdown"), ("--html", html, "page")):
+        if path is not None:
+            check_output(Output(option, path, kind))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        check_append("GITHUB_STEP_SUMMARY", Path(os.environ["GITHUB_STEP_SUMMARY"]))
     merged = load_coverage(root or find_root(), list(reports))
     sources = [str(p) for p in reports]
     render_coverage(_console(), _console(stderr=True), merged)
     text = render_markdown(merged, title=title)
     if markdown is not None:
-        write_text(markdown, text)
+        write_output(Output("--markdown", markdown, "markdown"), text)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        write_text(Path(step_summary), text, append=True)
+        append_output("GITHUB_STEP_SUMMARY", Path(step_summary), text)
     if html is not None:
-        write_text(html, render_html(merged, title=title, sources=sources))
+        write_output(Output("--html", html, "page"), render_html(merged, title=title, sources=sources))
         click.echo(f"report page: {terminal(html, markup=False)}")
     sys.exit(EXIT_FAILED if merged.failed(warn_only=warn_only) else EXIT_OK)
 
@@ -474,13 +486,9 @@ def flaky(reports: tuple[Path, ...], every_test: bool, as_json: bool, root: Path
 
 
 def _append(path: Path, text: str) -> None:
-    from gpumatrix.run import RunError
+    from gpumatrix.outputs import append_output
 
-    try:
-        with path.open("a", encoding="utf-8") as out:
-            out.write(text)
-    except OSError as exc:
-        raise RunError(f"--summary-md: cannot write {path}: {exc.strerror or exc}") from None
+    append_output("--summary-md", path, text)
 
 
 main.add_command(bot)

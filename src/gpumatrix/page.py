@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpumatrix import UsageError
 from gpumatrix.coverage import CELL_STATES, Coverage, FileCell
 from gpumatrix.escape import NAME_LIMIT, PROBLEM_LIMIT, html, markdown, terminal
 from gpumatrix.flaky import passed_after_reruns
@@ -28,7 +26,6 @@ __all__ = [
     "render_coverage",
     "render_html",
     "render_markdown",
-    "write_text",
 ]
 
 PATH_SYMBOLS = {
@@ -200,7 +197,9 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
         if coverage.exit_code == 0
         else "❌ coverage failed"
     )
-    lines = [f"### {markdown(title)}", "", verdict, ""]
+    # The first line says gpumatrix wrote it (hidden on GitHub): `gpumatrix coverage --markdown` overwrites
+    # only such a file (gpumatrix.outputs).
+    lines = ["<!-- gpumatrix:coverage -->", f"### {markdown(title)}", "", verdict, ""]
     lines += [f"- ❗ {markdown(problem, limit=PROBLEM_LIMIT)}" for problem in coverage.problems()]
     classes = coverage.classes
     lines += ["", "#### Code paths by GPU class", ""]
@@ -267,16 +266,6 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
         + " |"
     )
     return "\n".join(lines) + "\n\n"
-
-
-def write_text(path: Path, text: str, *, append: bool = False) -> None:
-    """Write (or append) a page or summary; a `UsageError` naming the file when it cannot be written."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if append else "w", encoding="utf-8") as out:
-            out.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def render_coverage(console: Console, errors: Console, coverage: Coverage) -> None:

@@ -25,6 +25,14 @@ from typing import TYPE_CHECKING
 
 from gpumatrix import UsageError
 from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, MAX_REPEAT, Matrix, Runner
+from gpumatrix.outputs import (
+    Output,
+    check_output,
+    publish_output,
+    remove_own_output,
+    staging_path,
+    write_output,
+)
 from gpumatrix.pytest_failure import explain_no_report
 from gpumatrix.registry import Registration
 from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
@@ -41,11 +49,13 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunSummary",
+    "StagedRun",
     "clean_outputs",
     "evaluate_report",
     "finish_run",
     "plan_run",
     "prepare_outputs",
+    "run_outputs",
     "select_files",
     "select_runner",
 ]
@@ -364,28 +374,74 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     )
 
 
-def prepare_outputs(plan: RunPlan) -> None:
-    """Make room for the run's reports (a stale report must not pass for this run's) and write the
-    session plan pytest is handed."""
-    for path in (plan.junit_path, plan.report_path):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
-    plan.report_path.unlink(missing_ok=True)
+@dataclass(frozen=True)
+class StagedRun:
+    """A run whose pytest writes its JSON report and JUnit XML to temporary files beside their paths
+    (`command`), renamed into place by `clean_outputs` once pytest is done."""
+
+    plan: RunPlan
+    command: tuple[str, ...]
+    moves: tuple[tuple[Path, Output], ...]  # (temporary file, the output it becomes)
+
+
+def run_outputs(plan: RunPlan) -> tuple[Output, ...]:
+    """The files a run writes, each with the option that names it."""
+    outputs = [
+        Output("--report", plan.report_path, "report"),
+        Output("--junit-xml", plan.junit_path, "junit"),
+    ]
     if plan.html_path is not None:
-        plan.html_path.unlink(missing_ok=True)
-    if plan.session is not None and plan.session_path is not None:
-        try:
-            plan.session.write(plan.session_path)
-        except OSError as exc:
-            raise RunError(f"cannot write {plan.session_path}: {exc.strerror or exc}") from None
-
-
-def clean_outputs(plan: RunPlan) -> None:
-    """Remove what only the run needed (the session plan)."""
+        outputs.append(Output("--html", plan.html_path, "page"))
     if plan.session_path is not None:
-        plan.session_path.unlink(missing_ok=True)
+        outputs.append(Output("the session plan beside --report", plan.session_path, "plan"))
+    return tuple(outputs)
+
+
+def prepare_outputs(plan: RunPlan) -> StagedRun:
+    """Check every output path before any test runs (`gpumatrix.outputs`: nothing there, or a file of
+    its kind gpumatrix wrote; never a test file, ci/matrix.yaml or a device), remove this run's own stale
+    report and page (a stale report must not pass for this run's), write the session plan pytest is
+    handed, and stage the report and the JUnit XML: pytest writes them beside their paths."""
+    outputs = {output.kind: output for output in run_outputs(plan)}
+    seen: dict[Path, str] = {}
+    for output in outputs.values():
+        if output.path in seen:
+            raise RunError(f"{output.option} names the same file as {seen[output.path]}: {output.path}")
+        seen[output.path] = output.option
+        check_output(output)
+    for kind in ("report", "page"):
+        if kind in outputs:
+            remove_own_output(outputs[kind])
+    if plan.session is not None and "plan" in outputs:
+        write_output(outputs["plan"], plan.session.dump())
+    report, junit = outputs["report"], outputs["junit"]
+    moves = ((staging_path(report), report), (staging_path(junit), junit))
+    return StagedRun(plan, _staged_command(plan.command, moves), moves)
+
+
+def _staged_command(command: Sequence[str], moves: Sequence[tuple[Path, Output]]) -> tuple[str, ...]:
+    """`command` with each output's path, given as `--opt PATH` or `--opt=PATH`, replaced by its staging
+    path."""
+    swaps = {str(output.path): str(staged) for staged, output in moves}
+    staged_command = []
+    for arg in command:
+        option, equals, value = arg.partition("=")
+        if arg in swaps:
+            arg = swaps[arg]
+        elif equals and option.startswith("--") and value in swaps:
+            arg = f"{option}={swaps[value]}"
+        staged_command.append(arg)
+    return tuple(staged_command)
+
+
+def clean_outputs(staged: StagedRun) -> None:
+    """Rename what pytest wrote into place and remove what only the run needed (the session plan)."""
+    try:
+        for path, output in staged.moves:
+            publish_output(path, output)
+    finally:
+        if staged.plan.session_path is not None:
+            staged.plan.session_path.unlink(missing_ok=True)
 
 
 def finish_run(plan: RunPlan, pytest_exit: int | None, output: str = "") -> RunResult:

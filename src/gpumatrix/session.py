@@ -97,8 +97,12 @@ class SessionPlan:
                 f"{source} is not a plan gpumatrix wrote ({type(exc).__name__}: {exc})"
             ) from None
 
+    def dump(self) -> str:
+        """The plan file's text (`gpumatrix run` writes it through `gpumatrix.outputs`)."""
+        return json.dumps(self.to_json()) + "\n"
+
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json()) + "\n", encoding="utf-8")
+        path.write_text(self.dump(), encoding="utf-8")
 
     @classmethod
     def read(cls, path: Path) -> SessionPlan:
