@@ -376,9 +376,9 @@ def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
     if not reports:
         return None
     from gpumatrix.estimate import estimate_files, measured_durations
-    from gpumatrix.report import read_report
+    from gpumatrix.report import read_report, require_ran
 
-    found = [read_report(p, matrix) for p in reports]
+    found = [require_ran(read_report(p, matrix)) for p in reports]  # a refused run measured nothing: exit 1
     return measured_durations(estimate_files(found, registrations, matrix))
 
 
@@ -397,6 +397,11 @@ def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
     help="A required path not exercised is shown but does not fail (exit 0): for a run of part of a "
     "class's tests, such as one runner of several or a /rerun-test of named tests.",
 )
+@click.option(
+    "--allow-mixed",
+    is_flag=True,
+    help="Merge reports of different commits or suites (refused otherwise, naming them).",
+)
 @root_option
 def coverage(
     reports: tuple[Path, ...],
@@ -404,13 +409,16 @@ def coverage(
     html: Path | None,
     title: str,
     warn_only: bool,
+    allow_mixed: bool,
     root: Path | None,
 ) -> None:
     """Merge runners' JSON reports into the path x GPU-class matrix checked against ci/paths.yaml.
 
     Exit 1, naming each, when a path ci/paths.yaml requires on a class that reported was exercised by
-    no passing test there, or a test recorded an undeclared path; classes that did not report are
-    shown as such, never green. Markdown of the matrices also goes to $GITHUB_STEP_SUMMARY when set.
+    no passing test there, or a test recorded an undeclared path; when a report ran no test, or tests
+    of a file not registered for its runner; and when the reports are of different commits or suites
+    (unless --allow-mixed). Classes that did not report are shown as such, never green. Markdown of the
+    matrices also goes to $GITHUB_STEP_SUMMARY when set.
     """
     import os
 
@@ -425,7 +433,7 @@ def coverage(
             check_output(Output(option, path, kind))
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         check_append("GITHUB_STEP_SUMMARY", Path(os.environ["GITHUB_STEP_SUMMARY"]))
-    merged = load_coverage(root or find_root(), list(reports))
+    merged = load_coverage(root or find_root(), list(reports), allow_mixed=allow_mixed)
     sources = [str(p) for p in reports]
     render_coverage(_console(), _console(stderr=True), merged)
     text = render_markdown(merged, title=title)
@@ -449,14 +457,17 @@ def estimate(reports: tuple[Path, ...], as_json: bool, root: Path | None) -> Non
 
     The proposal is the 90th percentile (nearest rank) of a file's samples, one per report in which
     it ran, rounded up to a second; registrations off it by more than 2x are flagged. Exit 0: this
-    proposes, it does not judge.
+    proposes, it does not judge (a report that contradicts itself or is of a refused run exits 1).
     """
     from gpumatrix.estimate import estimate_files, estimates_json, render_estimates
     from gpumatrix.registry import load_tree
-    from gpumatrix.report import read_report
+    from gpumatrix.report import read_report, require_ran
 
     tree_matrix, registry = load_tree(root or find_root())
-    found = estimate_files([read_report(p, tree_matrix) for p in reports], registry.files, tree_matrix)
+    read = [
+        require_ran(read_report(p, tree_matrix)) for p in reports
+    ]  # a refused run measured nothing: exit 1
+    found = estimate_files(read, registry.files, tree_matrix)
     if as_json:
         click.echo(json.dumps(estimates_json(found), indent=2))
     else:

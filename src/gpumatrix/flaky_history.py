@@ -171,12 +171,13 @@ def _steady(rates: Sequence[PassRecord], by_path: Mapping[str, Registration]) ->
 
 def load_history(root: Path, report_paths: Sequence[Path], *, every_test: bool = False) -> FlakyHistory:
     """Read the tree's matrix and registry and the reports at `report_paths` (a `ReportError` naming the
-    first that cannot be used: a report that contradicts itself is a failure, exit 1, never a pass rate)."""
+    first that cannot be used: a report that contradicts itself or is of a refused run is a failure, exit 1,
+    never a pass rate)."""
     from gpumatrix.registry import load_tree
-    from gpumatrix.report import read_report
+    from gpumatrix.report import read_report, require_ran
 
     matrix, registry = load_tree(root)
-    reports = [read_report(path, matrix) for path in report_paths]
+    reports = [require_ran(read_report(path, matrix)) for path in report_paths]  # a refused run: exit 1
     return flaky_history(reports, registry.files, matrix, every_test=every_test)
 
 

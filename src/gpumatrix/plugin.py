@@ -53,6 +53,7 @@ from gpumatrix.gating import (
     report_facts,
     unplugged_skip_reason,
 )
+from gpumatrix.git_commit import head_commit
 from gpumatrix.hardware import Hardware, preflight
 from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
 from gpumatrix.outputs import Output, check_output, write_output
@@ -517,6 +518,8 @@ def _write_report(state: _State, problems: list[str]) -> None:
         disabled_skips=facts.disabled_skips,
         est_times=facts.est_times,
         repeat=state.repeat,
+        commit=head_commit(state.root),
+        suite=state.suite,
     )
     if state.report_path is not None:  # a regular file, renamed into place, never over what is not a report
         write_output(_report_output(state.report_path), dump_report(report))

@@ -83,11 +83,12 @@ def test_run_shows_file_names_as_they_are_in_the_terminal_and_the_summary(tmp_pa
 
 
 def _reports(tmp_path: Path) -> list[str]:
-    """A CPU report whose test recorded an undeclared path with markup in its name, from a file whose name
-    holds markup, HTML, a pipe, a backtick and a mention."""
+    """A CPU report whose test recorded an undeclared path with markup in its name, and a test of a file
+    whose name holds markup, HTML, a pipe, a backtick and a mention (registered nowhere: a problem names it)."""
     file = "tests/unit/test_<b>|`@alice`[x](http://e.invalid).py"
-    nodeid = f"{file}::t"
-    document = report_json("cpu", "cpu", 0, {nodeid: "passed"}, {nodeid: ["ref.torch", "[/red]k.x|y"]})
+    nodeid = f"{PIPED}::t"
+    tests = {nodeid: "passed", f"{file}::t": "passed"}
+    document = report_json("cpu", "cpu", 0, tests, {nodeid: ["ref.torch", "[/red]k.x|y"]})
     path = tmp_path / "cpu.json"
     path.write_text(json.dumps(document))
     return [str(path)]
@@ -101,14 +102,14 @@ def test_coverage_shows_report_text_as_text_in_the_terminal_markdown_and_page(
     result = _invoke(
         "coverage", *reports, "--root", str(tree), "--markdown", str(markdown), "--html", str(page)
     )
-    assert result.exit_code == 1  # the undeclared path
+    assert result.exit_code == 1  # the undeclared path, and the test of a file registered nowhere
     assert "[/red]k.x|y" in result.output and "recorded path [/red]k.x|y, which ci/paths.yaml" in _flat(
         result.output
     )
     text = markdown.read_text()
     assert "| `[/red]k.x\\|y` |" in text  # a code span; the pipe escaped for the table
-    assert "| `tests/unit/test_<b>\\|'@alice'[x](http://e.invalid).py` |" in text  # a span: no markup in it
-    problem = next(line for line in text.splitlines() if line.startswith("- ❗"))
+    assert "| `tests/unit/test_a\\|b'c.py` |" in text  # a span: no markup in it, the pipe escaped
+    problem = " ".join(line for line in text.splitlines() if line.startswith("- ❗"))
     assert "&lt;b&gt;" in problem and "\\[/red\\]" in problem and "＠alice" in problem and "@" not in problem
     html = page.read_text()
     assert "<b>|" not in html and "&lt;b&gt;|" in html and "[/red]k.x|y" in html
