@@ -166,6 +166,11 @@ INVALID = [
         [(17, "max_shards must be an integer from 1 to 256, got an integer literal of 5001 digits")],
     ),
     (
+        "bot-login-not-a-login",
+        VALID + "bot:\n  login: 'any bot @team'\n",
+        [(19, "bot login 'any bot @team' is not a GitHub login")],
+    ),
+    (
         "deep-flow-nesting",
         VALID + "bot:\n  ref: " + "[" * 5000 + "]" * 5000 + "\n",
         [(19, "nested more than 32 levels deep")],
@@ -320,3 +325,9 @@ def test_require_suite_is_the_one_check_of_a_suite_option() -> None:
         match=r"^--suite 'daily' is not a suite of ci/matrix.yaml \(suites: pr, nightly, weekly, or all\)$",
     ):
         matrix.require_suite("daily")
+
+
+def test_the_bots_own_login_is_a_setting() -> None:
+    """Its status comments are the comments of this login, not of any Bot account."""
+    assert parse_matrix(VALID).bot.login == "github-actions[bot]"
+    assert parse_matrix(VALID + "bot:\n  login: gpumatrix-ci[bot]\n").bot.login == "gpumatrix-ci[bot]"

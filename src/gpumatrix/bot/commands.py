@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpumatrix import GpumatrixError
+from gpumatrix.bounds import MAX_EVENT_ID
 from gpumatrix.config import PERMISSION_LEVELS, Matrix, MatrixError, load_matrix
 
 if TYPE_CHECKING:  # the bot's modules load when a command runs, not when the CLI is imported
@@ -121,17 +122,22 @@ def handle(event_path: Path, root: Path | None, retry_backoff: float) -> None:
 
 
 @bot.command(name="sync")
-@click.option("--comment-id", type=click.IntRange(min=1), default=None, help="The status comment to rewrite.")
+@click.option(
+    "--comment-id",
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
+    default=None,
+    help="The status comment to rewrite.",
+)
 @click.option(
     "--run-id",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
     default=None,
     help="The run asking for the sync; it must be one the comment references.",
 )
 @click.option(
     "--pr",
     "pr_number",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
     default=None,
     help="Only rewrite this pull request's CI-states comment (a run that has no status comment).",
 )
@@ -158,7 +164,7 @@ def sync(
         _, matrix = _load(root)
         with GitHubClient.from_env(os.environ, retry=RetryPolicy(backoff_base=retry_backoff)) as client:
             if pr_number is not None:
-                summary = sync_ci_states(pr_number, client=client)
+                summary = sync_ci_states(pr_number, client=client, login=matrix.bot.login)
                 _echo(f"CI states of #{pr_number}: comment {summary.comment_id} ({summary.writes} write(s))")
                 return
             result = sync_status_comment(comment_id, client=client, matrix=matrix, run_id=run_id)
@@ -207,7 +213,13 @@ def _warn(message: str) -> None:
     default=None,
     help="The commenter's permission (default: exactly what ci/matrix.yaml requires).",
 )
-@click.option("--pr", "pr_number", type=click.IntRange(min=1), default=None, help="The PR number to show.")
+@click.option(
+    "--pr",
+    "pr_number",
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
+    default=None,
+    help="The PR number to show.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @_root_option
 @click.argument("text")
@@ -277,7 +289,8 @@ class _OfflineFacts:
             raise Unavailable(f"offline: {self.root} is not a git clone, so it has no merge base with {ref}")
         try:
             sha = merge_base(self.root, head.sha, ref)
-            return Base(sha, ref, build_registry(read_test_sources(self.root, sha), self.matrix))
+            sources = read_test_sources(self.root, sha, roots=self.matrix.test_roots)
+            return Base(sha, ref, build_registry(sources, self.matrix))
         except TreeError as exc:
             raise Unavailable(f"offline: {exc}") from None
 

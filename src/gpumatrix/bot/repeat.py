@@ -106,18 +106,23 @@ class Tally:
 
 
 def tally_documents(documents: Iterable[tuple[str, bytes]], matrix: Matrix, *, complete: bool) -> Tally:
-    """The tally of a run's JSON reports (name, bytes), read through `gpumatrix.report` against `matrix`."""
+    """The tally of a run's JSON reports (name, bytes), read through `gpumatrix.report` against `matrix`; a
+    report saved more than once (the same JSON, however spaced) counts once."""
     from gpumatrix.flaky_history import report_tallies
     from gpumatrix.report import ReportError, parse_report_bytes
 
     counts: dict[str, list[int]] = {}
     reports = unreadable = 0
+    seen: set[str] = set()
     for name, data in documents:
         try:
             report = parse_report_bytes(data, source=name, matrix=matrix)
         except ReportError:
             unreadable += 1
             continue
+        if report.digest in seen:  # one report saved more than once is one run of each test, not several
+            continue
+        seen.add(report.digest)
         reports += 1
         for test, (_, passed, runs, _) in report_tallies(report).items():
             entry = counts.setdefault(test, [0, 0])
