@@ -9,6 +9,7 @@ field. `python -m gpumatrix` and `python -m gpumatrix.cli` are the `gpumatrix` c
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,6 @@ from gpumatrix import register
 from gpumatrix.bot.commands import bot
 from gpumatrix.bot.event import CommentEvent, EventError
 from gpumatrix.cli import main
-from gpumatrix.escape import markdown
 
 register(on=("cpu",), est_time=25)
 
@@ -141,6 +141,8 @@ MARKDOWN = [
 
 @pytest.mark.parametrize(("text", "plain", "span"), [m[1:] for m in MARKDOWN], ids=[m[0] for m in MARKDOWN])
 def test_markdown_escapes(text: str, plain: str, span: str) -> None:
+    from gpumatrix.escape import markdown
+
     assert markdown(text, in_table=True) == plain
     assert markdown(text, style="code", in_table=True) == span
 
@@ -216,3 +218,52 @@ def test_python_dash_m_runs_the_command(module: str, tmp_path: Path) -> None:
         timeout=60,
     )
     assert refused.returncode == 2 and "cannot read the runner matrix" in refused.stderr
+
+
+# -- issue 36: control sequences and class names ---------------------------------------------------------------
+
+ESCAPE = "\x1b[2K\r\x1b[32m✅ 40 passed\x1b[0m"  # erase the line, return, draw a green pass over it
+
+
+def test_control_sequences_in_a_test_file_name_and_a_reports_problems_never_reach_the_terminal(
+    tmp_path: Path,
+) -> None:
+    root = write_tree(
+        tmp_path / "tree",
+        {"tests/unit/test_ok\r\x1bM.py": registered(("cpu",), body=BODY), "ci/paths.yaml": PATHS_YAML},
+    )
+    listed = _invoke("list", "--root", str(root))
+    assert listed.exit_code == 0, listed.output
+    assert (
+        "\x1b" not in listed.output and "\r" not in listed.output and "test_ok\\r\\x1bM.py" in listed.output
+    )
+    refused = report_json("1-gpu-h100", "cpu", 0, {})
+    refused["problems"] = [f"the GPUs are busy{ESCAPE}"]
+    (tmp_path / "refused.json").write_text(json.dumps(refused))
+    result = _invoke("coverage", str(tmp_path / "refused.json"), "--root", str(root))
+    assert result.exit_code == 1
+    assert "\x1b" not in result.output and "\r" not in result.output
+    assert "the GPUs are busy\\x1b[2K\\r\\x1b[32m✅ 40 passed\\x1b[0m" in result.output
+
+
+def test_a_class_name_from_the_matrix_neither_breaks_the_summary_table_nor_mentions_anyone(
+    tmp_path: Path,
+) -> None:
+    from gpumatrix_trees import MATRIX_YAML
+
+    matrix = MATRIX_YAML.replace('"5090"', '"5090 | @org/gpu-team"').replace(
+        'class: "5090"', 'class: "5090 | @org/gpu-team"'
+    )
+    root = write_tree(
+        tmp_path / "tree",
+        {"tests/unit/test_a.py": registered(("cpu",), body=BODY), "ci/paths.yaml": PATHS_YAML},
+        matrix=matrix,
+    )
+    report = tmp_path / "cpu.json"
+    report.write_text(json.dumps(report_json("cpu", "cpu", 0, {"tests/unit/test_a.py::t": "passed"})))
+    markdown = tmp_path / "summary.md"
+    result = _invoke("coverage", str(report), "--root", str(root), "--markdown", str(markdown), "--warn-only")
+    assert result.exit_code == 0, result.output
+    header = next(line for line in markdown.read_text().splitlines() if line.startswith("| path |"))
+    assert "5090 \\| ＠org/gpu-team (not reported)" in header and "@" not in header
+    assert len(re.findall(r"(?<!\\)\|", header)) == 7  # path and five classes: six cells, no more
