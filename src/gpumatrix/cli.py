@@ -28,18 +28,18 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "done: the check found no problem, the run passed"),
     (
         EXIT_FAILED,
-        "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware "
-        "skip on the runner's own machine), nothing to run in the selection, test files with "
-        "registration problems, a required code path exercised by no passing test on a class that ran "
-        "or an undeclared one recorded (coverage), a JSON report that contradicts itself or is of a "
-        "refused run, a GitHub or git call failed (bot)",
+        "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware skip on "
+        "the runner's own machine), nothing to run in the selection, test files with registration problems, a "
+        "required code path exercised by no passing test on a class that ran or an undeclared one recorded "
+        "(coverage), a JSON report that contradicts itself, is of a refused run or ran no test, reports of "
+        "different commits or suites merged without --allow-mixed, a GitHub or git call failed (bot)",
     ),
     (
         EXIT_USAGE,
-        "usage or configuration: a bad option or argument, an unknown runner, an invalid "
-        "ci/matrix.yaml or ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable or malformed "
-        "input file (a report or an event included), a machine that is not the runner asked for or whose "
-        "GPUs are busy",
+        "usage or configuration: a bad option or argument, an unknown runner, an invalid ci/matrix.yaml or "
+        "ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable or malformed input file (a report or "
+        "an event included, and one that is not a regular file), an id out of range, an output path holding a "
+        "file gpumatrix did not write, a machine that is not the runner asked for or whose GPUs are busy",
     ),
 )
 
