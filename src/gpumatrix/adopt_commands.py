@@ -62,9 +62,8 @@ def init(classes: str | None, gpus: str, test_roots: tuple[str, ...], force: boo
     """Write ci/matrix.yaml, the -p no:gpumatrix fallback in each test root's conftest.py and the
     .gitignore entries, from what the repository says; print the next steps. Running it again changes
     nothing."""
-    from rich.markup import escape
-
     from gpumatrix.cli import console
+    from gpumatrix.escape import terminal
     from gpumatrix.init import InitOptions, apply_init, plan_init, survey_repository
 
     root = _default_root(root)
@@ -84,13 +83,13 @@ def init(classes: str | None, gpus: str, test_roots: tuple[str, ...], force: boo
     apply_init(root, plan)
     out = console()
     for reason in plan.reasons:
-        out.print(escape(reason), soft_wrap=True)
+        out.print(terminal(reason), soft_wrap=True)
     for planned in plan.files:
         why = f" ({planned.why})" if planned.why else ""
-        out.print(f"{planned.action:>9}  {escape(planned.path)}{escape(why)}", soft_wrap=True)
+        out.print(f"{planned.action:>9}  {terminal(planned.path)}{terminal(why)}", soft_wrap=True)
     out.print("next:")
     for step in plan.next_steps:
-        out.print(f"  {escape(step)}", soft_wrap=True)
+        out.print(f"  {terminal(step)}", soft_wrap=True)
 
 
 @click.command()
@@ -138,9 +137,8 @@ def register(
     availability, compute capability and device count, its imports of GPU-only libraries, its name),
     as a diff; --write inserts each after the file's docstring and imports, touching nothing else."""
     del suggest  # the one mode there is; required, so that the command says what it does
-    from rich.markup import escape
-
     from gpumatrix.cli import console, find_root
+    from gpumatrix.escape import terminal
     from gpumatrix.suggest import SuggestOptions, apply_suggestions, suggest_tree
 
     root = root or find_root()
@@ -148,13 +146,13 @@ def register(
     result = suggest_tree(root, options, only=tuple(paths))
     out, errors = console(), console(stderr=True)
     for suggestion in result.suggestions:
-        out.print(f"{escape(suggestion.path)}: {escape(suggestion.call)}", soft_wrap=True)
+        out.print(f"{terminal(suggestion.path)}: {terminal(suggestion.call)}", soft_wrap=True)
         for reason in suggestion.reasons:
-            out.print(f"    {escape(reason)}", soft_wrap=True)
+            out.print(f"    {terminal(reason)}", soft_wrap=True)
         if not write:
-            sys.stdout.write(suggestion.diff)
+            sys.stdout.write(terminal(suggestion.diff, newlines=True, markup=False))
     for problem in result.problems:
-        errors.print(f"[red]error:[/red] {escape(str(problem))}", soft_wrap=True)
+        errors.print(f"[red]error:[/red] {terminal(str(problem))}", soft_wrap=True)
     if write:
         apply_suggestions(root, result.suggestions)
     verb = "registered" if write else "to register (--write inserts them)"

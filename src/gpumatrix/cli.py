@@ -28,18 +28,18 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "done: the check found no problem, the run passed"),
     (
         EXIT_FAILED,
-        "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware "
-        "skip on the runner's own machine), nothing to run in the selection, test files with "
-        "registration problems, a required code path exercised by no passing test on a class that ran "
-        "or an undeclared one recorded (coverage), a JSON report that contradicts itself or is of a "
-        "refused run, a GitHub or git call failed (bot)",
+        "a failure found: a test failed or errored, a run guard tripped (zero tests ran, a hardware skip on "
+        "the runner's own machine), nothing to run in the selection, test files with registration problems, a "
+        "required code path exercised by no passing test on a class that ran or an undeclared one recorded "
+        "(coverage), a JSON report that contradicts itself, is of a refused run or ran no test, reports of "
+        "different commits or suites merged without --allow-mixed, a GitHub or git call failed (bot)",
     ),
     (
         EXIT_USAGE,
-        "usage or configuration: a bad option or argument, an unknown runner, an invalid "
-        "ci/matrix.yaml or ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable or malformed "
-        "input file (a report or an event included), a machine that is not the runner asked for or whose "
-        "GPUs are busy",
+        "usage or configuration: a bad option or argument, an unknown runner, an invalid ci/matrix.yaml or "
+        "ci/paths.yaml, a malformed GPUMATRIX_* variable, an unreadable or malformed input file (a report or "
+        "an event included, and one that is not a regular file), an id out of range, an output path holding a "
+        "file gpumatrix did not write, a machine that is not the runner asked for or whose GPUs are busy",
     ),
 )
 
@@ -306,6 +306,7 @@ def run(
     from dataclasses import replace
 
     from gpumatrix.compile_cache import CacheUse, kernel_entries
+    from gpumatrix.outputs import check_append
     from gpumatrix.pytest_failure import run_teed
     from gpumatrix.results import render_run_result, render_run_start, summary_markdown
     from gpumatrix.run import RunOptions, clean_outputs, finish_run, plan_run, prepare_outputs
@@ -333,16 +334,18 @@ def run(
         include_disabled=include_disabled,
         repeat=repeat,
     )
+    if summary_md is not None:
+        check_append("--summary-md", summary_md)  # before any test: never a FIFO the run ends waiting on
     run_plan = plan_run(root, options)
     console = _console()
     if run_plan.targets:
         cached = kernel_entries(run_plan.compile_cache.triton_dir) if run_plan.compile_cache else frozenset()
         render_run_start(console, run_plan, cached_kernels=len(cached))
-        prepare_outputs(run_plan)
+        staged = prepare_outputs(run_plan)  # every output checked; pytest writes beside them
         try:
-            pytest_exit, output = run_teed(run_plan.command, cwd=run_plan.root, env=run_plan.env)
+            pytest_exit, output = run_teed(staged.command, cwd=run_plan.root, env=run_plan.env)
         finally:
-            clean_outputs(run_plan)
+            clean_outputs(staged)
         result = finish_run(run_plan, pytest_exit, output)
         if run_plan.compile_cache is not None:
             added = kernel_entries(run_plan.compile_cache.triton_dir) - cached
@@ -359,23 +362,24 @@ def run(
 
 def _write_run_page(run_plan, console) -> None:
     """The page of this run's own report; a page that cannot be made is said, and fails nothing."""
-    from rich.markup import escape
-
     from gpumatrix.coverage import load_coverage
-    from gpumatrix.page import render_html, write_text
+    from gpumatrix.escape import terminal
+    from gpumatrix.outputs import Output, write_output
+    from gpumatrix.page import render_html
 
     try:
         coverage = load_coverage(run_plan.root, [run_plan.report_path], require_paths=False)
         title = f"gpumatrix run on {run_plan.runner.label}" + (
             f", shard {run_plan.shard}" if run_plan.shard else ""
         )
-        write_text(
-            run_plan.html_path, render_html(coverage, title=title, sources=[run_plan.report_path.name])
+        write_output(
+            Output("--html", run_plan.html_path, "page"),
+            render_html(coverage, title=title, sources=[run_plan.report_path.name]),
         )
     except GpumatrixError as exc:
-        console.print(f"[yellow]warning:[/yellow] no report page: {escape(str(exc))}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] no report page: {terminal(str(exc))}", soft_wrap=True)
         return
-    console.print(f"report page: {escape(str(run_plan.html_path))}", soft_wrap=True, highlight=False)
+    console.print(f"report page: {terminal(str(run_plan.html_path))}", soft_wrap=True, highlight=False)
 
 
 def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
@@ -383,9 +387,9 @@ def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
     if not reports:
         return None
     from gpumatrix.estimate import estimate_files, measured_durations
-    from gpumatrix.report import read_report
+    from gpumatrix.report import read_report, require_ran
 
-    found = [read_report(p, matrix) for p in reports]
+    found = [require_ran(read_report(p, matrix)) for p in reports]  # a refused run measured nothing: exit 1
     return measured_durations(estimate_files(found, registrations, matrix))
 
 
@@ -404,6 +408,11 @@ def _measured_durations(reports: tuple[Path, ...], registrations, matrix):
     help="A required path not exercised is shown but does not fail (exit 0): for a run of part of a "
     "class's tests, such as one runner of several or a /rerun-test of named tests.",
 )
+@click.option(
+    "--allow-mixed",
+    is_flag=True,
+    help="Merge reports of different commits or suites (refused otherwise, naming them).",
+)
 @root_option
 def coverage(
     reports: tuple[Path, ...],
@@ -411,31 +420,42 @@ def coverage(
     html: Path | None,
     title: str,
     warn_only: bool,
+    allow_mixed: bool,
     root: Path | None,
 ) -> None:
     """Merge runners' JSON reports into the path x GPU-class matrix checked against ci/paths.yaml.
 
     Exit 1, naming each, when a path ci/paths.yaml requires on a class that reported was exercised by
-    no passing test there, or a test recorded an undeclared path; classes that did not report are
-    shown as such, never green. Markdown of the matrices also goes to $GITHUB_STEP_SUMMARY when set.
+    no passing test there, or a test recorded an undeclared path; when a report ran no test, or tests
+    of a file not registered for its runner; and when the reports are of different commits or suites
+    (unless --allow-mixed). Classes that did not report are shown as such, never green. Markdown of the
+    matrices also goes to $GITHUB_STEP_SUMMARY when set.
     """
     import os
 
     from gpumatrix.coverage import load_coverage
-    from gpumatrix.page import render_coverage, render_html, render_markdown, write_text
+    from gpumatrix.escape import terminal
+    from gpumatrix.outputs import Output, append_output, check_append, check_output, write_output
+    from gpumatrix.page import render_coverage, render_html, render_markdown
 
-    merged = load_coverage(root or find_root(), list(reports))
+    # Every output checked before any report is read: nothing is written over what gpumatrix did not write.
+    for option, path, kind in (("--markdown", markdown, "markdown"), ("--html", html, "page")):
+        if path is not None:
+            check_output(Output(option, path, kind))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        check_append("GITHUB_STEP_SUMMARY", Path(os.environ["GITHUB_STEP_SUMMARY"]))
+    merged = load_coverage(root or find_root(), list(reports), allow_mixed=allow_mixed)
     sources = [str(p) for p in reports]
     render_coverage(_console(), _console(stderr=True), merged)
     text = render_markdown(merged, title=title)
     if markdown is not None:
-        write_text(markdown, text)
+        write_output(Output("--markdown", markdown, "markdown"), text)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        write_text(Path(step_summary), text, append=True)
+        append_output("GITHUB_STEP_SUMMARY", Path(step_summary), text)
     if html is not None:
-        write_text(html, render_html(merged, title=title, sources=sources))
-        click.echo(f"report page: {html}")
+        write_output(Output("--html", html, "page"), render_html(merged, title=title, sources=sources))
+        click.echo(f"report page: {terminal(html, markup=False)}")
     sys.exit(EXIT_FAILED if merged.failed(warn_only=warn_only) else EXIT_OK)
 
 
@@ -461,19 +481,22 @@ def estimate(
 
     The proposal is the 90th percentile (nearest rank) of a file's samples, one per report in which
     it ran, rounded up to a second; registrations off it by more than 2x are flagged. Exit 0: this
-    proposes, it does not judge. With --write, each registration further than --tolerance from its
-    proposal gets it, per class, as a literal edit of its est_time= (exit 1 if a file could not be
-    edited).
+    proposes, it does not judge (a report that contradicts itself or is of a refused run exits 1). With
+    --write, each registration further than --tolerance from its proposal gets it, per class, as a
+    literal edit of its est_time= (exit 1 if a file could not be edited).
     """
     from gpumatrix.estimate import estimate_files, estimates_json, render_estimates
     from gpumatrix.registry import load_tree
-    from gpumatrix.report import read_report
+    from gpumatrix.report import read_report, require_ran
 
     if tolerance is not None and not write:
         raise click.UsageError("--tolerance applies to --write only")
     root = root or find_root()
     tree_matrix, registry = load_tree(root)
-    found = estimate_files([read_report(p, tree_matrix) for p in reports], registry.files, tree_matrix)
+    read = [
+        require_ran(read_report(p, tree_matrix)) for p in reports
+    ]  # a refused run measured nothing: exit 1
+    found = estimate_files(read, registry.files, tree_matrix)
     if as_json:
         click.echo(json.dumps(estimates_json(found), indent=2))
     else:
@@ -523,13 +546,9 @@ def flaky(reports: tuple[Path, ...], every_test: bool, as_json: bool, root: Path
 
 
 def _append(path: Path, text: str) -> None:
-    from gpumatrix.run import RunError
+    from gpumatrix.outputs import append_output
 
-    try:
-        with path.open("a", encoding="utf-8") as out:
-            out.write(text)
-    except OSError as exc:
-        raise RunError(f"--summary-md: cannot write {path}: {exc.strerror or exc}") from None
+    append_output("--summary-md", path, text)
 
 
 main.add_command(bot)

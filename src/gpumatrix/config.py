@@ -23,6 +23,7 @@ from types import MappingProxyType
 import yaml
 
 from gpumatrix import UsageError
+from gpumatrix.bounds import MAX_GPUS, MAX_SHARDS
 from gpumatrix.problems import ProblemsError
 from gpumatrix.yamlfile import INVALID, YamlReader, compose_yaml, read_yaml_text
 
@@ -79,6 +80,7 @@ MAX_FLAKY_RERUNS = 5
 # `/rerun-test --repeat N` asks for N runs of each test on the head and on the base: `bot: max_repeat:`
 # bounds N (default 20), never above MAX_REPEAT.
 DEFAULT_MAX_REPEAT = 20
+DEFAULT_BOT_LOGIN = "github-actions[bot]"
 MAX_REPEAT = 1000
 # How many tests one GPU runs at a time (`workers_per_gpu:` of a runner or a class). Most kernel tests use a
 # sliver of a GPU and spend their time compiling on the CPU, so a GPU is shared; a test registered
@@ -95,6 +97,7 @@ PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CAPABILITY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
 _GFX_RE = re.compile(r"^gfx[0-9a-f]{3,4}$")
+_LOGIN_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
 
 
 class MatrixError(ProblemsError, UsageError):
@@ -162,6 +165,9 @@ class BotConfig:
     workflow: str = "gpu-tests.yml"
     ref: str = "main"
     max_repeat: int = DEFAULT_MAX_REPEAT  # the largest N of `/rerun-test --repeat N`
+    # The bot's own GitHub login: only its comments are its status and CI-states comments. A workflow's
+    # GITHUB_TOKEN acts as github-actions[bot]; a GitHub App's token as <app-slug>[bot].
+    login: str = DEFAULT_BOT_LOGIN
 
 
 @dataclass(frozen=True)
@@ -488,7 +494,7 @@ class _MatrixParser(YamlReader):
             is_cpu = class_name == CPU_CLASS
             gpus = 0
             if "gpus" in fields:
-                gpus = self.positive_int(fields["gpus"], f"{where} gpus", allow_zero=is_cpu)
+                gpus = self.positive_int(fields["gpus"], f"{where} gpus", allow_zero=is_cpu, maximum=MAX_GPUS)
                 if is_cpu and gpus:
                     self.error(fields["gpus"], f"{where}: a {CPU_CLASS!r} runner has no GPUs (gpus: 0)")
             elif not is_cpu and isinstance(item, yaml.MappingNode):
@@ -502,7 +508,7 @@ class _MatrixParser(YamlReader):
                 else 0
             )
             shards = (
-                self.positive_int(fields["max_shards"], f"{where} max_shards")
+                self.positive_int(fields["max_shards"], f"{where} max_shards", maximum=MAX_SHARDS)
                 if "max_shards" in fields
                 else 1
             )
@@ -535,7 +541,9 @@ class _MatrixParser(YamlReader):
         return workers if 1 <= workers <= MAX_WORKERS_PER_GPU else None
 
     def parse_bot(self, node: yaml.Node) -> BotConfig:
-        fields = self.check_keys(node, ("permission", "allow_edits", "workflow", "ref", "max_repeat"), "bot")
+        fields = self.check_keys(
+            node, ("permission", "allow_edits", "workflow", "ref", "max_repeat", "login"), "bot"
+        )
         defaults = BotConfig()
         permission = (
             self.text(fields["permission"], "bot permission", default=defaults.permission)
@@ -568,6 +576,14 @@ class _MatrixParser(YamlReader):
                 self.error(
                     fields["max_repeat"], f"bot max_repeat must be from 2 to {MAX_REPEAT}, got {max_repeat}"
                 )
+        login = self.text(fields["login"], "bot login") if "login" in fields else defaults.login
+        if "login" in fields and login and not _LOGIN_RE.match(login):
+            self.error(fields["login"], f"bot login {login!r} is not a GitHub login (such as my-app[bot])")
         return BotConfig(
-            permission=permission, allow_edits=allow_edits, workflow=workflow, ref=ref, max_repeat=max_repeat
+            permission=permission,
+            allow_edits=allow_edits,
+            workflow=workflow,
+            ref=ref,
+            max_repeat=max_repeat,
+            login=login,
         )

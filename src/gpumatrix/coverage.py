@@ -21,21 +21,31 @@ read or is malformed is a `ReportError` (exit 2) naming the file and field. `mer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from gpumatrix import UsageError
+from gpumatrix import GpumatrixError, UsageError
 from gpumatrix.config import Matrix
 from gpumatrix.paths import PathCatalog
 from gpumatrix.registry import Registration
-from gpumatrix.report import OUTCOME_RANK, OUTCOMES, RAN, Report, ReportError, distinct_reports
+from gpumatrix.report import (
+    OUTCOME_RANK,
+    OUTCOMES,
+    RAN,
+    Report,
+    ReportError,
+    distinct_reports,
+    mixed_provenance,
+)
 
 __all__ = [
     "CELL_STATES",
     "ClassColumn",
     "Coverage",
     "FileCell",
+    "MixedReportsError",
     "PathCell",
     "RunnerColumn",
     "load_coverage",
@@ -160,31 +170,57 @@ def runner_label(report: Report, matrix: Matrix) -> str:
     return same[0].label if same else f"{hardware.count} x {hardware.gpu_class}"
 
 
+class MixedReportsError(GpumatrixError):
+    """Reports of different commits or suites given to one merge without `--allow-mixed` (exit 1)."""
+
+
 def merge_reports(
     reports: Sequence[Report],
     matrix: Matrix,
     catalog: PathCatalog,
     *,
-    registrations: Sequence[Registration] = (),
+    registrations: Sequence[Registration] | None = None,
     rejected: Sequence[str] = (),
+    allow_mixed: bool = False,
 ) -> Coverage:
     """Merge runner reports (read against `matrix`) into the path x class and runner x file matrices.
 
     A report given twice counts once; a test seen twice on one runner (the same test from two xdist
     workers or shards) counts once, with the worse of its outcomes. A report of a refused run adds its
-    problems to `rejected` (sentences naming reports that count for nothing) and nothing else.
+    problems to `rejected` (sentences naming reports that count for nothing) and nothing else; so does a
+    report that ran no test (unless every test it lists was skipped as disabled: a run of disabled files),
+    and a merge in which no report ran a test fails. Given the tree's `registrations`, the tests of a file
+    not registered for a report's runner count for nothing there, and each such file is a failure. Reports
+    of different commits or suites raise `MixedReportsError` naming them, unless `allow_mixed`.
     """
+    kept = distinct_reports(reports)
+    mixed = mixed_provenance(kept)
+    if mixed is not None and not allow_mixed:
+        raise MixedReportsError(f"{mixed}: merge them with --allow-mixed, or give the reports of one run")
+    served_labels = (
+        None if registrations is None else {(r.path, label) for r in registrations for label in r.runners}
+    )
     by_runner: dict[str, list[Report]] = {}
     refused: dict[str, list[str]] = {}
     failures = list(rejected)
-    for report in distinct_reports(reports):
+    for report in kept:
         label = runner_label(report, matrix)
         if report.problems:
             said = f"report {report.source}: runner {label} refused to run: {'; '.join(report.problems)}"
             failures.append(said)
             refused.setdefault(label, []).append(said)
             continue
+        if not report.ran and not report.only_disabled:
+            failures.append(
+                f"report {report.source}: runner {label} ran zero tests: a report that ran nothing makes "
+                "no path green"
+            )
+        if served_labels is not None:
+            report, strays = _registered_only(report, label, served_labels)
+            failures += strays
         by_runner.setdefault(label, []).append(report)
+    if kept and not any(report.ran for group in by_runner.values() for report in group):
+        failures.append(f"none of the {len(kept)} report(s) ran a test: nothing was exercised anywhere")
 
     # nodeid outcomes per runner, the worst of duplicates
     tests: dict[str, dict[str, tuple[str, str, str]]] = {}
@@ -255,9 +291,10 @@ def merge_reports(
             registered = {f: r.est_time for f, r in report.files.items() if r.est_time is not None}
             est_times.update(registered)
             class_estimates.update(((f, report.hardware.gpu_class), est) for f, est in registered.items())
-    est_times.update({r.path: r.est_time for r in registrations})
-    class_estimates.update(((r.path, name), r.estimate_for(name)) for r in registrations for name in r.on)
-    served = {(r.path, label): True for r in registrations for label in r.runners}
+    registered = registrations or ()
+    est_times.update({r.path: r.est_time for r in registered})
+    class_estimates.update(((r.path, name), r.estimate_for(name)) for r in registered for name in r.on)
+    served = {(r.path, label): True for r in registered for label in r.runners}
     files = tuple(sorted({f for f, _ in file_cells} | {f for f, _ in served}))
     return Coverage(
         classes=classes,
@@ -274,6 +311,23 @@ def merge_reports(
         descriptions={name: d.description for name, d in catalog.paths.items()},
         rejected=tuple(failures),
     )
+
+
+def _registered_only(report: Report, label: str, served: set[tuple[str, str]]) -> tuple[Report, list[str]]:
+    """`report` without the files not registered for runner `label` (their tests, witnessed or not), and
+    a sentence for each such file that had a test: a pass there is not this runner's to count."""
+    strays = [path for path in report.files if (path, label) not in served]
+    if not strays:
+        return report, []
+    said = [
+        f"report {report.source}: {result.ran} test(s) of {path} ran on runner {label}, which it is not "
+        f"registered for: they count for nothing"
+        for path, result in sorted(report.files.items())
+        if path in strays and result.ran
+    ]
+    files = {path: result for path, result in report.files.items() if path not in strays}
+    witnessed = {nodeid: entry for nodeid, entry in report.witnessed.items() if entry.file not in strays}
+    return replace(report, files=MappingProxyType(files), witnessed=MappingProxyType(witnessed)), said
 
 
 def _runner_columns(
@@ -297,6 +351,7 @@ def _runner_columns(
             for r in group
             if r.hardware.source == "override"
         ]
+        notes += [f"{r.source}: {r.provenance()}" for r in group if not r.provenance_known]
         notes += refused.get(label, [])
         columns.append(
             RunnerColumn(
@@ -346,8 +401,11 @@ def _file_cells(
     }
 
 
-def load_coverage(root: Path, report_paths: Sequence[Path], *, require_paths: bool = True) -> Coverage:
-    """Read the tree's matrix, path declarations and registry, and merge the reports at `report_paths`.
+def load_coverage(
+    root: Path, report_paths: Sequence[Path], *, require_paths: bool = True, allow_mixed: bool = False
+) -> Coverage:
+    """Read the tree's matrix, path declarations and registry, and merge the reports at `report_paths`
+    (`merge_reports`: of one commit and suite unless `allow_mixed`).
 
     Without ci/paths.yaml the path matrix is empty when `require_paths` is false (a run's own page in
     a tree that declares no paths); otherwise that is a `UsageError`.
@@ -375,4 +433,6 @@ def load_coverage(root: Path, report_paths: Sequence[Path], *, require_paths: bo
             rejected.append(str(exc))
     # Registration problems are `gpumatrix check`'s to report; the valid files still name their runners.
     registrations = discover(root, matrix).files
-    return merge_reports(reports, matrix, catalog, registrations=registrations, rejected=rejected)
+    return merge_reports(
+        reports, matrix, catalog, registrations=registrations, rejected=rejected, allow_mixed=allow_mixed
+    )

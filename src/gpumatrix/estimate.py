@@ -129,8 +129,9 @@ def estimates_json(estimates: Sequence[FileEstimate]) -> list[dict[str, Any]]:
 
 
 def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> None:
-    from rich.markup import escape
     from rich.table import Table
+
+    from gpumatrix.escape import terminal
 
     table = Table(title="est_time from measured durations (seconds)")
     for column in ("file", "class", "registered", "samples", "median", "p90", "proposed", ""):
@@ -147,8 +148,8 @@ def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> Non
         else:
             flag = "[red]off by more than 2x[/red]" if e.off else ""
         table.add_row(  # file names are text, not markup
-            escape(e.path),
-            escape(e.gpu_class),
+            terminal(e.path),
+            terminal(e.gpu_class),
             "-" if e.registered is None else f"{e.registered:g}",
             str(len(e.samples)),
             shown(e.median),
@@ -157,7 +158,7 @@ def render_estimates(console: Console, estimates: Sequence[FileEstimate]) -> Non
             flag,
         )
     console.print(table)
-    flagged = [escape(f"{e.path} ({e.gpu_class})") for e in estimates if e.off]
+    flagged = [terminal(f"{e.path} ({e.gpu_class})") for e in estimates if e.off]
     console.print(
         f"{len(flagged)} registration(s) off by more than 2x"
         + (": " + ", ".join(flagged) if flagged else ""),

@@ -171,12 +171,13 @@ def _steady(rates: Sequence[PassRecord], by_path: Mapping[str, Registration]) ->
 
 def load_history(root: Path, report_paths: Sequence[Path], *, every_test: bool = False) -> FlakyHistory:
     """Read the tree's matrix and registry and the reports at `report_paths` (a `ReportError` naming the
-    first that cannot be used: a report that contradicts itself is a failure, exit 1, never a pass rate)."""
+    first that cannot be used: a report that contradicts itself or is of a refused run is a failure, exit 1,
+    never a pass rate)."""
     from gpumatrix.registry import load_tree
-    from gpumatrix.report import read_report
+    from gpumatrix.report import read_report, require_ran
 
     matrix, registry = load_tree(root)
-    reports = [read_report(path, matrix) for path in report_paths]
+    reports = [require_ran(read_report(path, matrix)) for path in report_paths]  # a refused run: exit 1
     return flaky_history(reports, registry.files, matrix, every_test=every_test)
 
 
@@ -217,10 +218,11 @@ def history_json(history: FlakyHistory) -> dict[str, Any]:
 
 def render_pass_rates(console: Console, rates: Sequence[PassRecord], *, title: str) -> None:
     """One row per test and class: passes of runs, the 95% interval, reports, passes after reruns."""
-    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(title))
+    from gpumatrix.escape import terminal
+
+    table = Table(title=terminal(title))
     for column in ("test", "class", "passed", "95% interval", "reports", "after reruns", "flaky= here"):
         table.add_column(
             column, justify="right" if column in ("passed", "reports", "after reruns") else "left"
@@ -228,19 +230,19 @@ def render_pass_rates(console: Console, rates: Sequence[PassRecord], *, title: s
     for rate in rates:  # node ids and reasons come from reports and files: text, not markup
         colour = "red" if not rate.rate.passed else "yellow" if rate.rate.failed else "green"
         table.add_row(
-            escape(rate.test),
-            escape(rate.gpu_class),
+            terminal(rate.test),
+            terminal(rate.gpu_class),
             f"[{colour}]{rate.rate.passed}/{rate.rate.runs}[/{colour}]",
             rate.rate.interval.percent(),
             str(rate.reports),
             f"[yellow]{rate.after_reruns}[/yellow]" if rate.after_reruns else "0",
-            escape(rate.flaky or "-"),
+            terminal(rate.flaky or "-"),
         )
     console.print(table)
 
 
 def render_history(console: Console, history: FlakyHistory) -> None:
-    from rich.markup import escape
+    from gpumatrix.escape import terminal
 
     if history.tests:
         render_pass_rates(
@@ -255,7 +257,7 @@ def render_history(console: Console, history: FlakyHistory) -> None:
         )
         for rate in history.unregistered:
             console.print(
-                f"  {escape(rate.test)} on {escape(rate.gpu_class)}: {rate.rate.failed} of {rate.rate.runs} runs failed",
+                f"  {terminal(rate.test)} on {terminal(rate.gpu_class)}: {rate.rate.failed} of {rate.rate.runs} runs failed",
                 soft_wrap=True,
                 highlight=False,
             )
@@ -265,8 +267,8 @@ def render_history(console: Console, history: FlakyHistory) -> None:
         )
         for record in history.steady:
             console.print(
-                f"  {escape(record.file)} on {escape(record.gpu_class)}: {record.rate} in {record.reports} "
-                f"report(s) (flaky=: {escape(record.reason)})",
+                f"  {terminal(record.file)} on {terminal(record.gpu_class)}: {record.rate} in {record.reports} "
+                f"report(s) (flaky=: {terminal(record.reason)})",
                 soft_wrap=True,
                 highlight=False,
             )

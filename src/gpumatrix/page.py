@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpumatrix import UsageError
 from gpumatrix.coverage import CELL_STATES, Coverage, FileCell
+from gpumatrix.escape import NAME_LIMIT, PROBLEM_LIMIT, html, markdown, terminal
 from gpumatrix.flaky import passed_after_reruns
-from gpumatrix.markdown import NAME_LIMIT, PROBLEM_LIMIT, code_span, plain_text
 from gpumatrix.report import OUTCOMES
 
 if TYPE_CHECKING:
@@ -28,7 +26,6 @@ __all__ = [
     "render_coverage",
     "render_html",
     "render_markdown",
-    "write_text",
 ]
 
 PATH_SYMBOLS = {
@@ -183,6 +180,7 @@ def render_html(coverage: Coverage, *, title: str, sources: Sequence[str]) -> st
     environment = Environment(
         loader=PackageLoader("gpumatrix", "templates"),
         autoescape=select_autoescape(default=True),
+        finalize=html,  # every value shown goes through the page's one escaping function
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -199,12 +197,18 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
         if coverage.exit_code == 0
         else "❌ coverage failed"
     )
-    lines = [f"### {plain_text(title)}", "", verdict, ""]
-    lines += [f"- ❗ {plain_text(problem, limit=PROBLEM_LIMIT)}" for problem in coverage.problems()]
+    # The first line says gpumatrix wrote it (hidden on GitHub): `gpumatrix coverage --markdown` overwrites
+    # only such a file (gpumatrix.outputs).
+    lines = ["<!-- gpumatrix:coverage -->", f"### {markdown(title)}", "", verdict, ""]
+    lines += [f"- ❗ {markdown(problem, limit=PROBLEM_LIMIT)}" for problem in coverage.problems()]
     classes = coverage.classes
     lines += ["", "#### Code paths by GPU class", ""]
     lines.append(
-        "| path | " + " | ".join(f"{c.name}{'' if c.ran else ' (not reported)'}" for c in classes) + " |"
+        "| path | "
+        + " | ".join(
+            markdown(f"{c.name}{'' if c.ran else ' (not reported)'}", in_table=True) for c in classes
+        )
+        + " |"
     )
     lines.append("| --- |" + " :---: |" * len(classes))
     for path in coverage.paths:
@@ -221,13 +225,17 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
             elif cell.state == "not_reported" and cell.required:
                 mark += " required"
             cells.append(mark)
-        lines.append(f"| {code_span(path, limit=NAME_LIMIT, in_table=True)} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {markdown(path, limit=NAME_LIMIT, in_table=True, style='code')} | " + " | ".join(cells) + " |"
+        )
     lines += ["", " · ".join(f"{PATH_SYMBOLS[s]} {w}" for s, w in CELL_STATES.items()), ""]
     runners = coverage.runners
     lines += ["#### Test files by runner", ""]
     lines.append(
         "| file | est. | "
-        + " | ".join(f"{r.label}{'' if r.reported else ' (not reported)'}" for r in runners)
+        + " | ".join(
+            markdown(f"{r.label}{'' if r.reported else ' (not reported)'}", in_table=True) for r in runners
+        )
         + " |"
     )
     lines.append("| --- | ---: |" + " --- |" * len(runners))
@@ -244,7 +252,7 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
             if cell.after_reruns:
                 counts += f" ({len(cell.after_reruns)} {passed_after_reruns(max(n for _, n in cell.after_reruns)).removeprefix('passed ')})"
             cells.append(f"{icon} {counts} · {_seconds(cell.duration)}")
-        name = code_span(file, limit=NAME_LIMIT, in_table=True)
+        name = markdown(file, limit=NAME_LIMIT, in_table=True, style="code")
         lines.append(f"| {name} | {_seconds(est)} | " + " | ".join(cells) + " |")
     lines.append(
         "| **total** | | "
@@ -260,19 +268,8 @@ def render_markdown(coverage: Coverage, *, title: str) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def write_text(path: Path, text: str, *, append: bool = False) -> None:
-    """Write (or append) a page or summary; a `UsageError` naming the file when it cannot be written."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if append else "w", encoding="utf-8") as out:
-            out.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def render_coverage(console: Console, errors: Console, coverage: Coverage) -> None:
     """The path x class matrix in the terminal, then what fails it."""
-    from rich.markup import escape
     from rich.table import Table
 
     from gpumatrix.results import render_problems
@@ -280,7 +277,7 @@ def render_coverage(console: Console, errors: Console, coverage: Coverage) -> No
     table = Table(title="code paths by GPU class")
     table.add_column("path")
     for column in coverage.classes:
-        name = escape(column.name)
+        name = terminal(column.name)
         table.add_column(name if column.ran else f"{name}\n(not reported)", justify="center")
     for path in coverage.paths:
         row = []
@@ -292,13 +289,15 @@ def render_coverage(console: Console, errors: Console, coverage: Coverage) -> No
             elif cell.state in ("missing", "failing") or (cell.state == "not_reported" and cell.required):
                 mark += " " + ("required" if cell.state == "not_reported" else cell.state)
             row.append(mark)
-        table.add_row(escape(path), *row)
+        table.add_row(terminal(path), *row)
     console.print(table)
     console.print(" · ".join(f"{PATH_SYMBOLS[s]} {w}" for s, w in CELL_STATES.items()), highlight=False)
     reported = [r for r in coverage.runners if r.reported]
     console.print(
         f"{len(reported)} runner(s) reported: "
-        + (", ".join(escape(f"{r.label} ({r.totals.get('passed', 0)} passed)") for r in reported) or "none"),
+        + (
+            ", ".join(terminal(f"{r.label} ({r.totals.get('passed', 0)} passed)") for r in reported) or "none"
+        ),
         soft_wrap=True,
         highlight=False,
     )

@@ -56,8 +56,10 @@ from gpumatrix.gating import (
     report_facts,
     unplugged_skip_reason,
 )
+from gpumatrix.git_commit import head_commit
 from gpumatrix.hardware import Hardware, preflight
 from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
+from gpumatrix.outputs import Output, check_output, write_output
 from gpumatrix.paths import PATHS_FILE
 from gpumatrix.problems import Problem
 from gpumatrix.refine import MARKER
@@ -207,6 +209,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except GpumatrixError as exc:
         raise pytest.UsageError(str(exc)) from None
     report_option = config.getoption("gpumatrix_report")
+    if report_option:  # refused before any test runs: a test file or a device is never written over
+        try:
+            check_output(_report_output(Path(config.invocation_params.dir, report_option)))
+        except GpumatrixError as exc:
+            raise pytest.UsageError(str(exc)) from None
     replay_to = os.environ.get(REPLAY_TO_ENV)
     state = config.stash[_STATE] = _State(
         plan=plan,
@@ -528,8 +535,12 @@ def _write_report(state: _State, problems: list[str]) -> None:
         disabled_skips=facts.disabled_skips,
         est_times=facts.est_times,
         repeat=state.repeat,
+        commit=head_commit(state.root),
+        suite=state.suite,
     )
-    path = state.report_path
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dump_report(report), encoding="utf-8")
+    if state.report_path is not None:  # a regular file, renamed into place, never over what is not a report
+        write_output(_report_output(state.report_path), dump_report(report))
+
+
+def _report_output(path: Path) -> Output:
+    return Output("--gpumatrix-report", path, "report")

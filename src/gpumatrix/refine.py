@@ -16,7 +16,9 @@ import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpumatrix.bounds import MAX_GPUS
 from gpumatrix.problems import Problem
+from gpumatrix.source import DEEP_NESTING, deepest_line, shown_literal
 
 __all__ = ["MARKER", "Refinement", "read_refinements", "refined_key"]
 
@@ -52,6 +54,8 @@ def read_refinements(
         tree = ast.parse(text, filename=path)
     except SyntaxError:
         return (), []  # pytest reports it when it imports the file
+    except (RecursionError, MemoryError):  # Python's parser limits: pytest could not import it either
+        return (), [Problem(path, deepest_line(text), DEEP_NESTING)]
     found: list[Refinement] = []
     problems: list[Problem] = []
     for stmt in tree.body:
@@ -82,9 +86,13 @@ def _is_marker(node: ast.expr) -> bool:
 
 
 def _dotted(node: ast.expr) -> str:
-    return (
-        f"{_dotted(node.value)}.{node.attr}" if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-    )
+    """`a.b.c` of an attribute chain, walked without recursion (a chain may be thousands long)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    parts.append(getattr(node, "id", ""))
+    return ".".join(reversed(parts))
 
 
 def _read_marker(
@@ -100,17 +108,22 @@ def _read_marker(
             return None, [Problem(path, line, f"{test}: {usage}; got {keyword.arg or '**'}=")]
         try:
             values[keyword.arg] = ast.literal_eval(keyword.value)
-        except (ValueError, TypeError, SyntaxError):
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             return None, [Problem(path, line, f"{test}: {usage}; {keyword.arg}= is not a literal")]
     on = values.get("on", tuple(file_on))
     on = (on,) if isinstance(on, str) else on
     gpus = values.get("gpus", file_gpus)
     if not isinstance(on, (tuple, list)) or not on or not all(isinstance(c, str) for c in on):
         return None, [
-            Problem(path, line, f"{test}: on= must be a non-empty tuple of class names, got {on!r}")
+            Problem(
+                path, line, f"{test}: on= must be a non-empty tuple of class names, got {shown_literal(on)}"
+            )
         ]
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-        return None, [Problem(path, line, f"{test}: gpus= must be a positive integer, got {gpus!r}")]
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= MAX_GPUS:
+        shown = shown_literal(gpus)
+        return None, [
+            Problem(path, line, f"{test}: gpus= must be a positive integer (at most {MAX_GPUS}), got {shown}")
+        ]
     problems = [
         Problem(path, line, f"{test}: widens the file's registration: {why}")
         for why in _widening(on, gpus, file_on, file_gpus)

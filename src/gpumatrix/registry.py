@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpumatrix.bounds import MAX_GPUS
 from gpumatrix.config import (
     CPU_CLASS,
     DEFAULT_SUITE,
@@ -40,6 +41,7 @@ from gpumatrix.source import (
     decode_source,
     parse_head,
     read_source_bytes,
+    shown_literal,
 )
 
 __all__ = [
@@ -534,15 +536,23 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
     elif "on" in values and (
         not isinstance(on, (tuple, list)) or not on or not all(isinstance(c, str) for c in on)
     ):
-        bad(nodes["on"], f"register(on=...) must be a non-empty tuple of class names, got {values['on']!r}")
+        bad(
+            nodes["on"],
+            f"register(on=...) must be a non-empty tuple of class names, got {_shown_literal(on)}",
+        )
     elif "on" in values and len(set(on)) != len(on):
-        bad(nodes["on"], f"register(on=...) names a class twice: {values['on']!r}")
+        bad(nodes["on"], f"register(on=...) names a class twice: {_shown_literal(on)}")
     elif "on" in values:
         classes = tuple(on)
 
     gpus = values.get("gpus", 1)
-    if "gpus" in values and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
-        bad(nodes["gpus"], f"register(gpus=...) must be a positive integer, got {gpus!r}")
+    if "gpus" in values and (
+        not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= MAX_GPUS
+    ):
+        bad(
+            nodes["gpus"],
+            f"register(gpus=...) must be a positive integer (at most {MAX_GPUS}), got {_shown_literal(gpus)}",
+        )
 
     est_time = values.get("est_time")
     est_times: list[tuple[str, object]] = []
@@ -564,7 +574,10 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
 
     suite = values.get("suite", DEFAULT_SUITE)
     if "suite" in values and not (isinstance(suite, str) and _SUITE_RE.match(suite)):
-        bad(nodes["suite"], f'register(suite=...) must be a suite name such as "nightly", got {suite!r}')
+        bad(
+            nodes["suite"],
+            f'register(suite=...) must be a suite name such as "nightly", got {_shown_literal(suite)}',
+        )
 
     disabled = values.get("disabled")
     if "disabled" in values:
@@ -582,7 +595,7 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
             bad(
                 nodes["disabled_on"],
                 f'register(disabled_on=...) must map classes to reasons, such as {{"gb300": "why"}}, '
-                f"got {values['disabled_on']!r}",
+                f"got {_shown_literal(values['disabled_on'])}",
             )
 
     flaky: list[tuple[str, object]] = []
@@ -593,7 +606,7 @@ def _read_call(call: ast.Call, path: str) -> FileReading:
             bad(
                 nodes["flaky"],
                 f'register(flaky=...) must map classes to reasons, such as {{"h100": "NCCL timeout, #45"}}, '
-                f"got {values['flaky']!r}",
+                f"got {_shown_literal(values['flaky'])}",
             )
 
     gpu = values.get("gpu", "shared")
@@ -631,15 +644,13 @@ def _seconds_problem(value: object) -> str | None:
     )
 
 
-def _shown_literal(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+_shown_literal = shown_literal
 
 
 def _reason_problem(value: object) -> str | None:
     """Why `value` is not a reason a person can act on, or None."""
     if not isinstance(value, str):
-        return f"must be the reason, a string, got {value!r}"
+        return f"must be the reason, a string, got {_shown_literal(value)}"
     if not value.strip():
         return "gives an empty reason: say why (and who is on it)"
     if len(value) > _REASON_LIMIT or not value.isprintable():
@@ -662,7 +673,7 @@ def _class_mapping(
         for key in node.keys:
             if isinstance(key, ast.Constant):
                 if key.value in lines:  # literal_eval keeps the last silently
-                    bad(key, f"register({name}=...) names class {key.value!r} twice")
+                    bad(key, f"register({name}=...) names class {_shown_literal(key.value)} twice")
                 lines.setdefault(key.value, key.lineno)
     if not value:
         bad(node, f"register({name}=...) names no class; give at least one, or leave the argument out")
@@ -670,7 +681,7 @@ def _class_mapping(
     for key, item in value.items():
         line = lines.get(key, node.lineno)
         if not isinstance(key, str):
-            bad(line, f"register({name}=...) keys must be class names, got {key!r}")
+            bad(line, f"register({name}=...) keys must be class names, got {_shown_literal(key)}")
             continue
         if classes is not None and key not in classes:
             bad(line, f"register({name}=...) names class {key!r}, which is not in on={classes!r}")

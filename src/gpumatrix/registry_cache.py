@@ -24,6 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpumatrix.bounds import MAX_PLAN_BYTES
+from gpumatrix.regular_files import read_regular
+
 __all__ = ["CACHE_PATH", "CachedReading", "RegistrationCache"]
 
 CACHE_PATH = ".gpumatrix/registry-cache.json"
@@ -51,11 +54,11 @@ class RegistrationCache:
         path = Path(root) / CACHE_PATH
         try:
             written_ns = path.stat().st_mtime_ns
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(path, limit=MAX_PLAN_BYTES))  # never a FIFO's endless wait
             entries = data["files"] if data.get("key") == key else {}
             if not isinstance(entries, dict):
                 entries = {}
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return cls(path, {}, 0, key)
         return cls(path, entries, written_ns, key)
 

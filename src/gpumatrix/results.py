@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumatrix import GpumatrixError
 from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix
-from gpumatrix.markdown import NAME_LIMIT, PROBLEM_LIMIT, code_span, plain_text
+from gpumatrix.escape import NAME_LIMIT, PROBLEM_LIMIT, markdown, terminal
 from gpumatrix.problems import Problem, ProblemsError
 from gpumatrix.registry import Registration, Registry, RegistryError
 from gpumatrix.report import OUTCOMES
@@ -50,44 +50,43 @@ __all__ = [
 
 def render_problems(console: Console, problems: Sequence[Problem | str], *, summary: str) -> None:
     """`error: SUMMARY (N problem(s)):` and one indented line per problem; nothing when there are none."""
-    from rich.markup import escape
-
     if not problems:
         return
     console.print(
-        f"[red]error:[/red] {escape(summary)} ({len(problems)} problem(s)):", soft_wrap=True, highlight=False
+        f"[red]error:[/red] {terminal(summary)} ({len(problems)} problem(s)):",
+        soft_wrap=True,
+        highlight=False,
     )
     for problem in problems:
-        console.print(f"  {escape(str(problem))}", soft_wrap=True, highlight=False)
+        console.print(f"  {terminal(str(problem))}", soft_wrap=True, highlight=False)
 
 
 def render_error(console: Console, error: GpumatrixError) -> None:
     """The error a command stopped on; one that lists problems (a bad matrix, bad registrations)
     is drawn by `render_problems`, as `check` draws them."""
-    from rich.markup import escape
-
     if isinstance(error, ProblemsError):
         render_problems(console, error.problems, summary=error.summary)
     else:
-        console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True, highlight=False)
+        console.print(
+            f"[red]error:[/red] {terminal(str(error), newlines=True)}", soft_wrap=True, highlight=False
+        )
 
 
 # -- detect, list -----------------------------------------------------------------------------------
 
 
 def render_hardware(console: Console, hardware: Hardware, matrix: Matrix | None) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     # Device names and the driver come from NVML or nvidia-smi: text, not markup.
-    table = Table(title=f"this machine: {escape(hardware.describe())}", show_header=False)
-    table.add_row("class", escape(hardware.gpu_class))
+    table = Table(title=f"this machine: {terminal(hardware.describe())}", show_header=False)
+    table.add_row("class", terminal(hardware.gpu_class))
     table.add_row("GPUs", str(hardware.count))
     for index, name in enumerate(hardware.names):
         capability = hardware.capabilities[index] if index < len(hardware.capabilities) else None
         cc = f"sm_{capability[0]}{capability[1]}" if capability else "?"
-        table.add_row(f"GPU {index}", escape(f"{name} ({cc})"))
-    table.add_row("driver", escape(hardware.driver or "-"))
+        table.add_row(f"GPU {index}", terminal(f"{name} ({cc})"))
+    table.add_row("driver", terminal(hardware.driver or "-"))
     table.add_row("detected via", hardware.source)
     if matrix is None:
         table.add_row("matching runner", "no ci/matrix.yaml here (pass --root DIR)")
@@ -128,10 +127,9 @@ def files_json(files: Sequence[Registration]) -> list[dict[str, Any]]:
 
 
 def render_file_table(console: Console, files: Sequence[Registration], *, title: str) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(f"{title} ({len(files)} files)"))
+    table = Table(title=terminal(f"{title} ({len(files)} files)"))
     for column in ("file", "classes", "GPUs", "est. s", "suite", "disabled", "runners"):
         table.add_column(column, justify="right" if column in ("GPUs", "est. s") else "left")
     for f in files:
@@ -145,13 +143,13 @@ def render_file_table(console: Console, files: Sequence[Registration], *, title:
         else:
             disabled = "; ".join(f"{name}: {reason}" for name, reason in f.disabled_on) or "-"
         table.add_row(  # file names and reasons are text a person wrote, not markup
-            escape(f.path),
-            escape(", ".join(f.on)),
+            terminal(f.path),
+            terminal(", ".join(f.on)),
             str(f.gpus) if f.needs_gpu else "-",
-            escape(estimate),
-            escape(f.suite),
-            escape(disabled),
-            escape(", ".join(f.runners)),
+            terminal(estimate),
+            terminal(f.suite),
+            terminal(disabled),
+            terminal(", ".join(f.runners)),
         )
     console.print(table)
 
@@ -198,13 +196,11 @@ def check_tree(root: Path) -> CheckResult:
 
 
 def render_check(console: Console, errors: Console, result: CheckResult) -> None:
-    from rich.markup import escape
-
     render_problems(errors, result.problems, summary=RegistryError.summary)
     for plan in result.over_budget:
         longest = max(shard.est_time for shard in plan.shards)
         console.print(
-            f"[yellow]warning:[/yellow] runner {plan.runner.label}, suite {plan.suite}: the longest of its "
+            f"[yellow]warning:[/yellow] runner {terminal(plan.runner.label)}, suite {terminal(plan.suite)}: the longest of its "
             f"{plan.count} shard(s) is estimated at {longest:.0f} s, over its budget of "
             f"{budget_seconds(plan.runner):.0f} s; raise max_shards or the timeout",
             soft_wrap=True,
@@ -215,11 +211,15 @@ def render_check(console: Console, errors: Console, result: CheckResult) -> None
     disabled = sum(f.disabled is not None or bool(f.disabled_on) for f in registry.files)
     console.print(
         f"{status}: {len(result.matrix.runners)} runners, {len(registry.files)} registered test files ("
-        + ", ".join(f"{count} {name}" for name, count in suites.items())
+        + ", ".join(f"{count} {terminal(name)}" for name, count in suites.items())
         + (f"; {disabled} disabled somewhere" if disabled else "")
-        + f") under {', '.join(escape(r) for r in result.matrix.test_roots)}"
+        + f") under {', '.join(terminal(r) for r in result.matrix.test_roots)}"
         + (f", {result.declared_paths} declared code paths" if result.declared_paths is not None else "")
-        + (f"; runners with no files: {', '.join(result.idle_runners)}" if result.idle_runners else "")
+        + (
+            f"; runners with no files: {terminal(', '.join(result.idle_runners))}"
+            if result.idle_runners
+            else ""
+        )
     )
 
 
@@ -258,13 +258,13 @@ def build_matrix_include(
 def render_matrix(console: Console, plans: Sequence[ShardPlan], *, suite: str | None = DEFAULT_SUITE) -> None:
     from rich.table import Table
 
-    table = Table(title=f"runner x shard matrix, suite {suite or 'all'}")
+    table = Table(title=f"runner x shard matrix, suite {terminal(suite or 'all')}")
     for column in ("runner", "shard", "files", "est. s", "budget s"):
         table.add_column(column, justify="left" if column == "runner" else "right")
     for plan in plans:
         for shard in plan.shards:
             table.add_row(
-                plan.runner.label,
+                terminal(plan.runner.label),
                 f"{shard.index}/{plan.count}",
                 str(len(shard.files)),
                 f"{shard.est_time:.0f}",
@@ -318,10 +318,9 @@ def render_run_result(console: Console, errors: Console, result: RunResult) -> N
 
 
 def _render_summary(console: Console, summary: RunSummary) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(f"runner {summary.runner}: {summary.executed} executed"))
+    table = Table(title=terminal(f"runner {summary.runner}: {summary.executed} executed"))
     for column in ("file", *OUTCOMES):
         table.add_column(column, justify="left" if column == "file" else "right")
     after = _after_reruns_by_file(summary)
@@ -329,7 +328,7 @@ def _render_summary(console: Console, summary: RunSummary) -> None:
         cells = [str(counts[k]) for k in OUTCOMES]
         if after.get(path):  # never shown as a plain pass
             cells[0] += f" [yellow]({after[path]} after reruns)[/yellow]"
-        table.add_row(escape(path), *cells)
+        table.add_row(terminal(path), *cells)
     table.add_row(
         "[bold]total[/bold]",
         str(summary.passed),
@@ -350,8 +349,6 @@ def _after_reruns_by_file(summary: RunSummary) -> dict[str, int]:
 
 
 def _render_after_reruns(console: Console, summary: RunSummary) -> None:
-    from rich.markup import escape
-
     from gpumatrix.flaky import passed_after_reruns
 
     if summary.after_reruns:
@@ -360,22 +357,19 @@ def _render_after_reruns(console: Console, summary: RunSummary) -> None:
             "here):[/yellow]"
         )
     for nodeid, reruns in summary.after_reruns:
-        console.print(f"  [yellow]{escape(nodeid)}: {passed_after_reruns(reruns)}[/yellow]", soft_wrap=True)
+        console.print(f"  [yellow]{terminal(nodeid)}: {passed_after_reruns(reruns)}[/yellow]", soft_wrap=True)
 
 
 def _render_disabled(console: Console, summary: RunSummary) -> None:
-    from rich.markup import escape
-
     if summary.disabled:
         console.print(f"disabled here ({len(summary.disabled)} file(s), skipped with their reason):")
     for nodeid, reason in summary.disabled:
-        console.print(f"  {escape(nodeid)}: {escape(reason)}", soft_wrap=True, highlight=False)
+        console.print(f"  {terminal(nodeid)}: {terminal(reason)}", soft_wrap=True, highlight=False)
 
 
 def render_gated(console: Console, gated: Sequence[Registration]) -> None:
     if not gated:
         return
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"gated to other runners ({len(gated)} files, not run here)")
@@ -384,7 +378,7 @@ def render_gated(console: Console, gated: Sequence[Registration]) -> None:
     table.add_column("runners")
     for f in gated:
         needs = f"{f.gpus} x {'|'.join(c for c in f.on if c != CPU_CLASS)}" if f.needs_gpu else "cpu"
-        table.add_row(escape(f.path), escape(needs), escape(", ".join(f.runners)))
+        table.add_row(terminal(f.path), terminal(needs), terminal(", ".join(f.runners)))
     console.print(table)
 
 
@@ -392,11 +386,11 @@ def summary_markdown(result: RunResult) -> str:
     """The run as GitHub step-summary Markdown."""
     summary = result.summary
     if summary is None:
-        lines = [f"### ❌ gpumatrix run on `{result.plan.runner.label}`", ""]
+        lines = [f"### ❌ gpumatrix run on {markdown(result.plan.runner.label, style='code')}", ""]
     else:
         icon = "✅" if result.exit_code == 0 else "❌"
         lines = [
-            f"### {icon} gpumatrix run on `{summary.runner}`",
+            f"### {icon} gpumatrix run on {markdown(summary.runner, style='code')}",
             "",
             f"{summary.executed} executed: {summary.passed} passed, {summary.failed} failed, "
             f"{summary.errors} errors, {summary.skipped} skipped",
@@ -406,7 +400,7 @@ def summary_markdown(result: RunResult) -> str:
         ]
         after = _after_reruns_by_file(summary)
         lines += [
-            f"| {code_span(path, limit=NAME_LIMIT, in_table=True)} | {c['passed']}"
+            f"| {markdown(path, limit=NAME_LIMIT, in_table=True, style='code')} | {c['passed']}"
             + (f" (🟡 {after[path]} after reruns)" if after.get(path) else "")
             + f" | {c['failed']} | {c['errors']} | {c['skipped']} |"
             for path, c in summary.per_file.items()
@@ -420,24 +414,25 @@ def summary_markdown(result: RunResult) -> str:
                 "",
             ]
             lines += [
-                f"- 🟡 {code_span(nodeid, limit=NAME_LIMIT)}: {passed_after_reruns(reruns)}"
+                f"- 🟡 {markdown(nodeid, limit=NAME_LIMIT, style='code')}: {passed_after_reruns(reruns)}"
                 for nodeid, reruns in summary.after_reruns
             ]
         if summary.pass_rates:
             lines += ["", f"Pass rates over {summary.repeat} runs of each test (95% interval):", ""]
             lines += ["| test | class | passed | 95% interval |", "| --- | --- | ---: | --- |"]
             lines += [
-                f"| {code_span(rate.test, limit=NAME_LIMIT, in_table=True)} | {rate.gpu_class} | "
+                f"| {markdown(rate.test, limit=NAME_LIMIT, in_table=True, style='code')} | "
+                f"{markdown(rate.gpu_class, in_table=True)} | "
                 f"{rate.rate.passed}/{rate.rate.runs} | {rate.rate.interval.percent()} |"
                 for rate in summary.pass_rates
             ]
         if summary.disabled:
             lines += ["", f"Disabled here ({len(summary.disabled)} file(s), skipped):", ""]
             lines += [
-                f"- {code_span(nodeid, limit=NAME_LIMIT)}: {plain_text(reason)}"
+                f"- {markdown(nodeid, limit=NAME_LIMIT, style='code')}: {markdown(reason)}"
                 for nodeid, reason in summary.disabled
             ]
     if result.cache_use is not None:
-        lines += ["", f"Workers: {plain_text(result.plan.workers.arg)}; {result.cache_use.describe()}."]
-    lines += [f"- ❗ {plain_text(problem, limit=PROBLEM_LIMIT)}" for problem in result.problems]
+        lines += ["", f"Workers: {markdown(result.plan.workers.arg)}; {result.cache_use.describe()}."]
+    lines += [f"- ❗ {markdown(problem, limit=PROBLEM_LIMIT)}" for problem in result.problems]
     return "\n".join(lines) + "\n\n"

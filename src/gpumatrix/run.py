@@ -28,6 +28,14 @@ from typing import TYPE_CHECKING
 from gpumatrix import UsageError
 from gpumatrix.compile_cache import CacheUse, CompileCache, compile_cache
 from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, MAX_REPEAT, Matrix, Runner, WorkersPerGpu
+from gpumatrix.outputs import (
+    Output,
+    check_output,
+    publish_output,
+    remove_own_output,
+    staging_path,
+    write_output,
+)
 from gpumatrix.pytest_failure import explain_no_report
 from gpumatrix.registry import Registration
 from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
@@ -44,6 +52,7 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "RunSummary",
+    "StagedRun",
     "WorkerChoice",
     "choose_workers",
     "clean_outputs",
@@ -51,6 +60,7 @@ __all__ = [
     "finish_run",
     "plan_run",
     "prepare_outputs",
+    "run_outputs",
     "select_files",
     "select_runner",
 ]
@@ -209,14 +219,18 @@ def select_files(
     durations: Durations | None = None,
 ) -> list[str]:
     """The pytest targets of this run: the runner's slice, one shard of it, or an explicit list."""
+    from gpumatrix.bounds import MAX_TESTS_FILE_BYTES
+    from gpumatrix.regular_files import read_regular
     from gpumatrix.shard import parse_shard_spec, split_shards
 
     slice_paths = {f.path for f in files}
     if tests_file is not None:
-        try:
-            data = tests_file.read_bytes()
+        try:  # a FIFO or a device is refused, never opened for a read that would wait
+            data = read_regular(tests_file, limit=MAX_TESTS_FILE_BYTES)
         except OSError as exc:
             raise RunError(f"--tests-file: cannot read {tests_file}: {exc.strerror}") from exc
+        if len(data) > MAX_TESTS_FILE_BYTES:
+            raise RunError(f"--tests-file: {tests_file} is larger than {MAX_TESTS_FILE_BYTES >> 20} MiB")
         try:
             lines = data.decode("utf-8-sig").splitlines()
         except UnicodeDecodeError as exc:
@@ -235,7 +249,7 @@ def select_files(
     if shard is None:
         return sorted(slice_paths)
     try:
-        index, count = parse_shard_spec(shard)
+        index, count = parse_shard_spec(shard, max_shards=runner.max_shards)
     except ValueError as exc:
         raise RunError(str(exc)) from exc
     return list(split_shards(files, count, gpu_class=runner.gpu_class, durations=durations)[index - 1].files)
@@ -415,30 +429,76 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
     )
 
 
-def prepare_outputs(plan: RunPlan) -> None:
-    """Make room for the run's reports (a stale report must not pass for this run's) and write the
-    session plan pytest is handed."""
-    for path in (plan.junit_path, plan.report_path):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
+@dataclass(frozen=True)
+class StagedRun:
+    """A run whose pytest writes its JSON report and JUnit XML to temporary files beside their paths
+    (`command`), renamed into place by `clean_outputs` once pytest is done."""
+
+    plan: RunPlan
+    command: tuple[str, ...]
+    moves: tuple[tuple[Path, Output], ...]  # (temporary file, the output it becomes)
+
+
+def run_outputs(plan: RunPlan) -> tuple[Output, ...]:
+    """The files a run writes, each with the option that names it."""
+    outputs = [
+        Output("--report", plan.report_path, "report"),
+        Output("--junit-xml", plan.junit_path, "junit"),
+    ]
+    if plan.html_path is not None:
+        outputs.append(Output("--html", plan.html_path, "page"))
+    if plan.session_path is not None:
+        outputs.append(Output("the session plan beside --report", plan.session_path, "plan"))
+    return tuple(outputs)
+
+
+def prepare_outputs(plan: RunPlan) -> StagedRun:
+    """Check every output path before any test runs (`gpumatrix.outputs`: nothing there, or a file of
+    its kind gpumatrix wrote; never a test file, ci/matrix.yaml or a device), remove this run's own stale
+    report and page (a stale report must not pass for this run's), write the session plan pytest is
+    handed, and stage the report and the JUnit XML: pytest writes them beside their paths."""
+    outputs = {output.kind: output for output in run_outputs(plan)}
+    seen: dict[Path, str] = {}
+    for output in outputs.values():
+        if output.path in seen:
+            raise RunError(f"{output.option} names the same file as {seen[output.path]}: {output.path}")
+        seen[output.path] = output.option
+        check_output(output)
     if plan.compile_cache is not None:
         plan.compile_cache.prepare()
-    plan.report_path.unlink(missing_ok=True)
-    if plan.html_path is not None:
-        plan.html_path.unlink(missing_ok=True)
-    if plan.session is not None and plan.session_path is not None:
-        try:
-            plan.session.write(plan.session_path)
-        except OSError as exc:
-            raise RunError(f"cannot write {plan.session_path}: {exc.strerror or exc}") from None
+    for kind in ("report", "page"):
+        if kind in outputs:
+            remove_own_output(outputs[kind])
+    if plan.session is not None and "plan" in outputs:
+        write_output(outputs["plan"], plan.session.dump())
+    report, junit = outputs["report"], outputs["junit"]
+    moves = ((staging_path(report), report), (staging_path(junit), junit))
+    return StagedRun(plan, _staged_command(plan.command, moves), moves)
 
 
-def clean_outputs(plan: RunPlan) -> None:
-    """Remove what only the run needed (the session plan)."""
-    if plan.session_path is not None:
-        plan.session_path.unlink(missing_ok=True)
+def _staged_command(command: Sequence[str], moves: Sequence[tuple[Path, Output]]) -> tuple[str, ...]:
+    """`command` with each output's path, given as `--opt PATH` or `--opt=PATH`, replaced by its staging
+    path."""
+    swaps = {str(output.path): str(staged) for staged, output in moves}
+    staged_command = []
+    for arg in command:
+        option, equals, value = arg.partition("=")
+        if arg in swaps:
+            arg = swaps[arg]
+        elif equals and option.startswith("--") and value in swaps:
+            arg = f"{option}={swaps[value]}"
+        staged_command.append(arg)
+    return tuple(staged_command)
+
+
+def clean_outputs(staged: StagedRun) -> None:
+    """Rename what pytest wrote into place and remove what only the run needed (the session plan)."""
+    try:
+        for path, output in staged.moves:
+            publish_output(path, output)
+    finally:
+        if staged.plan.session_path is not None:
+            staged.plan.session_path.unlink(missing_ok=True)
 
 
 def finish_run(plan: RunPlan, pytest_exit: int | None, output: str = "") -> RunResult:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumatrix import UsageError
+from gpumatrix.bounds import MAX_PLAN_BYTES
 from gpumatrix.config import (
     DEFAULT_FLAKY_RERUNS,
     DEFAULT_TEST_ROOTS,
@@ -32,6 +33,7 @@ from gpumatrix.hardware import Hardware, detect
 from gpumatrix.paths import PATHS_FILE, load_paths
 from gpumatrix.problems import Problem
 from gpumatrix.registry import Registration, Registry, discover
+from gpumatrix.regular_files import read_regular
 
 __all__ = [
     "PLAN_FORMAT",
@@ -116,14 +118,18 @@ class SessionPlan:
                 f"{source} is not a plan gpumatrix wrote ({type(exc).__name__}: {exc})"
             ) from None
 
+    def dump(self) -> str:
+        """The plan file's text (`gpumatrix run` writes it through `gpumatrix.outputs`)."""
+        return json.dumps(self.to_json()) + "\n"
+
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json()) + "\n", encoding="utf-8")
+        path.write_text(self.dump(), encoding="utf-8")
 
     @classmethod
     def read(cls, path: Path) -> SessionPlan:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        try:  # a FIFO or a device is refused, never opened for a read that would wait
+            data = json.loads(read_regular(path, limit=MAX_PLAN_BYTES))
+        except (OSError, ValueError, RecursionError) as exc:
             raise UsageError(f"--gpumatrix-plan: cannot read {path}: {exc}") from None
         if not isinstance(data, dict):
             raise UsageError(f"{path} is not a plan gpumatrix wrote")

@@ -14,9 +14,11 @@ there are some; `gpumatrix matrix` and `gpumatrix run --shard` must be given the
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpumatrix.bounds import MAX_SHARDS
 from gpumatrix.config import DEFAULT_SUITE, Matrix, Runner
 from gpumatrix.registry import Registration, Registry
 
@@ -37,6 +39,8 @@ __all__ = [
 # Tests get this share of the job timeout; the rest covers checkout, environment set-up and the
 # spread between an estimate and a slow day.
 BUDGET_FRACTION = 0.8
+# I and N of `--shard I/N`: plain ASCII digits, no more than MAX_SHARDS has.
+_DIGITS_RE = re.compile(rf"[0-9]{{1,{len(str(MAX_SHARDS))}}}")
 
 
 @dataclass(frozen=True)
@@ -150,13 +154,18 @@ def plan_matrix(
     return plans
 
 
-def parse_shard_spec(spec: str) -> tuple[int, int]:
-    """`"2/4"` -> (2, 4); raises ValueError naming the expected form."""
+def parse_shard_spec(spec: str, *, max_shards: int = MAX_SHARDS) -> tuple[int, int]:
+    """`"2/4"` -> (2, 4); raises ValueError naming the expected form. N is at most `max_shards` (the
+    runner's), and digits beyond what that allows are refused before any is converted: a plan of
+    10**30 shards would never end."""
     index_text, sep, count_text = spec.partition("/")
-    try:
-        index, count = int(index_text), int(count_text)
-    except ValueError:
-        index = count = 0
+    example = "1/2" if max_shards > 1 else "1/1"
+    usage = f"--shard must be I/N with 1 <= I <= N <= {max_shards} (for example {example}), got {spec[:40]!r}"
+    if not (_DIGITS_RE.fullmatch(index_text) and _DIGITS_RE.fullmatch(count_text)):
+        raise ValueError(usage)
+    index, count = int(index_text), int(count_text)
     if not sep or count < 1 or not 1 <= index <= count:
-        raise ValueError(f"--shard must be I/N with 1 <= I <= N (for example 1/2), got {spec!r}")
+        raise ValueError(usage)
+    if count > max_shards:
+        raise ValueError(f"{usage}: the runner is split into at most {max_shards} shards (max_shards)")
     return index, count

@@ -35,16 +35,21 @@ import tokenize
 from collections import deque
 from dataclasses import dataclass
 
+from gpumatrix.bounds import MAX_GPUS
 from gpumatrix.config import MAX_SECONDS
+from gpumatrix.regular_files import read_regular
 
 __all__ = [
+    "DEEP_NESTING",
     "READ_LIMIT",
     "CanonicalCall",
     "SourceError",
     "canonical_call",
     "decode_source",
+    "deepest_line",
     "parse_head",
     "read_source_bytes",
+    "shown_literal",
 ]
 
 # Past this many bytes a test file is not read: a registration belongs near the top, and parsing
@@ -68,15 +73,16 @@ class SourceError(Exception):
 
 
 def read_source_bytes(path: str, *, size: int | None = None, limit: int = READ_LIMIT) -> tuple[bytes, int]:
-    """The first `limit` bytes of the file at `path` (cut after its last whole line) and its size.
+    """The first `limit` bytes of the regular file at `path` (cut after its last whole line) and its size;
+    an `OSError` (`gpumatrix.regular_files.NotRegularFile` for a FIFO or a device) when it cannot be read.
 
     `size` is the size a caller's stat saw; the read asks for no more than it needs, because
     `read(limit + 1)` allocates that much first (40 us a file, 5,000 times over, for 1 MiB buffers).
     """
-    with open(path, "rb") as stream:
-        if size is None:
-            size = os.fstat(stream.fileno()).st_size
-        data = stream.read(min(size, limit) + 1)
+    if size is None:
+        size = os.stat(path).st_size
+    # Only a regular file: a FIFO named test_x.py would block the open, a device never end the read.
+    data = read_regular(path, limit=min(size, limit))
     if len(data) > limit:
         data = data[: data.rfind(b"\n", 0, limit) + 1]
         size = max(size, limit + 1)
@@ -166,12 +172,31 @@ def _parse(text: str, path: str) -> list[ast.stmt]:
             "cannot parse test file: source code cannot contain null bytes",
         ) from None
     except (RecursionError, MemoryError):
-        # CPython gives no line for these; the deepest expression is almost always the longest line.
-        lines = text.splitlines() or [""]
-        longest = max(range(len(lines)), key=lambda i: len(lines[i]))
-        raise SourceError(
-            longest + 1, "cannot parse test file: an expression here nests too deeply for Python's parser"
-        ) from None
+        raise SourceError(deepest_line(text), DEEP_NESTING) from None
+
+
+#: The problem of a file whose parse ran into Python's parser limits (RecursionError, MemoryError).
+DEEP_NESTING = "cannot parse test file: an expression here nests too deeply for Python's parser"
+
+
+def deepest_line(text: str) -> int:
+    """The line to blame for a parse that hit Python's limits: CPython gives none, and the deepest
+    expression is almost always the longest line."""
+    lines = text.splitlines() or [""]
+    return max(range(len(lines)), key=lambda i: len(lines[i])) + 1
+
+
+def shown_literal(value: object, limit: int = 40) -> str:
+    """A literal's value as a problem shows it, safe for any value: an integer too large for `repr`
+    (past Python's 4,300-digit limit, which a hexadecimal literal reaches without it) is described, and
+    a long text is cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a container holding such an integer, or nested too deeply
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= limit else f"{text[: limit // 2]}... ({len(text)} characters)"
 
 
 # -- the plain form, read without a parser ---------------------------------------------------------
@@ -235,12 +260,13 @@ def canonical_call(text: str) -> CanonicalCall | None:
         return None
     on = tuple(name[1:-1] for name in re.findall(_CLASS, call[1]))
     est_time = float(call[3])
-    if len(set(on)) != len(on) or not 0 < est_time <= MAX_SECONDS:
+    gpus = int(call[2]) if call[2] is not None else None
+    if len(set(on)) != len(on) or not 0 < est_time <= MAX_SECONDS or (gpus is not None and gpus > MAX_GPUS):
         return None
     return CanonicalCall(
         line=text.count("\n", 0, call.start()) + 1,
         on=on,
-        gpus=int(call[2]) if call[2] is not None else None,
+        gpus=gpus,
         est_time=est_time,
     )
 

@@ -36,6 +36,8 @@ from gpumatrix import UsageError
 from gpumatrix.config import CPU_CLASS, Matrix, load_matrix
 from gpumatrix.problems import Problem
 from gpumatrix.registry import NOT_REGISTERED, find_test_files, read_registration
+from gpumatrix.regular_files import read_regular
+from gpumatrix.source import DEEP_NESTING, READ_LIMIT, deepest_line
 
 __all__ = [
     "GPU_ONLY_MODULES",
@@ -256,7 +258,7 @@ def _call_named(node: ast.AST, names: Sequence[str]) -> bool:
 def _literal(node: ast.AST) -> object:
     try:
         return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError):
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return None
 
 
@@ -375,10 +377,20 @@ def suggest_tree(root: str | Path, options: SuggestOptions, *, only: Sequence[Pa
     suggestions: list[Suggestion] = []
     problems: list[Problem] = []
     for path in paths:
-        try:
-            data = (root / path).read_bytes()
+        try:  # only a regular file, and never more of it than the registry reads
+            data = read_regular(root / path, limit=READ_LIMIT)
         except OSError as exc:
             problems.append(Problem(path, 0, f"cannot read: {exc.strerror or exc}"))
+            continue
+        if len(data) > READ_LIMIT:
+            problems.append(
+                Problem(
+                    path,
+                    0,
+                    f"no suggestion: the file is larger than {READ_LIMIT >> 20} MiB, more than the registry "
+                    "reads of a test file; register it by hand, near its top",
+                )
+            )
             continue
         registration, found = read_registration(data, path)
         if registration is not None or not found or not found[0].message.startswith(NOT_REGISTERED):
@@ -388,6 +400,10 @@ def suggest_tree(root: str | Path, options: SuggestOptions, *, only: Sequence[Pa
         except (UsageError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
             line = getattr(exc, "lineno", None) or 0
             problems.append(Problem(path, line, f"no suggestion: {exc}"))
+        except (RecursionError, MemoryError):  # Python's parser (or a walk of what it gave) hit its limits
+            problems.append(
+                Problem(path, deepest_line(data.decode("utf-8", "replace")), f"no suggestion: {DEEP_NESTING}")
+            )
     return SuggestResult(tuple(suggestions), tuple(problems))
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import yaml
 
+from gpumatrix.bounds import MAX_CONFIG_BYTES, MAX_COUNT, int_literal_problem
 from gpumatrix.problems import Problem, ProblemsError
+from gpumatrix.regular_files import read_regular
 
 __all__ = ["INVALID", "MAX_DEPTH", "YamlReader", "compose_yaml", "read_yaml_text"]
 
@@ -40,9 +42,11 @@ def read_yaml_text(path: str | Path, *, error: type[ProblemsError], what: str) -
     when it cannot be read. `what` names the file's content in messages ("the runner matrix")."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, limit=MAX_CONFIG_BYTES)
     except OSError as exc:
         raise error([Problem(str(path), 0, f"cannot read {what}: {exc.strerror}")]) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise error([Problem(str(path), 0, f"{what} is larger than {MAX_CONFIG_BYTES >> 20} MiB")])
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -162,18 +166,33 @@ class YamlReader:
         texts = (self.text(item, f"{what} item") for item in node.value)
         return tuple(text for text in texts if text)
 
-    def positive_int(self, node: yaml.Node, what: str, *, allow_zero: bool = False) -> int:
+    def positive_int(
+        self, node: yaml.Node, what: str, *, allow_zero: bool = False, maximum: int = MAX_COUNT
+    ) -> int:
+        """A count from 1 (or 0) to `maximum`; 0 after a problem. A literal of more than MAX_INT_DIGITS
+        digits is a problem before it is converted: a hexadecimal one is not held to Python's 4,300-digit
+        limit, and a decimal one is only as long as `sys.set_int_max_str_digits` says."""
         if not isinstance(node, yaml.ScalarNode):
             self.error(node, f"{what} must be an integer, got a {_kind(node)}")
+            return 0
+        too_long = int_literal_problem(node.value)
+        if too_long is not None:
+            self.error(
+                node, f"{what} must be an integer from {int(not allow_zero)} to {maximum}, got {too_long}"
+            )
             return 0
         value = self.value(node, what)
         if value is INVALID:
             return 0
         if not isinstance(value, int) or isinstance(value, bool):
-            self.error(node, f"{what} must be an integer, got {value!r}")
+            self.error(node, f"{what} must be an integer, got {_shown(node)}")
             return 0
         if value < 0 or (value == 0 and not allow_zero):
             self.error(node, f"{what} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
+            return 0
+        if value > maximum:
+            self.error(node, f"{what} must be at most {maximum}, got {value}")
+            return 0
         return value
 
 

@@ -69,6 +69,7 @@ def test_dispatch_to_four_runners(world: BotWorld) -> None:
     assert result.action == "dispatch"
     status_id = result.comment_id
     assert calls(gh) == [
+        f"GET issues/comments/{event.comment_id}",  # the comment as it stands now, not the payload's text
         f"POST issues/comments/{event.comment_id}/reactions",  # 👀: receipt and idempotency lock
         "GET collaborators/alice/permission",
         f"GET pulls/{PR}",
@@ -78,7 +79,7 @@ def test_dispatch_to_four_runners(world: BotWorld) -> None:
         f"PATCH issues/comments/{status_id}",
         f"POST issues/comments/{event.comment_id}/reactions",  # 🚀
     ]
-    assert count == 2 * len(QUANTIZE_RUNNERS) + 6
+    assert count == 2 * len(QUANTIZE_RUNNERS) + 7
     assert [run.inputs["runner"] for run in gh.runs] == QUANTIZE_RUNNERS
     for run in gh.runs:
         assert run.ref == "main"  # the workflow runs from the default branch; the SHA travels as an input
@@ -182,7 +183,7 @@ def test_retries_on_5xx_and_secondary_rate_limits(world: BotWorld) -> None:
 
     assert [run.inputs["runner"] for run in gh.runs] == QUANTIZE_RUNNERS  # nothing lost, nothing doubled
     assert world.waits == [1.0, 0.05, 0.05, 0.1]  # Retry-After honoured; then backoff 0.05 * 2**attempt
-    assert count == 2 * len(QUANTIZE_RUNNERS) + 6 + 4
+    assert count == 2 * len(QUANTIZE_RUNNERS) + 7 + 4
     assert result.status is not None and [g.state for g in result.status.groups] == ["queued"] * 4
 
 
@@ -425,7 +426,7 @@ def test_cli_handle_and_sync(world: BotWorld, tmp_path: Path) -> None:
     assert handled.exit_code == 0, handled.output
     assert handled.output.splitlines()[0] == "dispatch: 1 runner group(s), 1 test(s); dispatched 1 of 1"
     assert "published as check runs: 1 write(s)" in handled.output.splitlines()
-    assert "API calls: 8" in handled.output
+    assert "API calls: 9" in handled.output
     run = gh.runs[0]
     gh.set_run_state(run.id, "completed", "success")
     status_id = int(run.inputs["status_comment_id"])

@@ -108,8 +108,9 @@ def test_repeat_dispatches_the_head_and_its_merge_base_and_gives_verdicts(world:
     assert result.action == "dispatch", result.reason
     status_id = result.comment_id
     # two runners: two dispatches each, a check run on the head only
-    assert count == 3 * 2 + 6
+    assert count == 3 * 2 + 7
     assert calls(gh) == [
+        f"GET issues/comments/{event.comment_id}",
         f"POST issues/comments/{event.comment_id}/reactions",
         "GET collaborators/alice/permission",
         f"GET pulls/{PR}",  # the head SHA and the base branch; the merge base comes from git

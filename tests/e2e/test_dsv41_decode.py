@@ -34,7 +34,11 @@ from mxfuse.formats import scale_spec, scale_storage_view
 from mxfuse.kernels.pdl import programmatic_launch
 from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, StepOutputs, load_sublayer, make_checkpoint
 
-register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 116, "b200": 170, "gb300": 170, "5090": 170})
+register(
+    on=("h100", "b200", "gb300", "5090"),
+    gpus=1,
+    est_time={"h100": 116, "b200": 170, "gb300": 170, "5090": 170},
+)
 
 FLASH, TP4 = CONFIGS["flash"], CONFIGS["flash-tp4"]
 TOKENS = (1, 4, 16, 64)

@@ -37,7 +37,11 @@ from mxfuse.formats import (
     scale_storage_view,
 )
 
-register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 291, "b200": 150, "gb300": 150, "5090": 150})
+register(
+    on=("h100", "b200", "gb300", "5090"),
+    gpus=1,
+    est_time={"h100": 291, "b200": 150, "gb300": 150, "5090": 150},
+)
 
 _kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
 

@@ -32,7 +32,11 @@ from mxfuse.formats import ScaleLayout, ScaleRounding
 from mxfuse.kernels.hc_boundary import launch_boundary
 from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
 
-register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 344, "b200": 150, "gb300": 150, "5090": 150})
+register(
+    on=("h100", "b200", "gb300", "5090"),
+    gpus=1,
+    est_time={"h100": 344, "b200": 150, "gb300": 150, "5090": 150},
+)
 
 DEVICE = "cuda"
 ORDERINGS = {"normal": False, "shifted": True}

@@ -39,7 +39,11 @@ from mxfuse.gemm.backend import cuda_capability
 from mxfuse.kernels.mxfp8_configs import GemmConfig
 from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
 
-register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 60, "b200": 150, "gb300": 150, "5090": 150})
+register(
+    on=("h100", "b200", "gb300", "5090"),
+    gpus=1,
+    est_time={"h100": 60, "b200": 150, "gb300": 150, "5090": 150},
+)
 
 FAST = tuple(name for name in BACKENDS if name != "torch")  # names only: nothing is probed at import
 MS = (1, 2, 15, 16, 64, 129, 2048)

@@ -24,7 +24,11 @@ from mxfuse.formats import (
 )
 from mxfuse.kernels import quantize_mxfp8
 
-register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 31, "b200": 120, "gb300": 120, "5090": 120})
+register(
+    on=("h100", "b200", "gb300", "5090"),
+    gpus=1,
+    est_time={"h100": 31, "b200": 120, "gb300": 120, "5090": 120},
+)
 
 _module = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
 

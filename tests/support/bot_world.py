@@ -34,6 +34,7 @@ __all__ = [
     "make_based_world",
     "make_world",
     "report_json",
+    "stamped",
 ]
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +91,19 @@ def report_json(
     return json.dumps(coverage_reports.report_json(None, "cpu", 0, tests | skips, reasons=reasons))
 
 
+def stamped(document: str, matrix: Matrix, label: str, *, commit: str | None) -> str:
+    """`document` (a report's JSON) as runner `label` of `matrix` writes it at `commit`."""
+    runner = matrix.runner(label)
+    assert runner is not None, label
+    data = json.loads(document)
+    data.update(
+        runner=label,
+        commit=commit,
+        hardware=coverage_reports.hardware_of(runner.gpu_class, runner.gpus).to_dict(),
+    )
+    return json.dumps(data)
+
+
 @dataclass
 class BotWorld:
     gh: GitHubEmulator
@@ -113,9 +127,16 @@ class BotWorld:
             sleep=sleep or self.waits.append,
         )
 
-    def upload_report(self, run_id: int, document: str, *, shard: str = "1-of-1") -> None:
-        """The report artifact a gpu-tests.yml shard uploads (see its `test` job)."""
-        runner = self.gh.run(run_id).inputs.get("runner", "cpu")
+    def upload_report(
+        self, run_id: int, document: str, *, shard: str = "1-of-1", as_run: bool = True
+    ) -> None:
+        """The report artifact a gpu-tests.yml shard uploads (see its `test` job). With `as_run`, the report
+        is made the run's own, as `gpumatrix run --runner` writes it there: its runner, that runner's
+        machine, and the commit the run was pinned to; without, it is uploaded as given."""
+        run = self.gh.run(run_id)
+        runner = run.inputs.get("runner", "cpu")
+        if as_run:
+            document = stamped(document, self.matrix, runner, commit=run.inputs.get("sha") or None)
         self.gh.add_artifact(run_id, f"gpumatrix-report-{runner}-shard-{shard}", {"report.json": document})
 
     def sync(self, comment_id: int, *, run_id: int | None = None) -> SyncResult:
@@ -145,14 +166,16 @@ def make_based_world(
     base_files: dict[str, str],
     head_files: dict[str, str],
     later_main_files: dict[str, str],
+    matrix_yaml: str = MATRIX_YAML,
 ) -> BotWorld:
     """PR #7 as GitHub and the bot's workflow see it: an origin whose main has `base_files` and then, after
     the PR branched, `later_main_files`; the PR head adds `head_files` to the base; and the bot's clone, a
-    shallow clone of main (as actions/checkout makes it) that holds neither the PR head nor the base."""
+    shallow clone of main (as actions/checkout makes it) that holds neither the PR head nor the base.
+    `matrix_yaml` is the tree's ci/matrix.yaml (test roots other than tests/, say)."""
     work, origin, root = directory / "work", directory / "origin.git", directory / "clone"
     work.mkdir(parents=True)
     _git(work, "init", "-q", "-b", "main")
-    base = _commit(work, {"ci/matrix.yaml": MATRIX_YAML, **base_files}, "the base")
+    base = _commit(work, {"ci/matrix.yaml": matrix_yaml, **base_files}, "the base")
     _git(work, "checkout", "-q", "-b", "feature")
     head = _commit(work, head_files, "the PR head")
     _git(work, "checkout", "-q", "main")
@@ -163,7 +186,7 @@ def make_based_world(
     gh.add_pull(
         PR,
         head_sha=head,
-        tree={"ci/matrix.yaml": MATRIX_YAML, **base_files, **head_files},
+        tree={"ci/matrix.yaml": matrix_yaml, **base_files, **head_files},
         files=list(head_files),
     )
     gh.set_permission("alice", "write")

@@ -13,7 +13,7 @@ from gpumatrix.hardware import Hardware
 from gpumatrix.report import FileResult, Report, Skip, report_to_json
 from gpumatrix.report.collect import RunOutcomes
 
-__all__ = ["PATHS_YAML", "report_from_files", "report_json"]
+__all__ = ["PATHS_YAML", "hardware_of", "report_from_files", "report_json"]
 
 PATHS_YAML = """\
 paths:
@@ -58,7 +58,13 @@ def report_json(
         run.durations[nodeid] = durations.get(nodeid, 1.0)
     for nodeid, paths in witnessed.items():
         run.witnessed[nodeid] = [{"path": p, "reason": f"why {p}"} for p in paths]
-    hardware = Hardware(
+    hardware = hardware_of(gpu_class, gpus)
+    return report_to_json(run.to_report(hardware=hardware, runner=runner, est_times=dict(est_times or {})))
+
+
+def hardware_of(gpu_class: str, gpus: int) -> Hardware:
+    """A machine of `gpus` GPUs of `gpu_class` (0: a CPU machine), as NVML would describe it."""
+    return Hardware(
         gpu_class,
         gpus,
         names=(_NAMES[gpu_class],) * gpus,
@@ -66,7 +72,6 @@ def report_json(
         source="nvml" if gpus else "none",
         device_ids=tuple(f"GPU-{index}" for index in range(gpus)),
     )
-    return report_to_json(run.to_report(hardware=hardware, runner=runner, est_times=dict(est_times or {})))
 
 
 def report_from_files(files: Mapping[str, Mapping[str, Any]]) -> Report:

@@ -96,8 +96,17 @@ REPORTS = [
     ),
     (
         "A failing id twice is shown once.",
-        [_report({"a::1": "failed"}), _report({"a::1": "failed"})],
-        (0, 2, 0, ("a::1",), 0, 2, 0),
+        [_report({"a::1": "failed"}), _report({"a::1": "failed", "b::1": "passed"})],
+        (1, 2, 0, ("a::1",), 0, 2, 0),
+        [],
+    ),
+    (
+        "One report saved twice counts once.",
+        [
+            _report({"a::1": "failed", "a::2": "passed"}),
+            _report({"a::1": "failed", "a::2": "passed"}, "copy.json"),
+        ],
+        (1, 1, 0, ("a::1",), 0, 1, 0),
         [],
     ),
 ]
@@ -169,10 +178,69 @@ SPECS = [
         ("in_progress", None, RUN_URL, "Running"),
     ),
     (
+        "Passed with a passing report.",
+        GroupStatus("cpu", ("a",), "passed", 99, RUN_URL),
+        ReportMark(99, 1, True, ReportSummary(3, 0, 1, (), 0, 1, 0)),
+        ("completed", "success", RUN_URL, "Passed: 3 passed, 0 failed, 1 skipped"),
+    ),
+    # The conclusion comes from the reports, never from the workflow's own (issue 36): a run that says it
+    # passed is a failure when its reports say failed, ran nothing, cannot be read or are not its own.
+    (
         "Passed, no report.",
         GroupStatus("cpu", ("a",), "passed", 99, RUN_URL),
         ReportMark(99, 1, True, None),
-        ("completed", "success", RUN_URL, "Passed"),
+        ("completed", "failure", RUN_URL, "Failed · the run uploaded no test report"),
+    ),
+    (
+        "Passed, reports not read yet.",
+        GroupStatus("cpu", ("a",), "passed", 99, RUN_URL),
+        None,
+        ("completed", "failure", RUN_URL, "Failed · its test reports could not be read yet"),
+    ),
+    (
+        "Passed, a report failed.",
+        GroupStatus("cpu", ("a",), "passed", 99, RUN_URL),
+        MARK,
+        ("completed", "failure", RUN_URL, "Failed: 11 passed, 1 failed, 2 skipped"),
+    ),
+    (
+        "Passed, zero tests.",
+        GroupStatus("cpu", ("a",), "passed", 99, RUN_URL),
+        ReportMark(99, 1, True, ReportSummary(0, 0, 4, (), 0, 1, 0)),
+        (
+            "completed",
+            "failure",
+            RUN_URL,
+            "Failed: 0 passed, 0 failed, 4 skipped · no test passed: the reports ran nothing",
+        ),
+    ),
+    (
+        "Passed, a report unreadable.",
+        GroupStatus("cpu", ("a",), "passed", 99, RUN_URL),
+        ReportMark(99, 1, True, ReportSummary(3, 0, 0, (), 0, 1, 1)),
+        (
+            "completed",
+            "failure",
+            RUN_URL,
+            "Failed: 3 passed, 0 failed, 0 skipped · 1 report(s) could not be counted",
+        ),
+    ),
+    (
+        "Passed, a report of another runner.",
+        GroupStatus("cpu", ("a",), "passed", 99, RUN_URL),
+        ReportMark(99, 1, True, ReportSummary(0, 0, 0, (), 0, 0, 0, ("report x not counted",), 1)),
+        ("completed", "failure", RUN_URL, "Failed · 1 report(s) could not be counted"),
+    ),
+    (
+        "Failed, the reports clean.",
+        GroupStatus("cpu", ("a",), "failed", 99, RUN_URL),
+        ReportMark(99, 1, True, ReportSummary(3, 0, 0, (), 0, 1, 0)),
+        (
+            "completed",
+            "failure",
+            RUN_URL,
+            "Failed: 3 passed, 0 failed, 0 skipped · the run failed, though its reports show no failure: see its log",
+        ),
     ),
     (
         "Failed with a report.",
@@ -284,7 +352,7 @@ def test_a_mark_covers_only_the_completed_run_attempt_it_read() -> None:
 STATUS_STATES = [
     ("queued", "queued", "pending"),
     ("running", "running", "pending"),
-    ("passed", "passed", "success"),
+    ("passed", "passed", "success"),  # with a passing report: without one it would be a failure
     ("failed", "failed", "failure"),
     ("cancelled", "cancelled", "error"),
     ("error", "error", "error"),
@@ -303,7 +371,10 @@ def test_status_spec(state: str, expected: str) -> None:
         None if state == "error" else RUN_URL,
         error="x" * 300 if state == "error" else None,
     )
-    spec = status_spec(group, comment_url=COMMENT_URL, mark=None)
+    passing = ReportMark(99, 1, True, ReportSummary(3, 0, 0, (), 0, 1, 0))
+    spec = status_spec(
+        group, comment_url=COMMENT_URL, mark=passing if state in ("passed", "failed") else None
+    )
     assert spec is not None and (spec.context, spec.state) == ("rerun / cpu", expected)
     assert len(spec.description) <= 140
     assert spec.target_url == (COMMENT_URL if state == "error" else RUN_URL)

@@ -8,13 +8,13 @@ from gpumatrix import register
 from gpumatrix.bot.render import (
     GroupStatus,
     StatusComment,
-    code_span,
     parse_status_comment,
     render_listing,
     render_status_comment,
     run_state,
 )
 from gpumatrix.bot.resolve import Refusal
+from gpumatrix.escape import markdown
 
 register(on=("cpu",), est_time=20)
 
@@ -172,7 +172,7 @@ SPANS = [
 
 @pytest.mark.parametrize(("text", "expected"), [r[1:] for r in SPANS], ids=[r[0] for r in SPANS])
 def test_code_span(text: str, expected: str) -> None:
-    assert code_span(text) == expected
+    assert markdown(text, style="code") == expected
 
 
 # (id, body)

@@ -224,3 +224,12 @@ def test_a_base_group_is_dispatched_at_the_base() -> None:
 def test_a_group_names_its_commit() -> None:
     with pytest.raises(ValueError, match="commit must be 'head' or 'base'"):
         GroupStatus("cpu", (), commit="tip")
+
+
+def test_a_report_saved_twice_is_tallied_once() -> None:
+    """Two artifacts holding one report (respaced, as a copy through an editor leaves it): one run of
+    each test, not two."""
+    document = _document({f"{K}::test_a": (7, 10)}, repeat=10)
+    respaced = json.dumps(json.loads(document), indent=4).encode()
+    tally = tally_documents([("a/report.json", document), ("b/report.json", respaced)], MATRIX, complete=True)
+    assert (tally.reports, tally.tests) == (1, ((f"{K}::test_a", 7, 10),))

@@ -163,7 +163,12 @@ INVALID = [
     (
         "huge-integer",
         VALID.replace("max_shards: 3", "max_shards: 1" + "0" * 5000),
-        [(17, "max_shards: cannot read the value")],
+        [(17, "max_shards must be an integer from 1 to 256, got an integer literal of 5001 digits")],
+    ),
+    (
+        "bot-login-not-a-login",
+        VALID + "bot:\n  login: 'any bot @team'\n",
+        [(19, "bot login 'any bot @team' is not a GitHub login")],
     ),
     (
         "deep-flow-nesting",
@@ -371,3 +376,9 @@ def test_require_suite_is_the_one_check_of_a_suite_option() -> None:
         match=r"^--suite 'daily' is not a suite of ci/matrix.yaml \(suites: pr, nightly, weekly, or all\)$",
     ):
         matrix.require_suite("daily")
+
+
+def test_the_bots_own_login_is_a_setting() -> None:
+    """Its status comments are the comments of this login, not of any Bot account."""
+    assert parse_matrix(VALID).bot.login == "github-actions[bot]"
+    assert parse_matrix(VALID + "bot:\n  login: gpumatrix-ci[bot]\n").bot.login == "gpumatrix-ci[bot]"

@@ -159,7 +159,12 @@ def test_skipped_tests_exercise_nothing_and_a_class_that_ran_nothing_did_not_run
     )
     coverage = merged(CPU_OK, h100)
     assert states(coverage, "k.pair")["h100"] == "not_reported"
-    assert coverage.exit_code == 0
+    # A report that ran no test fails the merge, naming it (issue 36: it must never pass for a run).
+    assert coverage.exit_code == 1
+    assert coverage.problems() == [
+        "report report-1.json: runner 1-gpu-h100 ran zero tests: a report that ran nothing makes "
+        "no path green"
+    ]
     skipped = coverage.file_cells[("tests/kernels/test_k.py", "1-gpu-h100")]
     assert (skipped.state, skipped.skipped) == ("skipped", (("tests/kernels/test_k.py::pair", "needs b200"),))
 
@@ -278,3 +283,95 @@ def test_a_file_in_two_reports_of_a_runner_shows_the_longer_duration():
     )
     for order in ((short, long), (long, short)):
         assert merged(*order).file_cells[("tests/kernels/test_k.py", "1-gpu-h100")].duration == 9.0
+
+
+# -- issue 36: no false green from what the reports are -------------------------------------------------------
+
+SHA_A, SHA_B = "a" * 40, "b" * 40
+
+
+def _with(document: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {**document, **fields}
+
+
+def _reports(*documents: dict[str, Any]) -> list:
+    return [parse_report(d, source=f"report-{i}.json", matrix=MATRIX) for i, d in enumerate(documents)]
+
+
+def test_reports_that_ran_no_test_make_nothing_green_and_fail_the_merge():
+    """Before, coverage of such reports exited 0 saying every required path was exercised."""
+    skipped = report_json("cpu", "cpu", 0, {"tests/unit/test_r.py::t": "skipped"})
+    empty = report_json("1-gpu-h100", "h100", 1, {})
+    coverage = merged(skipped, empty)
+    assert coverage.exit_code == 1 and coverage.failed(warn_only=True)
+    assert coverage.problems()[-1] == "none of the 2 report(s) ran a test: nothing was exercised anywhere"
+    assert all(cell.state != "passed" for cell in coverage.path_cells.values())
+
+
+def test_a_report_of_disabled_files_only_fails_no_merge_but_cannot_be_one_alone():
+    disabled = report_json("cpu", "cpu", 0, {"tests/unit/test_off.py": "skipped"})
+    disabled["files"]["tests/unit/test_off.py"]["skipped"][0]["disabled"] = True
+    assert merged(CPU_OK, disabled).exit_code == 0
+    assert merged(disabled).problems() == [
+        "none of the 1 report(s) ran a test: nothing was exercised anywhere"
+    ]
+
+
+def test_passes_of_a_file_not_registered_for_the_reports_runner_count_for_nothing():
+    """Before, a cpu report's pass in a file registered for h100 only made ref.torch green on cpu."""
+    from gpumatrix.registry import Registration
+
+    registrations = [
+        Registration("tests/unit/test_r.py", 1, ("h100",), 1, 1.0, runners=("1-gpu-h100",)),
+    ]
+    coverage = merge_reports(_reports(CPU_OK), MATRIX, CATALOG, registrations=registrations)
+    assert states(coverage, "ref.torch")["cpu"] != "passed"
+    assert coverage.exit_code == 1
+    assert coverage.problems()[0] == (
+        "report report-0.json: 1 test(s) of tests/unit/test_r.py ran on runner cpu, which it is not registered "
+        "for: they count for nothing"
+    )
+    served = [Registration("tests/unit/test_r.py", 1, ("cpu",), 1, 1.0, runners=("cpu",))]
+    assert states(merge_reports(_reports(CPU_OK), MATRIX, CATALOG, registrations=served), "ref.torch")[
+        "cpu"
+    ] == ("passed")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "says"),
+    [
+        (
+            {"commit": SHA_A},
+            {"commit": SHA_B},
+            "commit aaaaaaaaaaaa, suite pr: report-0.json; commit bbbbbbbbbbbb",
+        ),
+        (
+            {"suite": "pr"},
+            {"suite": "nightly"},
+            "suite pr: report-0.json; commit aaaaaaaaaaaa, suite nightly",
+        ),
+        ({}, {"format": 1}, "commit and suite unknown (a format-1 report records neither): report-1.json"),
+    ],
+    ids=["commits", "suites", "an-older-report"],
+)
+def test_reports_of_different_commits_or_suites_are_refused_unless_allowed(first, second, says):
+    from gpumatrix.coverage import MixedReportsError
+
+    base = {"commit": SHA_A, "suite": "pr"}
+    one = _with(CPU_OK, **{**base, **first})
+    other = _with(H100_OK, **{**base, **second})
+    if other.get("format") == 1:
+        other.pop("commit"), other.pop("suite")
+    with pytest.raises(MixedReportsError, match="the reports are not of one commit and suite") as raised:
+        merge_reports(_reports(one, other), MATRIX, CATALOG)
+    assert says in str(raised.value) and "--allow-mixed" in str(raised.value)
+    assert merge_reports(_reports(one, other), MATRIX, CATALOG, allow_mixed=True).exit_code == 0
+
+
+def test_an_older_report_alone_is_read_and_says_what_is_unknown():
+    older = _with(CPU_OK, format=1)
+    older.pop("commit"), older.pop("suite")
+    coverage = merged(older)
+    assert coverage.exit_code == 0
+    (column,) = [r for r in coverage.runners if r.reported]
+    assert "report-0.json: commit and suite unknown (a format-1 report records neither)" in column.notes

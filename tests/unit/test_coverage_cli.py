@@ -92,7 +92,7 @@ def test_coverage_appends_markdown_to_the_step_summary(tmp_path: Path) -> None:
     result = invoke("coverage", *reports, "--root", str(root), env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert result.exit_code == 0, result.output
     text = summary.read_text()
-    assert text.startswith("earlier step\n### gpumatrix coverage\n")
+    assert text.startswith("earlier step\n<!-- gpumatrix:coverage -->\n### gpumatrix coverage\n")
     assert "| path | cpu | 5090 (not reported) | h100 (not reported) |" in text
 
 

@@ -207,3 +207,22 @@ def test_a_missing_report_is_a_usage_error(tmp_path: Path) -> None:
     root = _tree(tmp_path)
     result = CliRunner().invoke(main, ["flaky", str(root / "nope.json"), "--root", str(root)])
     assert result.exit_code == 2 and "cannot read report" in result.output
+
+
+def test_one_report_saved_five_times_counts_once(tmp_path: Path) -> None:
+    """Saved again with other spacing and key order (an editor, jq), a report is still one report: before,
+    five copies of it were five runs of each test."""
+    root = _tree(tmp_path)
+    document = json.loads((root / "first.json").read_text())
+    copies = []
+    for index in range(5):
+        copy = root / f"copy-{index}.json"
+        shown = dict(reversed(list(document.items()))) if index % 2 else document
+        copy.write_text(json.dumps(shown, indent=index or None))
+        copies.append(str(copy))
+    result = CliRunner().invoke(main, ["flaky", *copies, "--json", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    history = json.loads(result.output)
+    assert history["reports"] == 1
+    runs = {t["test"]: t["runs"] for t in history["tests"]}
+    assert (runs[f"{NCCL}::test_all_reduce"], runs[f"{GEMM}::test_tile"]) == (3, 1)  # 1 run + 2 reruns; 1 run

@@ -121,7 +121,7 @@ ERRORS = [
     (
         "bad-gpus-on-its-line",
         HEADER + 'register(\n    on=("h100",),\n    gpus=0,\n    est_time=1,\n)\n',
-        [(4, "register(gpus=...) must be a positive integer, got 0")],
+        [(4, "register(gpus=...) must be a positive integer (at most 1024), got 0")],
     ),
     (
         "bad-est-time-on-its-line",

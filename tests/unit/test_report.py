@@ -104,8 +104,41 @@ def test_what_the_writer_writes_reads_back_as_the_same_report() -> None:
 MALFORMED = [
     ("top-list", lambda d: d.clear() or d.update(x=1), "the top level", "is missing 'format'"),
     ("unknown-key", _set("extra", 1), "the top level", "has the unknown key 'extra'"),
-    ("format", _set("format", 2), "format", "this gpumatrix reads format 1"),
-    ("format-bool", _set("format", True), "format", "reads format 1"),
+    ("format", _set("format", 3), "format", "this gpumatrix reads formats 1, 2"),
+    ("format-bool", _set("format", True), "format", "reads formats 1, 2"),
+    ("format-float", _set("format", 2.0), "format", "reads formats 1, 2"),
+    ("format-1-with-a-commit", _set("format", 1), "the top level", "has the unknown key 'commit'"),
+    ("format-2-without-a-commit", _drop("commit"), "the top level", "is missing 'commit'"),
+    ("commit-short", _set("commit", "0123abc"), "commit", "must be a full commit SHA"),
+    ("commit-upper", _set("commit", "A" * 40), "commit", "must be a full commit SHA"),
+    ("commit-number", _set("commit", 1234), "commit", "must be a string, got the number 1234"),
+    ("suite-unknown", _set("suite", "weekly"), "suite", "'weekly' is not a suite of"),
+    ("suite-list", _set("suite", ["pr"]), "suite", "must be a string, got a list"),
+    ("finished-fullwidth", _set("finished", "２０２６-01-31T12:00:00Z"), "finished", "must be a UTC time"),
+    (
+        "finished-impossible",
+        _set("finished", "9999-99-99T00:00:00Z"),
+        "finished",
+        "is not a date and time that",
+    ),
+    (
+        "finished-in-2001",
+        _set("finished", "2001-09-09T01:46:40Z"),
+        "finished",
+        "is 2001-09-09T01:46:40Z, outside",
+    ),
+    (
+        "finished-in-2999",
+        _set("finished", "2999-01-01T00:00:00Z"),
+        "finished",
+        "is 2999-01-01T00:00:00Z, outside",
+    ),
+    (
+        "finished-trailing-newline",
+        _set("finished", "2026-01-31T12:00:0Z\n"),
+        "finished",
+        "must be a UTC time",
+    ),
     ("format-enormous", _set("format", 10**5000), "format", "an integer of more than 19 digits"),
     ("class-unknown", _set("hardware|gpu_class", "h900"), "hardware.gpu_class", "'h900' is not a class of"),
     (
@@ -451,3 +484,35 @@ def test_a_report_with_one_part_replaced_reads_as_itself_or_raises(place: tuple,
     answer = _answer(document)
     if isinstance(answer, Report):  # a value the field allows: what was read writes back as it was given
         assert report_to_json(answer) == document
+
+
+def test_a_report_says_its_commit_and_suite_and_an_older_one_says_they_are_unknown() -> None:
+    """Format 2 records the commit and the suite; a format-1 report (no such keys) is still read, and says
+    that both are unknown rather than passing for any commit."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    recorded = read(edited(lambda d: d.update(commit=sha, suite="pr")))
+    assert (recorded.commit, recorded.suite, recorded.provenance_known) == (sha, "pr", True)
+    assert recorded.provenance() == "commit 0123456789ab, suite pr"
+    unrecorded = read(edited(lambda d: [d.pop("commit"), d.pop("suite"), d.update(format=1)]))
+    assert (unrecorded.commit, unrecorded.suite, unrecorded.provenance_known) == (None, None, False)
+    assert unrecorded.provenance() == "commit and suite unknown (a format-1 report records neither)"
+    plain = read(H100)  # written outside a git tree, without --suite
+    assert plain.provenance() == "no commit (not run in a git tree), no suite (every suite or named tests)"
+
+
+def test_finished_is_bounded_by_the_readers_clock() -> None:
+    document = edited(_set("finished", "2030-06-01T00:00:00Z"))
+    with pytest.raises(ReportError, match="outside 2024-01-01 to"):
+        parse_report(document, source="r.json", matrix=MATRIX)  # the clock says 2026
+    later = parse_report(document, source="r.json", matrix=MATRIX, now=1_906_000_000 + 86_400 * 7)
+    assert later.finished == "2030-06-01T00:00:00Z"
+
+
+def test_one_report_saved_again_with_other_spacing_has_one_digest() -> None:
+    from gpumatrix.report import parse_report_bytes
+
+    text = json.dumps(H100, indent=2)
+    again = json.dumps(dict(reversed(list(H100.items()))), indent=None, separators=(",", ": "))
+    first = parse_report_bytes(text.encode(), source="a.json", matrix=MATRIX)
+    second = parse_report_bytes(again.encode(), source="b.json", matrix=MATRIX)
+    assert first.digest and first.digest == second.digest

@@ -228,3 +228,32 @@ def test_run_names_a_report_that_contradicts_itself_everywhere(tmp_path: Path) -
     assert said in summary.read_text() and "### ❌ gpumatrix run on `cpu`" in summary.read_text()
     page = html.unescape((root / "reports" / "gpumatrix-cpu.html").read_text())
     assert said in page and "Coverage failed" in page
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("estimate", "{good}", "{bad}"),
+        ("estimate", "{bad}", "--json"),
+        ("flaky", "{good}", "{bad}"),
+        ("matrix", "--json", "--durations", "{bad}"),
+        ("run", "--runner", "cpu", "-n", "0", "--durations", "{bad}"),
+    ],
+    ids=["estimate", "estimate-json", "flaky", "matrix-durations", "run-durations"],
+)
+def test_a_refused_run_is_a_failure_of_every_command_that_measures(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Before, estimate, flaky and matrix --durations exited 0 on a refused run's report, as if measured."""
+    root = write_tree(tmp_path / "tree", FILES)
+    good, bad = tmp_path / "good.json", tmp_path / "refused.json"
+    good.write_text(json.dumps(CPU))
+    document = report_json("1-gpu-h100", "cpu", 0, {})
+    document["problems"] = ["runner '1-gpu-h100' claims 1 x h100; this machine: cpu"]
+    bad.write_text(json.dumps(document))
+    result = _invoke(root, args, good=good, bad=bad)
+    assert result.exit_code == 1, result.output
+    assert (
+        f"report {bad} is of a run refused before any test: runner '1-gpu-h100' claims 1 x h100"
+        in " ".join(result.output.split())
+    )

@@ -9,6 +9,7 @@ field. `python -m gpumatrix` and `python -m gpumatrix.cli` are the `gpumatrix` c
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,6 @@ from gpumatrix import register
 from gpumatrix.bot.commands import bot
 from gpumatrix.bot.event import CommentEvent, EventError
 from gpumatrix.cli import main
-from gpumatrix.markdown import code_span, plain_text
 
 register(on=("cpu",), est_time=25)
 
@@ -83,11 +83,12 @@ def test_run_shows_file_names_as_they_are_in_the_terminal_and_the_summary(tmp_pa
 
 
 def _reports(tmp_path: Path) -> list[str]:
-    """A CPU report whose test recorded an undeclared path with markup in its name, from a file whose name
-    holds markup, HTML, a pipe, a backtick and a mention."""
+    """A CPU report whose test recorded an undeclared path with markup in its name, and a test of a file
+    whose name holds markup, HTML, a pipe, a backtick and a mention (registered nowhere: a problem names it)."""
     file = "tests/unit/test_<b>|`@alice`[x](http://e.invalid).py"
-    nodeid = f"{file}::t"
-    document = report_json("cpu", "cpu", 0, {nodeid: "passed"}, {nodeid: ["ref.torch", "[/red]k.x|y"]})
+    nodeid = f"{PIPED}::t"
+    tests = {nodeid: "passed", f"{file}::t": "passed"}
+    document = report_json("cpu", "cpu", 0, tests, {nodeid: ["ref.torch", "[/red]k.x|y"]})
     path = tmp_path / "cpu.json"
     path.write_text(json.dumps(document))
     return [str(path)]
@@ -101,14 +102,14 @@ def test_coverage_shows_report_text_as_text_in_the_terminal_markdown_and_page(
     result = _invoke(
         "coverage", *reports, "--root", str(tree), "--markdown", str(markdown), "--html", str(page)
     )
-    assert result.exit_code == 1  # the undeclared path
+    assert result.exit_code == 1  # the undeclared path, and the test of a file registered nowhere
     assert "[/red]k.x|y" in result.output and "recorded path [/red]k.x|y, which ci/paths.yaml" in _flat(
         result.output
     )
     text = markdown.read_text()
     assert "| `[/red]k.x\\|y` |" in text  # a code span; the pipe escaped for the table
-    assert "| `tests/unit/test_<b>\\|'@alice'[x](http://e.invalid).py` |" in text  # a span: no markup in it
-    problem = next(line for line in text.splitlines() if line.startswith("- ❗"))
+    assert "| `tests/unit/test_a\\|b'c.py` |" in text  # a span: no markup in it, the pipe escaped
+    problem = " ".join(line for line in text.splitlines() if line.startswith("- ❗"))
     assert "&lt;b&gt;" in problem and "\\[/red\\]" in problem and "＠alice" in problem and "@" not in problem
     html = page.read_text()
     assert "<b>|" not in html and "&lt;b&gt;|" in html and "[/red]k.x|y" in html
@@ -140,8 +141,10 @@ MARKDOWN = [
 
 @pytest.mark.parametrize(("text", "plain", "span"), [m[1:] for m in MARKDOWN], ids=[m[0] for m in MARKDOWN])
 def test_markdown_escapes(text: str, plain: str, span: str) -> None:
-    assert plain_text(text, in_table=True) == plain
-    assert code_span(text, in_table=True) == span
+    from gpumatrix.escape import markdown
+
+    assert markdown(text, in_table=True) == plain
+    assert markdown(text, style="code", in_table=True) == span
 
 
 # -- bot events ------------------------------------------------------------------------------------------------
@@ -215,3 +218,52 @@ def test_python_dash_m_runs_the_command(module: str, tmp_path: Path) -> None:
         timeout=60,
     )
     assert refused.returncode == 2 and "cannot read the runner matrix" in refused.stderr
+
+
+# -- issue 36: control sequences and class names ---------------------------------------------------------------
+
+ESCAPE = "\x1b[2K\r\x1b[32m✅ 40 passed\x1b[0m"  # erase the line, return, draw a green pass over it
+
+
+def test_control_sequences_in_a_test_file_name_and_a_reports_problems_never_reach_the_terminal(
+    tmp_path: Path,
+) -> None:
+    root = write_tree(
+        tmp_path / "tree",
+        {"tests/unit/test_ok\r\x1bM.py": registered(("cpu",), body=BODY), "ci/paths.yaml": PATHS_YAML},
+    )
+    listed = _invoke("list", "--root", str(root))
+    assert listed.exit_code == 0, listed.output
+    assert (
+        "\x1b" not in listed.output and "\r" not in listed.output and "test_ok\\r\\x1bM.py" in listed.output
+    )
+    refused = report_json("1-gpu-h100", "cpu", 0, {})
+    refused["problems"] = [f"the GPUs are busy{ESCAPE}"]
+    (tmp_path / "refused.json").write_text(json.dumps(refused))
+    result = _invoke("coverage", str(tmp_path / "refused.json"), "--root", str(root))
+    assert result.exit_code == 1
+    assert "\x1b" not in result.output and "\r" not in result.output
+    assert "the GPUs are busy\\x1b[2K\\r\\x1b[32m✅ 40 passed\\x1b[0m" in result.output
+
+
+def test_a_class_name_from_the_matrix_neither_breaks_the_summary_table_nor_mentions_anyone(
+    tmp_path: Path,
+) -> None:
+    from gpumatrix_trees import MATRIX_YAML
+
+    matrix = MATRIX_YAML.replace('"5090"', '"5090 | @org/gpu-team"').replace(
+        'class: "5090"', 'class: "5090 | @org/gpu-team"'
+    )
+    root = write_tree(
+        tmp_path / "tree",
+        {"tests/unit/test_a.py": registered(("cpu",), body=BODY), "ci/paths.yaml": PATHS_YAML},
+        matrix=matrix,
+    )
+    report = tmp_path / "cpu.json"
+    report.write_text(json.dumps(report_json("cpu", "cpu", 0, {"tests/unit/test_a.py::t": "passed"})))
+    markdown = tmp_path / "summary.md"
+    result = _invoke("coverage", str(report), "--root", str(root), "--markdown", str(markdown), "--warn-only")
+    assert result.exit_code == 0, result.output
+    header = next(line for line in markdown.read_text().splitlines() if line.startswith("| path |"))
+    assert "5090 \\| ＠org/gpu-team (not reported)" in header and "@" not in header
+    assert len(re.findall(r"(?<!\\)\|", header)) == 7  # path and five classes: six cells, no more

@@ -1,7 +1,7 @@
 """Who may run the bot, and which comments it does not look at: every filter says why it stopped.
 
-The filters run as a fixed chain of early returns (the order of Prow's trigger plugin): event kind,
-edits, issues that are not PRs, bots, the bot itself; the permission check comes last because it is
+The filters run as a fixed chain of early returns (the order of Prow's trigger plugin): the repository
+the event comes from, event kind, edits, issues that are not PRs, bots, the bot itself (by its login); the permission check comes last because it is
 the only one that costs an API call. Permissions are ordered `none < read < triage < write < maintain <
 admin` and fail closed: an unknown level or a failed lookup counts as `none`.
 """
@@ -26,8 +26,13 @@ class Ignored:
     reason: str
 
 
-def screen_event(event: CommentEvent, *, bot: BotConfig) -> Ignored | None:
-    """The filters that need no API call; None means the comment may be looked at."""
+def screen_event(event: CommentEvent, *, bot: BotConfig, repository: str | None = None) -> Ignored | None:
+    """The filters that need no API call; None means the comment may be looked at. `repository` is the
+    one the bot serves (`owner/name`, GITHUB_REPOSITORY): an event of any other is not looked at (None:
+    an offline dry run, which has no event to check)."""
+    if repository is not None and event.repository.lower() != repository.lower():
+        where = event.repository or "no repository"
+        return Ignored(f"Event from {where}, not {repository}: this bot serves its own repository only.")
     if event.action not in ("created", "edited"):
         return Ignored(f"Comment was {event.action}; only new comments are handled.")
     if event.action == "edited" and not bot.allow_edits:
@@ -36,7 +41,7 @@ def screen_event(event: CommentEvent, *, bot: BotConfig) -> Ignored | None:
         return Ignored("Comment on an issue that is not a pull request.")
     if event.author_type == "Bot" or event.author.endswith("[bot]"):
         return Ignored("Comment by a bot.")
-    if event.body.lstrip().startswith(STATUS_MARKER):
+    if event.author.lower() == bot.login.lower() or event.body.lstrip().startswith(STATUS_MARKER):
         return Ignored("Comment by gpumatrix itself.")
     return None
 

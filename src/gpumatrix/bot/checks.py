@@ -32,31 +32,38 @@ from gpumatrix.bot.render import (
 )
 from gpumatrix.bot.repeat import check_comparison
 from gpumatrix.bot.report import ReportSummary
-from gpumatrix.markdown import code_span, plain_text
+from gpumatrix.escape import markdown
 
 __all__ = [
     "CHECK_NAME_PREFIX",
     "CheckSpec",
     "ReportMark",
     "StatusSpec",
+    "Verdict",
     "check_name",
     "check_spec",
     "external_id",
+    "judge",
     "read_mark",
     "status_spec",
 ]
 
 CHECK_NAME_PREFIX = "rerun / "
-_CONCLUSION = {"passed": "success", "failed": "failure", "cancelled": "cancelled", "error": "action_required"}
-_CHECK_STATUS = {"queued": "queued", "running": "in_progress"}
-# A commit status has no "cancelled" or "queued": error and pending are GitHub's nearest.
-_STATUS_STATE = {
-    "queued": "pending",
-    "running": "pending",
+# What a run's own state would conclude: shown beside the verdict when the reports say otherwise.
+CHECK_CONCLUSION = {
     "passed": "success",
     "failed": "failure",
+    "cancelled": "cancelled",
+    "error": "action_required",
+}
+_CHECK_STATUS = {"queued": "queued", "running": "in_progress"}
+# A commit status has no "cancelled", "action_required" or "queued": error and pending are GitHub's nearest.
+_STATUS_STATE = {
+    None: "pending",
+    "success": "success",
+    "failure": "failure",
     "cancelled": "error",
-    "error": "error",
+    "action_required": "error",
 }
 # The marker is the summary's last line, one line of JSON: a failing test id (text from the code under test,
 # shown in a code span above it) that imitates it is never at the end.
@@ -110,6 +117,42 @@ def read_mark(summary: str | None) -> ReportMark | None:
         return None
     report = ReportSummary.from_json(data.get("report")) if data.get("report") is not None else None
     return ReportMark(run_id, attempt, complete, report)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a group's check run (or commit status) concludes, and why: from the reports its run uploaded,
+    never from the workflow's own conclusion alone. `conclusion` is None while the run is not over."""
+
+    conclusion: str | None  # success | failure | cancelled | action_required
+    words: str  # the title's first word(s): Passed, Failed, Cancelled, Queued, Running, Dispatch failed
+    reason: str = ""  # why it is not a pass, when the counts do not say it
+
+
+def judge(group: GroupStatus, mark: ReportMark | None) -> Verdict:
+    """The verdict of a group: `success` only when its run completed with success and the reports it read
+    say passed, with a count above zero; a run whose reports are missing, unreadable, another runner's or
+    commit's, disagree, or ran nothing is a `failure` saying so, whatever the workflow concluded."""
+    if group.state == "error":
+        return Verdict("action_required", "Dispatch failed", group.error or "unknown error")
+    if group.state not in TERMINAL_STATES:
+        return Verdict(None, "Running" if group.state == "running" else "Queued")
+    if group.state == "cancelled":
+        return Verdict("cancelled", "Cancelled")
+    report = mark.report if mark is not None else None
+    if mark is None:
+        return Verdict("failure", "Failed", "its test reports could not be read yet")
+    if report is None or not report.reports and not report.uncounted:
+        return Verdict("failure", "Failed", "the run uploaded no test report")
+    if report.uncounted:
+        return Verdict("failure", "Failed", f"{report.uncounted} report(s) could not be counted")
+    if report.failed:
+        return Verdict("failure", "Failed")
+    if not report.passed:
+        return Verdict("failure", "Failed", "no test passed: the reports ran nothing")
+    if group.state != "passed":
+        return Verdict("failure", "Failed", "the run failed, though its reports show no failure: see its log")
+    return Verdict("success", "Passed")
 
 
 @dataclass(frozen=True)
@@ -171,13 +214,20 @@ def check_spec(
         return None
     terminal = group.state in TERMINAL_STATES
     report = mark.report if mark is not None and terminal else None
+    verdict = judge(group, mark)
     lines = [_header(status, comment_url), "", _tests_line(group.tests), ""]
     if group.include_disabled:
         lines += ["Tests registered as disabled on this runner run too (`--include-disabled`).", ""]
     if group.state == "error":
-        lines += [f"❗ The dispatch failed: {plain_text(group.error or 'unknown error')}", ""]
+        lines += [f"❗ The dispatch failed: {markdown(group.error or 'unknown error')}", ""]
     else:
-        lines += [f"{STATE_EMOJI[group.state]} {_state_words(group.state)}", ""]
+        emoji = {"success": "✅", "failure": "❌"}.get(verdict.conclusion or "", STATE_EMOJI[group.state])
+        lines += [
+            f"{emoji} {verdict.words}" + (f": {markdown(verdict.reason)}" if verdict.reason else ""),
+            "",
+        ]
+        if terminal and verdict.conclusion != CHECK_CONCLUSION.get(group.state, verdict.conclusion):
+            lines += [f"(The workflow run itself ended {markdown(group.state)}.)", ""]
     suffix, comparison = check_comparison(status, group) if terminal else ("", [])
     lines += comparison
     if report is not None:
@@ -197,9 +247,9 @@ def check_spec(
         name=check_name(group.label),
         external_id=external_id(status, comment_id, group.label),
         status=_CHECK_STATUS.get(group.state, "completed"),
-        conclusion=_CONCLUSION.get(group.state),
+        conclusion=verdict.conclusion,
         details_url=group.url or comment_url,
-        title=_title(group, report) + suffix,
+        title=_title(verdict, report) + suffix,
         summary="\n".join(lines).rstrip("\n"),
     )
 
@@ -209,30 +259,22 @@ def status_spec(group: GroupStatus, *, comment_url: str | None, mark: ReportMark
     if group.state == "pending" or (group.run_id is None and group.state != "error"):
         return None
     report = mark.report if mark is not None and group.state in TERMINAL_STATES else None
-    description = _title(group, report)
+    verdict = judge(group, mark)
+    description = _title(verdict, report)
     if len(description) > _DESCRIPTION_LIMIT:
         description = description[: _DESCRIPTION_LIMIT - 1] + "…"
     return StatusSpec(
-        check_name(group.label), _STATUS_STATE[group.state], description, group.url or comment_url
+        check_name(group.label), _STATUS_STATE[verdict.conclusion], description, group.url or comment_url
     )
 
 
-def _title(group: GroupStatus, report: ReportSummary | None) -> str:
-    if group.state == "error":
-        return f"Dispatch failed: {' '.join((group.error or 'unknown error').split())}"[:200]
-    if report is not None:
-        return f"{_state_words(group.state)}: {_counts(report)}"
-    return _state_words(group.state)
-
-
-def _state_words(state: str) -> str:
-    return {
-        "queued": "Queued",
-        "running": "Running",
-        "passed": "Passed",
-        "failed": "Failed",
-        "cancelled": "Cancelled",
-    }[state]
+def _title(verdict: Verdict, report: ReportSummary | None) -> str:
+    """One line: the verdict, the counts when there are reports, and why it is not a pass when the
+    counts do not say it."""
+    if verdict.conclusion == "action_required":
+        return f"Dispatch failed: {' '.join(verdict.reason.split())}"[:200]
+    title = verdict.words + (f": {_counts(report)}" if report is not None and report.reports else "")
+    return f"{title} · {' '.join(verdict.reason.split())}"[:200] if verdict.reason else title
 
 
 def _counts(report: ReportSummary) -> str:
@@ -240,18 +282,18 @@ def _counts(report: ReportSummary) -> str:
 
 
 def _header(status: StatusComment, comment_url: str | None) -> str:
-    parts = [code_span(status.command), f"from {plain_text('@' + status.author)}"]
+    parts = [markdown(status.command, style="code"), f"from {markdown('@' + status.author)}"]
     if status.pr is not None:
         parts.append(f"on #{status.pr}")
     if status.sha:
-        parts.append(f"at {code_span(status.sha)}")
+        parts.append(f"at {markdown(status.sha, style='code')}")
     if comment_url:
         parts.append(f"([status comment]({comment_url}))")
     return " ".join(parts)
 
 
 def _tests_line(tests: tuple[str, ...]) -> str:
-    shown = ", ".join(code_span(test) for test in tests[:_LISTED_TESTS])
+    shown = ", ".join(markdown(test, style="code") for test in tests[:_LISTED_TESTS])
     more = f" and {len(tests) - _LISTED_TESTS} more" if len(tests) > _LISTED_TESTS else ""
     return f"Tests: {shown}{more}" if tests else "Tests: the runner's whole slice"
 
@@ -270,15 +312,17 @@ def _report_lines(report: ReportSummary) -> list[str]:
             if not report.more_failing
             else f"Failing tests (first {len(report.failing)} of {total}):"
         )
-        lines += [heading, *(f"- {code_span(nodeid)}" for nodeid in report.failing), ""]
+        lines += [heading, *(f"- {markdown(nodeid, style='code')}" for nodeid in report.failing), ""]
     elif report.failed:
         lines += ["The reports counted failures without naming them: see the run's log.", ""]
     read = f"{report.reports} report{'s' if report.reports != 1 else ''}"
     if report.unreadable:
         read += f"; {report.unreadable} unreadable, not counted"
+    if report.rejected:
+        read += f"; {report.rejected} of another runner, commit or kind, not counted"
     lines += [f"From the run's JSON test reports ({read}).", ""]
     if report.problems:
-        lines += ["What is wrong with the reports:", *(f"- {plain_text(p)}" for p in report.problems), ""]
+        lines += ["What is wrong with the reports:", *(f"- {markdown(p)}" for p in report.problems), ""]
     return lines
 
 

@@ -35,7 +35,7 @@ from gpumatrix.bot.render import (
     run_state,
 )
 from gpumatrix.bot.repeat import HEAD
-from gpumatrix.markdown import code_span, plain_text
+from gpumatrix.escape import markdown
 
 __all__ = [
     "CI_STATES_MARKER",
@@ -157,7 +157,7 @@ def with_runs(states: CiStates, runs: dict[int, RunInfo]) -> CiStates:
 def render_ci_states(states: CiStates) -> str:
     lines = [
         CI_STATES_MARKER,
-        f"**CI states** of #{states.pr} at {code_span(states.head[:_SHORT])} (the head), each suite's latest run:",
+        f"**CI states** of #{states.pr} at {markdown(states.head[:_SHORT], style='code')} (the head), each suite's latest run:",
         "",
     ]
     if states.suites:
@@ -168,13 +168,13 @@ def render_ci_states(states: CiStates) -> str:
     lines.append("")
     if states.stale:
         lines += [
-            f"**Stale**: ran on an earlier head, not yet on {code_span(states.head[:_SHORT])}:",
+            f"**Stale**: ran on an earlier head, not yet on {markdown(states.head[:_SHORT], style='code')}:",
             "",
             "| suite | state | head | run |",
             "| --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {_cell(s.name)} | {_state(s)} | {code_span(s.sha[:_SHORT])} | {_links(s)} |"
+            f"| {_cell(s.name)} | {_state(s)} | {markdown(s.sha[:_SHORT], style='code')} | {_links(s)} |"
             for s in states.stale
         ]
         lines.append("")
@@ -240,7 +240,7 @@ def _links(suite: Suite) -> str:
 
 def _cell(text: str) -> str:
     # A workflow's name comes from the PR's own workflow file: plain text, and no `|` to break the table.
-    return plain_text(text, in_table=True)
+    return markdown(text, in_table=True)
 
 
 def _dump(states: CiStates) -> dict[str, Any]:

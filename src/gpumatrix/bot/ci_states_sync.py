@@ -32,6 +32,7 @@ from gpumatrix.bot.ci_states import (
 )
 from gpumatrix.bot.github import CommentData, GitHubApiError, PullHead, RunInfo
 from gpumatrix.bot.render import TERMINAL_STATES, parse_status_comment, run_state
+from gpumatrix.config import DEFAULT_BOT_LOGIN
 
 __all__ = ["CiStatesClient", "CiStatesResult", "sync_ci_states"]
 
@@ -68,12 +69,15 @@ def sync_ci_states(
     client: CiStatesClient,
     fresh: RerunSource | None = None,
     runs: Mapping[int, RunInfo] | None = None,
+    login: str = DEFAULT_BOT_LOGIN,
 ) -> CiStatesResult:
     """Rewrite PR `pr`'s CI-states comment (creating it when missing). `fresh` is a status comment just
-    synced, whose groups are newer than its stored body; `runs` are runs already read in this process."""
+    synced, whose groups are newer than its stored body; `runs` are runs already read in this process;
+    `login` is the bot's own (`bot.login`): only its comments are read as its CI-states and status
+    comments."""
     known: dict[int, RunInfo] = dict(runs or {})
     pull = client.pull_head(pr)
-    comments = client.list_comments(pr)
+    comments = [c for c in client.list_comments(pr) if c.author.lower() == login.lower()]
     ours = _ci_states_comments(comments)
     reruns = _rerun_sources(comments, fresh)
     for source in reruns:
@@ -92,7 +96,7 @@ def sync_ci_states(
     for _ in range(_MAX_ROUNDS):
         body = render_ci_states(states)
         if comment is None:
-            comment, removed = _create(client, pr, body)
+            comment, removed = _create(client, pr, body, login)
             deleted += removed
         elif comment.body != body:
             client.update_comment(comment.id, body)
@@ -113,7 +117,8 @@ def sync_ci_states(
 
 
 def _ci_states_comments(comments: list[CommentData]) -> list[CommentData]:
-    """The bot's CI-states comments, oldest first; only a bot's comments count, whoever copies the marker."""
+    """The bot's CI-states comments, oldest first, of `comments` (the bot's own, by its login): whoever else
+    copies the marker, another bot included, writes no CI-states comment."""
     found = [c for c in comments if c.author_type == "Bot" and c.body.startswith(CI_STATES_MARKER)]
     return sorted(found, key=lambda c: c.id)
 
@@ -144,10 +149,10 @@ def _with_known(source: RerunSource, known: Mapping[int, RunInfo]) -> RerunSourc
     return replace(source, status=source.status.with_groups(groups))
 
 
-def _create(client: CiStatesClient, pr: int, body: str) -> tuple[CommentData, list[int]]:
+def _create(client: CiStatesClient, pr: int, body: str, login: str) -> tuple[CommentData, list[int]]:
     """Post the comment; if another writer posted one first, delete ours and write into the oldest."""
     posted = client.post_comment(pr, body)
-    oldest = _ci_states_comments(client.list_comments(pr))
+    oldest = _ci_states_comments([c for c in client.list_comments(pr) if c.author.lower() == login.lower()])
     if not oldest or oldest[0].id == posted.id:
         return replace(posted, body=body), []
     _delete(client, posted.id)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpumatrix import GpumatrixError
+from gpumatrix.bounds import MAX_EVENT_ID
 from gpumatrix.config import PERMISSION_LEVELS, Matrix, MatrixError, load_matrix
 
 if TYPE_CHECKING:  # the bot's modules load when a command runs, not when the CLI is imported
@@ -50,10 +51,10 @@ def _exit_codes() -> Iterator[None]:
     try:
         yield
     except (MatrixError, EventError, MissingEnvironment, SyncError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
     except GpumatrixError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         raise SystemExit(1) from None
 
 
@@ -106,32 +107,37 @@ def handle(event_path: Path, root: Path | None, retry_backoff: float) -> None:
             result = handle_event(
                 event, matrix=matrix, client=client, root=root, read_sources=read_sources, find_base=find_base
             )
-        click.echo(f"{result.action}: {result.reason}")
+        _echo(f"{result.action}: {result.reason}")
         if result.comment_id is not None:
-            click.echo(f"comment: {result.comment_id}")
+            _echo(f"comment: {result.comment_id}")
         for group in result.status.groups if result.status else ():
-            click.echo(
+            _echo(
                 f"  {group.label}: {group.state}"
                 + (f" {group.url}" if group.url else "")
                 + (f" ({group.error})" if group.error else "")
             )
         if result.publication is not None:
             _echo_publication(result.publication)
-        click.echo(f"API calls: {client.calls}")
+        _echo(f"API calls: {client.calls}")
 
 
 @bot.command(name="sync")
-@click.option("--comment-id", type=click.IntRange(min=1), default=None, help="The status comment to rewrite.")
+@click.option(
+    "--comment-id",
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
+    default=None,
+    help="The status comment to rewrite.",
+)
 @click.option(
     "--run-id",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
     default=None,
     help="The run asking for the sync; it must be one the comment references.",
 )
 @click.option(
     "--pr",
     "pr_number",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
     default=None,
     help="Only rewrite this pull request's CI-states comment (a run that has no status comment).",
 )
@@ -158,18 +164,16 @@ def sync(
         _, matrix = _load(root)
         with GitHubClient.from_env(os.environ, retry=RetryPolicy(backoff_base=retry_backoff)) as client:
             if pr_number is not None:
-                summary = sync_ci_states(pr_number, client=client)
-                click.echo(
-                    f"CI states of #{pr_number}: comment {summary.comment_id} ({summary.writes} write(s))"
-                )
+                summary = sync_ci_states(pr_number, client=client, login=matrix.bot.login)
+                _echo(f"CI states of #{pr_number}: comment {summary.comment_id} ({summary.writes} write(s))")
                 return
             result = sync_status_comment(comment_id, client=client, matrix=matrix, run_id=run_id)
         states = ", ".join(f"{label} {STATE_EMOJI[state]} {state}" for label, state in result.states.items())
-        click.echo(f"synced comment {comment_id} ({result.writes} write(s)): {states or 'no runs'}")
+        _echo(f"synced comment {comment_id} ({result.writes} write(s)): {states or 'no runs'}")
         if result.publication is not None:
             _echo_publication(result.publication)
         if result.ci_states is not None:
-            click.echo(
+            _echo(
                 f"CI states of #{result.status.pr}: comment {result.ci_states.comment_id} "
                 f"({result.ci_states.writes} write(s))"
             )
@@ -183,15 +187,23 @@ def _echo_publication(publication: Publication) -> None:
     writes it again."""
     kind = "check runs" if publication.kind == "check-runs" else "commit statuses"
     why = f" (check runs refused: {publication.note})" if publication.note else ""
-    click.echo(f"published as {kind}{why}: {publication.writes} write(s)")
+    _echo(f"published as {kind}{why}: {publication.writes} write(s)")
     for failure in publication.failures:
         _warn(failure)
+
+
+def _echo(message: object, *, err: bool = False) -> None:
+    """Print a line of the bot's output: text from comments, reports and GitHub with its control
+    characters shown as escapes (`gpumatrix.escape.terminal`), never sent to the terminal raw."""
+    from gpumatrix.escape import terminal
+
+    click.echo(terminal(message, newlines=True, markup=False), err=err)
 
 
 def _warn(message: str) -> None:
     # In a workflow, a ::warning:: line becomes an annotation on the run's summary page.
     prefix = "::warning::" if os.environ.get("GITHUB_ACTIONS") == "true" else "warning: "
-    click.echo(f"{prefix}{' '.join(message.split())}", err=True)
+    _echo(f"{prefix}{' '.join(message.split())}", err=True)
 
 
 @click.command(name="plan")
@@ -201,7 +213,13 @@ def _warn(message: str) -> None:
     default=None,
     help="The commenter's permission (default: exactly what ci/matrix.yaml requires).",
 )
-@click.option("--pr", "pr_number", type=click.IntRange(min=1), default=None, help="The PR number to show.")
+@click.option(
+    "--pr",
+    "pr_number",
+    type=click.IntRange(min=1, max=MAX_EVENT_ID),
+    default=None,
+    help="The PR number to show.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @_root_option
 @click.argument("text")
@@ -226,22 +244,22 @@ def plan(
         facts = _OfflineFacts(root, matrix, author_permission or matrix.bot.permission)
         decision = plan_comment(event, matrix=matrix, facts=facts)
     if as_json:
-        click.echo(json.dumps(decision.to_json(), indent=2, ensure_ascii=False))
+        _echo(json.dumps(decision.to_json(), indent=2, ensure_ascii=False))
         return
-    click.echo(f"action: {decision.action} ({decision.reason})")
+    _echo(f"action: {decision.action} ({decision.reason})")
     if decision.sha:
-        click.echo(f"sha: {decision.sha}")
+        _echo(f"sha: {decision.sha}")
     document = decision.to_json()
     for group in document["runners"]:  # a --repeat plan's runners name their commit: head or base
         where = f" on the {group['commit']}" if "commit" in group else ""
-        click.echo(f"runner {group['label']}{where}: {len(group['tests'])} test(s)")
+        _echo(f"runner {group['label']}{where}: {len(group['tests'])} test(s)")
         for test in group["tests"]:
-            click.echo(f"  {test}")
+            _echo(f"  {test}")
     for error in document["errors"]:
-        click.echo(f"refused {error['spec']!r}: {error['message']}")
+        _echo(f"refused {error['spec']!r}: {error['message']}")
     if decision.comment is not None:
-        click.echo("\n--- comment ---")
-        click.echo(decision.comment)
+        _echo("\n--- comment ---")
+        _echo(decision.comment)
 
 
 class _OfflineFacts:
@@ -271,7 +289,8 @@ class _OfflineFacts:
             raise Unavailable(f"offline: {self.root} is not a git clone, so it has no merge base with {ref}")
         try:
             sha = merge_base(self.root, head.sha, ref)
-            return Base(sha, ref, build_registry(read_test_sources(self.root, sha), self.matrix))
+            sources = read_test_sources(self.root, sha, roots=self.matrix.test_roots)
+            return Base(sha, ref, build_registry(sources, self.matrix))
         except TreeError as exc:
             raise Unavailable(f"offline: {exc}") from None
 

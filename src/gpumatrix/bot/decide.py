@@ -118,9 +118,10 @@ class Decision:
         return document
 
 
-def screen(event: CommentEvent, *, matrix: Matrix) -> Ignored | Command:
-    """The filters that need no API call, then the parse: the command, or why there is none."""
-    ignored = screen_event(event, bot=matrix.bot)
+def screen(event: CommentEvent, *, matrix: Matrix, repository: str | None = None) -> Ignored | Command:
+    """The filters that need no API call, then the parse: the command, or why there is none. `repository`:
+    the one the bot serves, which the event must come from (`screen_event`)."""
+    ignored = screen_event(event, bot=matrix.bot, repository=repository)
     if ignored is not None:
         return ignored
     command = parse_comment(event.body)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpumatrix import GpumatrixError
+from gpumatrix.bounds import MAX_EVENT_BYTES, MAX_EVENT_ID
+from gpumatrix.regular_files import read_regular
 
-__all__ = ["CommentEvent", "EventError", "load_event"]
+__all__ = ["CommentEvent", "EventError", "load_event", "without_lone_surrogates"]
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 class EventError(GpumatrixError):
@@ -40,23 +45,41 @@ class CommentEvent:
         repository = _optional(payload, "repository", Mapping) or {}
         return cls(
             action=_field(payload, "action", str),
-            comment_id=_field(comment, "id", int, where="comment"),
-            body=_optional(comment, "body", str, where="comment") or "",
-            author=_field(user, "login", str, where="comment.user"),
+            comment_id=_id(comment, "id", where="comment"),
+            body=without_lone_surrogates(_optional(comment, "body", str, where="comment") or ""),
+            author=without_lone_surrogates(_field(user, "login", str, where="comment.user")),
             author_type=_optional(user, "type", str, where="comment.user") or "User",
-            issue_number=_field(issue, "number", int, where="issue"),
+            issue_number=_id(issue, "number", where="issue"),
             # GitHub sends PR comments as issue comments; only PRs carry `issue.pull_request`.
             is_pull_request=bool(_optional(issue, "pull_request", Mapping, where="issue")),
             repository=_optional(repository, "full_name", str, where="repository") or "",
         )
 
 
+def without_lone_surrogates(text: str) -> str:
+    """`text` with each lone UTF-16 surrogate (JSON's `"\\ud800"`, which no UTF-8 text can hold: posting or
+    printing it would fail) replaced by U+FFFD, as a decoder replaces bytes it cannot read."""
+    return _SURROGATE_RE.sub("\ufffd", text)
+
+
+def _id(mapping: Mapping[str, Any], key: str, *, where: str) -> int:
+    """A GitHub id: an integer from 1 to 2**63 - 1 (a 64-bit signed integer), else `EventError`."""
+    value = _field(mapping, key, int, where=where)
+    if not 1 <= value <= MAX_EVENT_ID:
+        raise EventError(f"not an issue_comment event: `{where}.{key}` must be from 1 to {MAX_EVENT_ID}")
+    return value
+
+
 def load_event(path: str | Path) -> CommentEvent:
     """Read an `issue_comment` event file (`$GITHUB_EVENT_PATH`)."""
-    try:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:  # a FIFO or a device is refused, never opened for a read that would wait
+        data = read_regular(Path(path), limit=MAX_EVENT_BYTES)
     except OSError as exc:
         raise EventError(f"cannot read the event file {path}: {exc.strerror}") from exc
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventError(f"the event file {path} is larger than {MAX_EVENT_BYTES >> 20} MiB")
+    try:
+        payload = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
         raise EventError(f"the event file {path} is not JSON: {type(exc).__name__}: {exc}") from None
     return CommentEvent.from_payload(payload)

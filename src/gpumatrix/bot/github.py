@@ -185,6 +185,11 @@ class GitHubClient:
             **options,
         )
 
+    @property
+    def repository(self) -> str:
+        """`owner/name` of the repository this client serves (GITHUB_REPOSITORY)."""
+        return f"{self.owner}/{self.repo}"
+
     def __repr__(self) -> str:  # never the token
         return f"GitHubClient(repository='{self.owner}/{self.repo}', base_url='{self.base_url}')"
 
@@ -402,10 +407,12 @@ class GitHubClient:
 
 
 def _comment(item: Mapping[str, Any]) -> CommentData:
+    from gpumatrix.bot.event import without_lone_surrogates
+
     user = item.get("user") or {}
     return CommentData(
         int(item["id"]),
-        str(item.get("body") or ""),
+        without_lone_surrogates(str(item.get("body") or "")),  # JSON may hold "\ud800"; UTF-8 cannot
         str(user.get("login") or ""),
         str(user.get("type") or "User"),
         str(item.get("html_url") or ""),

@@ -1,8 +1,9 @@
 """`gpumatrix bot handle`: carry out the decision for one `issue_comment` event.
 
-API calls, in order, for a command that dispatches to N runners (2N + 6 in all; `--repeat` dispatches each
-runner's group twice, on the head and on its merge base, with a check run for the head's only: 3N + 6):
+API calls, in order, for a command that dispatches to N runners (2N + 7 in all; `--repeat` dispatches each
+runner's group twice, on the head and on its merge base, with a check run for the head's only: 3N + 7):
 
+    the comment, re-read (it still says this)          1   (edited or deleted since: nothing dispatched)
     👀 reaction (receipt, and the idempotency lock)   1
     collaborator permission                            1
     pull request (head SHA, read once and pinned)      1
@@ -39,12 +40,15 @@ from gpumatrix.bot.tree import TreeError, merge_base, read_test_sources
 from gpumatrix.config import Matrix
 from gpumatrix.registry import build_registry
 
-__all__ = ["HandleClient", "HandleResult", "dispatch_inputs", "handle_event"]
+__all__ = ["HandleClient", "HandleResult", "dispatch_inputs", "handle_event", "is_own_comment"]
 
 SourceReader = Callable[..., Mapping[str, str]]
 
 
 class HandleClient(PublishClient, Protocol):
+    @property
+    def repository(self) -> str: ...
+
     def add_reaction(self, comment_id: int, content: str) -> bool: ...
 
     def permission(self, login: str) -> tuple[str, str | None]: ...
@@ -105,14 +109,18 @@ def handle_event(
     find_base: Callable[..., str] = merge_base,
 ) -> HandleResult:
     """Handle one comment event end to end; see the module docstring for the calls it makes."""
-    screened = screen(event, matrix=matrix)
+    screened = screen(event, matrix=matrix, repository=client.repository)
     if isinstance(screened, Ignored):
         return HandleResult("ignore", screened.reason)
+    current = _comment_now(event, client)
+    if isinstance(current, Ignored):
+        return HandleResult("ignore", current.reason)
+    event = replace(event, body=current.body)  # what the comment says now, read through the API
 
     first_time = client.add_reaction(event.comment_id, "eyes")
     # An edit (handled only with bot.allow_edits) may carry a new command under the same 👀.
     if not first_time or event.action == "edited":
-        seen = _existing_status(event, screened.line, client)
+        seen = _existing_status(event, screened.line, client, matrix.bot.login)
         if seen is not None or (not first_time and event.action == "created"):
             return _already_handled(seen, client, matrix)
 
@@ -182,17 +190,46 @@ def _carry_out(
     return HandleResult(decision.action, reason, comment_id, status, publisher.result)
 
 
-def _status_comments(client: HandleClient, issue_number: int) -> Iterator[tuple[CommentData, StatusComment]]:
-    """The PR's status comments, newest first; only a bot's comments count, whoever copies the marker."""
+def _comment_now(event: CommentEvent, client: HandleClient) -> CommentData | Ignored:
+    """The source comment as it stands now, read through the API: a delivery is acted on only when the
+    comment still says what its payload says, by the same author. A comment deleted since, or edited since
+    (a late `created` delivery, or an `edited` one overtaken by a later edit, which has its own event), is
+    ignored: a stale payload never dispatches."""
+    try:
+        current = client.get_comment(event.comment_id)
+    except GitHubApiError as exc:
+        if exc.status == 404:
+            return Ignored("The comment was deleted since this event was sent; nothing dispatched.")
+        raise
+    if current.author.lower() != event.author.lower():
+        return Ignored("The comment's author is not the one this event names; nothing dispatched.")
+    if current.body != event.body:
+        return Ignored(
+            "The comment was edited since this event was sent; nothing dispatched from the old text "
+            "(an edit is handled from its own event, where bot.allow_edits is set)."
+        )
+    return current
+
+
+def _status_comments(
+    client: HandleClient, issue_number: int, login: str
+) -> Iterator[tuple[CommentData, StatusComment]]:
+    """The PR's status comments, newest first; only the bot's own comments (by its login, `bot.login`)
+    count, whoever copies the marker, another bot included."""
     for comment in reversed(client.list_comments(issue_number)):
-        status = parse_status_comment(comment.body) if comment.author_type == "Bot" else None
+        status = parse_status_comment(comment.body) if is_own_comment(comment, login) else None
         if status is not None:
             yield comment, status
 
 
-def _existing_status(event: CommentEvent, line: str, client: HandleClient) -> CommentData | None:
+def is_own_comment(comment: CommentData, login: str) -> bool:
+    """Whether `comment` was written by the bot itself: by its login (GitHub's logins ignore case)."""
+    return comment.author.lower() == login.lower()
+
+
+def _existing_status(event: CommentEvent, line: str, client: HandleClient, login: str) -> CommentData | None:
     """The status comment this source comment (and, after an edit, this command line) already has."""
-    for comment, status in _status_comments(client, event.issue_number):
+    for comment, status in _status_comments(client, event.issue_number, login):
         if status.source_comment_id == event.comment_id and status.command == line:
             return comment
     return None
@@ -265,13 +302,16 @@ class _LiveFacts:
             raise Unavailable("the PR's base branch is not known, so there is no base commit to compare with")
         try:
             sha = self.find_base(self.root, head.sha, pull.base_ref, pr_number=self.event.issue_number)
-            sources = self.read_sources(self.root, sha, pr_number=self.event.issue_number)
+            # The base's files under the same test roots as the head's: ci/matrix.yaml's, not the default.
+            sources = self.read_sources(
+                self.root, sha, pr_number=self.event.issue_number, roots=self.matrix.test_roots
+            )
         except TreeError as exc:
             raise Unavailable(str(exc)) from exc
         return Base(sha, pull.base_ref, build_registry(sources, self.matrix))
 
     def latest_status(self) -> StatusComment | None:
-        for _, status in _status_comments(self.client, self.event.issue_number):
+        for _, status in _status_comments(self.client, self.event.issue_number, self.matrix.bot.login):
             if status.groups:  # a refusal dispatched nothing and has nothing to re-run
                 return status.with_groups(refresh_groups(status.groups, self.client))
         return None

@@ -203,7 +203,12 @@ class ChecksPublisher:
         except GitHubApiError as exc:  # the result still shows; the next sync reads the reports again
             self.result.failures.append(f"{check_name(group.label)}: test reports not read: {exc}")
             return None
-        report = summarize_reports(documents, self.matrix) if documents else None
+        # Counted only as this runner's reports at the pinned commit: another's never pass for this run's.
+        report = (
+            summarize_reports(documents, self.matrix, runner=group.label, commit=self.status.sha)
+            if documents
+            else None
+        )
         mark = ReportMark(group.run_id, attempt, complete, report)
         self._marks[group.run_id, attempt] = mark
         return mark

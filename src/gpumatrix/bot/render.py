@@ -25,7 +25,7 @@ from typing import Any
 
 from gpumatrix.bot.repeat import BASE, HEAD, Tally, comparison_lines
 from gpumatrix.bot.resolve import Refusal
-from gpumatrix.markdown import code_span, plain_text
+from gpumatrix.escape import markdown
 
 __all__ = [
     "CHECK_KINDS",
@@ -131,12 +131,12 @@ def render_status_comment(status: StatusComment) -> str:
             command = [f"git checkout {status.base_sha}", *command]
         lines += [_group_line(group, status.repeat), "", "```bash", *command, "```", ""]
     if status.new_tests:
-        shown = ", ".join(code_span(test) for test in status.new_tests)
+        shown = ", ".join(markdown(test, style="code") for test in status.new_tests)
         lines += [f"🆕 Not on the base (this PR adds them): {shown}", ""]
     lines += comparison_lines(status)
     if status.problem:
-        lines += [f"{REFUSED} {code_span(status.command)}: {plain_text(status.problem)}", ""]
-    lines += [f"{REFUSED} {code_span(r.spec)}: {plain_text(r.message)}" for r in status.refusals]
+        lines += [f"{REFUSED} {markdown(status.command, style='code')}: {markdown(status.problem)}", ""]
+    lines += [f"{REFUSED} {markdown(r.spec, style='code')}: {markdown(r.message)}" for r in status.refusals]
     if status.refusals:
         lines.append("")
     if status.checks is not None and status.groups:
@@ -195,7 +195,7 @@ def render_listing(
     """The reply to `/rerun-test ?`: the registered test files of each runner, each marked with its suite
     when that is not `pr` and with why it is disabled on that runner when it is (`notes`: label -> path ->
     (suite, why disabled or None), as `gpumatrix.bot.plan.listing_notes` gives them)."""
-    where = f" at {code_span(sha)}" if sha else ""
+    where = f" at {markdown(sha, style='code')}" if sha else ""
     lines = [source_marker(source_comment_id), f"🧪 Registered test files{where}, by runner:", ""]
     if notes is not None:
         lines += ["Files are in the `pr` suite unless marked with another; a disabled file says why.", ""]
@@ -213,7 +213,12 @@ def render_listing(
         summary = f"{label}: {count}" + (f" ({', '.join(counts)})" if counts else "")
         width = max(len(path) for path in paths)
         body = [
-            " · ".join([*([suite] if suite not in ("", "pr") else []), *([_fenced_text(why)] if why else [])])
+            " · ".join(
+                [
+                    *([suite] if suite not in ("", "pr") else []),
+                    *([markdown(why, style="fenced")] if why else []),
+                ]
+            )
             for _, suite, why in rows
         ]
         body = [
@@ -225,32 +230,25 @@ def render_listing(
     return "\n".join(lines)
 
 
-def _fenced_text(text: str) -> str:
-    """Text from a PR's tree as one line inside a fenced code block: no backtick can close the fence, and
-    (as everywhere in the bot's comments) no `@name` mentions anyone."""
-    return " ".join(str(text).replace("`", "'").replace("@", "\uff20").split())[:300]
-
-
 def _header(status: StatusComment) -> str:
-    parts = [code_span(status.command), f"from @{status.author}"]
+    # The one mention the bot makes: the commenter, by the login GitHub gave (escaped all the same).
+    parts = [markdown(status.command, style="code"), f"from @{markdown(status.author)}"]
     if status.pr is not None:
         parts.append(f"on #{status.pr}")
     if status.sha:
-        parts.append(f"at {code_span(status.sha)}")
+        parts.append(f"at {markdown(status.sha, style='code')}")
     if status.repeat and status.base_sha:
         parts.append(
-            f"against its base {code_span(status.base_sha)} (the merge base with {code_span(status.base_ref or '')})"
+            f"against its base {markdown(status.base_sha, style='code')} (the merge base with {markdown(status.base_ref or '', style='code')})"
         )
     return " ".join(parts)
 
 
 def _checks_line(status: StatusComment) -> str:
-    where = f"on {code_span(status.sha)}" if status.sha else "on the commit"
+    where = f"on {markdown(status.sha, style='code')}" if status.sha else "on the commit"
     if status.checks == "check-runs":
         return f"☑️ Each runner's result is also a check run `rerun / <runner>` {where}."
-    why = (
-        f" (check runs could not be written: {plain_text(status.checks_note)})" if status.checks_note else ""
-    )
+    why = f" (check runs could not be written: {markdown(status.checks_note)})" if status.checks_note else ""
     return f"☑️ Each runner's result is also a commit status `rerun / <runner>` {where}{why}."
 
 
@@ -262,7 +260,7 @@ def _group_line(group: GroupStatus, repeat: int | None = None) -> str:
         count += ", disabled ones included"
     emoji = STATE_EMOJI[group.state]
     if group.state == "error":
-        detail = f"dispatch failed: {plain_text(group.error or 'unknown error')}"
+        detail = f"dispatch failed: {markdown(group.error or 'unknown error')}"
     elif group.url:
         detail = f"[View workflow run]({group.url})"
     else:

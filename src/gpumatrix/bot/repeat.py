@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from gpumatrix.bot.plan import RunnerGroup, replan_group
 from gpumatrix.bot.resolve import Refusal
 from gpumatrix.config import Matrix
+from gpumatrix.escape import markdown
 from gpumatrix.flaky import PassRate, Verdict, decide_verdict
-from gpumatrix.markdown import code_span, plain_text
 from gpumatrix.registry import Registry
 
 if TYPE_CHECKING:
@@ -106,18 +106,23 @@ class Tally:
 
 
 def tally_documents(documents: Iterable[tuple[str, bytes]], matrix: Matrix, *, complete: bool) -> Tally:
-    """The tally of a run's JSON reports (name, bytes), read through `gpumatrix.report` against `matrix`."""
+    """The tally of a run's JSON reports (name, bytes), read through `gpumatrix.report` against `matrix`; a
+    report saved more than once (the same JSON, however spaced) counts once."""
     from gpumatrix.flaky_history import report_tallies
     from gpumatrix.report import ReportError, parse_report_bytes
 
     counts: dict[str, list[int]] = {}
     reports = unreadable = 0
+    seen: set[str] = set()
     for name, data in documents:
         try:
             report = parse_report_bytes(data, source=name, matrix=matrix)
         except ReportError:
             unreadable += 1
             continue
+        if report.digest in seen:  # one report saved more than once is one run of each test, not several
+            continue
+        seen.add(report.digest)
         reports += 1
         for test, (_, passed, runs, _) in report_tallies(report).items():
             entry = counts.setdefault(test, [0, 0])
@@ -246,13 +251,13 @@ def _table(comparison: Comparison) -> list[str]:
     lines = ["| test | head | base | verdict |", "| --- | ---: | ---: | --- |"]
     for test, verdict in comparison.verdicts:
         lines.append(
-            f"| {code_span(test, in_table=True)} | {_rate(verdict.head)} | {_rate(verdict.base)} | "
-            f"{VERDICT_EMOJI[verdict.kind]} {plain_text(verdict.label, in_table=True)} |"
+            f"| {markdown(test, in_table=True, style='code')} | {_rate(verdict.head)} | {_rate(verdict.base)} | "
+            f"{VERDICT_EMOJI[verdict.kind]} {markdown(verdict.label, in_table=True)} |"
         )
     lines.append("")
     if comparison.head_only:
         lines += [f"{comparison.head_only} more test(s) passed every run on the head (not listed).", ""]
-    lines += [f"- {plain_text(note)}" for note in comparison.notes]
+    lines += [f"- {markdown(note)}" for note in comparison.notes]
     return lines + ([""] if comparison.notes else [])
 
 
@@ -284,7 +289,7 @@ def check_comparison(status: StatusComment, group: GroupStatus) -> tuple[str, li
         return "", [f"Verdicts against the base follow when {waiting} over.", ""]
     counts = comparison.counts()
     suffix = ", ".join(f"{counts[kind]} {_SHORT[kind]}" for kind in VERDICT_EMOJI if counts.get(kind))
-    base = f" at {code_span(status.base_sha)}" if status.base_sha else ""
+    base = f" at {markdown(status.base_sha, style='code')}" if status.base_sha else ""
     return f" · {suffix}" if suffix else "", [
         f"{comparison.repeat} runs of each test on the head and on the base{base} (95% intervals):",
         "",

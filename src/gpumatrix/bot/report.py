@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumatrix.config import Matrix
-from gpumatrix.report import ReportError, parse_report_bytes
+from gpumatrix.report import Report, ReportError, mixed_provenance, parse_report_bytes
 
 __all__ = ["MAX_FAILING", "MAX_PROBLEMS", "REPORT_ARTIFACT_PREFIX", "ReportSummary", "summarize_reports"]
 
@@ -27,8 +27,10 @@ _MAX_PROBLEM = 300
 
 @dataclass(frozen=True)
 class ReportSummary:
-    """The sum of a run's reports. `failed` counts errors too; `reports` is how many were read, and
-    `problems` says why the `unreadable` ones were not."""
+    """The sum of a run's reports. `failed` counts errors too; `reports` is how many were read and counted;
+    `unreadable` could not be read, `rejected` were read and not counted (another runner's, another
+    commit's, a refused run's, declared hardware, or reports that disagree on their commit or suite);
+    `problems` says why."""
 
     passed: int = 0
     failed: int = 0
@@ -38,9 +40,16 @@ class ReportSummary:
     reports: int = 0
     unreadable: int = 0
     problems: tuple[str, ...] = ()
+    rejected: int = 0
+
+    @property
+    def uncounted(self) -> int:
+        """Reports that could not be counted, whatever the reason: none of them may pass for a pass."""
+        return self.unreadable + self.rejected
 
     def to_json(self) -> dict[str, Any]:
         problems = {"problems": list(self.problems)} if self.problems else {}  # markers before it had none
+        rejected = {"rejected": self.rejected} if self.rejected else {}
         return {
             "passed": self.passed,
             "failed": self.failed,
@@ -50,6 +59,7 @@ class ReportSummary:
             "reports": self.reports,
             "unreadable": self.unreadable,
             **problems,
+            **rejected,
         }
 
     @classmethod
@@ -59,8 +69,8 @@ class ReportSummary:
         if not isinstance(data, Mapping):
             return None
         counts = {
-            key: data.get(key)
-            for key in ("passed", "failed", "skipped", "more_failing", "reports", "unreadable")
+            key: data.get(key, 0 if key == "rejected" else None)
+            for key in ("passed", "failed", "skipped", "more_failing", "reports", "unreadable", "rejected")
         }
         if not all(_count(value) for value in counts.values()):
             return None
@@ -72,11 +82,23 @@ class ReportSummary:
         return cls(failing=tuple(failing[:MAX_FAILING]), problems=tuple(problems[:MAX_PROBLEMS]), **counts)
 
 
-def summarize_reports(documents: Iterable[tuple[str, bytes]], matrix: Matrix) -> ReportSummary:
-    """Add up JSON reports, given as (name, bytes of the file), read against `matrix`."""
-    passed = failed = skipped = reports = unreadable = 0
+def summarize_reports(
+    documents: Iterable[tuple[str, bytes]],
+    matrix: Matrix,
+    *,
+    runner: str | None = None,
+    commit: str | None = None,
+) -> ReportSummary:
+    """Add up JSON reports, given as (name, bytes of the file), read against `matrix`. A report saved more
+    than once counts once. Given the `runner` the run was dispatched to and the `commit` it was pinned to,
+    a report of another runner or commit is not counted (`rejected`, with why), and neither is a refused
+    run's, one whose hardware was declared rather than probed, nor any when they disagree on their commit
+    or suite."""
+    passed = failed = skipped = reports = unreadable = rejected = 0
     failing: list[str] = []
     problems: list[str] = []
+    seen: set[str] = set()
+    counted: list[Report] = []
     for name, data in documents:
         try:
             report = parse_report_bytes(data, source=name, matrix=matrix)
@@ -84,8 +106,22 @@ def summarize_reports(documents: Iterable[tuple[str, bytes]], matrix: Matrix) ->
             unreadable += 1
             problems.append(_one_line(str(exc)))
             continue
+        if report.digest in seen:
+            continue  # the same report twice (two artifacts, two copies): once
+        seen.add(report.digest)
+        why = _not_counted(report, runner=runner, commit=commit)
+        if why:
+            rejected += 1
+            problems.append(_one_line(f"report {name} not counted: {'; '.join(why)}"))
+            continue
+        counted.append(report)
+    mixed = mixed_provenance(counted)
+    if mixed is not None:  # shards of one run are of one commit and suite; these are not
+        rejected += len(counted)
+        problems.append(_one_line(f"no report counted: {mixed}"))
+        counted = []
+    for report in counted:
         reports += 1
-        problems += [_one_line(f"report {name}: the run was refused: {p}") for p in report.problems]
         for result in report.files.values():
             passed += len(result.passed)
             skipped += len(result.skipped)
@@ -101,7 +137,20 @@ def summarize_reports(documents: Iterable[tuple[str, bytes]], matrix: Matrix) ->
         reports,
         unreadable,
         tuple(problems[:MAX_PROBLEMS]),
+        rejected,
     )
+
+
+def _not_counted(report: Report, *, runner: str | None, commit: str | None) -> list[str]:
+    """Why a readable report cannot count for the run it came from (empty: it can)."""
+    why = [f"the run was refused: {problem}" for problem in report.problems]
+    if runner is not None and report.runner != runner:
+        why.append(f"it ran as runner {report.runner or '(none)'}, not {runner}")
+    if commit is not None and report.provenance_known and report.commit != commit:
+        why.append(f"it ran at {report.commit[:12] if report.commit else 'no commit'}, not {commit[:12]}")
+    if report.hardware.source == "override":
+        why.append("its hardware was declared (GPUMATRIX_HARDWARE), not probed")
+    return why
 
 
 def _one_line(text: str) -> str:

@@ -118,6 +118,11 @@ def sync_status_comment(
     `ci_states`, the PR's CI-states comment is rewritten too. The runs' test reports are read against
     `matrix`."""
     comment = client.get_comment(comment_id)
+    if comment.author.lower() != matrix.bot.login.lower():  # the marker can be copied; the author cannot
+        raise SyncError(
+            f"comment {comment_id} is by {comment.author or 'no one'}, not by this bot ({matrix.bot.login}): "
+            "it is not a gpumatrix status comment"
+        )
     status = parse_status_comment(comment.body)
     if status is None:
         raise SyncError(f"comment {comment_id} is not a gpumatrix status comment")
@@ -173,7 +178,11 @@ def sync_status_comment(
         return result
     try:
         summary = sync_ci_states(
-            status.pr, client=client, runs=runs, fresh=RerunSource(comment_id, comment.html_url, status)
+            status.pr,
+            client=client,
+            runs=runs,
+            fresh=RerunSource(comment_id, comment.html_url, status),
+            login=matrix.bot.login,
         )
     except GitHubApiError as exc:  # the status comment and checks are written; say what was not
         return replace(result, ci_states_error=str(exc))

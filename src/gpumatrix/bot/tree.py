@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gpumatrix import GpumatrixError
 from gpumatrix.config import DEFAULT_TEST_ROOTS
+from gpumatrix.git_commit import head_commit
 
 __all__ = ["TreeError", "git_head", "git_toplevel", "merge_base", "read_test_sources"]
 
@@ -44,10 +45,7 @@ def git_toplevel(path: str | Path) -> Path | None:
 
 def git_head(root: str | Path) -> str | None:
     """The commit checked out at `root`, or None when `root` is not a git work tree."""
-    try:
-        return _git(Path(root), "rev-parse", "--verify", "-q", "HEAD^{commit}").decode().strip() or None
-    except TreeError:
-        return None
+    return head_commit(root)
 
 
 def read_test_sources(

@@ -16,6 +16,7 @@ from gpumatrix.report.model import (
     OUTCOMES,
     PHASES,
     RAN,
+    READ_FORMATS,
     FileResult,
     PathRecord,
     Report,
@@ -25,7 +26,9 @@ from gpumatrix.report.model import (
     Witnessed,
     distinct_reports,
     dump_report,
+    mixed_provenance,
     report_to_json,
+    require_ran,
     worse,
 )
 from gpumatrix.report.read import MAX_REPORT_BYTES, parse_report, parse_report_bytes, read_report
@@ -37,6 +40,7 @@ __all__ = [
     "OUTCOME_RANK",
     "PHASES",
     "RAN",
+    "READ_FORMATS",
     "FileResult",
     "PathRecord",
     "Report",
@@ -46,9 +50,11 @@ __all__ = [
     "Witnessed",
     "distinct_reports",
     "dump_report",
+    "mixed_provenance",
     "parse_report",
     "parse_report_bytes",
     "read_report",
     "report_to_json",
+    "require_ran",
     "worse",
 ]

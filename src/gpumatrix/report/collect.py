@@ -109,6 +109,8 @@ class RunOutcomes:
         disabled_skips: Mapping[str, str] | None = None,
         est_times: Mapping[str, float] | None = None,
         repeat: int = 1,
+        commit: str | None = None,
+        suite: str | None = None,
     ) -> Report:
         """The report of what was collected. A test that recorded paths or failed an attempt but never
         reported an outcome (a run stopped in its middle) is an error: never a test without an outcome."""
@@ -173,6 +175,8 @@ class RunOutcomes:
             deselected=len(self.deselected),
             finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             repeat=repeat,
+            commit=commit,
+            suite=suite,
         )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "OUTCOME_RANK",
     "RAN",
     "PHASES",
+    "READ_FORMATS",
     "FileResult",
     "PathRecord",
     "Report",
@@ -35,13 +36,18 @@ __all__ = [
     "Witnessed",
     "distinct_reports",
     "dump_report",
+    "mixed_provenance",
     "report_digest",
     "report_to_json",
+    "require_ran",
     "worse",
 ]
 
-#: The version of the JSON this writer writes and the reader reads.
-FORMAT = 1
+#: The version of the JSON this writer writes. 2 added `commit` and `suite`; the reader reads 1 too, as a
+#: report whose commit and suite are not known (`Report.provenance_known`).
+FORMAT = 2
+#: The versions the reader reads.
+READ_FORMATS = (1, 2)
 #: A test's outcome, in the order reports and tables list them; `errors` is an error in setup or teardown.
 OUTCOMES = ("passed", "failed", "errors", "skipped")
 #: The outcomes of a test that ran, whatever came of it.
@@ -67,11 +73,21 @@ class ReportError(UsageError):
     """
 
     def __init__(
-        self, source: str, field: str, problem: str, *, contradiction: bool = False, unreadable: bool = False
+        self,
+        source: str,
+        field: str,
+        problem: str,
+        *,
+        contradiction: bool = False,
+        unreadable: bool = False,
+        refused: bool = False,
     ) -> None:
-        self.source, self.field, self.problem, self.contradiction = source, field, problem, contradiction
+        self.source, self.field, self.problem = source, field, problem
+        self.contradiction = contradiction or refused  # a refused run's report is a failure found too
         if unreadable:
             message = f"cannot read report {source}: {problem}"
+        elif refused:
+            message = f"report {source} is of a run refused before any test: {problem}"
         else:
             what = "contradicts itself" if contradiction else "is not a gpumatrix report"
             message = f"report {source} {what}: " + (f"{field}: {problem}" if field else problem)
@@ -175,6 +191,37 @@ class Report:
     source: str = ""
     digest: str = ""
     repeat: int = 1  # each test ran this many times (pytest-repeat's --count; `gpumatrix run --repeat`)
+    commit: str | None = None  # the commit checked out where it ran (`git rev-parse HEAD`); None: no git tree
+    suite: str | None = None  # the suite it ran (`--suite`); None: every suite, or tests named explicitly
+    format_version: int = FORMAT  # 1: written before commit and suite were recorded
+
+    @property
+    def provenance_known(self) -> bool:
+        """Whether the report says its commit and suite (format 2 on): an older report's are unknown."""
+        return self.format_version >= 2
+
+    def provenance(self) -> str:
+        """Its commit and suite in words (`commit 0123abcd, suite pr`), saying what is unknown."""
+        if not self.provenance_known:
+            return f"commit and suite unknown (a format-{self.format_version} report records neither)"
+        commit = f"commit {self.commit[:12]}" if self.commit else "no commit (not run in a git tree)"
+        return (
+            f"{commit}, suite {self.suite}"
+            if self.suite
+            else f"{commit}, no suite (every suite or named tests)"
+        )
+
+    @property
+    def ran(self) -> int:
+        """How many tests ran (passed, failed or errored)."""
+        return sum(result.ran for result in self.files.values())
+
+    @property
+    def only_disabled(self) -> bool:
+        """Whether the report ran nothing and every test it lists was skipped as disabled (a run of disabled
+        files, which passes saying so)."""
+        skips = [skip for result in self.files.values() for skip in result.skipped]
+        return not self.ran and bool(skips) and all(skip.disabled for skip in skips)
 
     def outcomes(self) -> dict[str, tuple[str, str, str]]:
         """{nodeid: (file, outcome, skip reason)} of every test."""
@@ -197,6 +244,15 @@ class Report:
         return {"ran": ran, **counts, "hardware_skipped": hardware, "deselected": self.deselected}
 
 
+def require_ran(report: Report) -> Report:
+    """`report`, unless it is of a run refused before any test (it lists problems and ran nothing): then a
+    `ReportError` (exit 1) naming it. What measures tests (estimate, flaky, --durations) has nothing to
+    measure in such a report, and must not say it measured a run."""
+    if report.problems:
+        raise ReportError(report.source, "problems", "; ".join(report.problems), refused=True)
+    return report
+
+
 def distinct_reports(reports: Iterable[Report]) -> tuple[Report, ...]:
     """`reports` with each report given more than once kept once (by digest; one built in memory is
     always kept), in order."""
@@ -208,6 +264,24 @@ def distinct_reports(reports: Iterable[Report]) -> tuple[Report, ...]:
         seen.add(report.digest)
         kept.append(report)
     return tuple(kept)
+
+
+def mixed_provenance(reports: Iterable[Report]) -> str | None:
+    """Why `reports` are not of one commit and one suite (a sentence naming each group's reports), or None
+    when they are. A report that does not record them (format 1) among others cannot be shown to match."""
+    kept = distinct_reports(reports)
+    if len(kept) < 2:
+        return None
+    groups: dict[str, list[str]] = {}
+    for report in kept:
+        groups.setdefault(report.provenance(), []).append(report.source or "a report")
+    if len(groups) == 1 and all(report.provenance_known for report in kept):
+        return None
+    shown = "; ".join(
+        f"{what}: {', '.join(sources[:3])}" + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+        for what, sources in groups.items()
+    )
+    return f"the reports are not of one commit and suite ({shown})"
 
 
 def report_digest(data: bytes) -> str:
@@ -237,6 +311,8 @@ def report_to_json(report: Report) -> dict[str, Any]:
         "format": FORMAT,
         "hardware": report.hardware.to_dict(),
         "runner": report.runner,
+        "commit": report.commit,
+        "suite": report.suite,
         "finished": report.finished,
         "problems": list(report.problems),
         "files": files,

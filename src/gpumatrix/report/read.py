@@ -24,7 +24,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -32,11 +34,13 @@ from typing import Any, NoReturn
 
 from gpumatrix.config import CPU_CLASS, MAX_REPEAT, MAX_SECONDS, Matrix
 from gpumatrix.hardware import HARDWARE_SOURCES, Hardware
+from gpumatrix.regular_files import read_regular
 from gpumatrix.report.model import (
     FORMAT,
     OUTCOMES,
     PHASES,
     RAN,
+    READ_FORMATS,
     FileResult,
     PathRecord,
     Report,
@@ -47,7 +51,14 @@ from gpumatrix.report.model import (
     report_digest,
 )
 
-__all__ = ["MAX_REPORT_BYTES", "parse_report", "parse_report_bytes", "read_report"]
+__all__ = [
+    "EARLIEST_FINISHED",
+    "FUTURE_SLACK",
+    "MAX_REPORT_BYTES",
+    "parse_report",
+    "parse_report_bytes",
+    "read_report",
+]
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 _MAX_ID = 4096  # characters of a node id or file name
@@ -56,7 +67,13 @@ _MAX_SHORT = 200  # of a GPU name, driver, device id, path name or reason of a w
 _MAX_GPUS = 1024
 _MAX_REASONS = 3
 _MAX_ATTEMPTS = 100  # a test's failed attempts: far above any rerun count ci/matrix.yaml allows
-_FINISHED_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+# ASCII digits only: `\d` would take the fullwidth ones too.
+_FINISHED_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+#: The earliest `finished` a report may have (gpumatrix wrote none before it): a report dated 2001 is forged.
+EARLIEST_FINISHED = datetime(2024, 1, 1, tzinfo=timezone.utc)
+#: How far past the reader's clock a report may be dated (clocks of runners drift; 2999 is forged).
+FUTURE_SLACK = timedelta(days=1)
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as git rev-parse prints it
 _CAPABILITY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
 _TOP = ("format", "hardware", "runner", "finished", "problems", "files", "totals", "witnessed")
 _HARDWARE = ("gpu_class", "count", "names", "capabilities", "driver", "source", "device_ids", "description")
@@ -64,17 +81,17 @@ _FILE = ("ran", *OUTCOMES, "duration", "est_time")
 _TOTALS = ("ran", *OUTCOMES, "hardware_skipped", "deselected")
 
 
-def read_report(path: str | Path, matrix: Matrix) -> Report:
-    """Read the report at `path`; a `ReportError` naming it when it cannot be read or used."""
+def read_report(path: str | Path, matrix: Matrix, *, now: float | None = None) -> Report:
+    """Read the report at `path`; a `ReportError` naming it when it cannot be read or used. `now` (seconds
+    since the epoch, default the clock) bounds how late its `finished` may be."""
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_REPORT_BYTES + 1)
+        data = read_regular(path, limit=MAX_REPORT_BYTES)  # a FIFO or a device is refused, never opened
     except OSError as exc:
         raise ReportError(str(path), "", str(exc.strerror or exc), unreadable=True) from None
-    return parse_report_bytes(data, source=str(path), matrix=matrix)
+    return parse_report_bytes(data, source=str(path), matrix=matrix, now=now)
 
 
-def parse_report_bytes(data: bytes, *, source: str, matrix: Matrix) -> Report:
+def parse_report_bytes(data: bytes, *, source: str, matrix: Matrix, now: float | None = None) -> Report:
     """A report from the bytes of its file."""
     if len(data) > MAX_REPORT_BYTES:
         raise ReportError(source, "", f"it is larger than {MAX_REPORT_BYTES >> 20} MiB")
@@ -86,16 +103,22 @@ def parse_report_bytes(data: bytes, *, source: str, matrix: Matrix) -> Report:
         raise ReportError(source, "", "its JSON is nested deeper than any report") from None
     except ValueError as exc:  # not JSON, not UTF-8, an integer of thousands of digits
         raise ReportError(source, "", f"it is not JSON: {exc}") from None
-    return _Reader(source, matrix).report(document, digest=report_digest(data))
+    return _Reader(source, matrix, now).report(document, digest=_canonical_digest(document))
 
 
-def parse_report(document: Any, *, source: str, matrix: Matrix) -> Report:
+def parse_report(document: Any, *, source: str, matrix: Matrix, now: float | None = None) -> Report:
     """A report from its JSON value (as `report_to_json` gives it)."""
+    return _Reader(source, matrix, now).report(document, digest=_canonical_digest(document))
+
+
+def _canonical_digest(document: Any) -> str:
+    """The digest of the report's JSON value, whatever its spacing or key order: one report saved again (by
+    an editor, a copy through jq) is still one report. Empty when it is not a JSON value."""
     try:
-        canonical = json.dumps(document, sort_keys=True, allow_nan=False).encode()
+        canonical = json.dumps(document, sort_keys=True, allow_nan=False, separators=(",", ":")).encode()
     except (TypeError, ValueError, RecursionError):  # not a JSON value; the reader says where
-        canonical = b""
-    return _Reader(source, matrix).report(document, digest=report_digest(canonical) if canonical else "")
+        return ""
+    return report_digest(canonical)
 
 
 class _Refused(ValueError):
@@ -127,8 +150,9 @@ def _is_count(value: Any) -> bool:
 
 
 class _Reader:
-    def __init__(self, source: str, matrix: Matrix) -> None:
+    def __init__(self, source: str, matrix: Matrix, now: float | None = None) -> None:
         self.source, self.matrix = source, matrix
+        self.now = datetime.fromtimestamp(time.time() if now is None else now, tz=timezone.utc)
 
     # -- problems ------------------------------------------------------------------------------------
     def bad(self, where: str, problem: str) -> NoReturn:
@@ -198,14 +222,18 @@ class _Reader:
 
     # -- the report ----------------------------------------------------------------------------------
     def report(self, document: Any, *, digest: str) -> Report:
-        top = self.object(document, "the top level", _TOP, optional=("note", "repeat"))
-        if top["format"] != FORMAT or not _is_count(top["format"]):
-            self.bad("format", f"is {_shown(top['format'])}; this gpumatrix reads format {FORMAT}")
+        version = self.mapping(document, "the top level").get("format", FORMAT)  # missing: said below
+        if not _is_count(version) or version not in READ_FORMATS:
+            formats = ", ".join(map(str, READ_FORMATS))
+            self.bad("format", f"is {_shown(version)}; this gpumatrix reads formats {formats}")
+        # Format 2 records the commit and the suite; a format-1 report (older gpumatrix) has neither.
+        provenance = ("commit", "suite") if version >= 2 else ()
+        top = self.object(document, "the top level", _TOP + provenance, optional=("note", "repeat"))
         hardware = self.hardware(top["hardware"])
         runner = self.runner(top["runner"])
-        finished = self.text(top["finished"], "finished", limit=20)
-        if not _FINISHED_RE.match(finished):
-            self.bad("finished", f"must be a UTC time such as 2025-01-31T12:00:00Z, got {_shown(finished)}")
+        commit = self.commit(top.get("commit"))
+        suite = self.suite(top.get("suite"))
+        finished = self.finished(top["finished"])
         problems = self.texts(top["problems"], "problems", partial(self.text, limit=_MAX_TEXT))
         note = self.text(top.get("note", ""), "note", limit=_MAX_SHORT, line=True)
         repeat = self.count(top.get("repeat", 1), "repeat", limit=MAX_REPEAT)
@@ -228,9 +256,54 @@ class _Reader:
             source=self.source,
             digest=digest,
             repeat=repeat,
+            commit=commit,
+            suite=suite,
+            format_version=version,
         )
         self.consistent(report, totals)
         return report
+
+    def commit(self, value: Any) -> str | None:
+        """The commit it ran at: a full lowercase SHA (git's SHA-1 or SHA-256), or null outside a git tree."""
+        if value is None:
+            return None
+        text = self.text(value, "commit", limit=64)
+        if not _COMMIT_RE.fullmatch(text):
+            self.bad(
+                "commit",
+                f"must be a full commit SHA (40 or 64 lowercase hex digits) or null, got {_shown(text)}",
+            )
+        return text
+
+    def suite(self, value: Any) -> str | None:
+        """The suite it ran, one of the matrix's; null: every suite, or tests named explicitly."""
+        if value is None:
+            return None
+        name = self.text(value, "suite", limit=_MAX_SHORT)
+        if name not in self.matrix.suites:
+            self.bad(
+                "suite",
+                f"{_shown(name)} is not a suite of {self.matrix.source} "
+                f"(suites: {', '.join(self.matrix.suites)}): a report of another tree",
+            )
+        return name
+
+    def finished(self, value: Any) -> str:
+        """When it finished: a real UTC time in ASCII digits, from EARLIEST_FINISHED to a day past now."""
+        finished = self.text(value, "finished", limit=20)
+        if not _FINISHED_RE.fullmatch(finished) or not finished.isascii():
+            self.bad("finished", f"must be a UTC time such as 2026-01-31T12:00:00Z, got {_shown(finished)}")
+        try:
+            when = datetime.strptime(finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        except ValueError:
+            self.bad("finished", f"is not a date and time that exists: {_shown(finished)}")
+        if not EARLIEST_FINISHED <= when <= self.now + FUTURE_SLACK:
+            self.bad(
+                "finished",
+                f"is {finished}, outside {EARLIEST_FINISHED:%Y-%m-%d} to {self.now + FUTURE_SLACK:%Y-%m-%d} "
+                "(a day past this machine's clock): no run finished then",
+            )
+        return finished
 
     def hardware(self, value: Any) -> Hardware:
         data = self.object(value, "hardware", _HARDWARE, optional=("vendor", "architectures"))
