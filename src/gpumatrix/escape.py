@@ -35,9 +35,10 @@ _SPAN_LIMIT = 120  # a comment's spec, a SHA, a node id in a status comment
 # A step summary shows a file, path or test name whole up to this many characters, a problem up to this.
 NAME_LIMIT = 300
 PROBLEM_LIMIT = 1000
-# What makes emphasis, links, images and strikethrough in running text. A backtick is left as it is:
-# it can only open a code span, inside which nothing is markup (and messages use spans on purpose).
-_MARKUP = re.compile(r"([\\*_\[\]~])")
+# What makes emphasis, links, images, strikethrough and code spans in running text. A backtick is
+# escaped too: left as it is, one in a login or a message pairs with the next span's opening backtick,
+# and text that span was keeping inert (an `@team` in a test's name) falls outside it.
+_MARKUP = re.compile(r"([\\*_\[\]~`])")
 # An at sign that mentions no one.
 _FULLWIDTH_AT = "\uff20"
 

@@ -130,7 +130,7 @@ def test_status_comment_as_posted(world: BotWorld) -> None:
         "pytest tests/e2e/test_model.py",
         "```",
         "",
-        "⛔ `nope.py`: is not a registered test file; `/rerun-test ?` lists the registered tests",
+        "⛔ `nope.py`: is not a registered test file; \\`/rerun-test ?\\` lists the registered tests",
         "",
         f"☑️ Each runner's result is also a check run `rerun / <runner>` on `{world.sha}`.",
         "",

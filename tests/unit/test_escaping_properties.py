@@ -23,7 +23,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from types import MappingProxyType
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpumatrix import GpumatrixError, register
@@ -305,8 +305,9 @@ def _mentions(document: str, author: str) -> list[str]:
     from gpumatrix.escape import markdown
 
     outside = re.sub(r"```.*?```", "", document, flags=re.DOTALL)
+    outside = outside.replace("\\`", "'")  # an escaped backtick opens no span
     outside = re.sub(r"`[^`\n]*`", "", outside)
-    outside = outside.replace(f"from @{markdown(author)}", "")
+    outside = outside.replace(f"from @{markdown(author)}".replace("\\`", "'"), "")
     return re.findall(r"@[A-Za-z0-9]", outside)
 
 
@@ -341,6 +342,7 @@ def test_no_control_character_or_markup_reaches_the_terminal(text: str) -> None:
 
 @SETTINGS
 @given(TEXT)
+@example("`")  # a login of one backtick paired with the next code span's opening one
 def test_no_markdown_table_break_tag_or_mention(text: str) -> None:
     for hostile, plain in zip(markdown_outputs(text), markdown_outputs(_plain(text)), strict=True):
         assert _markdown_skeleton(hostile) == _markdown_skeleton(plain), hostile

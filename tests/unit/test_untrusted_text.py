@@ -133,7 +133,7 @@ MARKDOWN = [
     ("link", "[a](http://e)", "\\[a\\](http://e)", "`[a](http://e)`"),
     ("emphasis", "*a* _b_ ~c~", "\\*a\\* \\_b\\_ \\~c\\~", "`*a* _b_ ~c~`"),
     ("pipe", "a|b", "a\\|b", "`a\\|b`"),
-    ("backtick", "a`b", "a`b", "`a'b`"),
+    ("backtick", "a`b", "a\\`b", "`a'b`"),
     ("lines", "a\n\nb", "a b", "`a b`"),
     ("backslash", "a\\*", "a\\\\\\*", "`a\\*`"),
 ]
