@@ -279,17 +279,20 @@ def render_matrix(console: Console, plans: Sequence[ShardPlan], *, suite: str | 
 def render_run_start(console: Console, plan: RunPlan, *, cached_kernels: int | None = None) -> None:
     """The run's header: runner, machine and targets; the workers it starts and why; the compile cache
     (`cached_kernels`: the kernels already in it, None when not looked at)."""
-    from rich.markup import escape
-
     console.print(
-        f"[bold]runner {escape(plan.runner.label)}[/bold] on {escape(plan.hardware.describe())}: "
-        f"{len(plan.targets)} target(s)" + (f", shard {escape(plan.shard)}" if plan.shard else "")
+        f"[bold]runner {terminal(plan.runner.label)}[/bold] on {terminal(plan.hardware.describe())}: "
+        f"{len(plan.targets)} target(s)" + (f", shard {terminal(plan.shard)}" if plan.shard else ""),
+        highlight=False,
     )
-    console.print(f"workers: {escape(plan.workers.arg)} ({escape(plan.workers.reason)})", soft_wrap=True)
+    console.print(
+        f"workers: {terminal(plan.workers.arg)} ({terminal(plan.workers.reason)})",
+        soft_wrap=True,
+        highlight=False,
+    )
     if plan.compile_cache is not None and cached_kernels is not None:
         state = f"warm: {cached_kernels} kernels" if cached_kernels else "cold: no kernels yet"
         console.print(
-            f"compile cache: {escape(plan.compile_cache.describe())}; {state}",
+            f"compile cache: {terminal(plan.compile_cache.describe())}; {state}",
             soft_wrap=True,
             highlight=False,
         )
