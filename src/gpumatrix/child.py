@@ -24,6 +24,7 @@ from gpumatrix.gating import forwarded_options
 from gpumatrix.leases import LeasePlan, ProcessLeases
 from gpumatrix.reruns import repeat_options
 from gpumatrix.session import SessionPlan
+from gpumatrix.visibility import visible_environment
 
 __all__ = ["HELD_LEASE_ENV", "REPLAY_TO_ENV", "log_setup_error", "run_in_child"]
 
@@ -73,7 +74,7 @@ def _child_reports(
         session.write(plan_file)
         env = {
             **os.environ,
-            "CUDA_VISIBLE_DEVICES": ",".join(leased),
+            **visible_environment(session.hardware.vendor, leased),
             HELD_LEASE_ENV: ",".join(leased),
             REPLAY_TO_ENV: str(replay),
         }

@@ -31,6 +31,7 @@ from gpumatrix.config import CPU_CLASS, GpuClass, Matrix, Runner, classify_devic
 from gpumatrix.devices import Device
 from gpumatrix.devices import Probe as _Probe
 from gpumatrix.vendor_probes import AMD_PROBES, INTEL_PROBES, amd_driver_present, intel_driver_present
+from gpumatrix.visibility import visible_spec
 
 __all__ = [
     "BUILTIN_CLASSES",
@@ -157,10 +158,9 @@ def detect(matrix: Matrix | None = None, *, environ: Mapping[str, str] | None = 
     probe = _probe_override(override, classes) if override else _probe_machine(env)
     if probe is None:
         return Hardware(CPU_CLASS, 0)
+    vendor = probe.devices[0].vendor if probe.devices else "nvidia"
     devices = (
-        probe.devices
-        if probe.visible_applied
-        else select_visible(probe.devices, env.get("CUDA_VISIBLE_DEVICES"))
+        probe.devices if probe.visible_applied else select_visible(probe.devices, visible_spec(vendor, env))
     )
     if not devices:
         return Hardware(CPU_CLASS, 0, driver=probe.driver, source=probe.source)
@@ -198,7 +198,8 @@ def parse_override(text: str, classes: Mapping[str, GpuClass] = BUILTIN_CLASSES)
 
 
 def select_visible(devices: Sequence[Device], spec: str | None) -> tuple[Device, ...]:
-    """The devices CUDA would expose under CUDA_VISIBLE_DEVICES=`spec`, in its order.
+    """The devices CUDA would expose under CUDA_VISIBLE_DEVICES=`spec`, in its order (HIP reads its
+    variables, and Level Zero ZE_AFFINITY_MASK's indices, the same way: `gpumatrix.visibility`).
 
     As CUDA reads it: unset means all; empty means none; entries are indices or `GPU-` UUIDs (a
     unique prefix is enough); the first invalid, unknown or repeated entry ends the list. Indices

@@ -37,6 +37,7 @@ from filelock import FileLock, Timeout
 
 from gpumatrix import GpumatrixError, UsageError
 from gpumatrix.config import MAX_WORKERS_PER_GPU
+from gpumatrix.visibility import narrowed
 
 __all__ = [
     "LEASE_DIR_ENV",
@@ -408,17 +409,18 @@ class ProcessLeases:
     log: Path | None = None
     worker: str = ""
     share: int = 1  # tests one GPU runs at a time (the runner's workers_per_gpu)
+    vendor: str = "nvidia"  # whose visibility variables a lease sets (`gpumatrix.visibility`)
     bound: tuple[str, ...] | None = None
     _stack: ExitStack | None = field(default=None, init=False, repr=False)
     _visible: tuple[str, ...] = field(default=(), init=False, repr=False)
-    _saved_env: str | None = field(default=None, init=False, repr=False)
 
     def plan(self, need: int, *, exclusive: bool = False) -> LeasePlan:
         self._note_binding(self.devices)  # initialised outside any lease: bound to the process's own set
         return plan_lease(need, devices=self.devices, bound=self.bound, share=self.share, exclusive=exclusive)
 
     def start(self, plan: LeasePlan, *, holder: str) -> tuple[str, ...]:
-        """Lease for one test and point CUDA_VISIBLE_DEVICES at the leased devices."""
+        """Lease for one test and point the vendor's visibility variables (CUDA_VISIBLE_DEVICES,
+        HIP_VISIBLE_DEVICES, ZE_AFFINITY_MASK) at the leased devices."""
         if self._stack is not None:
             raise RuntimeError("a lease is already active in this process; finish() it first")
         stack = ExitStack()
@@ -434,20 +436,15 @@ class ProcessLeases:
                 share=plan.share,
             )
         )
+        stack.enter_context(narrowed(self.vendor, leased))  # restored before the lease ends
         self._stack, self._visible = stack, leased
-        self._saved_env = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(leased)
         return leased
 
     def finish(self) -> None:
-        """Restore CUDA_VISIBLE_DEVICES and release; a no-op when no lease is active."""
+        """Restore the visibility variables and release; a no-op when no lease is active."""
         if self._stack is None:
             return
         self._note_binding(self._visible)
-        if self._saved_env is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = self._saved_env
         stack, self._stack = self._stack, None
         stack.close()
 

@@ -277,6 +277,7 @@ def _process_leases(
         log=settings.log,
         worker=worker,
         share=plan.workers_per_gpu,
+        vendor=hardware.vendor,
     )
 
 

@@ -40,6 +40,7 @@ from gpumatrix.pytest_failure import explain_no_report
 from gpumatrix.registry import Registration
 from gpumatrix.report import OUTCOMES, RAN, Report, ReportError, read_report
 from gpumatrix.session import SessionPlan, declared_paths, resolve_workers_per_gpu
+from gpumatrix.visibility import visible_environment
 
 if TYPE_CHECKING:
     from gpumatrix.flaky_history import PassRecord
@@ -166,7 +167,8 @@ def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runne
     """The runner to run as, and environment changes that make this machine match it.
 
     `auto` picks the runner of this machine's class with exactly its GPU count; failing that, the
-    largest runner of the class that fits, with CUDA_VISIBLE_DEVICES narrowed to that many GPUs.
+    largest runner of the class that fits, with the vendor's visibility variable (CUDA_VISIBLE_DEVICES,
+    HIP_VISIBLE_DEVICES, ZE_AFFINITY_MASK) narrowed to that many GPUs.
     """
     if label != "auto":
         return matrix.require_runner(label), {}
@@ -177,7 +179,7 @@ def select_runner(matrix: Matrix, hardware: Hardware, label: str) -> tuple[Runne
     fitting = [r for r in same_class if 0 < r.gpus < hardware.count]
     if fitting:
         runner = max(fitting, key=lambda r: r.gpus)
-        return runner, {"CUDA_VISIBLE_DEVICES": ",".join(hardware.device_ids[: runner.gpus])}
+        return runner, visible_environment(hardware.vendor, hardware.device_ids[: runner.gpus])
     raise RunError(
         f"--runner auto: no runner matches this machine ({hardware.describe()}); runners: "
         + ", ".join(f"{r.label} ({r.gpus} x {r.gpu_class})" for r in matrix.runners)
