@@ -12,7 +12,13 @@ from gpumatrix_trees import registered
 from gpumatrix import register
 from gpumatrix.cli import main
 from gpumatrix.config import parse_matrix
-from gpumatrix.suggest import SuggestOptions, find_evidence, insert_registration, suggest_registration
+from gpumatrix.suggest import (
+    SuggestOptions,
+    find_evidence,
+    insert_registration,
+    suggest_registration,
+    suggest_tree,
+)
 
 register(on=("cpu",), est_time=10)
 
@@ -209,3 +215,94 @@ def test_a_gpu_of_no_declared_class_is_a_problem() -> None:
     evidence = find_evidence(ast.parse("import torch\nx = torch.version.hip\n"), "test/test_x.py")
     with pytest.raises(UsageError, match=r"needs a GPU \(amd\), and ci/matrix.yaml declares no such class"):
         suggest_registration(evidence, matrix, SuggestOptions())
+
+
+_UTILS = """import pytest
+import torch
+
+device = "cuda"
+
+
+def supports_bfloat16():
+    if device == "cuda":
+        return torch.cuda.get_device_capability() >= (8, 0)
+    return True
+
+
+requires_sm90 = pytest.mark.skipif(torch.cuda.get_device_capability() < (9, 0), reason="Hopper")
+
+
+def set_seed(seed):
+    return seed
+"""
+_PARAMS = """import pytest
+import torch
+
+from test.utils import set_seed, supports_bfloat16
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.skipif(not supports_bfloat16(), reason="bf16"))],
+)
+def test_dtypes(dtype):
+    set_seed(0)
+
+
+def test_plain():
+    set_seed(1)
+"""
+_MARKED = """from .utils import requires_sm90
+
+pytestmark = [requires_sm90]
+
+
+def test_wgmma():
+    pass
+"""
+_NEITHER = """from os.path import join
+
+from ...outside import helper
+from .utils import set_seed
+
+
+def test_join():
+    assert join("a", "b") == "a/b"
+    set_seed(helper)
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "on", "reason"),
+    [
+        (
+            "test/test_params.py",
+            ("cpu", "a100", "h100", "b200", "mi300x"),
+            "line 9: uses supports_bfloat16 (test/utils.py:9: checks the compute capability against 8.0 "
+            "(at least that))",
+        ),
+        ("test/test_marked.py", ("h100", "b200"), "line 3: uses requires_sm90 (test/utils.py:13: checks the"),
+        ("test/test_neither.py", ("cpu",), "no sign of a GPU: the default, cpu"),
+    ],
+    ids=["param-marks-in-one-test", "pytestmark-list-of-an-imported-mark", "no-helper-sign"],
+)
+def test_signs_in_helpers_of_the_trees_own_modules_count_where_they_are_used(
+    path: str, on: tuple[str, ...], reason: str, tmp_path: Path
+) -> None:
+    root = _tree(
+        tmp_path / "repo",
+        {
+            "test/__init__.py": "",
+            "test/utils.py": _UTILS,
+            "test/test_params.py": _PARAMS,
+            "test/test_marked.py": _MARKED,
+            "test/test_neither.py": _NEITHER,
+        },
+    )
+    # beside the tree, not in it: a relative import that climbs out is not followed
+    (tmp_path / "outside.py").write_text("import torch\nhelper = torch.cuda.is_available()\n")
+    result = suggest_tree(root, SuggestOptions(), only=(root / path,))
+    assert result.problems == ()
+    (suggestion,) = result.suggestions
+    assert suggestion.on == on
+    assert any(line.startswith(reason) for line in suggestion.reasons), suggestion.reasons
