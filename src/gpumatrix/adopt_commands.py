@@ -24,9 +24,11 @@ def _split(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
 
 
-def _counts(value: str) -> tuple[int, ...]:
+def _counts(value: str | None) -> tuple[int, ...]:
     from gpumatrix import UsageError
 
+    if value is None:
+        return ()
     try:
         counts = tuple(int(part) for part in _split(value))
     except ValueError:
@@ -41,9 +43,13 @@ def _counts(value: str) -> tuple[int, ...]:
     "--classes",
     default=None,
     help="GPU classes to declare, comma-separated (e.g. h100,mi300x,pvc); default: those the "
-    "workflows' runner labels name, else h100.",
+    "workflows' runner labels name and those the test files need (read as data), else h100.",
 )
-@click.option("--gpus", default="1", show_default=True, help="GPU counts of each class's runners (e.g. 1,2).")
+@click.option(
+    "--gpus",
+    default=None,
+    help="GPU counts of every class's runners (e.g. 1,2); default: 1 and each count a test file needs.",
+)
 @click.option(
     "--test-root",
     "test_roots",
@@ -58,7 +64,9 @@ def _counts(value: str) -> tuple[int, ...]:
     default=None,
     help="The repository (default: the git work tree here).",
 )
-def init(classes: str | None, gpus: str, test_roots: tuple[str, ...], force: bool, root: Path | None) -> None:
+def init(
+    classes: str | None, gpus: str | None, test_roots: tuple[str, ...], force: bool, root: Path | None
+) -> None:
     """Write ci/matrix.yaml, the -p no:gpumatrix fallback in each test root's conftest.py and the
     .gitignore entries, from what the repository says; print the next steps. Running it again changes
     nothing."""

@@ -6,8 +6,11 @@ hold test files, the `runs-on` labels of its workflows and which workflows run p
 
 - `ci/matrix.yaml`: the test roots (`--test-root`, else pytest's `testpaths`, else the top-level
   directories holding test files, else `tests`), the class `cpu` and the classes asked for
-  (`--classes`, else those the workflows' runner labels name, else `h100`), one runner per class and
-  GPU count (`--gpus`, default 1) on the labels a workflow already uses for it, else
+  (`--classes`); without `--classes`, those the workflows' runner labels name and the registered
+  files name, and every class the test files need (`gpumatrix.class_survey`: each file read as data
+  for its signs, as `register --suggest` reads it: a capability a file skips below, a vendor's device, a
+  GPU count), else `h100`; one runner per class and GPU count (`--gpus` for every class, else one GPU
+  and each count a file needs) on the labels a workflow already uses for it, else
   `[self-hosted, linux, gpu-CLASS]`;
 - in each test root's `conftest.py`, the fallback hook that skips GPU-only files when the plugin is
   disabled (`pytest -p no:gpumatrix`);
@@ -28,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from gpumatrix import UsageError
+from gpumatrix.class_survey import ClassChoice, FileNeed, choose_classes, file_need
 from gpumatrix.config import CPU_CLASS, GpuClass, parse_matrix
 from gpumatrix.known_classes import KNOWN_CLASSES, classes_in_label
 from gpumatrix.pytest_settings import PytestSettings, read_pytest_settings
@@ -80,12 +84,16 @@ class RepositorySurvey:
     # (workflow file, runs-on label) of every job; and the workflow files that run pytest or `make test`
     labels: tuple[tuple[str, str], ...] = ()
     pytest_workflows: tuple[str, ...] = ()
+    # What each unregistered test file needs, read as data (files with no sign of a GPU are left out),
+    # and the classes registered files already name.
+    needs: tuple[FileNeed, ...] = ()
+    registered_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class InitOptions:
-    classes: tuple[str, ...] = ()  # GPU classes; empty: from the workflows, else DEFAULT_GPU_CLASS
-    gpus: tuple[int, ...] = (1,)
+    classes: tuple[str, ...] = ()  # GPU classes; empty: from the workflows and the test files
+    gpus: tuple[int, ...] = ()  # every class's runner counts; empty: 1 and what the test files need
     test_roots: tuple[str, ...] = ()  # empty: from pytest or the tree
     force: bool = False
 
@@ -133,9 +141,48 @@ def survey_repository(root: str | Path) -> RepositorySurvey:
         relative: _read(root / relative)
         for relative in (MATRIX_PATH, ".gitignore", *(f"{d}/conftest.py" for d in test_dirs))
     }
+    needs, registered = _read_needs(root, collected)
     return RepositorySurvey(
-        settings, test_dirs, len(collected), files, tuple(labels), tuple(pytest_workflows)
+        settings,
+        test_dirs,
+        len(collected),
+        files,
+        tuple(labels),
+        tuple(pytest_workflows),
+        needs,
+        registered,
     )
+
+
+def _read_needs(root: Path, paths: Sequence[str]) -> tuple[tuple[FileNeed, ...], tuple[str, ...]]:
+    """What each test file needs (never importing it), and the classes registered files name. A file
+    that cannot be read as Python is left to `register --suggest`, which says why."""
+    from gpumatrix.evidence import find_evidence, parse_test_file
+    from gpumatrix.local_helpers import LocalHelpers
+    from gpumatrix.registry import read_registration
+    from gpumatrix.regular_files import read_regular
+    from gpumatrix.source import READ_LIMIT
+
+    helpers = LocalHelpers(root)
+    needs: list[FileNeed] = []
+    registered: dict[str, None] = {}
+    for path in paths:
+        try:
+            data = read_regular(root / path, limit=READ_LIMIT)
+        except OSError:
+            continue
+        registration, _ = read_registration(data, path)
+        if registration is not None:
+            registered.update(dict.fromkeys(name for name in registration.on if name != CPU_CLASS))
+            continue
+        try:
+            tree = parse_test_file(data, path)[2]
+            need = file_need(path, find_evidence(tree, path, helpers=helpers.helpers_for(tree, path)))
+        except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
+            continue
+        if need is not None:
+            needs.append(need)
+    return tuple(needs), tuple(registered)
 
 
 def plan_init(
@@ -149,8 +196,10 @@ def plan_init(
     read = read or survey.files.get
     reasons: list[str] = []
     roots = _test_roots(survey, options, reasons)
-    classes = _gpu_classes(survey, options, reasons)
-    matrix_text = render_matrix(roots, classes, options.gpus, _labels_by_class(survey))
+    choice = _gpu_classes(survey, options, roots, reasons)
+    classes = choice.classes
+    counts = {name: options.gpus for name in classes} if options.gpus else choice.gpus
+    matrix_text = render_matrix(roots, classes, counts, _labels_by_class(survey))
     parse_matrix(matrix_text, source=MATRIX_PATH)  # what init writes is valid, or this is a bug
     files = [_matrix_file(read(MATRIX_PATH), matrix_text, force=options.force)]
     files += [_conftest_file(f"{r}/conftest.py", read(f"{r}/conftest.py")) for r in roots]
@@ -184,10 +233,14 @@ def apply_init(root: str | Path, plan: InitPlan) -> None:
 
 
 def render_matrix(
-    roots: Sequence[str], classes: Sequence[str], gpus: Sequence[int], labels: Mapping[str, str]
+    roots: Sequence[str],
+    classes: Sequence[str],
+    gpus: Sequence[int] | Mapping[str, Sequence[int]],
+    labels: Mapping[str, str],
 ) -> str:
     """The text of ci/matrix.yaml: `cpu` and `classes` (names of KNOWN_CLASSES), a runner per class and
-    GPU count, on `labels[class]` where a workflow names one."""
+    GPU count (`gpus`: the counts of every class, or of each), on `labels[class]` where a workflow
+    names one."""
     lines = [
         "# GPU classes and CI runners: the one source of truth for which test file runs where",
         "# (written by `gpumatrix init`; edit freely, `gpumatrix check` validates it).",
@@ -204,7 +257,7 @@ def render_matrix(
     lines += ["", "runners:"]
     lines += _runner_lines("cpu", CPU_CLASS, 0, ["ubuntu-latest"])
     for name in classes:
-        for count in gpus:
+        for count in gpus[name] if isinstance(gpus, Mapping) else gpus:
             runs_on = [labels[name]] if name in labels else ["self-hosted", "linux", f"gpu-{name}"]
             lines += _runner_lines(f"{count}-gpu-{name}", name, count, runs_on)
     return "\n".join(lines) + "\n"
@@ -259,7 +312,9 @@ def _test_roots(survey: RepositorySurvey, options: InitOptions, reasons: list[st
     return ("tests",)
 
 
-def _gpu_classes(survey: RepositorySurvey, options: InitOptions, reasons: list[str]) -> tuple[str, ...]:
+def _gpu_classes(
+    survey: RepositorySurvey, options: InitOptions, roots: Sequence[str], reasons: list[str]
+) -> ClassChoice:
     gpu_known = [name for name in KNOWN_CLASSES if name != CPU_CLASS]
     if options.classes:
         unknown = [name for name in options.classes if name not in gpu_known]
@@ -269,16 +324,26 @@ def _gpu_classes(survey: RepositorySurvey, options: InitOptions, reasons: list[s
                 f"declare others in {MATRIX_PATH} by hand)"
             )
         reasons.append(f"classes: cpu, {', '.join(options.classes)} (--classes)")
-        return tuple(dict.fromkeys(options.classes))
+        classes = tuple(dict.fromkeys(options.classes))
+        return ClassChoice(classes, {name: (1,) for name in classes}, ())
     found = _labels_by_class(survey)
     if found:
         named = ", ".join(f"{name} ({found[name]})" for name in found)
-        reasons.append(f"classes: cpu, {named} (runner labels of the workflows; --classes to choose)")
-        return tuple(found)
-    reasons.append(
-        f"classes: cpu, {DEFAULT_GPU_CLASS} (the default: no workflow names a GPU; --classes to choose)"
-    )
-    return (DEFAULT_GPU_CLASS,)
+        reasons.append(f"classes: {named} (runner labels of the workflows)")
+    registered = [name for name in survey.registered_classes if name in KNOWN_CLASSES and name not in found]
+    if registered:
+        reasons.append(f"classes: {', '.join(registered)} (named by registered test files)")
+    needs = [n for n in survey.needs if any(n.path.startswith(f"{root}/") for root in roots)]
+    choice = choose_classes(needs, start=[*found, *registered])
+    reasons += [f"test files: {reason}" for reason in choice.reasons]
+    if not choice.classes:
+        reasons.append(
+            f"classes: {DEFAULT_GPU_CLASS} (the default: no workflow names a GPU and no test file shows "
+            f"a sign of one; --classes to choose)"
+        )
+        return ClassChoice((DEFAULT_GPU_CLASS,), {DEFAULT_GPU_CLASS: (1,)}, ())
+    reasons.append(f"classes: cpu, {', '.join(choice.classes)} (--classes to choose others)")
+    return choice
 
 
 def _labels_by_class(survey: RepositorySurvey) -> dict[str, str]:
