@@ -49,6 +49,7 @@ GROUPS: dict[str, Group] = {
         (
             "tests/unit/test_mxfp8_formats.py",
             "tests/unit/test_mxfp8_layouts.py",
+            "tests/unit/test_mxtensor.py",
             "tests/unit/test_input_checks.py",
         ),
     ),
