@@ -17,7 +17,7 @@ Each variant is one CUDA graph of many calls rotating through enough weight copi
 its weights from DRAM (``gpu_timing``: > 4x the 60 MB L2), timed over 15 replays; each is timed three
 times, interleaved, and the median of the three is reported. ``--sweep`` also times kernel configurations
 (tile, split-K, dot mode, warps, stages) per (G, T) on the fused path and reports the best; dot mode
-``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.mxfp8_fold_steps``).
+``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.gemm.fold_steps``).
 """
 
 from __future__ import annotations

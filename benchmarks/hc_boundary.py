@@ -47,7 +47,7 @@ from gpumatrix.compare import ulp_distance
 from mxfuse import hc
 from mxfuse.formats import scale_spec
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_plan import choose_config, sm_count
+from mxfuse.kernels.hc import choose_config, sm_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import bench_us, copy_bandwidth, rotation_count

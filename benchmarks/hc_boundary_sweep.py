@@ -1,7 +1,7 @@
 """Choose the mHC boundary kernel's configuration per (H, token bucket, ordering) on one GPU, in one run.
 
     python benchmarks/hc_boundary_sweep.py [--hiddens 5120,7168] [--tokens 1,4,16,64,128,512,2048]
-        [--jobs 16] [--write src/mxfuse/kernels/hc_configs.json] [--json PATH]
+        [--jobs 16] [--write src/mxfuse/kernels/hc/configs.json] [--json PATH]
 
 For every shape, every candidate of ``candidates`` (tile sizes, phase-A split, warps, finish step,
 lag, one launch or two) is first compiled in ``--jobs`` worker processes (the Triton cache is shared
@@ -15,7 +15,7 @@ on disk, so the timing process only loads), then checked and timed here:
     fastest of a shape are timed again in three interleaved rounds and the median decides.
 
 The shifted ordering is timed on the default and the normal ordering's six fastest of the same shape
-(``--full-shifted``: the whole grid). The winners go to ``--write`` (the table ``mxfuse.kernels.hc_plan.choose_config`` reads): one entry
+(``--full-shifted``: the whole grid). The winners go to ``--write`` (the table ``mxfuse.kernels.hc.choose_config`` reads): one entry
 per measured T, and each power-of-two bucket between two measured T takes the larger one's winner.
 Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/).
 """
@@ -44,11 +44,11 @@ from hc_boundary import PARAMS, _args, _kargs, environment, floor_bytes, make_se
 from gpumatrix.compare import assert_close
 from mxfuse import hc
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_plan import HcConfig, default_config
+from mxfuse.kernels.hc import HcConfig, default_config
 
 TOKENS = (1, 4, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
-TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "hc_configs.json"
+TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "hc" / "configs.json"
 
 
 def _divisor_at_least(n: int, quotient_at_most: int) -> int:

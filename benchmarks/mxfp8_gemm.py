@@ -35,7 +35,7 @@ from gpu_timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import calc_diff
 from mxfuse.gemm import mxfp8_gemm, prepare_mxfp8_weight
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.mxfp8_gemm import GemmConfig, choose_config, launch_mxfp8_gemm
+from mxfuse.kernels.gemm import GemmConfig, choose_config, launch_mxfp8_gemm
 
 SHAPES = {
     "v41 wqkv_a": (1792, 5120),

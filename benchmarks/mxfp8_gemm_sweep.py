@@ -8,7 +8,7 @@ Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one
   * ``bf16``: ``torch.mm`` on bf16 copies of the weights (cuBLAS), and the byte floor (weight, activation
     and output bytes at the device-to-device copy bandwidth measured in the same run);
   * ``default``: what the launcher runs today (``mxfp8_configs.choose_config``);
-  * candidates (``candidates``): the folded-scale kernel (``mxfuse.kernels.mxfp8_fold``) over tile,
+  * candidates (``candidates``): the folded-scale kernel (``mxfuse.kernels.gemm.launch``) over tile,
     operand order, 16-bit type, conversion, where the scales are folded, split-K, pipeline depth, warps
     and PDL, and the existing kernels around the default. Each candidate is first checked against the
     torch backend (calc_diff <= 1e-5 and |out - torch| <= 2**-7 |torch| + 2**-10 rms, the GPU tests'
@@ -26,7 +26,7 @@ cache (compile time counts against the budget).
 
 Writes ``$OUT/mxfp8_gemm_sweep.json`` (every check and time; ``reports/`` without ``$OUT``) and
 ``$OUT/mxfp8_gemm_configs.json``: the fastest checked configuration per (device, shape, M bucket) in the
-format of ``src/mxfuse/kernels/mxfp8_gemm_configs.json``, to be merged there by hand. Prints a short
+format of ``src/mxfuse/kernels/gemm/configs.json``, to be merged there by hand. Prints a short
 table. ``--cpu-smoke`` runs the whole flow on tiny shapes under the Triton interpreter (no GPU, times
 are wall clock and meaningless): it checks the script, not the kernels' speed.
 """
@@ -60,8 +60,8 @@ from gpumatrix.compare import calc_diff
 from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view, scale_to_layout
 from mxfuse.gemm import mxfp8_gemm
 from mxfuse.gemm.weights import MxWeight, quantize_weight
-from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config, parse_table
-from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm.configs import GemmConfig, choose_config, parse_table
 
 SMOKE_SHAPES = {"smoke a": (128, 512), "smoke b": (192, 256)}
 SMOKE_MS = (1, 16, 64)

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from mxfuse.attention import mqa_decode_attention
 from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view
 from mxfuse.gemm.weights import quantize_weight
-from mxfuse.kernels.mxfp8_configs import GemmConfig
-from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm.configs import GemmConfig
 
 
 def gemm(configs: list[GemmConfig | None], m: int, n: int = 5120, k: int = 8192) -> None:

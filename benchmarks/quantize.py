@@ -127,7 +127,7 @@ def measure(m: int, k: int, compiled_ref, compiled_tao, *, rounds: int = 3) -> d
 
 
 def sweep(m: int, k: int, configs: list[tuple[int, int, int]]) -> list[dict[str, object]]:
-    module = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+    module = importlib.import_module("mxfuse.kernels.quantize.launch")
     formats = importlib.import_module("mxfuse.formats")
     xs = make_inputs(m, k)
     rows = []
@@ -135,7 +135,7 @@ def sweep(m: int, k: int, configs: list[tuple[int, int, int]]) -> list[dict[str,
         outs = [empty_mxfp8_pair(m, k, scale_layout="deepgemm", device="cuda") for _ in xs]
         fns = [
             functools.partial(
-                module._launch,
+                module.launch_quantize,
                 x,
                 *o,
                 rounding=formats.ScaleRounding.RCEIL,

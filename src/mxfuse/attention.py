@@ -13,7 +13,7 @@ New token s of sequence b attends to cache positions ``0 .. lens[b] + s`` (causa
 returned as [T, H * D] bf16. ``lens[b] = 0`` is a sequence with no earlier tokens: its first new token
 attends to itself alone. Positions at or past ``lens[b] + S`` are never read, whatever they hold.
 
-``mqa_decode_attention`` runs the split-KV Triton kernel (``mxfuse.kernels.mqa_decode``) on CUDA devices
+``mqa_decode_attention`` runs the split-KV Triton kernel (``mxfuse.kernels.attention``) on CUDA devices
 with bf16 tensor-core dots (sm_80+) and ``mqa_decode_attention_reference`` (float32 torch) elsewhere; each
 call emits a witness record, ``attention.kernel`` or ``attention.reference``, with the reason. The kernel
 reads ``lens`` on the device: no host synchronisation, static shapes, so a CUDA graph captured once
@@ -44,8 +44,8 @@ from mxfuse.formats import (
     parse_scale_rounding,
 )
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.mqa_decode import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
-from mxfuse.kernels.mxfp8_tile import scale_target
+from mxfuse.kernels.attention import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
+from mxfuse.kernels.mxfp8 import scale_target
 from mxfuse.memory import tensors_overlap
 
 __all__ = [
@@ -237,7 +237,7 @@ def mqa_decode_attention(
     ``check_lens``: read ``lens`` on the host and refuse values outside ``[0, capacity - S]`` (a device
     synchronisation; skipped inside CUDA-graph capture, where the kernel clamps lengths to that range so a
     bad one can never read outside the cache). ``config`` overrides the checked-in launch table
-    (``mxfuse.kernels.mqa_decode.choose_mqa_config``).
+    (``mxfuse.kernels.attention.choose_mqa_config``).
 
     ``out_pair``: ``(float8_e4m3fn [T, H * D], scale)`` in ``out_scale_layout`` (None: told from the scale's
     dtype and rank), the next GEMM's MXFP8 input: bit for bit ``quantize_mxfp8(out, rounding=rounding)``,

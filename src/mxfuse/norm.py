@@ -4,7 +4,7 @@ bf16 y and/or as the next GEMM's MXFP8 pair of y (``rms_norm``).
 The pair is bit for bit ``quantize_mxfp8(y, rounding, scale_layout)`` of the y the same call writes (or
 would write), so a consumer fed the pair computes exactly what it computes from y after quantizing it
 itself: the decode step's q_norm feeds wq_b this way. CUDA tensors run one Triton launch
-(``mxfuse.kernels.rms_norm``, sm_89+ for the pair's FP8 conversion); CPU tensors the torch formula
+(``mxfuse.kernels.norm``, sm_89+ for the pair's FP8 conversion); CPU tensors the torch formula
 (``rms_norm_reference``) and the reference quantizer. A ``mxfuse.witness`` record says which ran:
 ``norm.kernel.pair`` (the pair written, y too if asked), ``norm.kernel.bf16`` or ``norm.reference``.
 """
@@ -64,7 +64,7 @@ def rms_norm(
     an optional ``weight`` [D]: bf16 y (``want_y``) and/or its MXFP8 pair in ``scale_layout``
     (``want_pair``; D a multiple of 32), written into ``out_pair`` when given (see ``empty_mxfp8_pair``;
     capturable in a CUDA graph). Bad arguments raise ValueError or TypeError naming the argument."""
-    from mxfuse.kernels.rms_norm import MAX_ROW, check_norm_eps, check_norm_weight, launch_rms_norm
+    from mxfuse.kernels.norm import MAX_ROW, check_norm_eps, check_norm_weight, launch_rms_norm
 
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2:
         raise TypeError(f"x must be a 2-D floating-point torch.Tensor; got {_describe(x)}")
@@ -117,7 +117,7 @@ def rms_norm(
             raise MxfuseUnavailableError(
                 f"rms_norm's MXFP8 pair needs FP8 conversion (sm_89+); {x.device} is {sm}"
             )
-        from mxfuse.kernels.mxfp8_tile import scale_target
+        from mxfuse.kernels.mxfp8 import scale_target
 
         target = scale_target(pair[1], m=m, k=d, layout=layout)
         kwargs = {

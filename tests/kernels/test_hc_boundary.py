@@ -29,8 +29,7 @@ from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
 from mxfuse import MxfuseError, MxfuseUnavailableError, hc, witness
 from mxfuse.formats import ScaleLayout, ScaleRounding
-from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
+from mxfuse.kernels.hc import HcConfig, HcWorkspace, launch_boundary
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 

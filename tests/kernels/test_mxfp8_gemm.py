@@ -36,8 +36,8 @@ from mxfuse import witness
 from mxfuse.formats import scale_spec, scale_storage_view
 from mxfuse.gemm import BACKENDS, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm.backend import cuda_capability
-from mxfuse.kernels.mxfp8_configs import GemmConfig
-from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm.configs import GemmConfig
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=150)
 

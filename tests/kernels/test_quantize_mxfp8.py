@@ -26,7 +26,7 @@ from mxfuse.kernels import quantize_mxfp8
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=120)
 
-_module = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+_module = importlib.import_module("mxfuse.kernels.quantize.launch")
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
 ROUNDINGS = ("rceil", "floor")
@@ -65,7 +65,9 @@ def _quantize(x: torch.Tensor, rounding: str, layout: str, *, poison: int = 0xA5
         got = quantize_mxfp8(x, rounding=rounding, scale_layout=layout, out=(q, s))
         assert got[0] is q and got[1] is s
     else:
-        _module._launch(x, q, s, rounding=ScaleRounding(rounding), layout=ScaleLayout(layout), hw_cvt=False)
+        _module.launch_quantize(
+            x, q, s, rounding=ScaleRounding(rounding), layout=ScaleLayout(layout), hw_cvt=False
+        )
     torch.cuda.synchronize()
     return q, s
 

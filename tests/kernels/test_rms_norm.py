@@ -1,4 +1,4 @@
-"""The one-launch RMSNorm kernel (``mxfuse.kernels.rms_norm``) on the GPU against a float64 reference.
+"""The one-launch RMSNorm kernel (``mxfuse.kernels.norm``) on the GPU against a float64 reference.
 
 Metric: every bf16 output within one bf16 ulp of ``bf16(x * rsqrt(mean(x^2) + eps) * w)`` computed in
 float64 (the kernel's fp32 sum may round the last bit either way); outputs land in fresh tensors, and a
@@ -12,7 +12,7 @@ import torch
 
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits, assert_ulp_close
-from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
+from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows
 
 register(on=("h100", "b200", "gb300", "5090"), gpus=1, est_time=20)
 

@@ -157,12 +157,12 @@ _WORKER = """
 import importlib, sys, torch
 from mxfuse.formats import ScaleLayout, ScaleRounding, scale_spec, scale_storage_view
 from mxfuse.hc import empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcProjection, HcWorkspace
-fused = importlib.import_module("mxfuse.kernels.hc_boundary")
-steps = importlib.import_module("mxfuse.kernels.hc_steps")
-quantize = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+from mxfuse.kernels.hc import HcConfig, HcParams, HcProjection, HcWorkspace
+fused = importlib.import_module("mxfuse.kernels.hc.launch")
+steps = importlib.import_module("mxfuse.kernels.hc.steps")
+quantize = importlib.import_module("mxfuse.kernels.quantize.launch")
 cases = torch.load(sys.argv[1], weights_only=False)
-results = {"interpreted": type(fused._hc_kernel).__name__}
+results = {"interpreted": type(fused.hc_kernel).__name__}
 for c in cases:
     t, h, layout = c["tokens"], c["hidden"], c["layout"]
     x = c["inputs"]
@@ -193,7 +193,7 @@ for c in cases:
         steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
                           hw_cvt=False, split=x["prev_pre"] is not None)
         if out.pair is not None:
-            quantize._launch(out.y, *out.pair, rounding=ScaleRounding(c["rounding"]), layout=ScaleLayout(layout),
+            quantize.launch_quantize(out.y, *out.pair, rounding=ScaleRounding(c["rounding"]), layout=ScaleLayout(layout),
                              hw_cvt=False)
     results[c["name"]] = {
         "residual": out.residual, "pre": out.pre, "post": out.post, "comb": out.comb, "y": out.y,

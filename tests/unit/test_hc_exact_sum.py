@@ -1,4 +1,4 @@
-"""``exact_sum`` (mxfuse.kernels.hc_tile) under the Triton interpreter: a sum whose bits do not depend on
+"""``exact_sum`` (mxfuse.kernels.hc.tile) under the Triton interpreter: a sum whose bits do not depend on
 the order of its terms, close to the exactly rounded sum, with infinities and NaNs as a plain sum has them.
 
 The fused boundary and the unfused steps reduce the same rows in different kernels, where Triton may give
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
-from mxfuse.kernels.hc_tile import exact_sum, exact_total3
+from mxfuse.kernels.hc.tile import exact_sum, exact_total3
 
 @triton.jit
 def rows_kernel(x_ptr, out_ptr, plain_ptr, N: tl.constexpr, M: tl.constexpr):

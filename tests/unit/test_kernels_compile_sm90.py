@@ -31,18 +31,18 @@ FAMILIES = {
     "quantize_mxfp8": (
         """
     import importlib
-    qm = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+    qm = importlib.import_module("mxfuse.kernels.quantize.launch")
     x = torch.randn(5, 256, dtype=torch.bfloat16)
     for layout in ("e8m0", "deepgemm", "swizzled_128x4"):
         q, s = empty_mxfp8_pair(5, 256, scale_layout=layout, device="cpu")
-        qm._launch(x, q, s, rounding=ScaleRounding.RCEIL, layout=ScaleLayout(layout), hw_cvt=True)
+        qm.launch_quantize(x, q, s, rounding=ScaleRounding.RCEIL, layout=ScaleLayout(layout), hw_cvt=True)
 """,
-        {"_quantize_mxfp8_kernel"},
+        {"quantize_mxfp8_kernel"},
     ),
     "mxfp8_gemm": (
         """
     from mxfuse.gemm.weights import quantize_weight
-    from mxfuse.kernels import mxfp8_gemm as mk
+    from mxfuse.kernels import gemm as mk
     wq, ws = quantize_weight(torch.randn(256, 512))
     wst = mk.weight_scale_kgroup_major(ws)
     configs = [None, mk.GemmConfig("gemv", 4, 4, 32, 2, 4, 3, bits=True), mk.GemmConfig("dq16", 64, 128, 2, 1, 8, 3),
@@ -56,7 +56,7 @@ FAMILIES = {
             out = torch.empty(m, 256, dtype=torch.bfloat16)
             mk.launch_mxfp8_gemm(aq, a_bytes, "deepgemm", wq, wst, out, config=config)
 """,
-        {"_mxfp8_gemv_kernel", "_mxfp8_stream_kernel", "_mxfp8_mma_kernel", "_mxfp8_dq16_kernel"},
+        {"mxfp8_gemv_kernel", "mxfp8_stream_kernel", "mxfp8_mma_kernel", "mxfp8_dq16_kernel"},
     ),
     "grouped_wo_a": (
         """
@@ -70,14 +70,14 @@ FAMILIES = {
         launch_grouped_wo_a(aq, asc, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets, z=z, pair=pair,
                             out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL)
 """,
-        {"_grouped_wo_a_kernel"},
+        {"grouped_wo_a_kernel"},
     ),
     "hc_boundary": (
         """
     from hc_inputs import make_inputs
     from mxfuse.hc import empty_hc_boundary_outputs
-    from mxfuse.kernels import hc_boundary as fused, hc_steps as steps
-    from mxfuse.kernels.hc_plan import HcConfig, HcProjection, HcWorkspace
+    from mxfuse.kernels.hc import launch as fused, steps
+    from mxfuse.kernels.hc import HcConfig, HcProjection, HcWorkspace
     # two launches, the second a programmatic dependent one on 16 warps whose one-step finish loads w first
     two = HcConfig(16, 64, 2, 16, 4, 0, 8, 2, warps_f=16)
     for t, shifted, config in ((1, False, None), (1, True, None), (129, False, None), (129, True, None),
@@ -98,11 +98,11 @@ FAMILIES = {
         steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
                           hw_cvt=True, split=x["prev_pre"] is not None)
 """,
-        {"_hc_kernel"},
+        {"hc_kernel"},
     ),
     "mqa_decode": (
         """
-    from mxfuse.kernels.mqa_decode import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
+    from mxfuse.kernels.attention import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
     for dim, heads, new in ((512, 64, 1), (64, 16, 4)):
         q = torch.randn(2 * new, heads, dim).to(torch.bfloat16)
         kv = torch.randn(2, 100, dim).to(torch.bfloat16)
@@ -123,11 +123,11 @@ FAMILIES = {
                           scale=0.1, config=MqaConfig(splits=3), pair=(codes, scales), layout_code=code,
                           rows_padded=4, floor=floor, write_y=False)
 """,
-        {"_mqa_split_kernel", "_mqa_combine_kernel"},
+        {"mqa_split_kernel", "mqa_combine_kernel"},
     ),
     "rms_norm": (
         """
-    from mxfuse.kernels.rms_norm import launch_rms_norm
+    from mxfuse.kernels.norm import launch_rms_norm
     for cols, weighted in ((1024, True), (512, False), (300, True)):
         x = torch.randn(3, 2 * cols).to(torch.bfloat16)[:, :cols]
         w = torch.rand(cols).to(torch.bfloat16) if weighted else None
@@ -139,7 +139,7 @@ FAMILIES = {
         launch_rms_norm(x, None, 1e-6, y=torch.empty(3, 1024, dtype=torch.bfloat16), q=q, scale_words=flat,
                         layout_code=code, rows_padded=4 if code == 1 else 128 if code == 2 else 3)
 """,
-        {"_rms_norm_kernel"},
+        {"rms_norm_kernel"},
     ),
 }
 

@@ -72,9 +72,9 @@ CASES = {
 
 _WORKER = """
 import importlib, sys, torch
-md = importlib.import_module("mxfuse.kernels.mqa_decode")
+md = importlib.import_module("mxfuse.kernels.attention")
 cases, pairs = torch.load(sys.argv[1], weights_only=False)
-results = {"interpreted": type(md._mqa_split_kernel).__name__}
+results = {"interpreted": type(md.mqa_split_kernel).__name__}
 for name, c in cases.items():
     q, kv, lens = c["q"], c["kv"], c["lens"]
     cfg = md.MqaConfig(**c["config"])
@@ -85,7 +85,7 @@ for name, c in cases.items():
     md.launch_mqa_decode(q, kv, lens, out, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True)
     results[name] = out
 from mxfuse.formats import align, scale_spec
-from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
+from mxfuse.kernels.mxfp8 import ROWS_ALIGN, scale_layout_code
 for name, c in pairs.items():
     q, kv, lens = c["q"], c["kv"], c["lens"]
     cfg = md.MqaConfig(**c["config"])

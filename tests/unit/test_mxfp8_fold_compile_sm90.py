@@ -47,7 +47,7 @@ _CHILD = """
 import json, os, re, subprocess, sys, tempfile, torch, triton
 from sm90_compile import compile_launches
 from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec, scale_storage_view
-from mxfuse.kernels import mxfp8_fold as mf
+from mxfuse.kernels.gemm import launch as mf
 from mxfuse.kernels.splitk import split_workspace
 variants = json.loads(sys.argv[1])
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -113,16 +113,16 @@ def compiled() -> dict:
 def test_variant_compiles_for_sm90(compiled, label):
     names = [k["kernel"] for k in compiled[label]]
     if label == "wo_a fold":
-        assert names == ["_fold_activation_kernel", "_grouped_wo_a_kernel", "_grouped_wo_a_kernel"], names
+        assert names == ["fold_activation_kernel", "grouped_wo_a_kernel", "grouped_wo_a_kernel"], names
     elif VARIANTS[label]["act"] == "prefold":
-        assert names == ["_fold_activation_kernel", "_mxfp8_fold_kernel"], names
+        assert names == ["fold_activation_kernel", "mxfp8_fold_kernel"], names
     else:
-        assert names == ["_mxfp8_fold_kernel"], names
+        assert names == ["mxfp8_fold_kernel"], names
 
 
 @pytest.mark.parametrize("label", ASYNC_DESIGN)
 def test_prefolded_design_keeps_the_weight_in_registers_and_the_wgmma_in_flight(compiled, label):
-    fold = next(k for k in compiled[label] if k["kernel"] == "_mxfp8_fold_kernel")
+    fold = next(k for k in compiled[label] if k["kernel"] == "mxfp8_fold_kernel")
     assert fold["register_a"] and fold["register_a"][0], (
         f"the main loop's wgmma takes A from shared memory: {fold}"
     )
@@ -135,6 +135,6 @@ def test_facts_are_read_from_the_compiled_code(compiled):
     wgmmas, and every one a register count. (With 16 token rows in the M slot, ``swap_ab=False``,
     the dot is below the wgmma's M of 64 and Triton emits mma.sync instead.)"""
     for label, kw in VARIANTS.items():
-        fold = next(k for k in compiled[label] if k["kernel"] == "_mxfp8_fold_kernel")
+        fold = next(k for k in compiled[label] if k["kernel"] == "mxfp8_fold_kernel")
         assert isinstance(fold["regs"], int) and fold["regs"] > 0, (label, fold)
         assert bool(fold["register_a"]) == kw.get("swap_ab", True), (label, fold)

@@ -1,4 +1,4 @@
-"""The folded-scale MXFP8 kernels (``mxfuse.kernels.mxfp8_fold``, and the grouped wo_a on the same
+"""The folded-scale MXFP8 kernels (``mxfuse.kernels.gemm.launch``, and the grouped wo_a on the same
 mainloop) under the Triton interpreter, at small shapes: every fp16 mode, both operand orders, split-K,
 all three activation scale layouts, N and K that no tile divides.
 
@@ -171,12 +171,12 @@ def _inputs(case):
 _WORKER = """
 import sys, torch
 from mxfuse.formats import scale_spec, scale_storage_view
-from mxfuse.kernels import mxfp8_fold as mf
-from mxfuse.kernels.mxfp8_tile import LAYOUT_CODE
+from mxfuse.kernels.gemm import launch as mf
+from mxfuse.kernels.mxfp8 import LAYOUT_CODE
 from mxfuse.kernels.splitk import split_workspace
 import triton
 cases = torch.load(sys.argv[1], weights_only=False)
-results = {"interpreted": type(mf._mxfp8_fold_kernel).__name__}
+results = {"interpreted": type(mf.mxfp8_fold_kernel).__name__}
 for c in cases:
     a, a_scale, layout, w, sw_t, opts = c["a"], c["a_scale"], c["layout"], c["w"], c["sw_t"], c["opts"]
     m, k = a.shape
@@ -441,7 +441,7 @@ FOLD_K = 256
 
 _FOLD_WORKER = """
 import sys, torch
-from mxfuse.kernels import mxfp8_fold as mf
+from mxfuse.kernels.gemm import launch as mf
 c = torch.load(sys.argv[1], weights_only=False)
 results = {}
 for dtype in (torch.float16, torch.bfloat16):

@@ -58,11 +58,11 @@ PREFETCH = {prefetch}
 kept = []
 def run():
     from mxfuse.gemm.weights import quantize_weight
-    from mxfuse.kernels import mxfp8_gemm as mk
+    from mxfuse.kernels import gemm as mk
     import importlib
-    qm = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
-    from mxfuse.kernels.rms_norm import launch_rms_norm
-    from mxfuse.kernels.mqa_decode import MqaConfig, launch_mqa_decode, mqa_partials_numel
+    qm = importlib.import_module("mxfuse.kernels.quantize.launch")
+    from mxfuse.kernels.norm import launch_rms_norm
+    from mxfuse.kernels.attention import MqaConfig, launch_mqa_decode, mqa_partials_numel
     from mxfuse.einsum import prepare_wo_a_weight
     from mxfuse.kernels.grouped_wo_a import launch_grouped_wo_a
     with pdl.programmatic_launch(True, prefetch=PREFETCH):
@@ -80,7 +80,7 @@ def run():
         x = torch.randn(1, 512, dtype=torch.bfloat16)
         launch_rms_norm(x, None, 1e-6, y=torch.empty_like(x))
         q, s = empty_mxfp8_pair(1, 512, scale_layout="deepgemm", device="cpu")
-        qm._launch(x, q, s, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM, hw_cvt=True)
+        qm.launch_quantize(x, q, s, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM, hw_cvt=True)
         qq, kv = torch.randn(1, 64, 512).to(torch.bfloat16), torch.randn(1, 100, 512).to(torch.bfloat16)
         a, m = mqa_partials_numel(1, 64, 512, 3)
         launch_mqa_decode(qq, kv, torch.tensor([90]), torch.empty(1, 64 * 512, dtype=torch.bfloat16),
@@ -97,17 +97,17 @@ def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
     done = run_in_child(_COMPILE.format(prefetch=prefetch))
     assert done.returncode == 0, done.stderr[-4000:]
     ptx = json.loads(done.stdout.strip().splitlines()[-1])
-    for name in ("_mxfp8_stream_kernel", "_grouped_wo_a_kernel"):
+    for name in ("mxfp8_stream_kernel", "grouped_wo_a_kernel"):
         assert _WAIT in ptx[name], f"{name}: a dependent must wait"
         assert (_BULK in ptx[name]) == prefetch, f"{name}: weight rows requested before the wait: {prefetch}"
         if prefetch:  # the request comes before the wait
             assert ptx[name].index(_BULK) < ptx[name].index(_WAIT)
     # Every kernel of the step is a dependent: it waits, and signals its own dependents only after that
     # (a dependent's work before its wait must not run ahead of its predecessor's predecessor).
-    for name in ("_mxfp8_stream_kernel", "_rms_norm_kernel", "_quantize_mxfp8_kernel", "_mqa_combine_kernel"):
+    for name in ("mxfp8_stream_kernel", "rms_norm_kernel", "quantize_mxfp8_kernel", "mqa_combine_kernel"):
         assert _SIGNAL in ptx[name], f"{name}: should signal its dependents"
         assert _WAIT in ptx[name], f"{name}: should wait as a dependent"
         assert ptx[name].index(_WAIT) < ptx[name].index(_SIGNAL), f"{name}: signals before it waits"
-    assert _WAIT in ptx["_mqa_split_kernel"], "the attention's split kernel waits for the cache write"
+    assert _WAIT in ptx["mqa_split_kernel"], "the attention's split kernel waits for the cache write"
     # The grouped wo_a lets wo_b launch only as its programs exit (no early residency beside its stream).
-    assert _SIGNAL not in ptx["_grouped_wo_a_kernel"]
+    assert _SIGNAL not in ptx["grouped_wo_a_kernel"]

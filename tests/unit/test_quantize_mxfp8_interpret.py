@@ -34,9 +34,9 @@ POISONS = (0xA5, 0x5A)  # two different fills: a byte left unwritten differs fro
 _WORKER = """
 import importlib, sys, torch
 from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, scale_spec, scale_storage_view
-module = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+module = importlib.import_module("mxfuse.kernels.quantize.launch")
 cases, poisons = torch.load(sys.argv[1])
-results = {"interpreted": type(module._quantize_mxfp8_kernel).__name__}
+results = {"interpreted": type(module.quantize_mxfp8_kernel).__name__}
 for name, x, rounding, layout in cases:
     m, k = x.shape
     spec = scale_spec(m, k, scale_layout=layout)
@@ -44,7 +44,7 @@ for name, x, rounding, layout in cases:
         q, s = empty_mxfp8_pair(m, k, scale_layout=layout, device="cpu")
         q.view(torch.uint8).fill_(poison)
         scale_storage_view(s, spec).view(torch.uint8).fill_(poison)
-        module._launch(x, q, s, rounding=ScaleRounding(rounding), layout=ScaleLayout(layout), hw_cvt=False)
+        module.launch_quantize(x, q, s, rounding=ScaleRounding(rounding), layout=ScaleLayout(layout), hw_cvt=False)
         written = scale_storage_view(s, spec).view(torch.uint8)
         results[(name, rounding, layout, poison)] = (q.view(torch.uint8), written)
 torch.save(results, sys.argv[2])

@@ -39,10 +39,10 @@ _WORKER = """
 import sys, torch
 from mxfuse.formats import scale_spec, scale_storage_view
 from mxfuse.formats import align
-from mxfuse.kernels import rms_norm as m
-from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
+from mxfuse.kernels import norm as m
+from mxfuse.kernels.mxfp8 import ROWS_ALIGN, scale_layout_code
 cases = torch.load(sys.argv[1])
-out = {"interpreted": type(m._rms_norm_kernel).__name__}
+out = {"interpreted": type(m.rms_norm_kernel).__name__}
 for name, (x, w, stride, layout, rounding) in cases.items():
     rows, cols = x.shape
     buf = torch.full((rows, stride), float("nan"), dtype=torch.bfloat16)
@@ -139,13 +139,13 @@ def test_rows_written_into_a_cache_land_at_their_positions(interpreted) -> None:
 
 
 def test_launcher_rejects_bad_input() -> None:
-    from mxfuse.kernels.rms_norm import rms_norm_rows
+    from mxfuse.kernels.norm import rms_norm_rows
 
     with pytest.raises(TypeError, match="x must be a floating-point"):
         rms_norm_rows(torch.zeros(2, 4, dtype=torch.int32), None, eps=1e-6)
     with pytest.raises(ValueError, match="x must be on a CUDA device"):
         rms_norm_rows(torch.zeros(2, 4), None, eps=1e-6)
-    from mxfuse.kernels.rms_norm import rms_norm_into_cache
+    from mxfuse.kernels.norm import rms_norm_into_cache
 
     with pytest.raises(ValueError, match="x must be on a CUDA device"):
         rms_norm_into_cache(torch.zeros(2, 4), None, eps=1e-6, kv=torch.zeros(1, 4, 4), lens=torch.zeros(1))

@@ -1,4 +1,4 @@
-"""The ``triton`` backend: our MXFP8 GEMM (``mxfuse.kernels.mxfp8_gemm``) on CUDA GPUs with FP8, sm_89+.
+"""The ``triton`` backend: our MXFP8 GEMM (``mxfuse.kernels.gemm``) on CUDA GPUs with FP8, sm_89+.
 
 It reads ``a``'s scales in any of the three layouts and keeps the weight's scales K-group-major, uint8
 ``[K/32, N]`` (one coalesced load per 32-wide group for a tile of weight rows); the stream kernel (M <= 4)
@@ -41,7 +41,7 @@ class _TritonBackend:
         return Availability(True, f"any N; K % {BLOCK_SIZE} == 0")
 
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
-        from mxfuse.kernels.mxfp8_gemm import weight_scale_kgroup_major
+        from mxfuse.kernels.gemm import weight_scale_kgroup_major
 
         return weight_scale_kgroup_major(scale_e8m0)
 
@@ -53,7 +53,7 @@ class _TritonBackend:
         w: MxWeight,
         out: torch.Tensor,
     ) -> None:
-        from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm
+        from mxfuse.kernels.gemm import launch_mxfp8_gemm
 
         m, k = a_q.shape
         spec = scale_spec(m, k, scale_layout=a_layout)

@@ -20,7 +20,7 @@ DeepGEMM's Mega-mHC test reference):
 The scalars (``hc_norm_eps`` ... ``rms_scale``) are the fields of one frozen ``HcParams`` (V4's values by
 default), validated when it is made and passed whole to the entry points, the reference and the kernels.
 ``mxfuse.hc.reference`` holds the steps in plain torch; ``mhc_boundary`` runs the fused Triton kernel
-(``mxfuse.kernels.hc_boundary``) on CUDA tensors and the reference on CPU tensors.
+(``mxfuse.kernels.hc``) on CUDA tensors and the reference on CPU tensors.
 """
 
 from __future__ import annotations
@@ -43,17 +43,19 @@ from mxfuse.hc.reference import (
     rmsnorm,
 )
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import (
+from mxfuse.kernels.hc import (
     HcConfig,
     HcParams,
     HcProjection,
     HcWorkspace,
     choose_config,
+    launch_boundary,
+    launch_mixes,
+    launch_norm,
+    launch_post,
     sm_count,
     workspace_for,
 )
-from mxfuse.kernels.hc_steps import launch_mixes, launch_norm, launch_post
 
 __all__ = [
     "N_STREAMS",

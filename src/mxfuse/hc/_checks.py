@@ -20,7 +20,7 @@ from mxfuse.formats import (
     scale_storage_view,
 )
 from mxfuse.hc.reference import N_STREAMS, HcBoundaryOutputs, empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcProjection, HcWorkspace
+from mxfuse.kernels.hc import HcConfig, HcParams, HcProjection, HcWorkspace
 from mxfuse.memory import tensors_overlap
 
 __all__ = ["Call", "check_call"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference
-from mxfuse.kernels.hc_plan import HcParams
+from mxfuse.kernels.hc import HcParams
 
 __all__ = [
     "N_STREAMS",

@@ -14,7 +14,7 @@ import torch
 
 from mxfuse.attention import mqa_decode_attention
 from mxfuse.formats import ScaleLayout, ScaleRounding
-from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
+from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows
 from mxfuse.models.dsv41.state import KvCache
 from mxfuse.norm import rms_norm_reference
 
@@ -23,7 +23,7 @@ __all__ = ["mqa_attention", "rms_norm"]
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> torch.Tensor:
     """``bf16(x * rsqrt(mean(x^2) + eps) * weight)`` over the last dim, fp32 math (V4 ``RMSNorm``). On
-    CUDA one launch (``mxfuse.kernels.rms_norm``, whose sum of squares may round differently in the last
+    CUDA one launch (``mxfuse.kernels.norm``, whose sum of squares may round differently in the last
     bit); elsewhere the torch formula (``mxfuse.norm.rms_norm_reference``)."""
     if x.device.type == "cuda":
         return rms_norm_rows(x, weight, eps=eps)

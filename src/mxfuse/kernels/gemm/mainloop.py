@@ -33,14 +33,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.mxfp8_fold_steps import fold_mainloop
-from mxfuse.kernels.mxfp8_steps import (
-    act_scale_offsets,
-    dq16_step,
-    e4m3_bits_to_f32,
-    e8m0_to_f32,
-    mma8_group,
-)
+from mxfuse.kernels.gemm.decode import act_scale_offsets, e4m3_bits_to_f32, e8m0_to_f32
+from mxfuse.kernels.gemm.fold_steps import fold_mainloop
+from mxfuse.kernels.gemm.steps import dq16_step, mma8_group
 
 __all__ = ["DOT_CODE", "DOT_DQ16", "DOT_F32", "DOT_FOLD", "DOT_FP8", "DOT_STREAM", "mxfp8_mainloop"]
 

@@ -10,11 +10,10 @@ no zeroing kernel, and the same bits whoever arrives last.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-__all__ = ["finish_tile", "split_arrive", "split_for", "split_release", "split_sum", "split_workspace"]
+__all__ = ["finish_tile", "split_arrive", "split_release", "split_sum"]
 
 
 @triton.jit
@@ -73,32 +72,3 @@ def finish_tile(
             total = split_sum(base, BM * BN, local, local >= 0, SPLIT_K)
             tl.store(dst, total.to(tl.bfloat16), mask=mask)
             split_release(cnt_ptr, tile_id)
-
-
-def split_for(tiles: int, steps: int, *, target: int, most: int = 16) -> int:
-    """The smallest power-of-two split (<= ``most``) giving ``target`` programs, keeping >= 2 steps each."""
-    split = 1
-    while tiles * split < target and split < most and steps // (split * 2) >= 2:
-        split *= 2
-    return split
-
-
-# Split-K partials and arrival counters, per (device, size). Never freed: a CUDA graph captured against
-# one keeps reading it, and every launch leaves its counters at zero.
-_WORKSPACES: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def split_workspace(
-    device: torch.device, partial_numel: int, tiles: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 scratch of ``partial_numel`` and ``tiles`` zeroed int32 counters on ``device``, cached by size.
-
-    Launches that share one must be ordered on one stream (the counters are taken and reset in place).
-    """
-    key = (device, partial_numel, tiles)
-    if key not in _WORKSPACES:
-        _WORKSPACES[key] = (
-            torch.empty(max(partial_numel, 1), dtype=torch.float32, device=device),
-            torch.zeros(max(tiles, 1), dtype=torch.int32, device=device),
-        )
-    return _WORKSPACES[key]

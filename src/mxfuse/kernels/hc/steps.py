@@ -1,7 +1,7 @@
 """The mHC boundary as separate kernels: post step, mixes + Sinkhorn, collapse + RMSNorm.
 
-The unfused chain the fused boundary (``hc_boundary``) is measured against and held to: its post step
-writes R' bit for bit as the fused kernel does (both use ``hc_tile.post_tile``), and the other steps
+The unfused chain the fused boundary (``mxfuse.kernels.hc.launch``) is measured against and held to: its post step
+writes R' bit for bit as the fused kernel does (both use ``hc.tile.post_tile``), and the other steps
 are the fused kernel's phases launched on their own. With ``quantize_mxfp8`` after the last step, the
 chain produces every output of the boundary. Launchers assume validated arguments (``mxfuse.hc``).
 """
@@ -10,28 +10,14 @@ from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
-from mxfuse.kernels.hc_boundary import launch_phases
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcWorkspace, choose_config
-from mxfuse.kernels.hc_tile import load_post_coefs, post_tile
+from mxfuse.kernels.hc.config import HcConfig, choose_config
+from mxfuse.kernels.hc.launch import launch_phases
+from mxfuse.kernels.hc.params import HcParams
+from mxfuse.kernels.hc.post import hc_post_kernel
+from mxfuse.kernels.hc.workspace import HcWorkspace
 
 __all__ = ["launch_mixes", "launch_norm", "launch_post"]
-
-
-@triton.jit(do_not_specialize=["T"])
-def _hc_post_kernel(x_ptr, r_ptr, post_ptr, comb_ptr, ro_ptr, T, H, HW_CVT: tl.constexpr, BT: tl.constexpr,
-                    BH: tl.constexpr):  # fmt: skip
-    pid = tl.program_id(0)
-    col_blocks = H // BH
-    rows = (pid // col_blocks) * BT + tl.arange(0, BT)
-    cols = (pid % col_blocks) * BH + tl.arange(0, BH)
-    row_ok = rows < T
-    rows64 = rows.to(tl.int64)
-    (p0, p1, p2, p3, c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32,
-     c33) = load_post_coefs(post_ptr, comb_ptr, rows64, row_ok)  # fmt: skip
-    post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, row_ok[:, None], H, p0, p1, p2, p3, c00, c01, c02, c03, c10,
-              c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33, HW_CVT)  # fmt: skip
 
 
 def launch_post(
@@ -50,7 +36,7 @@ def launch_post(
     # 16 x 128 tiles: the same tile as one quantize word row-block; a copy-like kernel.
     block_t, block_h = 16, 128
     grid = (triton.cdiv(tokens, block_t) * (hidden // block_h),)
-    _hc_post_kernel[grid](
+    hc_post_kernel[grid](
         x, residual, post, comb, residual_out, tokens, hidden, HW_CVT=hw_cvt, BT=block_t, BH=block_h,
         num_warps=4, enable_fp_fusion=False,
     )  # fmt: skip

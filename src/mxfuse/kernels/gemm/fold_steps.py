@@ -34,13 +34,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.mxfp8_steps import (
-    act_scale_offsets,
-    e4m3_bits_to_f32,
-    e8m0_to_f32,
-    group_operands,
-    pow2_product,
-)
+from mxfuse.kernels.gemm.decode import act_scale_offsets, e4m3_bits_to_f32, e8m0_to_f32, pow2_product
+from mxfuse.kernels.gemm.steps import group_operands
 
 __all__ = [
     "ACT_CODE",

@@ -15,18 +15,17 @@ an H200 (benchmarks/RESULTS.md, "MXFP8 GEMM"): both are bound by the promotion e
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.mxfp8_steps import dq16_step, mma8_group
-from mxfuse.kernels.splitk import finish_tile
+from mxfuse.kernels.gemm.steps import dq16_step, mma8_group
+from mxfuse.kernels.splitk.device import finish_tile
 
-__all__ = ["launch_mma"]
+__all__ = ["mxfp8_dq16_kernel", "mxfp8_mma_kernel"]
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
-def _mxfp8_dq16_kernel(
+def mxfp8_dq16_kernel(
     a_ptr,
     as_ptr,
     w_ptr,
@@ -97,7 +96,7 @@ def _mxfp8_dq16_kernel(
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
-def _mxfp8_mma_kernel(
+def mxfp8_mma_kernel(
     a_ptr,
     as_ptr,
     w_ptr,
@@ -163,57 +162,3 @@ def _mxfp8_mma_kernel(
         acc = tl.trans(acc)
     tile_id = pid_m * tl.num_programs(0) + pid_n
     finish_tile(acc, out_ptr, work_ptr, cnt_ptr, rows, cols, M, N, tile_id, pid_k, BLOCK_M, BLOCK_N, SPLIT_K)
-
-
-def launch_mma(
-    a_q: torch.Tensor,
-    a_scale_bytes: torch.Tensor,
-    a_layout_code: int,
-    w_q: torch.Tensor,
-    w_scale_t: torch.Tensor,
-    out: torch.Tensor,
-    work: torch.Tensor,
-    counters: torch.Tensor,
-    *,
-    kind: str,
-    block_m: int,
-    block_n: int,
-    block_g: int,
-    split_k: int,
-    swap_ab: bool,
-    num_warps: int,
-    num_stages: int,
-) -> None:
-    """Launch ``kind`` (``"dq16"`` or ``"mma8"``) on validated tensors (see ``launch_fold``)."""
-    if kind not in ("dq16", "mma8"):
-        raise ValueError(f"kind must be 'dq16' or 'mma8'; got {kind!r}")
-    m, k = a_q.shape
-    n = w_q.shape[0]
-    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
-    args = (
-        a_q,
-        a_scale_bytes,
-        w_q,
-        w_scale_t,
-        out,
-        work,
-        counters,
-        m,
-        n,
-        k,
-        -(-m // 4) * 4,
-        -(-(k // 32) // 4),
-    )
-    common = dict(
-        A_LAYOUT=a_layout_code,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        SPLIT_K=split_k,
-        SWAP_AB=swap_ab,
-        NUM_STAGES=num_stages,
-        num_warps=num_warps,
-    )
-    if kind == "dq16":
-        _mxfp8_dq16_kernel[grid](*args, BLOCK_G=block_g, **common)
-    else:
-        _mxfp8_mma_kernel[grid](*args, SUB=block_g, **common)

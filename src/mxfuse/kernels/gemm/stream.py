@@ -14,30 +14,14 @@ NaN, which reaches exactly the outputs of its row (of ``a``) or column (of ``w``
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.l2_prefetch import prefetch_rows_l2
-from mxfuse.kernels.mxfp8_steps import act_scale_offsets, e8m0_to_f32
-from mxfuse.kernels.pdl import pdl_policy
-from mxfuse.kernels.splitk import split_arrive, split_release, split_sum
+from mxfuse.kernels.gemm.decode import act_scale_offsets, e8m0_to_f32
+from mxfuse.kernels.l2_prefetch.device import prefetch_rows_l2
+from mxfuse.kernels.splitk.device import split_arrive, split_release, split_sum
 
-__all__ = ["launch_stream", "stream_mainloop", "stream_rows", "stream_shape"]
-
-
-def stream_shape(block_n: int, block_g: int, num_warps: int) -> tuple[int, int]:
-    """(rows per sub-tile, sub-tiles per program) of a stream configuration: one 16-byte chunk of one row
-    per thread in a sub-tile (``SUB_N * block_g == 32 * num_warps``); ValueError naming the fields when
-    ``block_n`` rows do not split into whole sub-tiles."""
-    threads = 32 * num_warps
-    if block_g > threads or threads % block_g or block_n % (threads // block_g):
-        raise ValueError(
-            f"a stream config needs block_g (16-byte chunks per row per step, {block_g}) to divide "
-            f"32 * num_warps ({threads}) and block_n ({block_n}) to be a multiple of their quotient"
-        )
-    sub_n = threads // block_g
-    return sub_n, block_n // sub_n
+__all__ = ["mxfp8_stream_kernel", "stream_mainloop", "stream_rows"]
 
 
 @triton.jit
@@ -147,7 +131,7 @@ def stream_rows(acc, SUB_N: tl.constexpr, R: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
-def _mxfp8_stream_kernel(
+def mxfp8_stream_kernel(
     a_ptr,  # E4M3 [M, K] contiguous
     as_ptr,  # uint8 view of a's scale storage
     w_ptr,  # E4M3 [N, K] contiguous
@@ -234,48 +218,3 @@ def _stream_store(total, out_rows, part_ptr, m, row_ok, M, N, SPLIT_K: tl.conste
         tl.store(out_rows + m * N, total.to(tl.bfloat16), mask=row_ok & (m < M))
     else:
         tl.store(part_ptr, total)
-
-
-def launch_stream(
-    a_q: torch.Tensor,
-    a_scale_bytes: torch.Tensor,
-    a_layout_code: int,
-    w_q: torch.Tensor,
-    w_scale_t: torch.Tensor,
-    out: torch.Tensor,
-    work: torch.Tensor,
-    counters: torch.Tensor,
-    *,
-    block_m: int,
-    block_n: int,
-    block_g: int,
-    split_k: int,
-    num_warps: int,
-    num_stages: int,
-    w_scale_rows: torch.Tensor | None = None,
-) -> None:
-    """Launch the stream kernel on validated tensors (see ``launch_mxfp8_gemm``); ``work`` holds
-    ``cdiv(N, block_n) * split_k * block_m * block_n`` floats and ``counters`` one int per row tile.
-    ``w_scale_rows``: the weight's scales row-major (uint8 ``[N, K/32]``), read instead of ``w_scale_t``
-    when given: a thread group on one row then reads adjacent bytes, not one 32-byte sector per group."""
-    m, k = a_q.shape
-    n = w_q.shape[0]
-    if block_m not in (1, 2, 4) or block_m < m:
-        raise ValueError(
-            f"config.block_m must be 1, 2 or 4 and >= M ({m}) for the stream kernel; got {block_m}"
-        )
-    sub_n, r = stream_shape(block_n, block_g, num_warps)
-    pdl = pdl_policy(out.device, gemm=True)
-    steps = -(-(k // 16) // block_g)
-    even = n % block_n == 0 and (k // 16) % block_g == 0 and steps % split_k == 0
-    groups = k // 32
-    _mxfp8_stream_kernel[(triton.cdiv(n, block_n), split_k)](
-        a_q, a_scale_bytes, w_q, w_scale_t if w_scale_rows is None else w_scale_rows, out, work, counters, m, n,
-        k, -(-m // 4) * 4, -(-groups // 4),
-        A_LAYOUT=a_layout_code, BLOCK_M=block_m, R=r, SUB_N=sub_n, CHUNKS=block_g, SPLIT_K=split_k,
-        EVEN=even, NUM_STAGES=num_stages,
-        WS_ROWS=w_scale_rows is not None,
-        PDL_WAIT=pdl.wait, PDL_PREFETCH=pdl.prefetch,
-        num_warps=num_warps,
-        **({"launch_pdl": True} if pdl.wait else {}),
-    )  # fmt: skip

@@ -1,14 +1,13 @@
-"""Triton building blocks of the hyper-connection kernels: bf16 rounding, the post step, the mixes product.
+"""Triton building blocks of the hyper-connection kernels: the post step, the mixes product, exact sums.
 
-Shared by the fused boundary (``hc_boundary``) and the unfused steps (``hc_steps``), so that every
-kernel computes each element with the same sequence of operations: the fused and unfused residual
-streams are bit-identical, and both are bit-identical to the torch reference, which fixes the same order
-(``mxfuse.hc.hc_post``). The kernels that use these run with ``enable_fp_fusion=False``: a multiply-add
-contracted into an FMA rounds once instead of twice, and where the sum cancels (a result near zero from
-terms near 1) that alone moves the bf16 result by many units in the last place.
-
-bf16 values travel as int32 tensors holding the 16-bit pattern (0..65535): widening to fp32 is a shift,
-which the Triton interpreter runs exactly (its bf16 casts round half-up and lose subnormals).
+Shared by the fused boundary (``mxfuse.kernels.hc.kernel``) and the unfused steps (``hc.post``, the
+boundary kernel's phases launched alone), so that every kernel computes each element with the same
+sequence of operations: the fused and unfused residual streams are bit-identical, and both are
+bit-identical to the torch reference, which fixes the same order (``mxfuse.hc.hc_post``). The kernels
+that use these run with ``enable_fp_fusion=False``: a multiply-add contracted into an FMA rounds once
+instead of twice, and where the sum cancels (a result near zero from terms near 1) that alone moves the
+bf16 result by many units in the last place. bf16 values travel as int32-held bit patterns
+(``mxfuse.kernels.bf16``).
 """
 
 from __future__ import annotations
@@ -16,64 +15,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mxfuse.kernels.bf16 import bf16_bits, bits_to_bf16, bits_to_f32, load_bf16_bits
+
 __all__ = [
-    "bf16_bits",
-    "bits_to_bf16",
-    "bits_to_f32",
     "exact_sum",
     "exact_total3",
-    "load_bf16_bits",
     "load_post_coefs",
     "mix_dot",
     "mix_dot_pieces",
     "post_stream",
     "post_tile",
 ]
-
-
-@triton.jit
-def load_bf16_bits(ptrs, mask, CG: tl.constexpr = False, EVICT_FIRST: tl.constexpr = False):
-    """int32 bit patterns of bf16 values at ``ptrs`` (0 where masked off). ``CG``: read through L2 only
-    (data another program wrote in this launch); ``EVICT_FIRST``: a stream read once. (Flags, not the
-    modifier strings: Triton 3.6 does not compile a string passed to a nested jit function.)"""
-    if CG:
-        raw = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
-    elif EVICT_FIRST:
-        raw = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-    else:
-        raw = tl.load(ptrs, mask=mask, other=0.0)
-    return raw.to(tl.uint16, bitcast=True).to(tl.int32)
-
-
-@triton.jit
-def bits_to_f32(bits):
-    """fp32 values of int32-held bf16 patterns (exact)."""
-    return (bits << 16).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def bits_to_bf16(bits):
-    """bf16 tensor of int32-held bf16 patterns, for stores and tensor-core operands."""
-    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-
-
-@triton.jit
-def bf16_bits(x, HW_CVT: tl.constexpr):
-    """fp32 ``x`` rounded to bf16, nearest-even, as int32-held patterns.
-
-    ``HW_CVT``: the hardware conversion (``cvt.rn.bf16.f32``; a NaN becomes 0x7FFF). Otherwise integer
-    arithmetic the interpreter runs exactly (a NaN becomes 0x7FC0); both agree on every other value
-    (checked against torch over random fp32 patterns, Inf and the rounding ties included).
-    """
-    if HW_CVT:
-        return x.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.int32)
-    else:
-        bits = x.to(tl.int32, bitcast=True)
-        # Add just under half an ulp plus the kept lowest bit, then drop 16 bits: nearest, ties to even.
-        # The carry runs into the exponent as it should (up to +-Inf); two's complement makes the
-        # negative half the same operation on the magnitude bits.
-        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-        return tl.where((bits & 0x7FFFFFFF) > 0x7F800000, 0x7FC0, rounded)
 
 
 @triton.jit

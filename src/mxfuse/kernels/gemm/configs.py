@@ -1,7 +1,7 @@
 """Launch configurations of the MXFP8 GEMM: the dataclass, the default rule, and the measured table.
 
 ``choose_config(m, n, k, device_name=...)`` returns the table's entry for the device, the weight's
-``[N, K]`` and the smallest M bucket holding ``m`` (``mxfp8_gemm_configs.json`` beside this file, package
+``[N, K]`` and the smallest M bucket holding ``m`` (``configs.json`` beside this file, package
 data), and ``default_config`` where the table has none. Nothing is timed at run time: the table is
 written by ``benchmarks/mxfp8_gemm_sweep.py`` (its ``--table`` output) and checked in; it is read once,
 on first use.
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 KINDS = ("gemv", "stream", "dq16", "mma8", "fold")
-TABLE_FILE = "mxfp8_gemm_configs.json"
+TABLE_FILE = "configs.json"
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def parse_table(
 @functools.cache
 def config_table() -> dict[str, dict[tuple[int, int], list[tuple[int, GemmConfig]]]]:
     """The checked-in table, parsed once."""
-    text = resources.files("mxfuse.kernels").joinpath(TABLE_FILE).read_text()
+    text = resources.files("mxfuse.kernels.gemm").joinpath(TABLE_FILE).read_text()
     return parse_table(json.loads(text), source=TABLE_FILE)
 
 
