@@ -23,7 +23,7 @@ thresholds and the measurements behind them). The kernels:
   accumulator, scaled once after the loop.
 
 Every kernel may split K over programs; the partials are summed in split order by the last program to
-arrive (``splitk``): one launch, no float atomics, the same bits on every run.
+arrive (``mxfuse.kernels.splitk``): one launch, no float atomics, the same bits on every run.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class GemmConfig:
 
     ``kind``: ``"gemv"`` (CUDA cores, M <= 4; ``block_g`` = 16-element chunks of K per step), ``"stream"``
     (CUDA cores, M <= 4, each thread one chunk of several rows: ``block_g`` = 16-element chunks of a row
-    per step, ``block_n`` a multiple of ``32 * num_warps / block_g``: ``mxfp8_stream``), ``"dq16"``
+    per step, ``block_n`` a multiple of ``32 * num_warps / block_g``: ``stream``), ``"dq16"``
     (fp16 dots on dequantized tiles promoted per step; ``block_g`` = 32-wide groups per step),
     ``"mma8"`` (one FP8 dot per 32-wide group; ``block_g`` = dots per step) or ``"fold"`` (16-bit dots
     with the scales folded into the operands, no promotion in the loop; ``block_g`` = groups per loop

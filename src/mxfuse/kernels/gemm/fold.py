@@ -4,15 +4,15 @@
 prepared E4M3 weight ``w [N, K]`` (scales K-group-major ``[K/32, N]``). Every power-of-two scale is
 folded into its operand as it becomes fp16 or bf16, relative to references fixed for a program's whole
 K range; one fp32 accumulator takes every dot and is scaled once after the loop
-(``mxfp8_fold_steps.fold_mainloop``, which also holds the exactness argument and the exact path for
-scale bytes outside the window). With ``act="prefold"`` a first launch (``_fold_activation_kernel``)
+(``fold_steps.fold_mainloop``, which also holds the exactness argument and the exact path for
+scale bytes outside the window). With ``act="prefold"`` a first launch (``fold_activation_kernel``)
 writes the activation's folded 16-bit copy and per-row references into a cached workspace, and the GEMM
 reads it. Numerics: exact products, fp32 accumulation by the tensor core in K order within a program,
-split-K partials summed in split order (``splitk``): bitwise repeatable, no float atomics.
+split-K partials summed in split order (``mxfuse.kernels.splitk``): bitwise repeatable, no float atomics.
 
 Regime choices (tile, operand order, 16-bit type, conversion, where the scales go, split-K, PDL): every
 one is a candidate pending measurement; ``benchmarks/mxfp8_gemm_sweep.py`` times them on the GPU and
-writes the winners into the launcher's table (``mxfp8_configs``).
+writes the winners into the launcher's table (``configs.json``, ``configs``).
 """
 
 from __future__ import annotations

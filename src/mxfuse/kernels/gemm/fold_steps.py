@@ -1,6 +1,6 @@
 """The folded-scale MXFP8 mainloop: every power-of-two scale folded into a 16-bit operand, one fp32
-accumulator, no promotion inside the K loop. Shared by the GEMM's ``fold`` kernel (``mxfp8_fold``) and
-the grouped wo_a projection (``mxfp8_dot``, ``DOT_FOLD``).
+accumulator, no promotion inside the K loop. Shared by the GEMM's ``fold`` kernel (``gemm.fold``) and
+the grouped wo_a projection (through ``gemm.mainloop``, ``DOT_FOLD``).
 
 E4M3 is exact in fp16 and bf16, and so is E4M3 times a power of two inside a window (``FOLD_WINDOW``);
 then every product of two folded operands is an exact fp32 and the tensor core sums them in fp32. Scales
@@ -9,7 +9,7 @@ restores them. A range whose scale bytes leave the window is recomputed group by
 fp16 dots of the raw codes, each group's sum times its two scales as exact fp32 factors), exact for any
 bytes (NaN blocks included): a decision per program after its loop, so the loop has no branch.
 Summation order: within a program, the tensor core's fp32 accumulation in K order; across split-K
-programs, ``splitk`` sums in split order. Which variant wins is pending measurement
+programs, ``mxfuse.kernels.splitk`` sums in split order. Which variant wins is pending measurement
 (benchmarks/mxfp8_gemm_sweep.py); benchmarks/RESULTS.md records what each compiles to.
 
 How the operands are built (kernel constants):

@@ -1,14 +1,16 @@
 """The MXFP8 GEMM's tensor-core kernels that promote inside the K loop: ``dq16`` and ``mma8``.
 
-``out[M, N] = deq(a) @ deq(w).T`` (operands as in ``mxfuse.kernels.mxfp8_gemm``), fp32 accumulation:
+``out[M, N] = deq(a) @ deq(w).T`` (operands as in ``mxfuse.kernels.gemm``), fp32 accumulation:
 
 * ``dq16``: both tiles dequantized to fp16 with their per-32 scales folded in relative to each row's
   largest in the step; one fp16 dot per ``32 * BLOCK_G`` of K, promoted by the two rows' largest scales
-  (``mxfp8_steps.dq16_step``, exact for any scale bytes);
+  (``steps.dq16_step``, exact for any scale bytes);
 * ``mma8``: one FP8 dot per 32-wide group, promoted by the group's scale product
-  (``mxfp8_steps.mma8_group``).
+  (``steps.mma8_group``).
 
-``SWAP_AB`` puts weight rows in the MMA's M slot. K may be split over programs (``splitk``). Measured on
+Both run their K range through the family's one K-loop, ``mainloop.mxfp8_mainloop``.
+
+``SWAP_AB`` puts weight rows in the MMA's M slot. K may be split over programs (``mxfuse.kernels.splitk``). Measured on
 an H200 (benchmarks/RESULTS.md, "MXFP8 GEMM"): both are bound by the promotion each K step waits for,
 0.2-0.9x of bf16 cuBLAS.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mxfuse.kernels.gemm.steps import dq16_step, mma8_group
+from mxfuse.kernels.gemm.mainloop import mxfp8_mainloop
 from mxfuse.kernels.splitk.device import finish_tile
 
 __all__ = ["mxfp8_dq16_kernel", "mxfp8_mma_kernel"]
@@ -65,30 +67,35 @@ def mxfp8_dq16_kernel(
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for step in tl.range(s_begin, s_begin + steps_per_split, num_stages=NUM_STAGES):
-        acc = dq16_step(
-            acc,
-            step,
-            a_rows,
-            w_rows,
-            as_ptr,
-            ws_ptr,
-            rows,
-            cols,
-            row_ok,
-            col_ok,
-            n_groups,
-            0,
-            n_groups,
-            rows4,
-            n_k4,
-            N,
-            A_LAYOUT,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_G,
-            SWAP_AB,
-        )
+    acc = mxfp8_mainloop(
+        acc,
+        a_rows,
+        w_rows,
+        as_ptr,
+        ws_ptr,
+        rows,
+        cols,
+        row_ok,
+        col_ok,
+        s_begin,
+        s_begin + steps_per_split,
+        0,
+        n_groups,
+        0,
+        n_groups,
+        rows4,
+        n_k4,
+        N,
+        a_rows,
+        cnt_ptr,
+        A_LAYOUT,
+        0,
+        SWAP_AB,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_G,
+        NUM_STAGES,
+    )  # fmt: skip  (DOT 0: DOT_DQ16; the loop indices are the split's steps)
     if SWAP_AB:
         acc = tl.trans(acc)
     tile_id = pid_m * tl.num_programs(0) + pid_n
@@ -135,29 +142,38 @@ def mxfp8_mma_kernel(
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for g0 in tl.range(g_begin, g_end, SUB, num_stages=NUM_STAGES):
-        for j in tl.static_range(SUB):
-            g = g0 + j
-            acc = mma8_group(
-                acc,
-                g,
-                g < g_end,
-                a_rows,
-                w_rows,
-                as_ptr,
-                ws_ptr,
-                rows,
-                cols,
-                row_ok,
-                col_ok,
-                0,
-                n_groups,
-                rows4,
-                n_k4,
-                N,
-                A_LAYOUT,
-                SWAP_AB,
-            )
+    acc = mxfp8_mainloop(
+        acc,
+        a_rows,
+        w_rows,
+        as_ptr,
+        ws_ptr,
+        rows,
+        cols,
+        row_ok,
+        col_ok,
+        g_begin,
+        g_end,
+        0,
+        g_end,
+        0,
+        n_groups,
+        rows4,
+        n_k4,
+        N,
+        a_rows,
+        cnt_ptr,
+        A_LAYOUT,
+        1,
+        SWAP_AB,
+        BLOCK_M,
+        BLOCK_N,
+        SUB,
+        NUM_STAGES,
+        SUB,
+        1,
+        True,
+    )  # fmt: skip  (DOT 1: DOT_FP8; the loop indices are group indices, SUB apart, masked at g_end)
     if SWAP_AB:
         acc = tl.trans(acc)
     tile_id = pid_m * tl.num_programs(0) + pid_n

@@ -9,7 +9,7 @@ arithmetic from here, so that both dequantize, promote and guard extreme scales 
   (``[K/32, n_ws]``, N contiguous: one coalesced load per group for a tile of weight rows).
 
 Two ways to take one K step promoted inside the loop, each exact in its products (the third,
-``mxfp8_fold_steps``, folds the scales into the operands and promotes once after the loop):
+``fold_steps``, folds the scales into the operands and promotes once after the loop):
 
 * ``mma8_group``: one FP8 tensor-core dot over a 32-wide group, promoted into the fp32 accumulator with
   the group's two scales (Hopper sums an fp8 MMA's products with fewer than fp32's bits: DeepSeek-V3

@@ -1,7 +1,7 @@
 """The MXFP8 GEMM's weight-streaming kernel for a few tokens (``kind="stream"``): CUDA cores, no MMA.
 
-``out[M, N] = deq(a) @ deq(w).T`` for M <= 4 (operands as in ``mxfuse.kernels.mxfp8_gemm``). A program
-owns ``BLOCK_N`` weight rows and a K range (split-K, ``splitk``); each thread holds one 16-byte chunk of
+``out[M, N] = deq(a) @ deq(w).T`` for M <= 4 (operands as in ``mxfuse.kernels.gemm``). A program
+owns ``BLOCK_N`` weight rows and a K range (split-K, ``mxfuse.kernels.splitk``); each thread holds one 16-byte chunk of
 ``BLOCK_N / SUB_N`` rows per step, all at the same K position, so the activation's chunk is loaded and
 converted once per thread and serves every row it holds (the older ``gemv`` kernel converts it once per
 row: two E4M3 conversions per weight byte instead of about one). Per chunk of 16 the products sum in fp32

@@ -4,11 +4,11 @@
 ``[G, R, r]`` with one E8M0 byte per row and 32 K, stored K-group-major (``[G, r/32, R]``) so that a
 tile's scales load as contiguous bytes. The kernel writes bf16 ``z`` ``[T, G, R]`` and/or the MXFP8 pair
 of ``z`` viewed ``[T, G*R]`` (wo_b's input), quantized from the bf16-rounded ``z`` with the
-``mxfp8_tile`` building blocks, so the pair is bit for bit ``quantize_mxfp8`` of the ``z`` it writes.
+``mxfuse.kernels.mxfp8`` building blocks, so the pair is bit for bit ``quantize_mxfp8`` of the ``z`` it writes.
 
 One program per (K split, group, BLOCK_N columns of R, BLOCK_M rows of T). BLOCK_N is a multiple of 128
 that divides R, so a program owns whole scale words and no word straddles two groups. The K loop is
-``mxfp8_dot.mxfp8_mainloop``, whose tensor-core steps are the MXFP8 GEMM's. At small T the work is
+the MXFP8 GEMM family's one K-loop, ``gemm.mainloop.mxfp8_mainloop``. At small T the work is
 streaming G*R*r weight bytes (32 MiB at G = 8, R = 1024, r = 4096) and what matters is enough programs
 in flight: G * R / BLOCK_N tiles is 16 at G = 2, so K is split. Split-K is deterministic without float
 atomics: each split stores its fp32 partial, takes a ticket from an integer counter, and the split that
@@ -43,13 +43,13 @@ TICKETS = 4096
 class WoAConfig:
     """One launch configuration: tile shape, K splits, warps, pipeline stages, dot mode, operand order.
 
-    ``dot`` is ``"stream"`` (CUDA cores, ``mxfp8_stream``'s mainloop, for ``block_m`` 1, 2 or 4 tokens: each
+    ``dot`` is ``"stream"`` (CUDA cores, ``gemm.stream``'s mainloop, for ``block_m`` 1, 2 or 4 tokens: each
     thread one 16-byte chunk of ``block_n / (32 * num_warps * 16 / block_k)`` weight rows per ``block_k``
     step), ``"dq16"`` (fp16 tensor-core dots on dequantized tiles, one per ``block_k``), ``"fp8"``
     (one fp8 tensor-core dot per 32-wide group), ``"fold"`` (16-bit dots with the scales folded into the
     operands, the GEMM's ``fold`` mainloop; ``operand`` ``"f16"`` / ``"bf16"``, ``cvt`` ``"cast"`` /
-    ``"bits"`` / ``"asm"``, ``act``, ``wscale`` and ``w_bias`` as in ``mxfp8_configs.GemmConfig``) or ``"fp32"`` (E4M3 decoded by bits, IEEE fp32 dot: the interpreter's
-    exact path). ``swap_ab`` puts weight rows in the MMA's M slot (see ``mxfp8_dot``).
+    ``"bits"`` / ``"asm"``, ``act``, ``wscale`` and ``w_bias`` as in ``gemm.configs.GemmConfig``) or ``"fp32"`` (E4M3 decoded by bits, IEEE fp32 dot: the interpreter's
+    exact path). ``swap_ab`` puts weight rows in the MMA's M slot (see ``gemm.mainloop``).
     """
 
     block_m: int

@@ -98,45 +98,42 @@ def _tensor_core_tile(a_ptr, as_ptr, w_ptr, ws_ptr, p_ptr, pref_ptr, g, split, r
                       NUM_STAGES: tl.constexpr, FOLD_OP: tl.constexpr, FOLD_CVT: tl.constexpr,
                       FOLD_ACT: tl.constexpr, FOLD_WSCALE: tl.constexpr, FOLD_W_BIAS: tl.constexpr):  # fmt: skip
     """The tile [BLOCK_M, BLOCK_N] of group ``g`` and K split ``split`` on the tensor cores
-    (``mxfp8_dot.mxfp8_mainloop``)."""
+    (``gemm.mainloop.mxfp8_mainloop``)."""
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    acc = mxfp8_mainloop(
-        acc,
-        a_ptr + g * K,
-        as_ptr,
-        w_ptr + g.to(tl.int64) * R * K,
-        ws_ptr + g.to(tl.int64) * groups_k * R,
-        rows,
-        cols,
-        T,
-        R,
-        split * (K_ITERS * BLOCK_K),
-        g * groups_k,
-        G * groups_k,
-        rows4,
-        n_k4,
-        stride_at,
-        K,
-        R,
-        p_ptr + g * K,
-        pref_ptr + g * T,
-        A_LAYOUT,
-        DOT,
-        SWAP_AB,
-        BLOCK_M,
-        BLOCK_N,
-        BLOCK_K,
-        K_ITERS,
-        NUM_STAGES,
-        FOLD_OP,
-        FOLD_CVT,
-        FOLD_ACT,
-        FOLD_WSCALE,
-        FOLD_W_BIAS,
-    )
+    # Group g's slices of a, w and their scales, and its split's K range (in this order: the tile's code
+    # is then the same as when the loop took them as it does here).
+    a_base = a_ptr + g * K
+    w_base = w_ptr + g.to(tl.int64) * R * K
+    ws_base = ws_ptr + g.to(tl.int64) * groups_k * R
+    k_start = split * (K_ITERS * BLOCK_K)
+    a_group0 = g * groups_k
+    a_n_groups = G * groups_k
+    p_base = p_ptr + g * K
+    pref = pref_ptr + g * T
+    row_ok = rows < T
+    col_ok = cols < R
+    a_rows = a_base + rows[:, None].to(tl.int64) * stride_at
+    w_rows = w_base + cols[:, None].to(tl.int64) * K
+    if DOT == 3:
+        # The fold loop walks the split's groups.
+        g_begin = k_start // 32
+        acc = mxfp8_mainloop(
+            acc, a_rows, w_rows, as_ptr, ws_base, rows, cols, row_ok, col_ok, 0, K_ITERS * (BLOCK_K // 32),
+            g_begin, g_begin, a_group0, a_n_groups, rows4, n_k4, R, p_base + rows[:, None].to(tl.int64) * stride_at,
+            pref, A_LAYOUT, DOT, SWAP_AB, BLOCK_M, BLOCK_N, BLOCK_K // 32, NUM_STAGES, 1, 1, False, True, FOLD_OP,
+            FOLD_CVT, FOLD_ACT, FOLD_WSCALE, FOLD_W_BIAS,
+        )  # fmt: skip
+    else:
+        # K_ITERS whole steps from the split's first, nothing masked.
+        step0 = k_start // BLOCK_K
+        acc = mxfp8_mainloop(
+            acc, a_rows, w_rows, as_ptr, ws_base, rows, cols, row_ok, col_ok, 0, K_ITERS, step0,
+            (k_start // BLOCK_K + K_ITERS) * (BLOCK_K // 32), a_group0, a_n_groups, rows4, n_k4, R, a_rows, pref,
+            A_LAYOUT, DOT, SWAP_AB, BLOCK_M, BLOCK_N, BLOCK_K // 32, NUM_STAGES, 1, BLOCK_K // 32, False,
+        )  # fmt: skip
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc

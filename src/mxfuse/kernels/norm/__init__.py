@@ -4,7 +4,7 @@ as bf16 y and/or as the next GEMM's MXFP8 pair of y.
 The decode step's attention core normalises three small tensors a step (q_lora, each head of q, the KV
 head); as torch operators each is five to seven launches (casts, square, mean, rsqrt, two multiplies,
 the bf16 cast), as this kernel one. q_lora's norm is also a producer: it can write wq_b's MXFP8 input
-directly, bit for bit ``quantize_mxfp8`` of the bf16 y it would write (the same ``mxfp8_tile`` steps as
+directly, bit for bit ``quantize_mxfp8`` of the bf16 y it would write (the same ``mxfuse.kernels.mxfp8`` steps as
 the quantize kernel, on y's bf16-rounded values).
 
 One program a row, the row in registers as ``[WORDS, 4, 32]`` (scale word, k-group, element; rows up to
@@ -61,7 +61,7 @@ def launch_rms_norm(
 ) -> None:
     """The kernel over ``rows`` [M, D] (unit column stride) into ``y`` [M, D] bf16 and/or the pair ``q``
     [M, D] (float8_e4m3fn, or its uint8 view without ``hw_cvt``) with ``scale_words`` (the scale storage,
-    uint8 for layout code 0, else int32) in ``layout_code`` (``mxfp8_tile.scale_layout_code``), scale rows
+    uint8 for layout code 0, else int32) in ``layout_code`` (``mxfuse.kernels.mxfp8.scale_layout_code``), scale rows
     up to ``rows_padded``. With ``lens`` [B], ``y`` is a KV cache [B, capacity, D] and row b * S + s goes
     to ``y[b, lens[b] + s]`` (S = M / B). Arguments are validated by the caller."""
     count, cols = rows.shape
