@@ -108,20 +108,7 @@ def check(weights, pair, m: int, n: int, config: GemmConfig | None) -> float:
 
 
 def _launch(pair, w, out, config):
-    from mxfuse.formats import scale_spec, scale_storage_view
-
-    q, s = pair
-    spec = scale_spec(*q.shape, scale_layout="deepgemm")
-    launch_mxfp8_gemm(
-        q,
-        scale_storage_view(s, spec).view(torch.uint8),
-        "deepgemm",
-        w.qweight,
-        w.scale,
-        out,
-        config=config,
-        w_scale_rows=w.scale_e8m0,
-    )
+    launch_mxfp8_gemm(pair, w.qweight, w.scale, out, config=config, w_scale_rows=w.scale_e8m0)
 
 
 def measure(name: str, m: int, n: int, k: int, bandwidth: float, *, sweep: bool, rounds: int = 3) -> dict:

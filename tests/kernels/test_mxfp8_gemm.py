@@ -33,7 +33,7 @@ from mxfp8_operands import activation_rows, checkpoint_weight, is_subnormal
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits
 from mxfuse import witness
-from mxfuse.formats import scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor
 from mxfuse.gemm import BACKENDS, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm.backend import cuda_capability
 from mxfuse.kernels.gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
@@ -271,13 +271,10 @@ STREAM = {
 
 def _launch(config: GemmConfig, aq, as_, wq, ws) -> torch.Tensor:
     m, k = aq.shape
-    q, scale = activation_pair(aq, as_, "deepgemm")
-    bytes_ = scale_storage_view(scale, scale_spec(m, k, scale_layout="deepgemm")).view(torch.uint8)
+    a = MxTensor(*activation_pair(aq, as_, "deepgemm"), "deepgemm")
     out = _poisoned(m, wq.shape[0])
     rows = None if config.num_warps == 8 else ws  # the 8-warp configs read the K-group-major copy
-    launch_mxfp8_gemm(
-        q, bytes_, "deepgemm", wq, weight_scale_kgroup_major(ws), out, config=config, w_scale_rows=rows
-    )
+    launch_mxfp8_gemm(a, wq, weight_scale_kgroup_major(ws), out, config=config, w_scale_rows=rows)
     torch.cuda.synchronize()
     return out
 
@@ -346,12 +343,12 @@ def test_bad_inputs_are_refused_naming_the_argument():
     out = _poisoned(4, n)
     before = out.clone()
     cases = [
-        (lambda: mxfp8_gemm((aq.cpu(), as_.cpu()), w, out=out), r"a must be on the weight's device cuda:0"),
+        (lambda: mxfp8_gemm((aq.cpu(), as_.cpu()), w, out=out), r"a\[0\] must be on cuda:0; got cpu"),
         (lambda: mxfp8_gemm((aq, as_.cpu()), w, out=out), r"a\[1\] must be on cuda:0"),
         (lambda: mxfp8_gemm(pair, w, out=out.cpu()), r"out must be on cuda:0"),
         (
-            lambda: mxfp8_gemm((aq[:, :4096], as_[:, :128]), w, out=out),
-            r"a\[0\]\.shape\[1\] \(K\) must equal",
+            lambda: mxfp8_gemm((aq[:, :4096].contiguous(), as_[:, :128].contiguous()), w, out=out),
+            r"a\.shape\[1\] \(K\) must equal",
         ),
         (
             lambda: mxfp8_gemm(pair, w, out=out[:, :100]),
@@ -367,7 +364,7 @@ def test_bad_inputs_are_refused_naming_the_argument():
                 cases.append(
                     (
                         lambda fast=fast, name=name: mxfp8_gemm(pair, fast, out=out, backend=name),
-                        rf"a\[1\] is in e8m0 layout; backend '{name}' reads",
+                        rf"a holds e8m0 scales; backend '{name}' reads",
                     )
                 )
     for call, match in cases:

@@ -22,7 +22,7 @@ from gpumatrix import register
 register(on=("cpu",), est_time=120)
 
 
-# name: launch_fold keyword arguments (besides block_m = 16, split_k = 2, num_warps = 4, num_stages = 3)
+# name: GemmConfig fields of the fold launch (besides block_m = 16, split_k = 2, num_warps = 4, num_stages = 3)
 VARIANTS = {
     "prefold f16 cast": {"act": "prefold", "cvt": "cast", "block_n": 64, "block_g": 4},
     "prefold f16 cast bn128 w8": {
@@ -46,8 +46,9 @@ ASYNC_DESIGN = ("prefold f16 cast", "prefold f16 cast bn128 w8", "prefold bf16",
 _CHILD = """
 import json, os, re, subprocess, sys, tempfile, torch, triton
 from sm90_compile import compile_launches
-from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor, quantize_mxfp8_reference
 from mxfuse.kernels.gemm import launch as mf
+from mxfuse.kernels.gemm.configs import GemmConfig
 from mxfuse.kernels.splitk import split_workspace
 variants = json.loads(sys.argv[1])
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -72,29 +73,27 @@ def facts(name, compiled):
 
 wq = torch.zeros(256, 512).to(torch.float8_e4m3fn)
 ws = torch.full((16, 256), 127, dtype=torch.uint8)
-aq, asc = quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm")
-sbytes = scale_storage_view(asc, scale_spec(5, 512, scale_layout="deepgemm")).view(torch.uint8)
+a = MxTensor(*quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm"), "deepgemm")
 for label, kw in variants.items():
     opts = {"block_m": 16, "split_k": 2, "swap_ab": True, "operand": "f16", "cvt": "cast", "act": "inloop",
             "wscale": "operand", "w_bias": 120, "pdl": False, "num_warps": 4, "num_stages": 3, **kw}
     kept = []
     def run():
         out = torch.empty(5, 256, dtype=torch.bfloat16)
-        work, cnt = split_workspace(torch.device("cpu"), 1 << 16, 64)
-        mf.launch_fold(aq, sbytes, 1, wq, ws, out, work, cnt, **opts)
+        workspace = split_workspace(torch.device("cpu"), 1 << 16, 64)
+        mf.launch_fold(mf.GemmOperands(a, wq, ws, out), workspace, GemmConfig("fold", **opts))
     compile_launches(run, keep=kept)
     report[label] = [facts(n, c) for n, c in kept]
 
 from mxfuse.einsum import prepare_wo_a_weight
 from mxfuse.kernels.grouped_wo_a import WoAConfig, launch_grouped_wo_a
 w = prepare_wo_a_weight(torch.randn(2, 128, 256))
-a2, s2 = quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm")
+a2 = MxTensor(*quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm"), "deepgemm")
 kept = []
 def run_wo_a():
     for act in ("prefold", "inloop"):
-        pair = empty_mxfp8_pair(5, 256, scale_layout="deepgemm", device="cpu")
-        launch_grouped_wo_a(a2, s2, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets, z=None, pair=pair,
-                            out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL,
+        pair = MxTensor.empty(5, 256, scale_layout="deepgemm", device="cpu")
+        launch_grouped_wo_a(a2, w, pair=pair,
                             config=WoAConfig(16, 128, 128, 1, 4, 3, "fold", True, "f16", "cast", act, "operand", 120))
 compile_launches(run_wo_a, keep=kept)
 report["wo_a fold"] = [facts(n, c) for n, c in kept]

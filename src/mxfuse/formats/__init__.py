@@ -14,7 +14,6 @@ from mxfuse.formats.layouts import (
     check_mxfp8_pair,
     check_mxfp8_parts,
     empty_mxfp8_pair,
-    infer_scale_layout,
     pack_ue8m0_deepgemm,
     scale_from_layout,
     scale_spec,
@@ -24,7 +23,7 @@ from mxfuse.formats.layouts import (
     unpack_ue8m0_deepgemm,
     unswizzle_128x4,
 )
-from mxfuse.formats.mxtensor import MxTensor, as_mxtensor
+from mxfuse.formats.mxtensor import MxTensor, as_mxtensor, mxtensor_out
 from mxfuse.formats.reference import (
     INPUT_DTYPES,
     check_quantize_input,
@@ -54,7 +53,7 @@ __all__ = [
     "e8m0_to_float",
     "empty_mxfp8_pair",
     "float_to_e8m0",
-    "infer_scale_layout",
+    "mxtensor_out",
     "pack_ue8m0_deepgemm",
     "parse_scale_layout",
     "parse_scale_rounding",

@@ -19,7 +19,6 @@ __all__ = [
     "check_mxfp8_pair",
     "check_mxfp8_parts",
     "empty_mxfp8_pair",
-    "infer_scale_layout",
     "pack_ue8m0_deepgemm",
     "scale_from_layout",
     "scale_spec",
@@ -267,21 +266,3 @@ def check_mxfp8_pair(
         names=(f"{argument}[0]", f"{argument}[1]"),
     )
     return q, scale
-
-
-def infer_scale_layout(scale: object, *, argument: str = "scale", rows: str = "M") -> ScaleLayout:
-    """The layout a scale tensor is in, told apart by dtype and rank: int32 2-D deepgemm, uint8 2-D e8m0,
-    uint8 1-D swizzled_128x4. TypeError or ValueError naming ``argument`` (``rows``: how the message
-    names the row count) for anything else."""
-    if not isinstance(scale, torch.Tensor):
-        raise TypeError(f"{argument} must be a torch.Tensor; got {type(scale).__name__}")
-    if scale.dtype == torch.int32 and scale.dim() == 2:
-        return ScaleLayout.DEEPGEMM
-    if scale.dtype == torch.uint8 and scale.dim() == 2:
-        return ScaleLayout.E8M0
-    if scale.dtype == torch.uint8 and scale.dim() == 1:
-        return ScaleLayout.SWIZZLED_128X4
-    raise ValueError(
-        f"{argument} must be int32 [{rows}, ceil(K/128)] (deepgemm), uint8 [{rows}, K/32] (e8m0) or 1-D uint8 "
-        f"(swizzled_128x4); got {scale.dtype} {tuple(scale.shape)}"
-    )

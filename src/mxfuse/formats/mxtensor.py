@@ -27,7 +27,7 @@ from mxfuse.formats.constants import BLOCK_SIZE
 from mxfuse.formats.layouts import ScaleSpec, check_mxfp8_parts, scale_spec, scale_storage_view
 from mxfuse.formats.reference import dequantize_mxfp8
 
-__all__ = ["MxTensor", "as_mxtensor"]
+__all__ = ["MxTensor", "as_mxtensor", "mxtensor_out"]
 
 
 def _scale_bytes(scale: object) -> object:
@@ -188,14 +188,17 @@ def as_mxtensor(
     *,
     scale_layout: ScaleLayout | str | None = None,
     rounding: ScaleRounding | str | None = None,
+    shape: tuple[int, int] | None = None,
+    device: torch.device | None = None,
     argument: str = "a",
 ) -> MxTensor:
     """``value`` as an MxTensor: an MxTensor as it is, or a plain ``(q, scale)`` tuple checked once.
 
     ``scale_layout``: the layout ``value`` must be in; None takes an MxTensor's own and tells a tuple's
     from its scale's dtype and rank. ``rounding``: what a tuple's scales were made with, when known.
-    Errors name ``argument`` (``a``, ``a[0]``, ``a[1]``): TypeError for a value that is neither, ValueError
-    for a layout that is not the one asked for or parts that do not fit it.
+    ``shape`` and ``device``: what the caller needs ``value`` to be, when it needs something. Errors
+    name ``argument`` (``a``, ``a[0]``, ``a[1]``): TypeError for a value that is neither, ValueError for a
+    layout that is not the one asked for or parts that do not fit it.
     """
     layout = None if scale_layout is None else parse_scale_layout(scale_layout)
     if isinstance(value, MxTensor):
@@ -203,6 +206,10 @@ def as_mxtensor(
             raise ValueError(
                 f"{argument} holds {value.scale_layout.value} scales; {layout.value} scales are required here"
             )
+        if shape is not None and value.shape != tuple(shape):
+            raise ValueError(f"{argument} must have shape {tuple(shape)}; got {value.shape}")
+        if device is not None and value.device != device:
+            raise ValueError(f"{argument} must be on {device}; got {value.device}")
         return value
     if not isinstance(value, tuple | list) or len(value) != 2:
         raise TypeError(
@@ -210,9 +217,49 @@ def as_mxtensor(
         )
     data, scale = value
     names = (f"{argument}[0]", f"{argument}[1]")
-    m, k = _check_data(data, names[0])
+    if shape is None:
+        m, k = _check_data(data, names[0])
+    else:
+        m, k = shape
     scale = _scale_bytes(scale)
     if layout is None:
         layout = _infer_scale_layout(scale, names[1])
-    spec = check_mxfp8_parts(data, scale, m=m, k=k, scale_layout=layout, device=data.device, names=names)
+    where = data.device if device is None and isinstance(data, torch.Tensor) else device
+    spec = check_mxfp8_parts(data, scale, m=m, k=k, scale_layout=layout, device=where, names=names)
     return _build(data, scale, spec, rounding)
+
+
+def mxtensor_out(
+    out: object,
+    *,
+    m: int,
+    k: int,
+    device: torch.device,
+    scale_layout: ScaleLayout | str | None = None,
+    rounding: ScaleRounding | str | None = None,
+    argument: str = "out",
+) -> MxTensor:
+    """The MxTensor a producer writes its ``[m, k]`` result into on ``device``.
+
+    ``out``: an MxTensor, a ``(q, scale)`` tuple (converted once by ``as_mxtensor``), or None for a new
+    one (``MxTensor.empty``; deepgemm scales unless ``scale_layout`` says otherwise). ``scale_layout``:
+    the layout asked for (None: ``out``'s). ``rounding``: the scales to write; None takes ``out``'s own,
+    else RCEIL; an ``out`` that records another rounding is a ValueError. The result records the rounding
+    it will hold.
+    """
+    wanted = None if rounding is None else parse_scale_rounding(rounding)
+    if out is None:
+        layout = ScaleLayout.DEEPGEMM if scale_layout is None else scale_layout
+        return MxTensor.empty(
+            m, k, scale_layout=layout, rounding=wanted or ScaleRounding.RCEIL, device=device
+        )
+    mx = as_mxtensor(
+        out, scale_layout=scale_layout, rounding=wanted, shape=(m, k), device=device, argument=argument
+    )
+    if mx.rounding is None:
+        return mx.with_rounding(wanted or ScaleRounding.RCEIL)
+    if wanted is not None and mx.rounding is not wanted:
+        raise ValueError(
+            f"rounding={wanted.value!r} disagrees with {argument}, an MxTensor for {mx.rounding.value} scales"
+        )
+    return mx

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from mxfuse.formats import BLOCK_SIZE, ScaleLayout, scale_spec, scale_storage_view
+from mxfuse.formats import BLOCK_SIZE, MxTensor, ScaleLayout
 from mxfuse.gemm import backend as gemm_backend
 from mxfuse.gemm.backend import Availability
 from mxfuse.gemm.weights import MxWeight
@@ -45,23 +45,11 @@ class _TritonBackend:
 
         return weight_scale_kgroup_major(scale_e8m0)
 
-    def run(
-        self,
-        a_q: torch.Tensor,
-        a_scale: torch.Tensor,
-        a_layout: ScaleLayout,
-        w: MxWeight,
-        out: torch.Tensor,
-    ) -> None:
+    def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:
         from mxfuse.kernels.gemm import launch_mxfp8_gemm
 
-        m, k = a_q.shape
-        spec = scale_spec(m, k, scale_layout=a_layout)
-        a_bytes = scale_storage_view(a_scale, spec).view(torch.uint8)
-        with torch.cuda.device(a_q.device):
-            launch_mxfp8_gemm(
-                a_q, a_bytes, a_layout.value, w.qweight, w.scale, out, w_scale_rows=w.scale_e8m0
-            )
+        with torch.cuda.device(a.device):
+            launch_mxfp8_gemm(a, w.qweight, w.scale, out, w_scale_rows=w.scale_e8m0)
 
 
 TRITON = _TritonBackend()

@@ -28,8 +28,10 @@ from __future__ import annotations
 import torch
 import triton
 
+from mxfuse.formats import MxTensor
 from mxfuse.kernels.attention.configs import MqaConfig, choose_mqa_config
 from mxfuse.kernels.attention.device import mqa_combine_kernel, mqa_split_kernel
+from mxfuse.kernels.mxfp8 import mx_target
 from mxfuse.kernels.pdl import OFF, pdl_policy
 
 __all__ = ["MqaConfig", "choose_mqa_config", "launch_mqa_decode", "mqa_partials_numel"]
@@ -46,27 +48,32 @@ def launch_mqa_decode(
     q: torch.Tensor,
     kv: torch.Tensor,
     lens: torch.Tensor,
-    out: torch.Tensor,
-    acc: torch.Tensor,
-    ml: torch.Tensor,
     *,
+    partials: tuple[torch.Tensor, torch.Tensor],
     scale: float,
     config: MqaConfig,
+    out: torch.Tensor | None = None,
+    pair: MxTensor | None = None,
     fp32_dots: bool = False,
-    pair: tuple[torch.Tensor, torch.Tensor] | None = None,
-    layout_code: int = 1,
-    rows_padded: int = 0,
-    floor: bool = False,
-    write_y: bool = True,
     hw_cvt: bool = True,
 ) -> None:
-    """Run both kernels. Arguments are validated by ``mxfuse.attention``; ``acc`` and ``ml`` hold at least
-    ``mqa_partials_numel`` fp32 elements. ``pair``: ``(codes [T, H * D], scale storage)`` the combine also
-    writes (``layout_code``, scale rows up to ``rows_padded``, FLOOR or RCEIL scales; the codes a uint8 view
-    without ``hw_cvt``), bf16 ``out`` only when ``write_y``; it needs ``config.splits > 1`` and D a multiple
-    of 128. ``config.pdl`` launches the combine as a programmatic dependent
-    of the split kernel (sm_90+), which lets it launch once every split program has finished its loop. ``fp32_dots``: both dots on fp32 copies of the same bf16 operands (P still
-    rounded to bf16), for the Triton interpreter, whose bf16 dot does not compute bf16 products."""
+    """Run both kernels into bf16 ``out`` [T, H * D] and/or ``pair``, a ``[T, H * D]`` MxTensor the
+    combine writes (its layout, padding rows and rounding say how; its codes are stored as uint8
+    without ``hw_cvt``; it needs ``config.splits > 1`` and D a multiple of 128). Arguments are validated
+    by ``mxfuse.attention``; ``partials`` ``(acc, ml)`` hold at least ``mqa_partials_numel`` fp32
+    elements. ``config.pdl`` launches the combine as a programmatic dependent of the split kernel
+    (sm_90+), which lets it launch once every split program has finished its loop. ``fp32_dots``: both
+    dots on fp32 copies of the same bf16 operands (P still rounded to bf16), for the Triton interpreter,
+    whose bf16 dot does not compute bf16 products."""
+    if out is None and pair is None:
+        raise ValueError("out or pair must be given")
+    acc, ml = partials
+    codes, scales, layout_code, rows_padded, floor = (None, None, 1, 0, False)
+    if pair is not None:
+        codes, scales, layout_code, rows_padded, floor = mx_target(pair, hw_cvt=hw_cvt)
+    write_y = out is not None
+    if out is None:
+        out = pair.data.view(torch.uint8)  # the kernels' out argument, neither read nor written as bf16
     tokens, heads, dim = q.shape
     sequences, capacity, _ = kv.shape
     new = tokens // sequences
@@ -121,8 +128,8 @@ def launch_mqa_decode(
         ml,
         lens,
         out,
-        out if pair is None else pair[0],
-        out if pair is None else pair[1],
+        out if pair is None else codes,
+        out if pair is None else scales,
         new,
         heads,
         capacity,

@@ -31,13 +31,19 @@ from __future__ import annotations
 import torch
 import triton
 
+from mxfuse.formats import MxTensor
 from mxfuse.kernels.gemm.configs import GemmConfig, choose_config
-from mxfuse.kernels.gemm.gemv import mxfp8_gemv_kernel
-from mxfuse.kernels.gemm.launch import device_facts, launch_fold, launch_mma, launch_stream
-from mxfuse.kernels.mxfp8 import LAYOUT_CODE
+from mxfuse.kernels.gemm.launch import (
+    GemmOperands,
+    device_facts,
+    launch_fold,
+    launch_gemv,
+    launch_mma,
+    launch_stream,
+)
 from mxfuse.kernels.splitk import split_workspace
 
-__all__ = ["GemmConfig", "choose_config", "launch_mxfp8_gemm", "weight_scale_kgroup_major"]
+__all__ = ["GemmConfig", "GemmOperands", "choose_config", "launch_mxfp8_gemm", "weight_scale_kgroup_major"]
 
 
 def weight_scale_kgroup_major(scale_e8m0: torch.Tensor) -> torch.Tensor:
@@ -46,9 +52,7 @@ def weight_scale_kgroup_major(scale_e8m0: torch.Tensor) -> torch.Tensor:
 
 
 def launch_mxfp8_gemm(
-    a_q: torch.Tensor,
-    a_scale_bytes: torch.Tensor,
-    a_layout: str,
+    a: MxTensor,
     w_q: torch.Tensor,
     w_scale_t: torch.Tensor,
     out: torch.Tensor,
@@ -56,15 +60,15 @@ def launch_mxfp8_gemm(
     config: GemmConfig | None = None,
     w_scale_rows: torch.Tensor | None = None,
 ) -> GemmConfig | None:
-    """Run the GEMM into ``out`` (bf16 ``[M, N]``); returns the configuration it ran (None for M = 0).
-    Arguments are validated by ``mxfuse.gemm``.
+    """Run the GEMM of ``a`` (an ``[M, K]`` MxTensor, scales in any layout) and the weight ``w_q`` into
+    ``out`` (bf16 ``[M, N]``); returns the configuration it ran (None for M = 0). Arguments are validated
+    by ``mxfuse.gemm``.
 
-    ``a_scale_bytes``: a uint8 view of every byte of ``a``'s scale storage (padding included);
     ``w_scale_t``: uint8 ``[K/32, N]`` (``weight_scale_kgroup_major``). ``config`` overrides
     ``choose_config`` (the sweep times candidates through it). ``w_scale_rows``: the same scales row-major
     (uint8 ``[N, K/32]``, ``MxWeight.scale_e8m0``), which the stream kernel reads faster when given.
     """
-    m, k = a_q.shape
+    m, k = a.shape
     n = w_q.shape[0]
     if m == 0:
         return None
@@ -82,34 +86,8 @@ def launch_mxfp8_gemm(
         grid_m = triton.cdiv(m, cfg.block_m)
     grid_n = triton.cdiv(n, cfg.block_n)
     tiles = grid_n * grid_m
-    work, counters = split_workspace(out.device, tiles * cfg.split_k * cfg.block_m * cfg.block_n, tiles)
-    code = LAYOUT_CODE[a_layout]
-    if cfg.kind == "fold":
-        launch_fold(
-            a_q, a_scale_bytes, code, w_q, w_scale_t, out, work, counters,
-            block_m=cfg.block_m, block_n=cfg.block_n, block_g=cfg.block_g, split_k=cfg.split_k,
-            swap_ab=cfg.swap_ab, operand=cfg.operand, cvt=cfg.cvt, act=cfg.act, wscale=cfg.wscale,
-            w_bias=cfg.w_bias, pdl=cfg.pdl,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
-    elif cfg.kind == "stream":
-        launch_stream(
-            a_q, a_scale_bytes, code, w_q, w_scale_t, out, work, counters,
-            block_m=cfg.block_m, block_n=cfg.block_n, block_g=cfg.block_g, split_k=cfg.split_k,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, w_scale_rows=w_scale_rows,
-        )  # fmt: skip
-    elif cfg.kind in ("dq16", "mma8"):
-        launch_mma(
-            a_q, a_scale_bytes, code, w_q, w_scale_t, out, work, counters,
-            kind=cfg.kind, block_m=cfg.block_m, block_n=cfg.block_n, block_g=cfg.block_g,
-            split_k=cfg.split_k, swap_ab=cfg.swap_ab, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
-    else:
-        groups = k // 32
-        mxfp8_gemv_kernel[(grid_n, cfg.split_k)](
-            a_q, a_scale_bytes, w_q, w_scale_t, out, work, counters, m, n, k,
-            -(-m // 4) * 4, -(-groups // 4),
-            A_LAYOUT=code, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CHUNKS=cfg.block_g,
-            SPLIT_K=cfg.split_k, NUM_STAGES=cfg.num_stages, BITS=cfg.bits, num_warps=cfg.num_warps,
-        )  # fmt: skip
+    workspace = split_workspace(out.device, tiles * cfg.split_k * cfg.block_m * cfg.block_n, tiles)
+    ops = GemmOperands(a, w_q, w_scale_t, out, w_scale_rows)
+    launch = {"fold": launch_fold, "stream": launch_stream, "dq16": launch_mma, "mma8": launch_mma}
+    launch.get(cfg.kind, launch_gemv)(ops, workspace, cfg)
     return cfg

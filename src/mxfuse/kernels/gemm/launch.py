@@ -1,28 +1,63 @@
 """Launchers of the MXFP8 GEMM's kernels on validated tensors (host code): stream, dq16 / mma8, fold
-(and the activation-folding first launch), gemv. ``mxfuse.kernels.gemm.launch_mxfp8_gemm`` picks one."""
+(and the activation-folding first launch), gemv. ``mxfuse.kernels.gemm.launch_mxfp8_gemm`` picks one.
+
+Each takes the launch's tensors as one ``GemmOperands``, its split-K workspace (``splitk.SplitWorkspace``)
+and the ``GemmConfig`` that names the kernel and its tiles.
+"""
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
 
+from mxfuse.formats import MxTensor
+from mxfuse.kernels.gemm.configs import GemmConfig
 from mxfuse.kernels.gemm.fold import fold_activation_kernel, mxfp8_fold_kernel
 from mxfuse.kernels.gemm.fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
+from mxfuse.kernels.gemm.gemv import mxfp8_gemv_kernel
 from mxfuse.kernels.gemm.mma import mxfp8_dq16_kernel, mxfp8_mma_kernel
 from mxfuse.kernels.gemm.stream import mxfp8_stream_kernel
+from mxfuse.kernels.mxfp8 import LAYOUT_CODE
 from mxfuse.kernels.pdl import pdl_policy
+from mxfuse.kernels.splitk import SplitWorkspace
 
 __all__ = [
+    "GemmOperands",
     "check_fold_options",
     "device_facts",
     "launch_fold",
     "launch_fold_activation",
+    "launch_gemv",
     "launch_mma",
     "launch_stream",
     "stream_shape",
 ]
+
+
+@dataclass(frozen=True, eq=False)
+class GemmOperands:
+    """The tensors of one GEMM launch, validated by ``mxfuse.gemm``: ``a`` (an ``[M, K]`` MxTensor, scales
+    in any layout), ``w_q`` fp8 ``[N, K]``, ``w_scale_t`` uint8 ``[K/32, N]``
+    (``weight_scale_kgroup_major``), ``out`` bf16 ``[M, N]``, and ``w_scale_rows``: the weight's scales
+    row-major (uint8 ``[N, K/32]``), which the stream kernel reads faster when given."""
+
+    a: MxTensor
+    w_q: torch.Tensor
+    w_scale_t: torch.Tensor
+    out: torch.Tensor
+    w_scale_rows: torch.Tensor | None = None
+
+    @property
+    def a_scale_bytes(self) -> torch.Tensor:
+        """Every byte of ``a``'s scale storage, padding included."""
+        return self.a.scale_bytes()
+
+    @property
+    def a_layout_code(self) -> int:
+        return LAYOUT_CODE[self.a.scale_layout.value]
 
 
 def stream_shape(block_n: int, block_g: int, num_warps: int) -> tuple[int, int]:
@@ -39,28 +74,16 @@ def stream_shape(block_n: int, block_g: int, num_warps: int) -> tuple[int, int]:
     return sub_n, block_n // sub_n
 
 
-def launch_stream(
-    a_q: torch.Tensor,
-    a_scale_bytes: torch.Tensor,
-    a_layout_code: int,
-    w_q: torch.Tensor,
-    w_scale_t: torch.Tensor,
-    out: torch.Tensor,
-    work: torch.Tensor,
-    counters: torch.Tensor,
-    *,
-    block_m: int,
-    block_n: int,
-    block_g: int,
-    split_k: int,
-    num_warps: int,
-    num_stages: int,
-    w_scale_rows: torch.Tensor | None = None,
-) -> None:
-    """Launch the stream kernel on validated tensors (see ``launch_mxfp8_gemm``); ``work`` holds
-    ``cdiv(N, block_n) * split_k * block_m * block_n`` floats and ``counters`` one int per row tile.
-    ``w_scale_rows``: the weight's scales row-major (uint8 ``[N, K/32]``), read instead of ``w_scale_t``
-    when given: a thread group on one row then reads adjacent bytes, not one 32-byte sector per group."""
+def launch_stream(ops: GemmOperands, workspace: SplitWorkspace, config: GemmConfig) -> None:
+    """Launch the stream kernel (``config.kind == "stream"``); ``workspace`` holds
+    ``cdiv(N, block_n) * split_k * block_m * block_n`` floats and one counter per row tile. It reads
+    ``ops.w_scale_rows`` instead of ``w_scale_t`` when given: a thread group on one row then reads
+    adjacent bytes, not one 32-byte sector per group."""
+    a_q, a_scale_bytes, a_layout_code = ops.a.data, ops.a_scale_bytes, ops.a_layout_code
+    w_q, w_scale_t, out, w_scale_rows = ops.w_q, ops.w_scale_t, ops.out, ops.w_scale_rows
+    work, counters = workspace
+    block_m, block_n, block_g, split_k = config.block_m, config.block_n, config.block_g, config.split_k
+    num_warps, num_stages = config.num_warps, config.num_stages
     m, k = a_q.shape
     n = w_q.shape[0]
     if block_m not in (1, 2, 4) or block_m < m:
@@ -84,28 +107,21 @@ def launch_stream(
     )  # fmt: skip
 
 
-def launch_mma(
-    a_q: torch.Tensor,
-    a_scale_bytes: torch.Tensor,
-    a_layout_code: int,
-    w_q: torch.Tensor,
-    w_scale_t: torch.Tensor,
-    out: torch.Tensor,
-    work: torch.Tensor,
-    counters: torch.Tensor,
-    *,
-    kind: str,
-    block_m: int,
-    block_n: int,
-    block_g: int,
-    split_k: int,
-    swap_ab: bool,
-    num_warps: int,
-    num_stages: int,
-) -> None:
-    """Launch ``kind`` (``"dq16"`` or ``"mma8"``) on validated tensors (see ``launch_fold``)."""
+def launch_mma(ops: GemmOperands, workspace: SplitWorkspace, config: GemmConfig) -> None:
+    """Launch ``config.kind`` (``"dq16"`` or ``"mma8"``) on validated tensors (see ``launch_fold``)."""
+    a_q, a_scale_bytes, a_layout_code = ops.a.data, ops.a_scale_bytes, ops.a_layout_code
+    w_q, w_scale_t, out = ops.w_q, ops.w_scale_t, ops.out
+    work, counters = workspace
+    kind, block_m, block_n, block_g, split_k = (
+        config.kind,
+        config.block_m,
+        config.block_n,
+        config.block_g,
+        config.split_k,
+    )
+    swap_ab, num_warps, num_stages = config.swap_ab, config.num_warps, config.num_stages
     if kind not in ("dq16", "mma8"):
-        raise ValueError(f"kind must be 'dq16' or 'mma8'; got {kind!r}")
+        raise ValueError(f"config.kind must be 'dq16' or 'mma8'; got {kind!r}")
     m, k = a_q.shape
     n = w_q.shape[0]
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
@@ -197,37 +213,20 @@ def _folded_buffers(
 
 
 def launch_fold(
-    a_q: torch.Tensor,
-    a_scale_bytes: torch.Tensor,
-    a_layout_code: int,
-    w_q: torch.Tensor,
-    w_scale_t: torch.Tensor,
-    out: torch.Tensor,
-    work: torch.Tensor,
-    counters: torch.Tensor,
-    *,
-    block_m: int,
-    block_n: int,
-    block_g: int,
-    split_k: int,
-    swap_ab: bool,
-    operand: str,
-    cvt: str,
-    act: str,
-    wscale: str,
-    w_bias: int,
-    pdl: bool,
-    num_warps: int,
-    num_stages: int,
-    path_log: torch.Tensor | None = None,
+    ops: GemmOperands, workspace: SplitWorkspace, config: GemmConfig, *, path_log: torch.Tensor | None = None
 ) -> None:
-    """Launch on validated tensors: ``a_q`` fp8 ``[M, K]``, ``a_scale_bytes`` every byte of its scale
-    storage, ``w_q`` fp8 ``[N, K]``, ``w_scale_t`` uint8 ``[K/32, N]``, ``out`` bf16 ``[M, N]``; ``work``
-    and ``counters`` a split-K workspace for ``cdiv(M, block_m) * cdiv(N, block_n)`` tiles. ``w_bias``:
-    the weight scale byte folded as 2**0 by an fp16 operand-mode fold (its bytes in [w_bias - 14,
-    w_bias + 7] fold exactly; others take the exact path). ``path_log`` (int32, one per (tile, split),
-    tile-major): where each program says whether its folded loop's result was kept (1) or the exact path
-    ran (0), for tests."""
+    """Launch the fold kernel (``config.kind == "fold"``; with ``act="prefold"`` after the activation's
+    folding launch) on validated tensors; ``workspace`` is a split-K workspace for ``cdiv(M, block_m) *
+    cdiv(N, block_n)`` tiles. ``config.w_bias``: the weight scale byte folded as 2**0 by an fp16
+    operand-mode fold (its bytes in [w_bias - 14, w_bias + 7] fold exactly; others take the exact path).
+    ``path_log`` (int32, one per (tile, split), tile-major): where each program says whether its folded
+    loop's result was kept (1) or the exact path ran (0), for tests."""
+    a_q, a_scale_bytes, a_layout_code = ops.a.data, ops.a_scale_bytes, ops.a_layout_code
+    w_q, w_scale_t, out = ops.w_q, ops.w_scale_t, ops.out
+    work, counters = workspace
+    block_m, block_n, block_g, split_k = config.block_m, config.block_n, config.block_g, config.split_k
+    swap_ab, operand, cvt, act, wscale = config.swap_ab, config.operand, config.cvt, config.act, config.wscale
+    w_bias, pdl, num_warps, num_stages = config.w_bias, config.pdl, config.num_warps, config.num_stages
     check_fold_options(operand=operand, cvt=cvt, act=act, wscale=wscale)
     m, k = a_q.shape
     n = w_q.shape[0]
@@ -248,6 +247,22 @@ def launch_fold(
         W_BIAS=w_bias if operand == "f16" else 127, EVEN=n % block_n == 0 and (k // 32) % (block_g * split_k) == 0,
         PDL=pdl, PATH_LOG=path_log is not None, NUM_STAGES=num_stages, num_warps=num_warps,
         **({"launch_pdl": True} if pdl else {}),
+    )  # fmt: skip
+
+
+def launch_gemv(ops: GemmOperands, workspace: SplitWorkspace, config: GemmConfig) -> None:
+    """Launch the gemv kernel (``config.kind == "gemv"``; ``config.block_m`` 1, 2 or 4, at least M)."""
+    a_q, a_scale_bytes, a_layout_code = ops.a.data, ops.a_scale_bytes, ops.a_layout_code
+    w_q, w_scale_t, out = ops.w_q, ops.w_scale_t, ops.out
+    work, counters = workspace
+    m, k = a_q.shape
+    n = w_q.shape[0]
+    groups = k // 32
+    mxfp8_gemv_kernel[(triton.cdiv(n, config.block_n), config.split_k)](
+        a_q, a_scale_bytes, w_q, w_scale_t, out, work, counters, m, n, k,
+        -(-m // 4) * 4, -(-groups // 4),
+        A_LAYOUT=a_layout_code, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CHUNKS=config.block_g,
+        SPLIT_K=config.split_k, NUM_STAGES=config.num_stages, BITS=config.bits, num_warps=config.num_warps,
     )  # fmt: skip
 
 

@@ -24,19 +24,25 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from mxfuse.formats import ScaleLayout, ScaleRounding, align, scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor, align
 from mxfuse.kernels.gemm.fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
 from mxfuse.kernels.gemm.launch import check_fold_options, launch_fold_activation
 from mxfuse.kernels.gemm.mainloop import DOT_CODE
 from mxfuse.kernels.grouped_wo_a.device import grouped_wo_a_kernel
-from mxfuse.kernels.mxfp8 import LAYOUT_CODE, scale_target
+from mxfuse.kernels.grouped_wo_a.weight import TICKETS, WORD_COLUMNS, WoAWeight
+from mxfuse.kernels.mxfp8 import LAYOUT_CODE, mx_target
 from mxfuse.kernels.pdl import OFF, pdl_policy
 from mxfuse.kernels.splitk import split_for
 
-__all__ = ["TICKETS", "WoAConfig", "check_config", "default_config", "launch_grouped_wo_a"]
-
-# Split-K arrival counters a prepared weight carries: one per output tile of a split launch.
-TICKETS = 4096
+__all__ = [
+    "TICKETS",
+    "WORD_COLUMNS",
+    "WoAConfig",
+    "WoAWeight",
+    "check_config",
+    "default_config",
+    "launch_grouped_wo_a",
+]
 
 
 @dataclass(frozen=True)
@@ -149,29 +155,24 @@ def check_config(config: WoAConfig, *, t: int, groups: int, n: int, k: int) -> N
 
 
 def launch_grouped_wo_a(
-    a_q: torch.Tensor,
-    a_scale: torch.Tensor,
-    a_layout: ScaleLayout,
-    w_q: torch.Tensor,
-    w_scale: torch.Tensor,
-    tickets: torch.Tensor,
+    a: MxTensor,
+    w: WoAWeight,
     *,
-    z: torch.Tensor | None,
-    pair: tuple[torch.Tensor, torch.Tensor] | None,
-    out_layout: ScaleLayout,
-    rounding: ScaleRounding,
+    z: torch.Tensor | None = None,
+    pair: MxTensor | None = None,
     hw_cvt: bool = True,
     config: WoAConfig | None = None,
 ) -> WoAConfig:
     """Run the kernel on validated tensors; returns the configuration it used.
 
-    ``a_q`` fp8 ``[T, G*r]`` (contiguous rows) with ``a_scale`` in ``a_layout``; ``w_q`` fp8 ``[G, R, r]``
-    and ``w_scale`` uint8 ``[G, r/32, R]``, both contiguous; ``tickets`` int32 ``>= TICKETS`` zeros.
-    ``z`` bf16 ``[T, G, R]`` and/or ``pair`` (fp8 ``[T, G*R]``, scale in ``out_layout``), each written
-    in full when given. ``hw_cvt=False`` rounds to bf16 and encodes E4M3 with integer arithmetic and,
-    unless ``config`` says otherwise, takes the fp32 dot: all of it exact under the Triton interpreter.
+    ``a``: ``[T, G*r]`` (contiguous rows, any scale layout); ``w``: the prepared weight, its ``tickets``
+    zero. ``z`` bf16 ``[T, G, R]`` and/or ``pair``, a ``[T, G*R]`` MxTensor (its layout, padding rows and
+    rounding say how its scales are written), each written in full when given. ``hw_cvt=False`` rounds
+    to bf16 and encodes E4M3 with integer arithmetic and, unless ``config`` says otherwise, takes the
+    fp32 dot: all of it exact under the Triton interpreter.
     """
-    t = a_q.shape[0]
+    t = a.shape[0]
+    a_q, w_q, w_scale, tickets = a.data, w.qweight, w.scale, w.tickets
     groups, n, k = w_q.shape
     if z is None and pair is None:
         raise ValueError("z or pair must be given")
@@ -188,16 +189,13 @@ def launch_grouped_wo_a(
     as_codes = config.dot == "fp32" or (config.dot == "fold" and config.cvt == "bits")
     codes = (lambda x: x.view(torch.uint8)) if as_codes else (lambda x: x)
     a_groups = groups * k // 32
-    a_spec = scale_spec(t, groups * k, scale_layout=a_layout)
-    a_s = scale_storage_view(a_scale, a_spec).view(torch.uint8)
+    a_s = a.scale_bytes()
     gr = groups * n
     dummy = w_scale  # any tensor on the device, for outputs this launch does not write
     z_arg = dummy if z is None else (z if hw_cvt else z.view(torch.int16))
-    q_arg, s_arg, o_layout, o_rows = dummy, dummy, 0, t
+    q_arg, s_arg, o_layout, o_rows, floor = dummy, dummy, 0, t, False
     if pair is not None:
-        q, scale = pair
-        s_arg, o_layout, o_rows = scale_target(scale, m=t, k=gr, layout=out_layout)
-        q_arg = q if hw_cvt else q.view(torch.uint8)
+        q_arg, s_arg, o_layout, o_rows, floor = mx_target(pair, hw_cvt=hw_cvt)
     n_m_tiles = triton.cdiv(t, config.block_m)
     n_n_tiles = n // config.block_n
     work = dummy
@@ -210,7 +208,7 @@ def launch_grouped_wo_a(
         row = a_q.stride(0) if t > 1 else groups * k  # the copy is addressed like a_q
         folded = torch.empty((t, row), dtype=dtype, device=a_q.device)
         refs = torch.empty((groups, t), dtype=torch.int32, device=a_q.device)
-        launch_fold_activation(a_q, a_s, LAYOUT_CODE[a_layout.value], folded, refs, slices=groups)
+        launch_fold_activation(a_q, a_s, LAYOUT_CODE[a.scale_layout.value], folded, refs, slices=groups)
     grid = (config.split * groups * n_n_tiles * n_m_tiles,)
     pdl = pdl_policy(a_q.device, gemm=True) if hw_cvt else OFF
     grouped_wo_a_kernel[grid](
@@ -235,11 +233,11 @@ def launch_grouped_wo_a(
         o_rows,
         n_m_tiles,
         n_n_tiles,
-        A_LAYOUT=LAYOUT_CODE[a_layout.value],
+        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value],
         O_LAYOUT=o_layout,
         STORE_Z=z is not None,
         STORE_PAIR=pair is not None,
-        FLOOR=rounding is ScaleRounding.FLOOR,
+        FLOOR=floor,
         HW_CVT=hw_cvt,
         DOT=DOT_CODE[config.dot],
         SWAP_AB=config.swap_ab,

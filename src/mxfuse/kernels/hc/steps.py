@@ -12,24 +12,19 @@ import torch
 import triton
 
 from mxfuse.kernels.hc.config import HcConfig, choose_config
-from mxfuse.kernels.hc.launch import launch_phases
+from mxfuse.kernels.hc.launch import FinishTensors, HcItems, HcLaunchTensors, MixTensors, launch_phases
 from mxfuse.kernels.hc.params import HcParams
 from mxfuse.kernels.hc.post import hc_post_kernel
+from mxfuse.kernels.hc.tensors import HcBoundaryOutputs, HcInputs, HcWeights
 from mxfuse.kernels.hc.workspace import HcWorkspace
 
 __all__ = ["launch_mixes", "launch_norm", "launch_post"]
 
 
-def launch_post(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    post: torch.Tensor,
-    comb: torch.Tensor,
-    *,
-    residual_out: torch.Tensor,
-    hw_cvt: bool = True,
-) -> None:
-    """R' = post step of ``x`` [T, H], ``residual`` [T, 4, H], ``post`` [T, 4], ``comb`` [T, 4, 4]."""
+def launch_post(inputs: HcInputs, *, residual_out: torch.Tensor, hw_cvt: bool = True) -> None:
+    """R' = post step of ``inputs`` (``x`` [T, H], ``residual`` [T, 4, H], ``post`` [T, 4], ``comb``
+    [T, 4, 4]) into ``residual_out``."""
+    x, residual, post, comb = inputs.x, inputs.residual, inputs.post, inputs.comb
     tokens, hidden = x.shape
     if tokens == 0:
         return
@@ -43,45 +38,30 @@ def launch_post(
 
 
 def launch_mixes(
-    residual: torch.Tensor,
-    fn: torch.Tensor,
-    scale: torch.Tensor,
-    base: torch.Tensor,
+    out: HcBoundaryOutputs,
+    weights: HcWeights,
     *,
-    scalars: HcParams,
-    pre_out: torch.Tensor,
-    post_out: torch.Tensor,
-    comb_out: torch.Tensor,
+    params: HcParams,
     workspace: HcWorkspace,
     config: HcConfig | None = None,
     hw_cvt: bool = True,
-    fn_pieces: torch.Tensor | None = None,
 ) -> None:
-    """pre, post', comb' of a residual stream ``residual`` [T, 4, H] (the boundary's A items on R', the
-    F items' logits and pre, the S items). ``config`` must be the fused boundary's for its reductions
-    to run in the same order (``choose_config`` of the same ordering). ``fn_pieces``: as in
-    ``launch_boundary``."""
-    tokens, _, hidden = residual.shape
+    """pre, post' and comb' of the streams ``out.residual`` [T, 4, H] (R', already written) into
+    ``out.pre``, ``out.post`` and ``out.comb``, with the next sublayer's ``weights`` (the boundary's A
+    items on R', the F items' logits and pre, the S items). ``config`` must be the fused boundary's for
+    its reductions to run in the same order (``choose_config`` of the same ordering)."""
+    tokens, _, hidden = out.residual.shape
     if tokens == 0:
         return
+    mixes = MixTensors(
+        weights.fn_weight, weights.fn_pieces, weights.scale, weights.base, out.pre, out.post, out.comb
+    )
     launch_phases(
-        phases=(1, 1, 1),
-        tokens=tokens,
-        hidden=hidden,
-        tensors={
-            "ro": residual,
-            "fn": fn,
-            "fnp": fn_pieces,
-            "scale": scale,
-            "base": base,
-            "pre": pre_out,
-            "posto": post_out,
-            "combo": comb_out,
-        },  # fmt: skip
-        scalars=scalars,
+        HcItems((1, 1, 1), coef=True),
+        HcLaunchTensors(out.residual, mixes=mixes),
+        params=params,
         workspace=workspace,
         config=config or choose_config(tokens, hidden, shifted=False),
-        coef=True,
         hw_cvt=hw_cvt,
     )
 
@@ -91,7 +71,7 @@ def launch_norm(
     weights: torch.Tensor,
     norm_weight: torch.Tensor,
     *,
-    scalars: HcParams,
+    params: HcParams,
     y_out: torch.Tensor,
     workspace: HcWorkspace,
     config: HcConfig | None = None,
@@ -106,18 +86,11 @@ def launch_norm(
     if tokens == 0:
         return
     launch_phases(
-        phases=(1, 1, 0) if split else (0, 1, 0),
-        tokens=tokens,
-        hidden=hidden,
-        tensors={"ro": residual, "pp": weights, "w": norm_weight, "v": y_out, "y": y_out},
-        scalars=scalars,
+        HcItems((1, 1, 0) if split else (0, 1, 0), a_mix=False, a_collapse=split, split=split, norm=True),
+        HcLaunchTensors(residual, finish=FinishTensors(weights, norm_weight, y_out, y_out)),
+        params=params,
         workspace=workspace,
         config=config or choose_config(tokens, hidden, shifted=split),
-        a_mix=False,
-        a_collapse=split,
-        split=split,
-        norm=True,
-        write_y=True,
         hw_cvt=hw_cvt,
         pdl=split and hw_cvt,
     )

@@ -1,6 +1,9 @@
-"""How a kernel writes an MXFP8 tensor's scales: the layout constants and the storage it stores into.
+"""How a kernel writes an ``MxTensor``: the layout constants and the storage it stores into.
 
-The device side (scale bytes, E4M3 codes, scale-word stores) is ``mxfuse.kernels.mxfp8.device``.
+The device side (scale bytes, E4M3 codes, scale-word stores) is ``mxfuse.kernels.mxfp8.device``. Every
+producer launches its kernel with ``mx_target(out)``: the codes, the scale storage as the kernel stores
+into it, the layout constant, the scale rows to write (padding included) and the rounding, all read
+from the ``MxTensor`` the producer writes.
 """
 
 from __future__ import annotations
@@ -9,15 +12,12 @@ from typing import NamedTuple
 
 import torch
 
-from mxfuse.formats import ScaleLayout, align, scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor, ScaleRounding
 
-__all__ = ["LAYOUT_CODE", "ROWS_ALIGN", "ScaleTarget", "scale_layout_code", "scale_target"]
+__all__ = ["LAYOUT_CODE", "MxTarget", "mx_target", "scale_layout_code"]
 
 # Scale layouts as kernel constants: 0 e8m0 bytes, 1 deepgemm, 2 swizzled_128x4, 3 e8m0 whole words.
 LAYOUT_CODE = {"e8m0": 0, "deepgemm": 1, "swizzled_128x4": 2}
-
-# Rows of scales a producer writes: M rounded up to the layout's row alignment (padding rows are 0).
-ROWS_ALIGN = {"e8m0": 1, "deepgemm": 4, "swizzled_128x4": 128}
 
 
 def scale_layout_code(layout: str, *, k: int, scale_ptr: int) -> int:
@@ -32,20 +32,31 @@ def scale_layout_code(layout: str, *, k: int, scale_ptr: int) -> int:
     return code
 
 
-class ScaleTarget(NamedTuple):
-    """How a kernel is launched to write a pair's scales: ``storage`` (the scale storage as the kernel
-    stores into it: uint8 bytes for layout code 0, int32 words otherwise), ``code`` (the ``LAYOUT``
-    constant, ``scale_layout_code``) and ``rows_padded`` (the scale rows to write, padding included)."""
+class MxTarget(NamedTuple):
+    """How a kernel is launched to write an ``MxTensor``: ``codes`` (its data: float8e4nv, or the uint8
+    view a kernel without the hardware conversion stores), ``scales`` (the scale storage as the kernel
+    stores into it: uint8 bytes for layout code 0, int32 words otherwise), ``layout_code`` (the ``LAYOUT``
+    constant, ``scale_layout_code``), ``rows_padded`` (the scale rows to write, padding included) and
+    ``floor`` (FLOOR scales, else RCEIL)."""
 
-    storage: torch.Tensor
-    code: int
+    codes: torch.Tensor
+    scales: torch.Tensor
+    layout_code: int
     rows_padded: int
+    floor: bool
 
 
-def scale_target(scale: torch.Tensor, *, m: int, k: int, layout: ScaleLayout) -> ScaleTarget:
-    """The ``ScaleTarget`` of an ``[m, k]`` pair's (validated) scale tensor in ``layout``."""
-    flat = scale_storage_view(scale, scale_spec(m, k, scale_layout=layout))
-    code = scale_layout_code(layout.value, k=k, scale_ptr=flat.data_ptr())
-    return ScaleTarget(
-        flat if code == 0 else flat.view(torch.int32), code, align(m, ROWS_ALIGN[layout.value])
+def mx_target(out: MxTensor, *, hw_cvt: bool = True) -> MxTarget:
+    """The ``MxTarget`` of ``out``; ValueError when ``out.rounding`` does not say which scales to write."""
+    if out.rounding is None:
+        raise ValueError("out.rounding must name the scales to write (rceil or floor); got None")
+    m, k = out.shape
+    flat = out.scale_storage()
+    code = scale_layout_code(out.scale_layout.value, k=k, scale_ptr=flat.data_ptr())
+    return MxTarget(
+        out.data if hw_cvt else out.data.view(torch.uint8),
+        flat if code == 0 else flat.view(torch.int32),
+        code,
+        out.rows_padded,
+        out.rounding is ScaleRounding.FLOOR,
     )

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import triton
 
+from mxfuse.formats import MxTensor
+from mxfuse.kernels.mxfp8 import mx_target
 from mxfuse.kernels.norm.device import rms_norm_kernel
 from mxfuse.kernels.pdl import OFF, pdl_policy
 
@@ -51,22 +53,19 @@ def launch_rms_norm(
     eps: float,
     *,
     y: torch.Tensor | None = None,
-    q: torch.Tensor | None = None,
-    scale_words: torch.Tensor | None = None,
-    layout_code: int = 1,
-    rows_padded: int = 0,
-    floor: bool = False,
+    pair: MxTensor | None = None,
     hw_cvt: bool = True,
     lens: torch.Tensor | None = None,
 ) -> None:
-    """The kernel over ``rows`` [M, D] (unit column stride) into ``y`` [M, D] bf16 and/or the pair ``q``
-    [M, D] (float8_e4m3fn, or its uint8 view without ``hw_cvt``) with ``scale_words`` (the scale storage,
-    uint8 for layout code 0, else int32) in ``layout_code`` (``mxfuse.kernels.mxfp8.scale_layout_code``), scale rows
-    up to ``rows_padded``. With ``lens`` [B], ``y`` is a KV cache [B, capacity, D] and row b * S + s goes
-    to ``y[b, lens[b] + s]`` (S = M / B). Arguments are validated by the caller."""
+    """The kernel over ``rows`` [M, D] (unit column stride) into ``y`` [M, D] bf16 and/or ``pair``, an
+    ``[M, D]`` MxTensor (its layout, padding rows and rounding say how its scales are written; its codes
+    are stored as uint8 without ``hw_cvt``). With ``lens`` [B], ``y`` is a KV cache [B, capacity, D] and
+    row b * S + s goes to ``y[b, lens[b] + s]`` (S = M / B). Arguments are validated by the caller."""
     count, cols = rows.shape
-    pair = q is not None
-    grid = max(count, rows_padded) if pair else count
+    q, scale_words, layout_code, rows_padded, floor = (None, None, 1, 0, False)
+    if pair is not None:
+        q, scale_words, layout_code, rows_padded, floor = mx_target(pair, hw_cvt=hw_cvt)
+    grid = max(count, rows_padded) if pair is not None else count
     if grid == 0:
         return
     words = triton.next_power_of_2(triton.cdiv(cols, 128))
@@ -77,9 +76,9 @@ def launch_rms_norm(
         rows, dummy if weight is None else weight, dummy if y is None else y, dummy if q is None else q,
         dummy if scale_words is None else scale_words, dummy if lens is None else lens, rows.stride(0), count,
         cols, rows_padded, eps, per_seq, capacity,
-        HAS_WEIGHT=weight is not None, WRITE_Y=y is not None, WRITE_PAIR=pair, FLOOR=floor, HW_CVT=hw_cvt,
-        LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, PDL_WAIT=pdl.wait, PDL_SIGNAL=pdl.signal,
-        num_warps=max(1, min(8, words // 2)), **({"launch_pdl": True} if pdl.wait else {}),
+        HAS_WEIGHT=weight is not None, WRITE_Y=y is not None, WRITE_PAIR=pair is not None, FLOOR=floor,
+        HW_CVT=hw_cvt, LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, PDL_WAIT=pdl.wait,
+        PDL_SIGNAL=pdl.signal, num_warps=max(1, min(8, words // 2)), **({"launch_pdl": True} if pdl.wait else {}),
     )  # fmt: skip
 
 

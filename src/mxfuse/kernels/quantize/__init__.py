@@ -22,15 +22,12 @@ import torch
 
 from mxfuse import MxfuseUnavailableError
 from mxfuse.formats import (
+    MxTensor,
     ScaleLayout,
     ScaleRounding,
-    check_mxfp8_pair,
     check_quantize_input,
-    empty_mxfp8_pair,
-    parse_scale_layout,
-    parse_scale_rounding,
+    mxtensor_out,
     quantize_mxfp8_reference,
-    scale_spec,
     scale_storage_view,
 )
 from mxfuse.kernels.quantize.launch import launch_quantize
@@ -43,20 +40,19 @@ _MIN_CAPABILITY = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32
 def quantize_mxfp8(
     x: torch.Tensor,
     *,
-    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
-    scale_layout: ScaleLayout | str = ScaleLayout.DEEPGEMM,
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize ``x`` [M, K] to MXFP8 ``(float8_e4m3fn [M, K], scales in scale_layout)``.
+    rounding: ScaleRounding | str | None = None,
+    scale_layout: ScaleLayout | str | None = None,
+    out: MxTensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> MxTensor:
+    """Quantize ``x`` [M, K] to an ``MxTensor``: float8_e4m3fn ``[M, K]`` and its scales in ``scale_layout``.
 
-    Bit-identical to ``quantize_mxfp8_reference`` and writes every byte of both outputs, padding
-    included. With ``out=(q, scale)`` (see ``empty_mxfp8_pair``) it validates both buffers and writes into
-    them without allocating, so it can be captured in a CUDA graph. CUDA tensors run the Triton kernel
+    Bit-identical to ``quantize_mxfp8_reference`` and writes every byte of both parts, padding included.
+    ``rounding`` (default RCEIL) and ``scale_layout`` (default deepgemm) may be left to ``out``: an
+    MxTensor (``MxTensor.empty``) or a ``(q, scale)`` tuple (converted once), written without allocating,
+    so the call can be captured in a CUDA graph; it is returned. CUDA tensors run the Triton kernel
     (sm_89+, else ``MxfuseUnavailableError``); CPU tensors run the reference. Bad arguments raise
-    ValueError or TypeError naming the argument; an empty ``x`` gives empty outputs.
+    ValueError or TypeError naming the argument; an empty ``x`` gives an empty MxTensor.
     """
-    rounding = parse_scale_rounding(rounding)
-    layout = parse_scale_layout(scale_layout)
     check_quantize_input(x)
     m, k = x.shape
     if k > 1 and x.stride(1) != 1:
@@ -65,20 +61,16 @@ def quantize_mxfp8(
         raise ValueError(
             f"x rows must not overlap (stride along M >= K = {k}); got strides {tuple(x.stride())}"
         )
-    if out is None:
-        q, scale = empty_mxfp8_pair(m, k, scale_layout=layout, device=x.device)
-    else:
-        q, scale = check_mxfp8_pair(out, m=m, k=k, scale_layout=layout, device=x.device)
-    if m == 0 or k == 0:
-        return q, scale
-    if x.device.type == "cpu":
-        ref_q, ref_scale = quantize_mxfp8_reference(x, rounding=rounding, scale_layout=layout)
-        spec = scale_spec(m, k, scale_layout=layout)
-        q.copy_(ref_q)
-        scale_storage_view(scale, spec).copy_(scale_storage_view(ref_scale, spec))
-        return q, scale
-    if x.device.type != "cuda":
+    if x.device.type not in ("cpu", "cuda"):
         raise ValueError(f"x must be on a CUDA device or the CPU; got {x.device}")
+    out = mxtensor_out(out, m=m, k=k, device=x.device, scale_layout=scale_layout, rounding=rounding)
+    if m == 0 or k == 0:
+        return out
+    if x.device.type == "cpu":
+        ref_q, ref_scale = quantize_mxfp8_reference(x, rounding=out.rounding, scale_layout=out.scale_layout)
+        out.data.copy_(ref_q)
+        out.scale_storage().copy_(scale_storage_view(ref_scale, out.spec))
+        return out
     capability = torch.cuda.get_device_capability(x.device)
     if capability < _MIN_CAPABILITY:
         sm = f"sm_{capability[0]}{capability[1]}"
@@ -86,5 +78,5 @@ def quantize_mxfp8(
             f"quantize_mxfp8 needs FP8 conversion (cvt.e4m3x2, sm_89+); {x.device} is {sm}"
         )
     with torch.cuda.device(x.device):
-        launch_quantize(x, q, scale, rounding=rounding, layout=layout, hw_cvt=True)
-    return q, scale
+        launch_quantize(x, out, hw_cvt=True)
+    return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from mxfuse.formats import BLOCK_SIZE, ScaleLayout, ScaleRounding
-from mxfuse.kernels.mxfp8 import scale_target
+from mxfuse.formats import BLOCK_SIZE, MxTensor
+from mxfuse.kernels.mxfp8 import mx_target
 from mxfuse.kernels.pdl import OFF, pdl_policy
 from mxfuse.kernels.quantize.device import quantize_mxfp8_kernel
 
@@ -30,16 +30,10 @@ def block_config(rows: int, n_words: int) -> tuple[int, int, int]:
 
 
 def launch_quantize(
-    x: torch.Tensor,
-    q: torch.Tensor,
-    scale: torch.Tensor,
-    *,
-    rounding: ScaleRounding,
-    layout: ScaleLayout,
-    hw_cvt: bool,
-    config: tuple[int, int, int] | None = None,
+    x: torch.Tensor, out: MxTensor, *, hw_cvt: bool, config: tuple[int, int, int] | None = None
 ) -> None:
-    """Run the kernel over ``x`` into ``(q, scale)``, both already validated.
+    """Run the kernel over ``x`` into ``out`` (scales in its layout, chosen by its rounding), both
+    already validated.
 
     ``hw_cvt=False`` selects the integer E4M3 rounding, the path the Triton interpreter (CPU tensors,
     TRITON_INTERPRET=1) runs bit-exactly; the GPU tests check both paths. ``config`` overrides
@@ -47,14 +41,14 @@ def launch_quantize(
     """
     m, k = x.shape
     n_words = -(-k // _COLS_PER_WORD)
-    s_flat, layout_code, rows_padded = scale_target(scale, m=m, k=k, layout=layout)
+    codes, s_flat, layout_code, rows_padded, floor = mx_target(out, hw_cvt=hw_cvt)
     block_m, block_w, num_warps = config or block_config(rows_padded, n_words)
     n_word_blocks = triton.cdiv(n_words, block_w)
     grid = (triton.cdiv(rows_padded, block_m) * n_word_blocks,)
     pdl = pdl_policy(x.device) if hw_cvt else OFF
     quantize_mxfp8_kernel[grid](
         x,
-        q if hw_cvt else q.view(torch.uint8),
+        codes,
         s_flat,
         m,
         k,
@@ -62,7 +56,7 @@ def launch_quantize(
         rows_padded,
         n_words,
         n_word_blocks,
-        FLOOR=rounding is ScaleRounding.FLOOR,
+        FLOOR=floor,
         HW_CVT=hw_cvt,
         LAYOUT=layout_code,
         BLOCK_M=block_m,
