@@ -12,7 +12,8 @@ are E4M3 subnormal codes, and subnormal, zero and tiny tokens: a kernel that flu
 
 On an H200 the backends here are ``triton`` and ``torch``; ``deepgemm`` and ``flashinfer`` cases report
 why they cannot run (they run on b200/gb300/5090 when those libraries are installed; the files
-test_mxfp8_gemm_deepgemm.py and test_mxfp8_gemm_flashinfer.py require them there).
+test_mxfp8_gemm_deepgemm.py and test_mxfp8_gemm_flashinfer.py require them there and run the vendor
+backends' tests, written once in tests/support/vendor_gemm.py).
 """
 
 from __future__ import annotations
