@@ -7,7 +7,7 @@ launcher's table.
 Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one process:
   * ``bf16``: ``torch.mm`` on bf16 copies of the weights (cuBLAS), and the byte floor (weight, activation
     and output bytes at the device-to-device copy bandwidth measured in the same run);
-  * ``default``: what the launcher runs today (``mxfp8_configs.choose_config``);
+  * ``default``: what the launcher runs today (``mxfuse.kernels.gemm.configs.choose_config``);
   * candidates (``candidates``): the folded-scale kernel (``mxfuse.kernels.gemm.launch``) over tile,
     operand order, 16-bit type, conversion, where the scales are folded, split-K, pipeline depth, warps
     and PDL, and the existing kernels around the default. Each candidate is first checked against the
@@ -674,7 +674,7 @@ def short(config: dict) -> str:
 
 
 def winners_table(rows: list[tuple[str, int, int, int, GemmConfig]], env: dict) -> dict:
-    """The launcher's table format (mxfp8_configs): per shape, buckets m_max = the measured M."""
+    """The launcher's table format (mxfuse.kernels.gemm.configs): per shape, buckets m_max = the measured M."""
     shapes: dict[str, list] = {}
     for _name, m, n, k, config in sorted(rows, key=lambda r: (r[2], r[3], r[1])):
         shapes.setdefault(f"{n}x{k}", []).append({"m_max": m, "config": config.to_json()})
