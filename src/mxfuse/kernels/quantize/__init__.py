@@ -1,4 +1,4 @@
-"""MXFP8 quantize: bf16/fp16/fp32 [M, K] -> (E4M3 [M, K], UE8M0 scales in a consumer's layout).
+"""MXFP8 quantize: bf16/fp16/fp32 [M, K] -> an ``MxTensor`` (E4M3 [M, K], UE8M0 scales in a consumer's layout).
 
 One program quantizes a tile of BLOCK_M rows x BLOCK_W * 128 columns, i.e. BLOCK_W packed scale words per
 row, so every program owns whole 32-bit scale words and no two programs write the same byte. The
