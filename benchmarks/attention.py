@@ -18,7 +18,7 @@ Every variant is one CUDA graph of many calls cycling through enough caches to s
 timed over 15 replays; three rounds interleaved, the median reported. Every kernel configuration is
 checked against the float32 reference (per row, tests/support/attention_checks.py's bound) before it is
 timed. ``--sweep`` also times the candidate configurations of each shape (one round each) and writes the
-fastest per shape to ``--table`` in the format of ``src/mxfuse/kernels/mqa_decode_configs.json``.
+fastest per shape to ``--table`` in the format of ``src/mxfuse/kernels/attention/configs.json``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from attention_checks import ROW_ATOL, row_normalised
 from gpu_timing import ROTATE_BYTES, bench_us, copy_bandwidth
 
 from mxfuse.attention import MqaConfig, mqa_decode_attention, mqa_decode_attention_reference
-from mxfuse.kernels.mqa_decode import choose_mqa_config
+from mxfuse.kernels.attention import choose_mqa_config
 
 HEAD_DIM = 512
 ROUNDS = 3
@@ -243,7 +243,7 @@ def main() -> None:
         if args.table is not None:
             table = json.loads(
                 (
-                    Path(__file__).resolve().parents[1] / "src/mxfuse/kernels/mqa_decode_configs.json"
+                    Path(__file__).resolve().parents[1] / "src/mxfuse/kernels/attention/configs.json"
                 ).read_text()
             )
             table["device"] = f"{props.name}, swept {datetime.date.today()} (benchmarks/attention.py --sweep)"

@@ -1,6 +1,6 @@
 """Exhaustive checks of the MXFP8 quantize kernel's integer rules, over every input they can see.
 
-`mxfuse.kernels.mxfp8_tile` (the building blocks of `quantize_mxfp8` and every fused producer) computes
+`mxfuse.kernels.mxfp8` (the building blocks of `quantize_mxfp8` and every fused producer) computes
 scales and (off the GPU) E4M3 codes with integer arithmetic on float32 bit patterns. Two claims in its
 comments and in benchmarks/NOTES-quantize.md rest on checking those rules against their definitions
 (docs/mxfp8.md) for *every* input:

@@ -3,7 +3,7 @@ the main loop's wgmmas stay in flight, and the SASS instructions its loop issues
 
     python benchmarks/fold_sass_stats.py
 
-Each variant of ``mxfuse.kernels.mxfp8_fold._mxfp8_fold_kernel`` is compiled for sm_90 (Triton's own
+Each variant of ``mxfuse.kernels.gemm.fold.mxfp8_fold_kernel`` is compiled for sm_90 (Triton's own
 ptxas), specialized as a launch on the V4-Pro wo_b weight (7168 x 16384, 16-byte-aligned pointers, N and
 K divisible by 16) would be, and disassembled with the nvdisasm that ships with Triton. The main loop is
 the first backward branch whose body holds HGMMA instructions; "warp-instr / byte" is its instructions
@@ -29,8 +29,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from mxfuse.kernels import mxfp8_fold as mf
-from mxfuse.kernels.mxfp8_fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
+from mxfuse.kernels.gemm import fold as mf
+from mxfuse.kernels.gemm.fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
 
 N, K = 7168, 16384
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -50,7 +50,7 @@ VARIANTS = [
 
 
 def compile_variant(bm, bn, bg, warps, stages, operand, cvt, act, wscale):
-    fn = mf._mxfp8_fold_kernel
+    fn = mf.mxfp8_fold_kernel
     fp8 = "u8" if cvt == "bits" else "fp8e4nv"
     types = [
         f"*{fp8}",

@@ -17,7 +17,7 @@ Each variant is one CUDA graph of many calls rotating through enough weight copi
 its weights from DRAM (``gpu_timing``: > 4x the 60 MB L2), timed over 15 replays; each is timed three
 times, interleaved, and the median of the three is reported. ``--sweep`` also times kernel configurations
 (tile, split-K, dot mode, warps, stages) per (G, T) on the fused path and reports the best; dot mode
-``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.mxfp8_fold_steps``).
+``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.gemm.fold_steps``).
 """
 
 from __future__ import annotations
@@ -40,14 +40,7 @@ from gpu_timing import bench_us, copy_bandwidth, rotation_count
 
 from gpumatrix.compare import calc_diff
 from mxfuse.einsum import grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
-from mxfuse.formats import (
-    ScaleLayout,
-    ScaleRounding,
-    dequantize_mxfp8,
-    empty_mxfp8_pair,
-    quantize_mxfp8_reference,
-    scale_spec,
-)
+from mxfuse.formats import MxTensor, dequantize_mxfp8, quantize_mxfp8_reference, scale_spec
 from mxfuse.kernels import quantize_mxfp8
 
 _kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
@@ -85,8 +78,8 @@ class Sets:
             self.a_e8m0.append(quantize_mxfp8(x, scale_layout="e8m0"))
             self.z.append(torch.empty(t, groups, N, dtype=torch.bfloat16, device="cuda"))
             self.zt.append(torch.empty(groups, t, N, dtype=torch.bfloat16, device="cuda"))
-            self.pair.append(empty_mxfp8_pair(t, groups * N, scale_layout="deepgemm", device="cuda"))
-            self.pair2.append(empty_mxfp8_pair(t, groups * N, scale_layout="deepgemm", device="cuda"))
+            self.pair.append(MxTensor.empty(t, groups * N, scale_layout="deepgemm", device="cuda"))
+            self.pair2.append(MxTensor.empty(t, groups * N, scale_layout="deepgemm", device="cuda"))
 
     def fused(self, i: int):
         return grouped_wo_a(self.a[i], self.w[i], out_pair=self.pair[i])
@@ -128,8 +121,8 @@ class Sets:
 
 def check(sets: Sets) -> dict[str, object]:
     """Correctness before timing: the fused pair is quantize of the kernel's z; z is the reference's."""
-    fused_q, fused_s = sets.fused(0)
-    unfused_q, unfused_s = sets.unfused(0)
+    fused, unfused = sets.fused(0), sets.unfused(0)
+    (fused_q, fused_s), (unfused_q, unfused_s) = (fused.data, fused.scale), (unfused.data, unfused.scale)
     torch.cuda.synchronize()
     pair_equal = torch.equal(fused_q.view(torch.uint8), unfused_q.view(torch.uint8)) and torch.equal(
         fused_s, unfused_s
@@ -298,21 +291,10 @@ def sweep(
     for config in sweep_configs(t, groups, sm_count, dots):
 
         def call(i: int, config=config):
-            _kernel.launch_grouped_wo_a(
-                *sets.a[i],
-                ScaleLayout.DEEPGEMM,
-                sets.w[i].qweight,
-                sets.w[i].scale,
-                sets.w[i].tickets,
-                z=None,
-                pair=sets.pair[i],
-                out_layout=ScaleLayout.DEEPGEMM,
-                rounding=ScaleRounding.RCEIL,
-                config=config,
-            )
+            _kernel.launch_grouped_wo_a(sets.a[i], sets.w[i], z=None, pair=sets.pair[i], config=config)
 
         call(0)
-        diff = calc_diff(dequantize_mxfp8(*sets.pair[0], scale_layout="deepgemm"), want)
+        diff = calc_diff(sets.pair[0].dequantize(), want)
         us = bench_us([functools.partial(call, i) for i in range(sets.count)], target_ms=10.0, replays=7)
         rows.append({"T": t, "G": groups, "config": config.__dict__, "us": us, "calc_diff": diff})
         print(f"  G={groups} T={t} {config} {us:8.2f} us  calc_diff {diff:.2e}", flush=True)

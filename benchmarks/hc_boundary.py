@@ -45,9 +45,9 @@ import triton
 
 from gpumatrix.compare import ulp_distance
 from mxfuse import hc
-from mxfuse.formats import scale_spec
+from mxfuse.formats import MxTensor, scale_spec
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_plan import choose_config, sm_count
+from mxfuse.kernels.hc import choose_config, sm_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import bench_us, copy_bandwidth, rotation_count
@@ -100,16 +100,22 @@ def make_set(tokens: int, hidden: int, shifted: bool, seed: int) -> dict[str, to
     return s
 
 
-def _args(s: dict) -> tuple:
-    """Positional arguments with ``fn`` the fp32 tensor (the reference and the compiled baseline)."""
+def _tensors(s: dict) -> tuple:
+    """The compiled baseline's positional arguments, ``fn`` the fp32 tensor."""
     return (s["x"], s["residual"], s["post"], s["comb"], s["fn"], s["scale"], s["base"], s["norm_weight"])
 
 
-def _kargs(s: dict) -> tuple:
-    """Positional arguments of our kernels: ``fn`` prepared once (``HcProjection``, as a model loads it)
-    unless the environment says ``HC_FN=fp32``."""
-    fn = s["fn"] if os.environ.get("HC_FN", "prepared") == "fp32" else s["projection"]
-    return (s["x"], s["residual"], s["post"], s["comb"], fn, s["scale"], s["base"], s["norm_weight"])
+def _args(s: dict, fn: torch.Tensor | hc.HcProjection | None = None) -> tuple[hc.HcInputs, hc.HcWeights]:
+    """The boundary's inputs and weights, ``fn`` the fp32 tensor unless given (the reference)."""
+    inputs = hc.HcInputs(s["x"], s["residual"], s["post"], s["comb"], s["prev_pre"])
+    weights = hc.HcWeights(s["fn"] if fn is None else fn, s["scale"], s["base"], s["norm_weight"])
+    return inputs, weights
+
+
+def _kargs(s: dict) -> tuple[hc.HcInputs, hc.HcWeights]:
+    """The inputs and weights of our kernels: ``fn`` prepared once (``HcProjection``, as a model loads
+    it) unless the environment says ``HC_FN=fp32``."""
+    return _args(s, s["fn"] if os.environ.get("HC_FN", "prepared") == "fp32" else s["projection"])
 
 
 def boundary_fp32(x, residual, post, comb, fn, scale, base, w, prev_pre):
@@ -159,8 +165,8 @@ class Compiled:
             torch.cuda.synchronize()
             self.compile_s[key] = time.perf_counter() - start
 
-    def __call__(self, s: dict, pair: tuple | None):
-        new, pre, post, comb, y = self.fn(*_args(s), s["prev_pre"])
+    def __call__(self, s: dict, pair: MxTensor | None):
+        new, pre, post, comb, y = self.fn(*_tensors(s), s["prev_pre"])
         return new, pre, post, comb, y, quantize_mxfp8(y, out=pair)
 
 
@@ -188,9 +194,9 @@ def _differ(name: str, got: torch.Tensor, want: torch.Tensor, what: str) -> list
     return [f"{name} not {what} at {int((got != want).sum())}/{got.numel()}"]
 
 
-def _pair_differs(pair: tuple, other: tuple, what: str, *, whose: str = "") -> list[str]:
-    codes = _differ(f"{whose}pair codes", pair[0], other[0], what)
-    return codes + _differ(f"{whose}pair scales", pair[1], other[1], what)
+def _pair_differs(pair: MxTensor, other: MxTensor, what: str, *, whose: str = "") -> list[str]:
+    codes = _differ(f"{whose}pair codes", pair.data, other.data, what)
+    return codes + _differ(f"{whose}pair scales", pair.scale_bytes(), other.scale_bytes(), what)
 
 
 def variant_problems(out: hc.HcBoundaryOutputs, ref: hc.HcBoundaryOutputs, *, ours: bool) -> list[str]:
@@ -223,9 +229,9 @@ def check(s: dict, compiled: Compiled | None) -> dict[str, list[str]]:
     Keys: ``OURS`` (fused and unfused against the reference; fused vs unfused bit for bit in R' and
     the pair), then ``compiled`` (the baseline against the reference) when it runs.
     """
-    ref = hc.mhc_boundary_reference(*_args(s), prev_pre=s["prev_pre"], params=PARAMS)
-    fused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS)
-    unfused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, fused=False)
+    ref = hc.mhc_boundary_reference(*_args(s), params=PARAMS)
+    fused = hc.mhc_boundary(*_kargs(s), params=PARAMS)
+    unfused = hc.mhc_boundary(*_kargs(s), params=PARAMS, fused=False)
     problems = {
         "fused": variant_problems(fused, ref, ours=True),
         "unfused": variant_problems(unfused, ref, ours=True),
@@ -279,16 +285,16 @@ def measure(
     fused_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     chain_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda") for _ in sets]
     variants = {
-        "fused": [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o)
+        "fused": [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o)
                   for s, o in zip(sets, fused_outs, strict=True)],
-        "unfused": [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o, fused=False)
+        "unfused": [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o, fused=False)
                     for s, o in zip(sets, chain_outs, strict=True)],
     }  # fmt: skip
     if outputs:  # the fused kernel writing bf16 y only, and both y and the pair
         y_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", pair=False) for _ in sets]
-        variants["fused_y"] = [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o)
+        variants["fused_y"] = [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o)
                                for s, o in zip(sets, y_outs, strict=True)]  # fmt: skip
-        variants["fused_both"] = [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], **kw, out=o)
+        variants["fused_both"] = [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o)
                                   for s, o in zip(sets, chain_outs, strict=True)]  # fmt: skip
     if compiled is not None:
         pairs = [o.pair for o in fused_outs]

@@ -1,7 +1,7 @@
 """Choose the mHC boundary kernel's configuration per (H, token bucket, ordering) on one GPU, in one run.
 
     python benchmarks/hc_boundary_sweep.py [--hiddens 5120,7168] [--tokens 1,4,16,64,128,512,2048]
-        [--jobs 16] [--write src/mxfuse/kernels/hc_configs.json] [--json PATH]
+        [--jobs 16] [--write src/mxfuse/kernels/hc/configs.json] [--json PATH]
 
 For every shape, every candidate of ``candidates`` (tile sizes, phase-A split, warps, finish step,
 lag, one launch or two) is first compiled in ``--jobs`` worker processes (the Triton cache is shared
@@ -15,7 +15,7 @@ on disk, so the timing process only loads), then checked and timed here:
     fastest of a shape are timed again in three interleaved rounds and the median decides.
 
 The shifted ordering is timed on the default and the normal ordering's six fastest of the same shape
-(``--full-shifted``: the whole grid). The winners go to ``--write`` (the table ``mxfuse.kernels.hc_plan.choose_config`` reads): one entry
+(``--full-shifted``: the whole grid). The winners go to ``--write`` (the table ``mxfuse.kernels.hc.choose_config`` reads): one entry
 per measured T, and each power-of-two bucket between two measured T takes the larger one's winner.
 Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/).
 """
@@ -44,11 +44,11 @@ from hc_boundary import PARAMS, _args, _kargs, environment, floor_bytes, make_se
 from gpumatrix.compare import assert_close
 from mxfuse import hc
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_plan import HcConfig, default_config
+from mxfuse.kernels.hc import HcConfig, default_config
 
 TOKENS = (1, 4, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
-TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "hc_configs.json"
+TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "hc" / "configs.json"
 
 
 def _divisor_at_least(n: int, quotient_at_most: int) -> int:
@@ -123,8 +123,8 @@ def _compile_worker(jobs: list[dict]) -> None:
         s = make_set(job["T"], job["H"], job["shifted"], 0)
         config = HcConfig(**job["config"])
         try:
-            hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, want_y=False)
-            hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
+            hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, want_y=False)
+            hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, fused=False)
         except Exception as exc:  # reported by the timing process, which runs the same call
             print(f"compile failed: {job}: {exc!r}"[:400], flush=True)
     torch.cuda.synchronize()
@@ -163,14 +163,16 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, qui
 
 def check(s: dict, ref, config: HcConfig) -> str:
     """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
-    fused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config)
-    unfused = hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, config=config, fused=False)
+    fused = hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config)
+    unfused = hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, fused=False)
     for name in ("residual", "pre", "y"):
         if not torch.equal(getattr(fused, name), getattr(unfused, name)):
             return f"fused {name} != unfused"
-    q, sc = quantize_mxfp8(fused.y)
+    want = quantize_mxfp8(fused.y)
+    q, sc = want.data, want.scale
     if not (
-        torch.equal(q.view(torch.uint8), fused.pair[0].view(torch.uint8)) and torch.equal(sc, fused.pair[1])
+        torch.equal(q.view(torch.uint8), fused.pair.data.view(torch.uint8))
+        and torch.equal(sc, fused.pair.scale)
     ):
         return "pair != quantize(y)"
     try:
@@ -184,7 +186,7 @@ def check(s: dict, ref, config: HcConfig) -> str:
 
 
 def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0) -> float:
-    fns = [functools.partial(hc.mhc_boundary, *_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, out=o, config=config)
+    fns = [functools.partial(hc.mhc_boundary, *_kargs(s), params=PARAMS, out=o, config=config)
            for s, o in zip(sets, outs, strict=True)]  # fmt: skip
     return bench_us(fns, target_ms=target_ms, replays=7)
 
@@ -196,7 +198,7 @@ def sweep_shape(
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
     outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     ordering = "shifted" if shifted else "normal"
-    ref = hc.mhc_boundary_reference(*_args(sets[0]), prev_pre=sets[0]["prev_pre"], params=PARAMS)
+    ref = hc.mhc_boundary_reference(*_args(sets[0]), params=PARAMS)
     rows = []
     for config in only or candidates(tokens, hidden, quick=quick):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}

@@ -4,7 +4,7 @@
 #   tests  the boundary's GPU tests and the V4.1 decode step's end-to-end tests, while the sweep's
 #          candidates compile in the background (Triton's cache on disk is shared)
 #   sweep  benchmarks/hc_boundary_sweep.py: check and time every candidate, write the table to
-#          src/mxfuse/kernels/hc_configs.json and a copy to $OUT; HC_SWEEP_ARGS adds arguments
+#          src/mxfuse/kernels/hc/configs.json and a copy to $OUT; HC_SWEEP_ARGS adds arguments
 #          (e.g. "--quick --tokens 1,4,16,64,2048")
 #   phases benchmarks/hc_phases.py: each kernel's device time, fused and unfused, T = 1 ... 2048
 #   bench  benchmarks/hc_boundary.py on that table (fused, unfused chain, torch.compile, floor);
@@ -36,9 +36,9 @@ fi
 if has sweep; then
   jobs=12; has tests && jobs=0  # compiled already
   # shellcheck disable=SC2086
-  python3 benchmarks/hc_boundary_sweep.py ${HC_SWEEP_ARGS:-} --jobs $jobs --write src/mxfuse/kernels/hc_configs.json \
+  python3 benchmarks/hc_boundary_sweep.py ${HC_SWEEP_ARGS:-} --jobs $jobs --write src/mxfuse/kernels/hc/configs.json \
     || status=1
-  cp src/mxfuse/kernels/hc_configs.json "$out/" 2>/dev/null
+  cp src/mxfuse/kernels/hc/configs.json "$out/" 2>/dev/null
 fi
 if has phases; then
   python3 benchmarks/hc_phases.py --hiddens 5120,7168 || status=1

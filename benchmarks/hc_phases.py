@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hc_boundary import PARAMS, _kargs, environment, make_set
 
 from mxfuse import hc
-from mxfuse.kernels.hc_plan import choose_config
+from mxfuse.kernels.hc import choose_config
 
 
 def kernel_times(fn, calls: int) -> list[tuple[str, float]]:

@@ -2,7 +2,7 @@
 the launcher's checked-in table, shape by shape: the sweep's shapes replace the table's for that device,
 the other shapes stay, and the device's ``source`` notes where the new ones came from.
 
-    python benchmarks/merge_gemm_table.py SWEEP_TABLE [--into src/mxfuse/kernels/mxfp8_gemm_configs.json]
+    python benchmarks/merge_gemm_table.py SWEEP_TABLE [--into src/mxfuse/kernels/gemm/configs.json]
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from mxfuse.kernels.mxfp8_configs import parse_table
+from mxfuse.kernels.gemm.configs import parse_table
 
-TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "mxfp8_gemm_configs.json"
+TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "gemm" / "configs.json"
 
 
 def merge(table: dict, sweep: dict) -> dict:

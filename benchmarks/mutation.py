@@ -49,6 +49,7 @@ GROUPS: dict[str, Group] = {
         (
             "tests/unit/test_mxfp8_formats.py",
             "tests/unit/test_mxfp8_layouts.py",
+            "tests/unit/test_mxtensor.py",
             "tests/unit/test_input_checks.py",
         ),
     ),
@@ -74,7 +75,7 @@ GROUPS: dict[str, Group] = {
         ("tests/unit/test_hc_reference.py", "tests/unit/test_hc_reference_math.py"),
     ),
     "mxfuse.einsum": Group(
-        ("src/mxfuse/einsum.py",),
+        ("src/mxfuse/einsum.py", "src/mxfuse/kernels/grouped_wo_a/weight.py"),
         ("tests/unit/test_grouped_wo_a_reference.py", "tests/unit/test_input_checks.py"),
     ),
     "gpumatrix.compare": Group(

@@ -35,7 +35,7 @@ from gpu_timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import calc_diff
 from mxfuse.gemm import mxfp8_gemm, prepare_mxfp8_weight
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.mxfp8_gemm import GemmConfig, choose_config, launch_mxfp8_gemm
+from mxfuse.kernels.gemm import GemmConfig, choose_config, launch_mxfp8_gemm
 
 SHAPES = {
     "v41 wqkv_a": (1792, 5120),
@@ -108,20 +108,7 @@ def check(weights, pair, m: int, n: int, config: GemmConfig | None) -> float:
 
 
 def _launch(pair, w, out, config):
-    from mxfuse.formats import scale_spec, scale_storage_view
-
-    q, s = pair
-    spec = scale_spec(*q.shape, scale_layout="deepgemm")
-    launch_mxfp8_gemm(
-        q,
-        scale_storage_view(s, spec).view(torch.uint8),
-        "deepgemm",
-        w.qweight,
-        w.scale,
-        out,
-        config=config,
-        w_scale_rows=w.scale_e8m0,
-    )
+    launch_mxfp8_gemm(pair, w.qweight, w.scale, out, config=config, w_scale_rows=w.scale_e8m0)
 
 
 def measure(name: str, m: int, n: int, k: int, bandwidth: float, *, sweep: bool, rounds: int = 3) -> dict:

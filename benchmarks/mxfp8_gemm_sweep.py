@@ -7,8 +7,8 @@ launcher's table.
 Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one process:
   * ``bf16``: ``torch.mm`` on bf16 copies of the weights (cuBLAS), and the byte floor (weight, activation
     and output bytes at the device-to-device copy bandwidth measured in the same run);
-  * ``default``: what the launcher runs today (``mxfp8_configs.choose_config``);
-  * candidates (``candidates``): the folded-scale kernel (``mxfuse.kernels.mxfp8_fold``) over tile,
+  * ``default``: what the launcher runs today (``mxfuse.kernels.gemm.configs.choose_config``);
+  * candidates (``candidates``): the folded-scale kernel (``mxfuse.kernels.gemm.launch``) over tile,
     operand order, 16-bit type, conversion, where the scales are folded, split-K, pipeline depth, warps
     and PDL, and the existing kernels around the default. Each candidate is first checked against the
     torch backend (calc_diff <= 1e-5 and |out - torch| <= 2**-7 |torch| + 2**-10 rms, the GPU tests'
@@ -26,7 +26,7 @@ cache (compile time counts against the budget).
 
 Writes ``$OUT/mxfp8_gemm_sweep.json`` (every check and time; ``reports/`` without ``$OUT``) and
 ``$OUT/mxfp8_gemm_configs.json``: the fastest checked configuration per (device, shape, M bucket) in the
-format of ``src/mxfuse/kernels/mxfp8_gemm_configs.json``, to be merged there by hand. Prints a short
+format of ``src/mxfuse/kernels/gemm/configs.json``, to be merged there by hand. Prints a short
 table. ``--cpu-smoke`` runs the whole flow on tiny shapes under the Triton interpreter (no GPU, times
 are wall clock and meaningless): it checks the script, not the kernels' speed.
 """
@@ -57,11 +57,11 @@ from gpu_timing import bench_us, copy_bandwidth, rotation_count
 from mxfp8_gemm import MS, SHAPES  # the benchmark's shapes and M values
 
 from gpumatrix.compare import calc_diff
-from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view, scale_to_layout
+from mxfuse.formats import MxTensor, as_mxtensor, quantize_mxfp8_reference, scale_to_layout
 from mxfuse.gemm import mxfp8_gemm
 from mxfuse.gemm.weights import MxWeight, quantize_weight
-from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config, parse_table
-from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm.configs import GemmConfig, choose_config, parse_table
 
 SMOKE_SHAPES = {"smoke a": (128, 512), "smoke b": (192, 256)}
 SMOKE_MS = (1, 16, 64)
@@ -209,8 +209,7 @@ class Problem:
     weights: list[MxWeight]
     bf16_weights: list[torch.Tensor]
     x: torch.Tensor
-    pair: tuple[torch.Tensor, torch.Tensor]
-    scale_bytes: torch.Tensor
+    pair: MxTensor
     ref: torch.Tensor
     outs: list[torch.Tensor]
 
@@ -218,7 +217,7 @@ class Problem:
 def prepared_weight(w: torch.Tensor) -> MxWeight:
     """A triton-backend MxWeight without asking whether the backend runs here (the CPU smoke run)."""
     q, s = quantize_weight(w)
-    return MxWeight(q, s, weight_scale_kgroup_major(s), "triton")
+    return MxWeight(MxTensor(q, s, "e8m0"), weight_scale_kgroup_major(s), "triton")
 
 
 def make_weights(n: int, k: int, device: str) -> tuple[list[MxWeight], list[torch.Tensor]]:
@@ -236,25 +235,15 @@ def make_problem(name: str, m: int, n: int, k: int, weights, device: str) -> Pro
     mx, bf = weights
     gen = torch.Generator(device=device).manual_seed(7 + m)
     x = torch.randn(m, k, generator=gen, device=device, dtype=torch.bfloat16)
-    pair = quantize_mxfp8_reference(x, scale_layout=LAYOUT)
-    scale_bytes = scale_storage_view(pair[1], scale_spec(m, k, scale_layout=LAYOUT)).view(torch.uint8)
+    pair = as_mxtensor(quantize_mxfp8_reference(x, scale_layout=LAYOUT), scale_layout=LAYOUT)
     ref = mxfp8_gemm(pair, mx[0], backend="torch")
     outs = [torch.empty(m, n, dtype=torch.bfloat16, device=device) for _ in mx]
-    return Problem(name, m, n, k, mx, bf, x, pair, scale_bytes, ref, outs)
+    return Problem(name, m, n, k, mx, bf, x, pair, ref, outs)
 
 
 def launch(p: Problem, i: int, config: GemmConfig | None) -> None:
     w = p.weights[i]
-    launch_mxfp8_gemm(
-        p.pair[0],
-        p.scale_bytes,
-        LAYOUT,
-        w.qweight,
-        w.scale,
-        p.outs[i],
-        config=config,
-        w_scale_rows=w.scale_e8m0,
-    )
+    launch_mxfp8_gemm(p.pair, w.qweight, w.scale, p.outs[i], config=config, w_scale_rows=w.scale_e8m0)
 
 
 def sync(device: str) -> None:
@@ -313,8 +302,8 @@ def _edge_operands(m: int, n: int, k: int, device: str):
         a.view(torch.uint8)[1, 160:192] = 0x7F
         a.view(torch.uint8)[2] = 0
         sa[2] = 0
-    pair = (a, scale_to_layout(sa, scale_layout=LAYOUT))
-    weight = MxWeight(w, sw, weight_scale_kgroup_major(sw), "triton")
+    pair = MxTensor(a, scale_to_layout(sa, scale_layout=LAYOUT), LAYOUT)
+    weight = MxWeight(MxTensor(w, sw, "e8m0"), weight_scale_kgroup_major(sw), "triton")
     return pair, weight, mxfp8_gemm(pair, weight, backend="torch")
 
 
@@ -327,10 +316,7 @@ def edge_check(config: GemmConfig, device: str, *, small: bool = False) -> dict:
     split = config.split_k if config.kind != "fold" else min(config.split_k, 2)
     cfg = dataclasses.replace(config, split_k=split)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
-    sb = scale_storage_view(pair[1], scale_spec(m, k, scale_layout=LAYOUT)).view(torch.uint8)
-    launch_mxfp8_gemm(
-        pair[0], sb, LAYOUT, weight.qweight, weight.scale, out, config=cfg, w_scale_rows=weight.scale_e8m0
-    )
+    launch_mxfp8_gemm(pair, weight.qweight, weight.scale, out, config=cfg, w_scale_rows=weight.scale_e8m0)
     sync(device)
     _, ok = close_to(out, ref)
     copies = m <= 3 or torch.equal(out[3:].view(torch.int16), out[:1].expand(m - 3, n).view(torch.int16))
@@ -425,13 +411,12 @@ def compile_worker(
         try:
             a = torch.zeros(m_small, k, device=device).to(torch.float8_e4m3fn)
             s = torch.full((m_small, k // 32), 127, dtype=torch.uint8, device=device)
-            pair = (a, scale_to_layout(s, scale_layout=LAYOUT))
-            sb = scale_storage_view(pair[1], scale_spec(m_small, k, scale_layout=LAYOUT)).view(torch.uint8)
+            pair = MxTensor(a, scale_to_layout(s, scale_layout=LAYOUT), LAYOUT)
             wq = torch.zeros(n, k, device=device).to(torch.float8_e4m3fn)
             ws = torch.full((k // 32, n), 127, dtype=torch.uint8, device=device)
             out = torch.empty(m_small, n, dtype=torch.bfloat16, device=device)
             rows = torch.full((n, k // 32), 127, dtype=torch.uint8, device=device)
-            launch_mxfp8_gemm(pair[0], sb, LAYOUT, wq, ws, out, config=config, w_scale_rows=rows)
+            launch_mxfp8_gemm(pair, wq, ws, out, config=config, w_scale_rows=rows)
             sync(device)
         except Exception as exc:  # reported again, with its traceback, when the main process runs it
             print(f"[compile worker {index}] {key}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
@@ -689,7 +674,7 @@ def short(config: dict) -> str:
 
 
 def winners_table(rows: list[tuple[str, int, int, int, GemmConfig]], env: dict) -> dict:
-    """The launcher's table format (mxfp8_configs): per shape, buckets m_max = the measured M."""
+    """The launcher's table format (mxfuse.kernels.gemm.configs): per shape, buckets m_max = the measured M."""
     shapes: dict[str, list] = {}
     for _name, m, n, k, config in sorted(rows, key=lambda r: (r[2], r[3], r[1])):
         shapes.setdefault(f"{n}x{k}", []).append({"m_max": m, "config": config.to_json()})

@@ -22,29 +22,20 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from mxfuse.attention import mqa_decode_attention
-from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view
+from mxfuse.formats import as_mxtensor, quantize_mxfp8_reference
 from mxfuse.gemm.weights import quantize_weight
-from mxfuse.kernels.mxfp8_configs import GemmConfig
-from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm.configs import GemmConfig
 
 
 def gemm(configs: list[GemmConfig | None], m: int, n: int = 5120, k: int = 8192) -> None:
     weights = [quantize_weight(torch.randn(n, k, device="cuda")) for _ in range(4)]  # 4 x 42 MB: cold L2
-    aq, asc = quantize_mxfp8_reference(torch.randn(m, k, device="cuda"), scale_layout="deepgemm")
-    a_bytes = scale_storage_view(asc, scale_spec(m, k, scale_layout="deepgemm")).view(torch.uint8)
+    pair = quantize_mxfp8_reference(torch.randn(m, k, device="cuda"), scale_layout="deepgemm")
+    a = as_mxtensor(pair, scale_layout="deepgemm")
     out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
     for config in configs:
         for wq, ws in weights:
-            launch_mxfp8_gemm(
-                aq,
-                a_bytes,
-                "deepgemm",
-                wq,
-                weight_scale_kgroup_major(ws),
-                out,
-                config=config,
-                w_scale_rows=ws,
-            )
+            launch_mxfp8_gemm(a, wq, weight_scale_kgroup_major(ws), out, config=config, w_scale_rows=ws)
     torch.cuda.synchronize()
 
 
@@ -70,8 +61,7 @@ def boundary(tokens: int = 1, hidden: int = 5120) -> None:
     sets = [make_set(tokens, hidden, True, seed) for seed in range(4)]
     for want_pair in (False, True):
         for s in sets:
-            hc.mhc_boundary(*_kargs(s), prev_pre=s["prev_pre"], params=PARAMS, want_y=not want_pair,
-                            want_pair=want_pair)  # fmt: skip
+            hc.mhc_boundary(*_kargs(s), params=PARAMS, want_y=not want_pair, want_pair=want_pair)
     torch.cuda.synchronize()
 
 

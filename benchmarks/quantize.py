@@ -33,7 +33,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import bench_us
 
-from mxfuse.formats import empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec
+from mxfuse.formats import MxTensor, quantize_mxfp8_reference, scale_spec
 from mxfuse.kernels import quantize_mxfp8
 
 K = 7168
@@ -103,13 +103,14 @@ def measure(m: int, k: int, compiled_ref, compiled_tao, *, rounds: int = 3) -> d
     dsts = [torch.empty_like(s) for s in srcs]
     variants = {"copy": [functools.partial(d.copy_, s) for d, s in zip(dsts, srcs, strict=True)]}
     for layout in ("deepgemm", "e8m0"):
-        outs = [empty_mxfp8_pair(m, k, scale_layout=layout, device="cuda") for _ in xs]
+        outs = [MxTensor.empty(m, k, scale_layout=layout, device="cuda") for _ in xs]
         variants[f"kernel_{layout}"] = [
             functools.partial(quantize_mxfp8, x, scale_layout=layout, out=o)
             for x, o in zip(xs, outs, strict=True)
         ]
     variants["compile_ref"] = [functools.partial(compiled_ref, x) for x in xs]
-    kernel_q, kernel_s = quantize_mxfp8(xs[0], scale_layout="e8m0")
+    kernel = quantize_mxfp8(xs[0], scale_layout="e8m0")
+    kernel_q, kernel_s = kernel.data, kernel.scale
     ref_q, ref_s = compiled_ref(xs[0])
     row["compile_ref_bits_equal"] = same_bits(ref_q, kernel_q) and same_bits(ref_s, kernel_s)
     if compiled_tao is not None:
@@ -127,22 +128,13 @@ def measure(m: int, k: int, compiled_ref, compiled_tao, *, rounds: int = 3) -> d
 
 
 def sweep(m: int, k: int, configs: list[tuple[int, int, int]]) -> list[dict[str, object]]:
-    module = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
-    formats = importlib.import_module("mxfuse.formats")
+    module = importlib.import_module("mxfuse.kernels.quantize.launch")
     xs = make_inputs(m, k)
     rows = []
     for config in configs:
-        outs = [empty_mxfp8_pair(m, k, scale_layout="deepgemm", device="cuda") for _ in xs]
+        outs = [MxTensor.empty(m, k, scale_layout="deepgemm", rounding="rceil", device="cuda") for _ in xs]
         fns = [
-            functools.partial(
-                module._launch,
-                x,
-                *o,
-                rounding=formats.ScaleRounding.RCEIL,
-                layout=formats.ScaleLayout.DEEPGEMM,
-                hw_cvt=True,
-                config=config,
-            )
+            functools.partial(module.launch_quantize, x, o, hw_cvt=True, config=config)
             for x, o in zip(xs, outs, strict=True)
         ]
         rows.append({"M": m, "config": config, "us": bench_us(fns, target_ms=25.0)})

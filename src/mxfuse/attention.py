@@ -13,14 +13,15 @@ New token s of sequence b attends to cache positions ``0 .. lens[b] + s`` (causa
 returned as [T, H * D] bf16. ``lens[b] = 0`` is a sequence with no earlier tokens: its first new token
 attends to itself alone. Positions at or past ``lens[b] + S`` are never read, whatever they hold.
 
-``mqa_decode_attention`` runs the split-KV Triton kernel (``mxfuse.kernels.mqa_decode``) on CUDA devices
+``mqa_decode_attention`` runs the split-KV Triton kernel (``mxfuse.kernels.attention``) on CUDA devices
 with bf16 tensor-core dots (sm_80+) and ``mqa_decode_attention_reference`` (float32 torch) elsewhere; each
 call emits a witness record, ``attention.kernel`` or ``attention.reference``, with the reason. The kernel
 reads ``lens`` on the device: no host synchronisation, static shapes, so a CUDA graph captured once
 replays with new lengths. Numerics: fp32 scores and softmax state, P rounded to bf16 for the second dot
 (as FlashAttention does), partials merged in fp32 in split order: the same bits on every run.
 
-As a producer, ``mqa_decode_attention(out_pair=...)`` also (or instead) writes the next GEMM's MXFP8 input:
+As a producer, ``mqa_decode_attention(out_pair=...)`` also (or instead) writes the next GEMM's input, an
+``MxTensor``:
 the combine kernel quantizes the bf16 output it computes, bit for bit ``quantize_mxfp8`` of it (the V4.1
 decode step's fused path feeds wo_a this way).
 """
@@ -36,16 +37,15 @@ import torch
 
 from mxfuse import MxfuseError, witness
 from mxfuse.formats import (
+    MxTensor,
     ScaleLayout,
     ScaleRounding,
-    check_mxfp8_pair,
-    infer_scale_layout,
+    mxtensor_out,
     parse_scale_layout,
     parse_scale_rounding,
 )
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.mqa_decode import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
-from mxfuse.kernels.mxfp8_tile import scale_target
+from mxfuse.kernels.attention import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
 from mxfuse.memory import tensors_overlap
 
 __all__ = [
@@ -228,103 +228,89 @@ def mqa_decode_attention(
     out: torch.Tensor | None = None,
     check_lens: bool = True,
     config: MqaConfig | None = None,
-    out_pair: tuple[torch.Tensor, torch.Tensor] | None = None,
+    out_pair: MxTensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     out_scale_layout: ScaleLayout | str | None = None,
-    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    rounding: ScaleRounding | str | None = None,
+) -> torch.Tensor | MxTensor:
     """Attention of ``q`` over the cache ``kv`` (module docstring); returns ``out`` [T, H * D] bf16.
 
     ``check_lens``: read ``lens`` on the host and refuse values outside ``[0, capacity - S]`` (a device
     synchronisation; skipped inside CUDA-graph capture, where the kernel clamps lengths to that range so a
     bad one can never read outside the cache). ``config`` overrides the checked-in launch table
-    (``mxfuse.kernels.mqa_decode.choose_mqa_config``).
+    (``mxfuse.kernels.attention.choose_mqa_config``).
 
-    ``out_pair``: ``(float8_e4m3fn [T, H * D], scale)`` in ``out_scale_layout`` (None: told from the scale's
-    dtype and rank), the next GEMM's MXFP8 input: bit for bit ``quantize_mxfp8(out, rounding=rounding)``,
-    every byte written, padding included; then the pair is returned (and bf16 ``out`` written only when
-    given). The combine kernel writes it when head_dim is a multiple of 128 and the launch has more than one
-    split (the witness record's ``pair`` says ``combine``), else the bf16 output is quantized (``quantize``).
+    ``out_pair``: the next GEMM's input, an ``MxTensor`` ``[T, H * D]`` (``MxTensor.empty``) or a
+    ``(float8_e4m3fn, scale)`` tuple (converted once; its layout ``out_scale_layout``, or told from the
+    scale): bit for bit ``quantize_mxfp8(out, rounding=rounding)`` (``rounding`` None: ``out_pair``'s own,
+    else RCEIL), every byte written, padding included; then it is returned as an MxTensor (and bf16 ``out``
+    written only when given). The combine kernel writes it when head_dim is a multiple of 128 and the
+    launch has more than one split (the witness record's ``pair`` says ``combine``), else the bf16 output
+    is quantized (``quantize``).
     """
     tokens, heads, dim, sequences, new = _check_inputs(q, kv, lens, scale)
     if out is not None:
         _check_out(out, tokens, heads * dim, q.device, (q, kv, lens))
-    layout, rounding = None, parse_scale_rounding(rounding)
+    if out_scale_layout is not None:
+        out_scale_layout = parse_scale_layout(out_scale_layout, argument="out_scale_layout")
+    pair = None
     if out_pair is not None:
-        if not isinstance(out_pair, tuple | list) or len(out_pair) != 2:
-            raise ValueError(f"out_pair must be a tuple (q, scale); got {type(out_pair).__name__}")
-        layout = (
-            infer_scale_layout(out_pair[1], argument="out_pair[1]")
-            if out_scale_layout is None
-            else parse_scale_layout(out_scale_layout)
-        )
-        check_mxfp8_pair(
-            out_pair, m=tokens, k=heads * dim, scale_layout=layout, device=q.device, argument="out_pair"
+        pair = mxtensor_out(
+            out_pair,
+            m=tokens,
+            k=heads * dim,
+            device=q.device,
+            scale_layout=out_scale_layout,
+            rounding=rounding,
+            argument="out_pair",
         )
         if any(
             tensors_overlap(t, u)
-            for t in out_pair
+            for t in (pair.data, pair.scale_storage())
             for u in (q, kv, lens) + ((out,) if out is not None else ())
         ):
             raise ValueError("out_pair must not overlap q, kv, lens or out")
     elif out_scale_layout is not None:
         raise ValueError("out_scale_layout describes out_pair; without out_pair it must be None")
+    elif rounding is not None:
+        parse_scale_rounding(rounding)
     if config is not None and not isinstance(config, MqaConfig):
         raise TypeError(f"config must be an MqaConfig or None; got {type(config).__name__}")
     if check_lens and not _capturing(q.device):
         _check_lens_values(lens, new, kv.shape[1])
     refusal = _kernel_refusal(q.device)
     fields = {"sequences": sequences, "new_tokens": new, "heads": heads, "head_dim": dim}
-    if out_pair is not None:
-        fields["out_scale_layout"] = layout.value
+    if pair is not None:
+        fields["out_scale_layout"] = pair.scale_layout.value
     if refusal is not None:
         witness.emit("attention.reference", f"float32 torch reference: {refusal}", **fields)
         result = mqa_decode_attention_reference(q, kv, lens, scale=scale)
         if out is not None:
             out.copy_(result)
-        if out_pair is None:
+        if pair is None:
             return result if out is None else out
-        quantize_mxfp8(result, rounding=rounding, scale_layout=layout, out=out_pair)
-        return out_pair
+        return quantize_mxfp8(result, out=pair)
     if tokens == 0:
-        if out_pair is not None:
-            return out_pair
+        if pair is not None:
+            return pair
         return out if out is not None else torch.empty(0, heads * dim, dtype=torch.bfloat16, device=q.device)
     props = torch.cuda.get_device_properties(q.device)
     cfg = config or choose_mqa_config(sequences, new, heads, dim, multiprocessors=props.multi_processor_count)
     if cfg.pdl and torch.cuda.get_device_capability(q.device) < (9, 0):
         cfg = dataclasses.replace(cfg, pdl=False)  # programmatic dependent launch needs sm_90+
-    acc, ml = _partials(q.device, *mqa_partials_numel(sequences, new * heads, dim, cfg.splits))
-    by_combine = out_pair is not None and cfg.splits > 1 and dim % 128 == 0
+    partials = _partials(q.device, *mqa_partials_numel(sequences, new * heads, dim, cfg.splits))
+    by_combine = pair is not None and cfg.splits > 1 and dim % 128 == 0
     if out is None and not by_combine:
         out = torch.empty(tokens, heads * dim, dtype=torch.bfloat16, device=q.device)
-    pair_args = {}
-    if by_combine:
-        target = scale_target(out_pair[1], m=tokens, k=heads * dim, layout=layout)
-        pair_args = {
-            "pair": (out_pair[0], target.storage),
-            "layout_code": target.code,
-            "rows_padded": target.rows_padded,
-            "floor": rounding is ScaleRounding.FLOOR,
-            "write_y": out is not None,
-        }
     launch_mqa_decode(
-        q, kv, lens, _codes_or_out(out, out_pair), acc, ml, scale=scale, config=cfg, **pair_args
+        q, kv, lens, partials=partials, scale=scale, config=cfg, out=out, pair=pair if by_combine else None
     )
-    if out_pair is not None and not by_combine:
-        quantize_mxfp8(out, rounding=rounding, scale_layout=layout, out=out_pair)
-    if out_pair is not None:
+    if pair is not None and not by_combine:
+        quantize_mxfp8(out, out=pair)
+    if pair is not None:
         fields["pair"] = "combine" if by_combine else "quantize"
     witness.emit(
         "attention.kernel",
         f"split-KV Triton kernel: {cfg.splits} splits x {cfg.d_parts} output parts, {cfg.block_n}-key tiles",
         **fields,
     )
-    return out if out_pair is None else out_pair
-
-
-def _codes_or_out(
-    out: torch.Tensor | None, out_pair: tuple[torch.Tensor, torch.Tensor] | None
-) -> torch.Tensor:
-    """The kernels' ``out`` argument: bf16 ``out``, or (the combine writing the pair alone) a [T, H * D]
-    view of the pair's codes, which the kernels then neither read nor write as bf16."""
-    return out if out is not None else out_pair[0].view(torch.uint8)
+    return out if pair is None else pair

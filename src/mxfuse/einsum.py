@@ -18,108 +18,36 @@ Each call emits a witness record: ``einsum.wo_a.kernel.pair``, ``einsum.wo_a.ker
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from mxfuse import MxfuseUnavailableError
 from mxfuse.formats import (
     BLOCK_SIZE,
     INPUT_DTYPES,
+    MxTensor,
     ScaleLayout,
     ScaleRounding,
-    check_mxfp8_pair,
-    dequantize_mxfp8,
+    as_mxtensor,
     e8m0_to_float,
-    empty_mxfp8_pair,
-    infer_scale_layout,
+    mxtensor_out,
     parse_scale_layout,
     parse_scale_rounding,
 )
 from mxfuse.gemm.weights import quantize_weight
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.grouped_wo_a import TICKETS, WoAConfig, default_config, launch_grouped_wo_a
+from mxfuse.kernels.grouped_wo_a import (
+    TICKETS,
+    WORD_COLUMNS,
+    WoAConfig,
+    WoAWeight,
+    default_config,
+    launch_grouped_wo_a,
+)
 from mxfuse.witness import emit
 
 __all__ = ["WoAWeight", "grouped_wo_a", "grouped_wo_a_reference", "prepare_wo_a_weight"]
 
-# Output columns of one packed scale word: R must be a multiple so groups own whole words.
-_WORD_COLUMNS = 128
 _MIN_CAPABILITY = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32 in the epilogue
-
-
-@dataclass(frozen=True)
-class WoAWeight:
-    """A wo_a weight prepared for ``grouped_wo_a``: G groups of E4M3 ``[R, r]`` with per-row E8M0 scales.
-
-    ``qweight``: float8_e4m3fn ``[G, R, r]``, contiguous. ``scale``: uint8 ``[G, r/32, R]``, contiguous:
-    the E8M0 byte of row d and K block j of group g at ``[g, j, d]`` (K-block-major, so the kernel's
-    tile of scales is contiguous bytes); ``scale_e8m0`` is the same storage viewed ``[G, R, r/32]``.
-    ``tickets``: int32 ``[TICKETS]``, zero between calls: the split-K arrival counters the kernel takes
-    and resets, so calls that share one weight must be ordered on one stream. The tensors are plain
-    storage: reloading copies into them in place, and CUDA graphs captured against them see the values.
-    """
-
-    qweight: torch.Tensor
-    scale: torch.Tensor
-    tickets: torch.Tensor
-
-    def __post_init__(self) -> None:
-        q, s, t = self.qweight, self.scale, self.tickets
-        for name, value in (("qweight", q), ("scale", s), ("tickets", t)):
-            if not isinstance(value, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor; got {type(value).__name__}")
-        if q.dtype != torch.float8_e4m3fn or q.dim() != 3 or not q.is_contiguous():
-            raise ValueError(
-                f"qweight must be a contiguous float8_e4m3fn tensor [G, R, r]; got {q.dtype} {tuple(q.shape)}"
-            )
-        g, n, k = q.shape
-        if n == 0 or n % _WORD_COLUMNS:
-            raise ValueError(
-                f"qweight: R (rows per group) must be a positive multiple of {_WORD_COLUMNS} so that no "
-                f"output scale word straddles two groups; got R = {n}"
-            )
-        if k == 0 or k % BLOCK_SIZE or g == 0:
-            raise ValueError(
-                f"qweight: r (columns per group) must be a positive multiple of {BLOCK_SIZE} and G >= 1; "
-                f"got G = {g}, r = {k}"
-            )
-        if s.dtype != torch.uint8 or tuple(s.shape) != (g, k // BLOCK_SIZE, n) or not s.is_contiguous():
-            raise ValueError(
-                f"scale must be a contiguous uint8 tensor {(g, k // BLOCK_SIZE, n)} ([G, r/32, R]); "
-                f"got {s.dtype} {tuple(s.shape)}"
-            )
-        if t.dtype != torch.int32 or t.dim() != 1 or t.numel() < TICKETS:
-            raise ValueError(
-                f"tickets must be an int32 tensor of {TICKETS} zeros; got {t.dtype} {tuple(t.shape)}"
-            )
-        if s.device != q.device or t.device != q.device:
-            raise ValueError(
-                f"scale and tickets must be on {q.device} like qweight; got {s.device}, {t.device}"
-            )
-
-    @property
-    def groups(self) -> int:
-        return self.qweight.shape[0]
-
-    @property
-    def n(self) -> int:
-        """R: outputs per group (o_lora_rank)."""
-        return self.qweight.shape[1]
-
-    @property
-    def k(self) -> int:
-        """r: inputs per group."""
-        return self.qweight.shape[2]
-
-    @property
-    def device(self) -> torch.device:
-        return self.qweight.device
-
-    @property
-    def scale_e8m0(self) -> torch.Tensor:
-        """uint8 ``[G, R, r/32]`` view of ``scale``: one E8M0 byte per row and 32 K."""
-        return self.scale.transpose(1, 2)
 
 
 def prepare_wo_a_weight(
@@ -154,9 +82,9 @@ def prepare_wo_a_weight(
         g, n, k = groups, weight.shape[0] // groups, weight.shape[1]
     else:
         raise ValueError(f"weight must be [G, R, r] or [G*R, r]; got shape {tuple(weight.shape)}")
-    if n == 0 or n % _WORD_COLUMNS:
+    if n == 0 or n % WORD_COLUMNS:
         raise ValueError(
-            f"weight: R (rows per group) must be a positive multiple of {_WORD_COLUMNS} so that no output "
+            f"weight: R (rows per group) must be a positive multiple of {WORD_COLUMNS} so that no output "
             f"scale word straddles two groups; got R = {n}"
         )
     flat_scale = scale
@@ -171,28 +99,17 @@ def prepare_wo_a_weight(
     return WoAWeight(q.view(g, n, k), storage, tickets)
 
 
-def _check_a_pair(a: object, w: WoAWeight, scale_layout: ScaleLayout | str | None) -> tuple:
-    if not isinstance(a, tuple | list) or len(a) != 2:
-        raise TypeError(
-            f"a must be an MXFP8 pair (fp8 [T, G*r], scale) or a bf16 tensor; got {type(a).__name__}"
-        )
-    a_q, a_scale = a
-    if not isinstance(a_q, torch.Tensor) or not isinstance(a_scale, torch.Tensor):
-        raise TypeError("a must be a pair of torch.Tensors (fp8 [T, G*r], scale)")
-    if a_q.dtype != torch.float8_e4m3fn or a_q.dim() != 2:
-        raise ValueError(
-            f"a[0] must be a 2-D float8_e4m3fn tensor [T, G*r]; got {a_q.dtype} {tuple(a_q.shape)}"
-        )
-    _check_columns(a_q, w)
-    if scale_layout is None:
-        layout = infer_scale_layout(a_scale, argument="a[1]")
-    else:
-        layout = parse_scale_layout(scale_layout)
-    t = a_q.shape[0]
-    check_mxfp8_pair(
-        (a_q, a_scale), m=t, k=a_q.shape[1], scale_layout=layout, device=a_q.device, argument="a"
-    )
-    return a_q, a_scale, layout
+def _check_a(a: object, w: WoAWeight, scale_layout: ScaleLayout | str | None) -> MxTensor:
+    if isinstance(a, tuple | list) and len(a) == 2 and isinstance(a[0], torch.Tensor):
+        if a[0].dtype != torch.float8_e4m3fn or a[0].dim() != 2:
+            raise ValueError(
+                f"a[0] must be a 2-D float8_e4m3fn tensor [T, G*r]; got {a[0].dtype} {tuple(a[0].shape)}"
+            )
+        if a[0].device != w.device:
+            raise ValueError(f"a must be on the weight's device {w.device}; got {a[0].device}")
+    mx = as_mxtensor(a, scale_layout=scale_layout, argument="a")
+    _check_columns(mx.data, w)
+    return mx
 
 
 def _check_columns(a: torch.Tensor, w: WoAWeight) -> None:
@@ -206,18 +123,22 @@ def _check_columns(a: torch.Tensor, w: WoAWeight) -> None:
 
 
 def grouped_wo_a_reference(
-    a: tuple[torch.Tensor, torch.Tensor], w: WoAWeight, *, scale_layout: ScaleLayout | str | None = None
+    a: MxTensor | tuple[torch.Tensor, torch.Tensor],
+    w: WoAWeight,
+    *,
+    scale_layout: ScaleLayout | str | None = None,
 ) -> torch.Tensor:
     """bf16 ``z`` ``[T, G, R]``: both operands dequantized to fp32, one fp32 einsum (no TF32), rounded.
 
-    Plain torch on any device. ``a`` is ``(fp8 [T, G*r], scale)`` in ``scale_layout`` (None: told from
-    the scale's dtype and rank). NaN blocks dequantize to NaN and spread to every output they touch.
+    Plain torch on any device. ``a`` is an ``MxTensor`` ``[T, G*r]`` or a ``(q, scale)`` tuple (its layout
+    ``scale_layout``, or told from the scale). NaN blocks dequantize to NaN and spread to every output
+    they touch.
     """
     if not isinstance(w, WoAWeight):
         raise TypeError(f"w must be a WoAWeight (see prepare_wo_a_weight); got {type(w).__name__}")
-    a_q, a_scale, layout = _check_a_pair(a, w, scale_layout)
-    t = a_q.shape[0]
-    a32 = dequantize_mxfp8(a_q, a_scale, scale_layout=layout).view(t, w.groups, w.k)
+    mx = _check_a(a, w, scale_layout)
+    t = mx.shape[0]
+    a32 = mx.dequantize().view(t, w.groups, w.k)
     w32 = w.qweight.to(torch.float32) * e8m0_to_float(w.scale_e8m0).repeat_interleave(BLOCK_SIZE, dim=-1)
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # TF32 would round the operands to 10 mantissa bits
@@ -229,33 +150,37 @@ def grouped_wo_a_reference(
 
 
 def grouped_wo_a(
-    a: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+    a: torch.Tensor | MxTensor | tuple[torch.Tensor, torch.Tensor],
     w: WoAWeight,
     *,
     out: torch.Tensor | None = None,
-    out_pair: tuple[torch.Tensor, torch.Tensor] | None = None,
+    out_pair: MxTensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     scale_layout: ScaleLayout | str | None = None,
     out_scale_layout: ScaleLayout | str | None = None,
-    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The grouped wo_a projection of ``a`` by ``w``: bf16 ``z`` ``[T, G, R]`` or wo_b's MXFP8 pair.
+    rounding: ScaleRounding | str | None = None,
+) -> torch.Tensor | MxTensor:
+    """The grouped wo_a projection of ``a`` by ``w``: bf16 ``z`` ``[T, G, R]`` or wo_b's input, an MxTensor.
 
-    ``a``: an MXFP8 pair ``(float8_e4m3fn [T, G*r], scale)`` whose scale layout is ``scale_layout``
-    (None: told from its dtype and rank), or a bf16/fp16/fp32 ``[T, G*r]`` tensor, quantized first with
-    ``quantize_mxfp8`` (``rounding``, deepgemm scales). ``w``: a ``WoAWeight`` on ``a``'s device.
+    ``a``: an ``MxTensor`` ``[T, G*r]`` (the attention's output), a ``(q, scale)`` tuple (converted once;
+    its layout ``scale_layout``, or told from the scale), or a bf16/fp16/fp32 ``[T, G*r]`` tensor,
+    quantized first with ``quantize_mxfp8`` (``rounding``, deepgemm scales). ``w``: a ``WoAWeight`` on
+    ``a``'s device.
 
     Output, written without allocating when a buffer is given (CUDA-graph capturable):
 
     * ``out``: bf16 ``[T, G, R]``, contiguous; returned.
-    * ``out_pair``: ``(float8_e4m3fn [T, G*R], scale)`` in ``out_scale_layout`` (None: told from the
-      scale; see ``mxfuse.formats.empty_mxfp8_pair``), every byte written, padding included; returned.
-      Bit for bit ``quantize_mxfp8(z.view(T, G*R), rounding=rounding)`` of the bf16 ``z`` ``out`` gets.
-    * neither: a new pair in ``out_scale_layout`` when it is given, else a new bf16 ``z``.
+    * ``out_pair``: an ``MxTensor`` ``[T, G*R]`` (``MxTensor.empty``) or a ``(q, scale)`` tuple (its layout
+      ``out_scale_layout``, or told from the scale), every byte written, padding included; returned as
+      an MxTensor. Bit for bit ``quantize_mxfp8(z.view(T, G*R), rounding=rounding)`` of the bf16 ``z``
+      ``out`` gets; ``rounding`` None takes ``out_pair``'s own, else RCEIL.
+    * neither: a new MxTensor in ``out_scale_layout`` when it is given, else a new bf16 ``z``.
 
     Bad arguments raise ValueError or TypeError naming the argument, before anything is written.
     CUDA tensors need sm_89+ (else ``MxfuseUnavailableError``); CPU tensors run the reference.
     """
-    rounding = parse_scale_rounding(rounding)
+    rounding = None if rounding is None else parse_scale_rounding(rounding)
+    if out_scale_layout is not None:
+        out_scale_layout = parse_scale_layout(out_scale_layout, argument="out_scale_layout")
     if not isinstance(w, WoAWeight):
         raise TypeError(f"w must be a WoAWeight (see prepare_wo_a_weight); got {type(w).__name__}")
     if isinstance(a, torch.Tensor):
@@ -265,7 +190,7 @@ def grouped_wo_a(
             )
         if a.dtype not in INPUT_DTYPES or a.dim() != 2:
             raise ValueError(
-                "a must be an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; "
+                "a must be an MxTensor, an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; "
                 f"got {a.dtype} {tuple(a.shape)}"
             )
         _check_columns(a, w)
@@ -273,71 +198,60 @@ def grouped_wo_a(
             raise ValueError(f"a must have contiguous, non-overlapping rows; got strides {tuple(a.stride())}")
         # Quantized with deepgemm scales: the layout the stream mainloop reads fastest (H200, T = 4, G = 8:
         # 24.3 us with the quantize, against 31.7 with E8M0 scales; the same at T = 1 and 16).
-        a_pair, a_layout = None, ScaleLayout.DEEPGEMM
+        a_mx, a_layout = None, ScaleLayout.DEEPGEMM
         t = a.shape[0]
     else:
-        a_q, a_scale, a_layout = _check_a_pair(a, w, scale_layout)
-        a_pair = (a_q, a_scale)
-        t = a_q.shape[0]
+        a_mx = _check_a(a, w, scale_layout)
+        a_layout = a_mx.scale_layout
+        t = a_mx.shape[0]
     device = w.device
     if device.type not in ("cuda", "cpu"):
         raise ValueError(f"w must be on a CUDA device or the CPU; got {device}")
     gr = w.groups * w.n
     if out is not None and out_pair is not None:
         raise ValueError("give out (bf16 z) or out_pair (the MXFP8 pair of z), not both")
+    pair = None
     if out is not None:
         if out_scale_layout is not None:
             raise ValueError("out_scale_layout describes out_pair; with out (bf16 z) it must be None")
         _check_out(out, t=t, w=w)
-        out_layout = None
-    elif out_pair is not None:
-        if (
-            isinstance(out_pair, tuple | list)
-            and len(out_pair) == 2
-            and isinstance(out_pair[1], torch.Tensor)
-        ):
-            out_layout = (
-                infer_scale_layout(out_pair[1], argument="out_pair[1]")
-                if out_scale_layout is None
-                else parse_scale_layout(out_scale_layout, argument="out_scale_layout")
-            )
-        else:
-            raise ValueError(f"out_pair must be a tuple (q, scale); got {type(out_pair).__name__}")
-        check_mxfp8_pair(out_pair, m=t, k=gr, scale_layout=out_layout, device=device, argument="out_pair")
-    elif out_scale_layout is not None:
-        out_layout = parse_scale_layout(out_scale_layout, argument="out_scale_layout")
-        out_pair = empty_mxfp8_pair(t, gr, scale_layout=out_layout, device=device)
+    elif out_pair is not None or out_scale_layout is not None:
+        pair = mxtensor_out(
+            out_pair,
+            m=t,
+            k=gr,
+            device=device,
+            scale_layout=out_scale_layout,
+            rounding=rounding,
+            argument="out_pair",
+        )
+        rounding = pair.rounding
     else:
-        out_layout = None
         out = torch.empty((t, w.groups, w.n), dtype=torch.bfloat16, device=device)
+    rounding = rounding or ScaleRounding.RCEIL
     config = _kernel_config(device, t, w)
-    _emit(device, t, w, out_layout, a_layout, config, given_pair=a_pair is not None)
+    _emit(
+        device,
+        t,
+        w,
+        None if pair is None else pair.scale_layout,
+        a_layout,
+        config,
+        given_pair=a_mx is not None,
+    )
     if t == 0:
-        return out_pair if out_pair is not None else out
-    if a_pair is None:
-        a_pair = quantize_mxfp8(a, rounding=rounding, scale_layout=a_layout)
+        return pair if pair is not None else out
+    if a_mx is None:
+        a_mx = quantize_mxfp8(a, rounding=rounding, scale_layout=a_layout)
     if config is None:
-        z = grouped_wo_a_reference(a_pair, w, scale_layout=a_layout)
-        if out_pair is not None:
-            return quantize_mxfp8(
-                z.view(t, gr), rounding=rounding, scale_layout=out_layout, out=tuple(out_pair)
-            )
+        z = grouped_wo_a_reference(a_mx, w)
+        if pair is not None:
+            return quantize_mxfp8(z.view(t, gr), out=pair)
         out.copy_(z)
         return out
     with torch.cuda.device(device):
-        launch_grouped_wo_a(
-            *a_pair,
-            a_layout,
-            w.qweight,
-            w.scale,
-            w.tickets,
-            z=out,
-            pair=None if out_pair is None else tuple(out_pair),
-            out_layout=out_layout or ScaleLayout.DEEPGEMM,
-            rounding=rounding,
-            config=config,
-        )
-    return out_pair if out_pair is not None else out
+        launch_grouped_wo_a(a_mx, w, z=out, pair=pair, config=config)
+    return pair if pair is not None else out
 
 
 def _check_out(out: object, *, t: int, w: WoAWeight) -> None:

@@ -30,7 +30,6 @@ from safetensors.torch import load_file
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse import witness
-from mxfuse.formats import scale_spec, scale_storage_view
 from mxfuse.kernels.pdl import programmatic_launch
 from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, StepOutputs, load_sublayer, make_checkpoint
 
@@ -146,14 +145,9 @@ def _poison(out: StepOutputs) -> None:
     """0xA5 into every byte a step writes, so a replay that leaves any unwritten fails the comparison."""
     tensors = [out.attn_out, out.residual, out.pre, out.post, out.comb, out.y]
     if out.pair is not None:
-        q, s = out.pair
-        tensors += [q, scale_storage_view(s, scale_spec(q.shape[0], q.shape[1], scale_layout=_layout(s)))]
+        tensors += [out.pair.data, out.pair.scale_storage()]
     for t in tensors:
         t.view(torch.uint8).fill_(0xA5)
-
-
-def _layout(scale: torch.Tensor) -> str:
-    return "deepgemm" if scale.dtype == torch.int32 else ("e8m0" if scale.dim() == 2 else "swizzled_128x4")
 
 
 def _capture(model: AttentionSublayer, state, cache):

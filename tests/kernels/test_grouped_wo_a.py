@@ -28,14 +28,7 @@ from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
 from mxfuse import MxfuseUnavailableError, witness
 from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
-from mxfuse.formats import (
-    ScaleLayout,
-    ScaleRounding,
-    empty_mxfp8_pair,
-    quantize_mxfp8_reference,
-    scale_spec,
-    scale_storage_view,
-)
+from mxfuse.formats import MxTensor, as_mxtensor, quantize_mxfp8_reference
 
 register(
     on=("h100", "b200", "gb300", "5090"),
@@ -71,8 +64,11 @@ def _bf16_input(t: int, groups: int, *, seed: int) -> torch.Tensor:
     return x.bfloat16()
 
 
-def _pair(t: int, groups: int, layout: str = "deepgemm", *, seed: int = 0):
-    return quantize_mxfp8_reference(_bf16_input(t, groups, seed=seed), scale_layout=layout)
+def _pair(t: int, groups: int, layout: str = "deepgemm", *, seed: int = 0) -> MxTensor:
+    x = _bf16_input(t, groups, seed=seed)
+    return as_mxtensor(
+        quantize_mxfp8_reference(x, scale_layout=layout), scale_layout=layout, rounding="rceil"
+    )
 
 
 def _poisoned_z(t: int, groups: int) -> torch.Tensor:
@@ -81,18 +77,17 @@ def _poisoned_z(t: int, groups: int) -> torch.Tensor:
     return z
 
 
-def _poisoned_pair(t: int, k: int, layout: str, poison: int = 0xA5):
-    q, s = empty_mxfp8_pair(t, k, scale_layout=layout, device="cuda")
-    q.view(torch.uint8).fill_(poison)
-    scale_storage_view(s, scale_spec(t, k, scale_layout=layout)).view(torch.uint8).fill_(poison)
-    return q, s
+def _poisoned_pair(t: int, k: int, layout: str, poison: int = 0xA5, rounding: str = "rceil") -> MxTensor:
+    pair = MxTensor.empty(t, k, scale_layout=layout, rounding=rounding, device="cuda")
+    pair.data.view(torch.uint8).fill_(poison)
+    pair.scale_bytes().fill_(poison)
+    return pair
 
 
 def _stored(pair, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
-    q, s = pair
-    return q.view(torch.uint8), scale_storage_view(s, scale_spec(*q.shape, scale_layout=layout)).view(
-        torch.uint8
-    )
+    """The bytes of ``pair`` (an MxTensor, or the reference's tuple), the scales' padding included."""
+    mx = as_mxtensor(pair, scale_layout=layout, argument="pair")
+    return mx.data.view(torch.uint8), mx.scale_bytes()
 
 
 def _assert_z_close(z: torch.Tensor, want: torch.Tensor) -> None:
@@ -120,7 +115,7 @@ def test_matches_reference_and_quantizes_its_own_z(t, groups):
         assert grouped_wo_a(a, w, out=z) is z
         got = grouped_wo_a(a, w, out_pair=pair)
     torch.cuda.synchronize()
-    assert got[0] is pair[0] and got[1] is pair[1]
+    assert got is pair
     assert [r["path"] for r in records] == ["einsum.wo_a.kernel.bf16", "einsum.wo_a.kernel.pair"]
     assert {r["backend"] for r in records} == {"triton"} and records[1]["out_scale_layout"] == "deepgemm"
     _assert_z_close(z, grouped_wo_a_reference(a, w))
@@ -180,7 +175,7 @@ def test_every_scale_layout_in_and_out(a_layout, out_layout):
     a = _pair(t, groups, a_layout, seed=3)
     z = grouped_wo_a(a, w, scale_layout=a_layout)
     rounding = "floor" if a_layout == out_layout else "rceil"  # each combination compiles once
-    pair = _poisoned_pair(t, groups * N, out_layout, poison=0x5A)
+    pair = _poisoned_pair(t, groups * N, out_layout, poison=0x5A, rounding=rounding)
     grouped_wo_a(a, w, out_pair=pair, out_scale_layout=out_layout, rounding=rounding)
     _assert_pair_is_quantized_z(pair, z, out_layout, rounding)
     _assert_z_close(z, grouped_wo_a_reference(a, w))
@@ -220,15 +215,15 @@ def test_nan_block_reaches_only_its_token_and_group():
     nan[5, 3] = True
     assert_same_bits(z.isnan(), nan, name="NaN positions in z")
     assert_same_bits(z[~nan], clean_z[~nan], name="untouched z")
-    q, s = pair[0].view(torch.uint8).reshape(t, groups * N), pair[1]
+    q, s = pair.data.view(torch.uint8).reshape(t, groups * N), pair.scale
     cols = nan.reshape(t, groups * N)
     assert_same_bits(q[cols], torch.full((N,), 0x7F, dtype=torch.uint8, device="cuda"), name="NaN codes")
-    assert_same_bits(q[~cols], clean[0].view(torch.uint8)[~cols], name="untouched codes")
+    assert_same_bits(q[~cols], clean.data.view(torch.uint8)[~cols], name="untouched codes")
     blocks = cols[:, ::32]
     assert_same_bits(
         s[blocks], torch.full((N // 32,), 0xFF, dtype=torch.uint8, device="cuda"), name="NaN scales"
     )
-    assert_same_bits(s[~blocks], clean[1][~blocks], name="untouched scales")
+    assert_same_bits(s[~blocks], clean.scale[~blocks], name="untouched scales")
 
 
 @pytest.mark.parametrize(("t", "groups"), [(1, 2), (64, 8), (129, 2), (2048, 8)])
@@ -259,7 +254,8 @@ def test_duplicated_rows_give_row_zeros_bits():
 def test_cuda_graph_capture_and_replay():
     t, groups = 16, 8
     w = _weight(groups)
-    a_q, a_s = _pair(t, groups, seed=19)
+    a = _pair(t, groups, seed=19)
+    a_q, a_s = a.data, a.scale  # given as a plain tuple: converted inside the capture without a sync
     pair = _poisoned_pair(t, groups * N, "deepgemm")
     grouped_wo_a((a_q, a_s), w, out_pair=pair)  # compile outside the capture
     torch.cuda.synchronize()
@@ -267,41 +263,30 @@ def test_cuda_graph_capture_and_replay():
     with witness.capture() as records:
         with torch.cuda.graph(graph):
             got = grouped_wo_a((a_q, a_s), w, out_pair=pair)
-    assert got[0] is pair[0] and got[1] is pair[1]
+    assert got is pair
     assert [r["path"] for r in records] == ["einsum.wo_a.kernel.pair"]
-    spec = scale_spec(t, groups * K, scale_layout="deepgemm")
     for seed in (20, 21):
-        new_q, new_s = _pair(t, groups, seed=seed)
-        a_q.copy_(new_q)
-        scale_storage_view(a_s, spec).copy_(scale_storage_view(new_s, spec))
+        new = _pair(t, groups, seed=seed)
+        a_q.copy_(new.data)
+        a.scale_storage().copy_(new.scale_storage())
         for buffer in _stored(pair, "deepgemm"):
             buffer.fill_(0x5A)
         with witness.capture() as replayed:
             graph.replay()
         torch.cuda.synchronize()
         assert replayed == []  # the path was decided, and recorded, at capture
-        z = grouped_wo_a((new_q, new_s), w)
+        z = grouped_wo_a(new, w)
         _assert_pair_is_quantized_z(pair, z, "deepgemm")
-        _assert_z_close(z, grouped_wo_a_reference((new_q, new_s), w))
+        _assert_z_close(z, grouped_wo_a_reference(new, w))
     assert int(w.tickets.abs().sum()) == 0
 
 
-def _launch_z_then_pair(a_q, a_s, w, z, pair, out_layout: str, config) -> None:
-    """The kernel at ``config`` on a deepgemm-scaled ``a``: once writing bf16 ``z``, once wo_b's pair."""
+def _launch_z_then_pair(a: MxTensor, w, z, pair: MxTensor, config) -> None:
+    """The kernel at ``config`` on a deepgemm-scaled ``a``: once writing bf16 ``z``, once wo_b's pair (its
+    own layout, RCEIL scales)."""
+    assert a.scale_layout.value == "deepgemm" and pair.rounding.value == "rceil"
     for out, out_pair in ((z, None), (None, pair)):
-        _kernel.launch_grouped_wo_a(
-            a_q,
-            a_s,
-            ScaleLayout.DEEPGEMM,
-            w.qweight,
-            w.scale,
-            w.tickets,
-            z=out,
-            pair=out_pair,
-            out_layout=ScaleLayout(out_layout),
-            rounding=ScaleRounding.RCEIL,
-            config=config,
-        )
+        _kernel.launch_grouped_wo_a(a, w, z=out, pair=out_pair, config=config)
 
 
 @pytest.mark.parametrize(
@@ -321,12 +306,12 @@ def test_other_configurations(t, config):
     """The benchmark's sweep may pick any of these; each must meet the same contract."""
     groups = 2
     w = _weight(groups)
-    a_q, a_s = _pair(t, groups, seed=23)
+    a = _pair(t, groups, seed=23)
     z = _poisoned_z(t, groups)
     pair = _poisoned_pair(t, groups * N, "deepgemm")
-    _launch_z_then_pair(a_q, a_s, w, z, pair, "deepgemm", config)
+    _launch_z_then_pair(a, w, z, pair, config)
     torch.cuda.synchronize()
-    _assert_z_close(z, grouped_wo_a_reference((a_q, a_s), w))
+    _assert_z_close(z, grouped_wo_a_reference(a, w))
     _assert_pair_is_quantized_z(pair, z, "deepgemm")
 
 
@@ -350,12 +335,12 @@ def test_stream_configurations(t, config, out_layout):
     against the reference, the pair (padding rows included) bit for bit the quantized z, tickets back at 0."""
     groups = 2
     w = _weight(groups)
-    a_q, a_s = _pair(t, groups, seed=29)
+    a = _pair(t, groups, seed=29)
     z = _poisoned_z(t, groups)
     pair = _poisoned_pair(t, groups * N, out_layout)
-    _launch_z_then_pair(a_q, a_s, w, z, pair, out_layout, config)
+    _launch_z_then_pair(a, w, z, pair, config)
     torch.cuda.synchronize()
-    _assert_z_close(z, grouped_wo_a_reference((a_q, a_s), w))
+    _assert_z_close(z, grouped_wo_a_reference(a, w))
     _assert_pair_is_quantized_z(pair, z, out_layout)
     assert int(w.tickets.abs().sum()) == 0
 
@@ -368,18 +353,7 @@ def test_interpreter_path_on_the_gpu():
     z = _poisoned_z(t, groups)
     pair = _poisoned_pair(t, groups * N, "swizzled_128x4")
     for out, out_pair in ((z, None), (None, pair)):
-        _kernel.launch_grouped_wo_a(
-            *a,
-            ScaleLayout.SWIZZLED_128X4,
-            w.qweight,
-            w.scale,
-            w.tickets,
-            z=out,
-            pair=out_pair,
-            out_layout=ScaleLayout.SWIZZLED_128X4,
-            rounding=ScaleRounding.RCEIL,
-            hw_cvt=False,
-        )
+        _kernel.launch_grouped_wo_a(a, w, z=out, pair=out_pair, hw_cvt=False)
     torch.cuda.synchronize()
     _assert_z_close(z, grouped_wo_a_reference(a, w))
     _assert_pair_is_quantized_z(pair, z, "swizzled_128x4")
@@ -391,7 +365,8 @@ def test_no_tokens(out_layout):
     if out_layout is None:
         assert got.is_cuda and tuple(got.shape) == (0, 2, N)
     else:
-        assert got[0].is_cuda and tuple(got[0].shape) == (0, 2 * N)
+        assert isinstance(got, MxTensor) and got.data.is_cuda and got.shape == (0, 2 * N)
+        assert got.scale_layout.value == out_layout
 
 
 def test_refusals_write_nothing(monkeypatch):
@@ -399,9 +374,9 @@ def test_refusals_write_nothing(monkeypatch):
     a = _pair(4, 2)
     pair = _poisoned_pair(4, 2 * N, "deepgemm")
     with pytest.raises(ValueError, match="a must be on the weight's device"):
-        grouped_wo_a((a[0].cpu(), a[1].cpu()), w)
+        grouped_wo_a((a.data.cpu(), a.scale.cpu()), w)
     with pytest.raises(ValueError, match=r"out_pair\[0\] must be on cuda"):
-        grouped_wo_a(a, w, out_pair=(pair[0].cpu(), pair[1]))
+        grouped_wo_a(a, w, out_pair=(pair.data.cpu(), pair.scale))
     with pytest.raises(ValueError, match=r"a must have G \* r = 2 \* 4096"):
         grouped_wo_a(_pair(4, 8), w, out_pair=pair)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))

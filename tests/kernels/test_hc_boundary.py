@@ -28,9 +28,7 @@ from hc_inputs import (
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits, assert_ulp_close
 from mxfuse import MxfuseError, MxfuseUnavailableError, hc, witness
-from mxfuse.formats import ScaleLayout, ScaleRounding
-from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import HcConfig, HcWorkspace
+from mxfuse.kernels.hc import HcConfig, HcWorkspace, launch_boundary
 
 register(
     on=("h100", "b200", "gb300", "5090"),
@@ -56,8 +54,12 @@ def _inputs(tokens: int, hidden: int, shifted: bool, *, seed: int = 0, copies: t
     return BoundaryInputs(**tensors, params=cached.params)
 
 
-def _outputs(tokens: int, hidden: int, layout: str = "deepgemm", *, y: bool = True, pair: bool = True):
-    out = hc.empty_hc_boundary_outputs(tokens, hidden, device=DEVICE, y=y, pair=pair, scale_layout=layout)
+def _outputs(
+    tokens: int, hidden: int, layout: str = "deepgemm", *, y: bool = True, pair: bool = True, rounding="rceil"
+):
+    out = hc.empty_hc_boundary_outputs(
+        tokens, hidden, device=DEVICE, y=y, pair=pair, scale_layout=layout, rounding=rounding
+    )
     return poison_outputs(out, layout)
 
 
@@ -149,7 +151,9 @@ def test_every_output_is_bit_identical_to_the_unfused_chain(tokens, hidden, conf
     assert [r["path"] for r in unfused_records] == ["hc.boundary.unfused"]
     for name in ("residual", "pre", "post", "comb", "y"):
         assert_same_bits(getattr(fused, name), getattr(unfused, name), name=f"{name} fused vs unfused")
-    assert_same_bits(fused.pair[0].view(torch.uint8), unfused.pair[0].view(torch.uint8), name="pair elements")
+    assert_same_bits(
+        fused.pair.data.view(torch.uint8), unfused.pair.data.view(torch.uint8), name="pair elements"
+    )
     # The fused pair is quantize(y), scales and padding included (the unfused pair is that by construction).
     assert_boundary_matches(fused, _reference(inputs), layout="deepgemm")
 
@@ -165,7 +169,7 @@ def test_the_shifted_y_does_not_depend_on_the_configuration():
         _boundary(inputs, other, config=CONFIGS[name])
         assert_same_bits(other.y, first.y, name=f"y, {name} vs default")
         assert_same_bits(
-            other.pair[0].view(torch.uint8), first.pair[0].view(torch.uint8), name=f"pair, {name}"
+            other.pair.data.view(torch.uint8), first.pair.data.view(torch.uint8), name=f"pair, {name}"
         )
 
 
@@ -189,15 +193,17 @@ def test_a_prepared_projection_gives_the_same_bits(tokens, hidden, config, shift
     for fused in (True, False):
         plain, prepared = _outputs(tokens, hidden), _outputs(tokens, hidden)
         _boundary(inputs, plain, config=CONFIGS[config], fused=fused)
-        args = list(inputs.args())
-        args[4] = projection
+        plain_inputs, weights = inputs.args()
+        weights = dataclasses.replace(weights, fn=projection)
         with witness.capture() as records:
-            hc.mhc_boundary(*args, **inputs.kwargs(), out=prepared, config=CONFIGS[config], fused=fused)
+            hc.mhc_boundary(
+                plain_inputs, weights, **inputs.kwargs(), out=prepared, config=CONFIGS[config], fused=fused
+            )
         torch.cuda.synchronize()
         assert [r["path"] for r in records] == ["hc.boundary.kernel.pair" if fused else "hc.boundary.unfused"]
         for name in ("residual", "pre", "post", "comb", "y"):
             assert_same_bits(getattr(prepared, name), getattr(plain, name), name=f"{name} (fused={fused})")
-        assert_same_bits(prepared.pair[0].view(torch.uint8), plain.pair[0].view(torch.uint8), name="pair")
+        assert_same_bits(prepared.pair.data.view(torch.uint8), plain.pair.data.view(torch.uint8), name="pair")
 
 
 @pytest.mark.parametrize("params", ["upstream", "model"])
@@ -218,7 +224,7 @@ def test_order_revealing_zero_and_tiny_tokens(hidden, ordering, params):
         assert_boundary_matches(out, _reference(inputs, layout), layout=layout)
         zero = REVEALING_ROWS["zero"][0]
         assert not out.y[zero].view(torch.int16).bitwise_and(0x7FFF).any(), "a zero token's y is 0"
-        assert not out.pair[0][zero].view(torch.uint8).bitwise_and(0x7F).any(), "a zero token's codes are 0"
+        assert not out.pair.data[zero].view(torch.uint8).bitwise_and(0x7F).any(), "a zero token's codes are 0"
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
@@ -247,9 +253,9 @@ def test_rows_copied_from_row_0_give_row_0s_outputs(tokens, copies, ordering):
         for name in ("residual", "pre", "post", "comb", "y"):
             assert_same_bits(getattr(out, name)[row], getattr(out, name)[0], name=f"{name} row {row}")
         assert_same_bits(
-            out.pair[0][row].view(torch.uint8), out.pair[0][0].view(torch.uint8), name=f"q row {row}"
+            out.pair.data[row].view(torch.uint8), out.pair.data[0].view(torch.uint8), name=f"q row {row}"
         )
-        assert_same_bits(out.pair[1][row], out.pair[1][0], name=f"scales row {row}")
+        assert_same_bits(out.pair.scale[row], out.pair.scale[0], name=f"scales row {row}")
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)
@@ -271,14 +277,16 @@ def test_non_finite_tokens_stay_in_their_token(ordering):
         assert_same_bits(
             getattr(out, name)[others], getattr(clean, name)[others], name=f"{name}, other tokens"
         )
-    assert_same_bits(out.pair[0][others].view(torch.uint8), clean.pair[0][others].view(torch.uint8), name="q")
-    assert_same_bits(out.pair[1][others], clean.pair[1][others], name="scales, other tokens")
+    assert_same_bits(
+        out.pair.data[others].view(torch.uint8), clean.pair.data[others].view(torch.uint8), name="q"
+    )
+    assert_same_bits(out.pair.scale[others], clean.pair.scale[others], name="scales, other tokens")
     for token in (nan_token, inf_token):
         for name in ("pre", "post", "comb"):
             assert torch.isnan(getattr(out, name)[token]).all(), (name, token)
     assert torch.isnan(out.y[nan_token]).all()
-    assert (out.pair[0][nan_token].view(torch.uint8) == 0x7F).all()
-    assert (out.pair[1][nan_token] == -1).all()  # every scale byte 0xFF
+    assert (out.pair.data[nan_token].view(torch.uint8) == 0x7F).all()
+    assert (out.pair.scale[nan_token] == -1).all()  # every scale byte 0xFF
     if ordering == "normal":
         assert torch.isnan(out.y[inf_token]).all()
     else:
@@ -334,13 +342,10 @@ def test_hardware_and_integer_rounding_paths_agree(ordering):
     hardware = _outputs(tokens, hidden)
     _boundary(inputs, hardware)
     integer = _outputs(tokens, hidden)
+    assert (integer.pair.scale_layout.value, integer.pair.rounding.value) == ("deepgemm", "rceil")
     launch_boundary(
-        inputs.x, inputs.residual, inputs.post, inputs.comb, inputs.prev_pre, inputs.fn, inputs.scale,
-        inputs.base, inputs.norm_weight, scalars=inputs.params, residual_out=integer.residual,
-        pre_out=integer.pre, post_out=integer.post, comb_out=integer.comb, y_out=integer.y,
-        pair_out=integer.pair, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM,
-        workspace=HcWorkspace(DEVICE), hw_cvt=False,
-    )  # fmt: skip
+        *inputs.args(), integer, params=inputs.params, workspace=HcWorkspace(DEVICE), hw_cvt=False
+    )
     torch.cuda.synchronize()
     assert_same_bits(integer.residual, hardware.residual, name="R' integer vs hardware rounding")
     assert_boundary_matches(integer, _reference(inputs), layout="deepgemm")
@@ -356,8 +361,8 @@ def test_y_only_and_pair_only():
     assert_same_bits(y_only.y, both.y, name="y")
     pair_only = _outputs(tokens, hidden, y=False)
     assert [r["path"] for r in _boundary(inputs, pair_only)] == ["hc.boundary.kernel.pair"]
-    assert_same_bits(pair_only.pair[0].view(torch.uint8), both.pair[0].view(torch.uint8), name="q")
-    assert_same_bits(pair_only.pair[1], both.pair[1], name="scales")
+    assert_same_bits(pair_only.pair.data.view(torch.uint8), both.pair.data.view(torch.uint8), name="q")
+    assert_same_bits(pair_only.pair.scale, both.pair.scale, name="scales")
     assert_same_bits(pair_only.residual, both.residual, name="R'")
 
 
@@ -368,7 +373,7 @@ def test_floor_rounding_fp32_weight_model_scalars_in_place():
     inputs.params = dataclasses.replace(MODEL_PARAMS, rms_eps=1e-20)
     inputs.norm_weight = inputs.norm_weight.float() * 1.01
     ref = _reference(inputs, "e8m0", "floor")
-    out = _outputs(tokens, hidden, "e8m0")
+    out = _outputs(tokens, hidden, "e8m0", rounding="floor")
     out = hc.HcBoundaryOutputs(inputs.residual, out.pre, out.post, out.comb, out.y, out.pair)
     _boundary(inputs, out, "e8m0", rounding="floor")
     assert_boundary_matches(out, ref, layout="e8m0", rounding="floor")
@@ -381,24 +386,26 @@ def test_zero_tokens():
     assert [r["path"] for r in records] == ["hc.boundary.kernel.pair"] and records[0]["rows"] == 0
     fresh = hc.mhc_boundary(*inputs.args(), **inputs.kwargs())
     assert (
-        fresh.residual.is_cuda and tuple(fresh.residual.shape) == (0, 4, 5120) and fresh.pair[0].numel() == 0
+        fresh.residual.is_cuda
+        and tuple(fresh.residual.shape) == (0, 4, 5120)
+        and fresh.pair.data.numel() == 0
     )
+
+
+_INPUTS = ("x", "residual", "post", "comb", "prev_pre")
+_WEIGHTS = ("fn", "scale", "base", "norm_weight")
 
 
 def _refused(inputs: BoundaryInputs, out: hc.HcBoundaryOutputs, error: type, match: str, **changes) -> None:
-    args = dict(
-        zip(
-            ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"),
-            inputs.args(),
-            strict=True,
-        )
-    )
-    kwargs = inputs.kwargs()
-    for key, value in changes.items():
-        (args if key in args else kwargs)[key] = value
+    """``mhc_boundary`` on ``inputs`` with ``changes`` (fields of the inputs, the weights or ``params``)
+    raises ``error`` matching ``match`` and leaves every byte of ``out`` as it was."""
+    fields = {name: getattr(inputs, name) for name in (*_INPUTS, *_WEIGHTS, "params")}
+    fields.update(changes)
+    changed = hc.HcInputs(*(fields[name] for name in _INPUTS))
+    weights = hc.HcWeights(*(fields[name] for name in _WEIGHTS))
     before = [b.clone() for b in written_buffers(out, "deepgemm")]
     with pytest.raises(error, match=match):
-        hc.mhc_boundary(**args, **kwargs, out=out)
+        hc.mhc_boundary(changed, weights, params=fields["params"], out=out)
     torch.cuda.synchronize()
     for a, b in zip(written_buffers(out, "deepgemm"), before, strict=True):
         assert_same_bits(a, b, name="an out buffer after a refused call")
@@ -431,7 +438,7 @@ def test_out_on_another_device_and_h_not_a_multiple_of_128():
     assert (on_cpu.residual.view(torch.uint8) == 0xA5).all()
     x = torch.zeros(3, 5000, dtype=torch.bfloat16, device=DEVICE)
     with pytest.raises(ValueError, match=r"x.shape\[1\] \(H\) must be a positive multiple of 128; got 5000"):
-        hc.mhc_boundary(x, *inputs.args()[1:], **inputs.kwargs())
+        hc.mhc_boundary(dataclasses.replace(inputs.args()[0], x=x), inputs.args()[1], **inputs.kwargs())
 
 
 def test_gpus_without_fp8_conversion_are_refused(monkeypatch):

@@ -17,7 +17,7 @@ from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse import witness
 from mxfuse.attention import MqaConfig, mqa_decode_attention, mqa_decode_attention_reference
-from mxfuse.formats import empty_mxfp8_pair, scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor
 from mxfuse.kernels import quantize_mxfp8
 
 register(
@@ -174,18 +174,16 @@ def test_bad_input_is_refused_and_nothing_written(change, argument: str) -> None
     assert_same_bits(out, before, name="out after a refused call")
 
 
-def _pair(tokens: int, width: int, layout: str, poison: int):
-    pair = empty_mxfp8_pair(tokens, width, scale_layout=layout, device="cuda")
-    pair[0].view(torch.uint8).fill_(poison)
-    scale_storage_view(pair[1], scale_spec(tokens, width, scale_layout=layout)).view(torch.uint8).fill_(
-        poison
-    )
+def _pair(tokens: int, width: int, layout: str, poison: int, rounding: str = "rceil") -> MxTensor:
+    pair = MxTensor.empty(tokens, width, scale_layout=layout, rounding=rounding, device="cuda")
+    pair.data.view(torch.uint8).fill_(poison)
+    pair.scale_bytes().fill_(poison)
     return pair
 
 
-def _pair_bytes(pair, tokens: int, width: int, layout: str):
-    storage = scale_storage_view(pair[1], scale_spec(tokens, width, scale_layout=layout))
-    return pair[0].view(torch.uint8), storage.contiguous().view(torch.uint8)
+def _pair_bytes(pair: MxTensor, tokens: int, width: int, layout: str):
+    assert pair.shape == (tokens, width) and pair.scale_layout.value == layout
+    return pair.data.view(torch.uint8), pair.scale_bytes()
 
 
 @pytest.mark.parametrize(
@@ -208,13 +206,15 @@ def test_the_pair_is_quantize_mxfp8_of_the_bf16_output(lens, new, layout, roundi
     out = _run(inputs, config=config)
     want = _pair_bytes(quantize_mxfp8(out, rounding=rounding, scale_layout=layout), tokens, width, layout)
     for poison, with_out in ((0xA5, False), (0x5A, True)):
-        pair = _pair(tokens, width, layout, poison)
+        pair = _pair(tokens, width, layout, poison, rounding)
         both = _poisoned_out(inputs) if with_out else None
+        given = pair if with_out else (pair.data, pair.scale)  # an MxTensor, or a plain tuple converted once
         with witness.capture() as records:
             got = mqa_decode_attention(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale, out=both,
-                                       out_pair=pair, rounding=rounding, config=config)  # fmt: skip
+                                       out_pair=given, rounding=rounding, config=config)  # fmt: skip
         torch.cuda.synchronize()
-        assert got is pair
+        assert got.data is pair.data and got.scale is pair.scale and (got is pair) == with_out
+        assert (got.scale_layout.value, got.rounding.value) == (layout, rounding)
         (record,) = records
         assert record["pair"] == ("quantize" if config is not None else "combine")
         assert record["out_scale_layout"] == layout

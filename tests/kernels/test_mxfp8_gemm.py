@@ -12,7 +12,8 @@ are E4M3 subnormal codes, and subnormal, zero and tiny tokens: a kernel that flu
 
 On an H200 the backends here are ``triton`` and ``torch``; ``deepgemm`` and ``flashinfer`` cases report
 why they cannot run (they run on b200/gb300/5090 when those libraries are installed; the files
-test_mxfp8_gemm_deepgemm.py and test_mxfp8_gemm_flashinfer.py require them there).
+test_mxfp8_gemm_deepgemm.py and test_mxfp8_gemm_flashinfer.py require them there and run the vendor
+backends' tests, written once in tests/support/vendor_gemm.py).
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from mxfp8_operands import activation_rows, checkpoint_weight, is_subnormal
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits
 from mxfuse import witness
-from mxfuse.formats import scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor
 from mxfuse.gemm import BACKENDS, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm.backend import cuda_capability
-from mxfuse.kernels.mxfp8_configs import GemmConfig
-from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm import launch_mxfp8_gemm, weight_scale_kgroup_major
+from mxfuse.kernels.gemm.configs import GemmConfig
 
 register(
     on=("h100", "b200", "gb300", "5090"),
@@ -275,13 +276,10 @@ STREAM = {
 
 def _launch(config: GemmConfig, aq, as_, wq, ws) -> torch.Tensor:
     m, k = aq.shape
-    q, scale = activation_pair(aq, as_, "deepgemm")
-    bytes_ = scale_storage_view(scale, scale_spec(m, k, scale_layout="deepgemm")).view(torch.uint8)
+    a = MxTensor(*activation_pair(aq, as_, "deepgemm"), "deepgemm")
     out = _poisoned(m, wq.shape[0])
     rows = None if config.num_warps == 8 else ws  # the 8-warp configs read the K-group-major copy
-    launch_mxfp8_gemm(
-        q, bytes_, "deepgemm", wq, weight_scale_kgroup_major(ws), out, config=config, w_scale_rows=rows
-    )
+    launch_mxfp8_gemm(a, wq, weight_scale_kgroup_major(ws), out, config=config, w_scale_rows=rows)
     torch.cuda.synchronize()
     return out
 
@@ -350,12 +348,12 @@ def test_bad_inputs_are_refused_naming_the_argument():
     out = _poisoned(4, n)
     before = out.clone()
     cases = [
-        (lambda: mxfp8_gemm((aq.cpu(), as_.cpu()), w, out=out), r"a must be on the weight's device cuda:0"),
+        (lambda: mxfp8_gemm((aq.cpu(), as_.cpu()), w, out=out), r"a\[0\] must be on cuda:0; got cpu"),
         (lambda: mxfp8_gemm((aq, as_.cpu()), w, out=out), r"a\[1\] must be on cuda:0"),
         (lambda: mxfp8_gemm(pair, w, out=out.cpu()), r"out must be on cuda:0"),
         (
-            lambda: mxfp8_gemm((aq[:, :4096], as_[:, :128]), w, out=out),
-            r"a\[0\]\.shape\[1\] \(K\) must equal",
+            lambda: mxfp8_gemm((aq[:, :4096].contiguous(), as_[:, :128].contiguous()), w, out=out),
+            r"a\.shape\[1\] \(K\) must equal",
         ),
         (
             lambda: mxfp8_gemm(pair, w, out=out[:, :100]),
@@ -371,7 +369,7 @@ def test_bad_inputs_are_refused_naming_the_argument():
                 cases.append(
                     (
                         lambda fast=fast, name=name: mxfp8_gemm(pair, fast, out=out, backend=name),
-                        rf"a\[1\] is in e8m0 layout; backend '{name}' reads",
+                        rf"a holds e8m0 scales; backend '{name}' reads",
                     )
                 )
     for call, match in cases:

@@ -6,8 +6,6 @@ included, after filling it with a poison byte: an unwritten byte cannot pass.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 
@@ -15,22 +13,20 @@ from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse import MxfuseUnavailableError
 from mxfuse.formats import (
-    ScaleLayout,
-    ScaleRounding,
+    MxTensor,
     empty_mxfp8_pair,
     quantize_mxfp8_reference,
     scale_spec,
     scale_storage_view,
 )
 from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.quantize.launch import launch_quantize
 
 register(
     on=("h100", "b200", "gb300", "5090"),
     gpus=1,
     est_time={"h100": 31, "b200": 120, "gb300": 120, "5090": 120},
 )
-
-_module = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")
 ROUNDINGS = ("rceil", "floor")
@@ -67,9 +63,10 @@ def _quantize(x: torch.Tensor, rounding: str, layout: str, *, poison: int = 0xA5
     q, s = _poisoned_pair(*x.shape, layout, poison)
     if hw_cvt:
         got = quantize_mxfp8(x, rounding=rounding, scale_layout=layout, out=(q, s))
-        assert got[0] is q and got[1] is s
+        assert got.data is q and got.scale is s
+        assert (got.scale_layout.value, got.rounding.value) == (layout, rounding)
     else:
-        _module._launch(x, q, s, rounding=ScaleRounding(rounding), layout=ScaleLayout(layout), hw_cvt=False)
+        launch_quantize(x, MxTensor(q, s, layout, rounding), hw_cvt=False)
     torch.cuda.synchronize()
     return q, s
 
@@ -178,17 +175,21 @@ def test_rows_with_a_larger_stride():
         _assert_matches_reference(x, q, s, "rceil", layout)
 
 
+@pytest.mark.parametrize("given", ["tuple", "MxTensor"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_cuda_graph_capture_and_replay(layout):
+def test_cuda_graph_capture_and_replay(layout, given):
+    """Into a caller's buffers, a plain tuple or an MxTensor: nothing allocated, nothing synchronised."""
     m, k = 1000, 2080
     x = _input(m, k, seed=1)
     q, s = _poisoned_pair(m, k, layout, 0xA5)
-    quantize_mxfp8(x, scale_layout=layout, out=(q, s))  # compile outside the capture
+    out = (q, s) if given == "tuple" else MxTensor(q, s, layout, "rceil")
+    quantize_mxfp8(x, scale_layout=layout, out=out)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        got = quantize_mxfp8(x, scale_layout=layout, out=(q, s))
-    assert got[0] is q and got[1] is s
+        got = quantize_mxfp8(x, scale_layout=layout, out=out)
+    assert got.data is q and got.scale is s
+    assert given == "tuple" or got is out
     for seed in (2, 3):
         x.copy_(_input(m, k, seed=seed))
         q.view(torch.uint8).fill_(0x5A)
@@ -201,7 +202,8 @@ def test_cuda_graph_capture_and_replay(layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", [(0, 7168), (5, 0)])
 def test_empty_input(shape, layout):
-    q, s = quantize_mxfp8(torch.empty(shape, dtype=torch.bfloat16, device="cuda"), scale_layout=layout)
+    got = quantize_mxfp8(torch.empty(shape, dtype=torch.bfloat16, device="cuda"), scale_layout=layout)
+    q, s = got.data, got.scale
     spec = scale_spec(*shape, scale_layout=layout)
     assert q.is_cuda and tuple(q.shape) == shape and tuple(s.shape) == spec.shape and s.dtype == spec.dtype
 

@@ -1,4 +1,4 @@
-"""The one-launch RMSNorm kernel (``mxfuse.kernels.rms_norm``) on the GPU against a float64 reference.
+"""The one-launch RMSNorm kernel (``mxfuse.kernels.norm``) on the GPU against a float64 reference.
 
 Metric: every bf16 output within one bf16 ulp of ``bf16(x * rsqrt(mean(x^2) + eps) * w)`` computed in
 float64 (the kernel's fp32 sum may round the last bit either way); outputs land in fresh tensors, and a
@@ -12,7 +12,7 @@ import torch
 
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits, assert_ulp_close
-from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
+from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows
 
 register(
     on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 3, "b200": 20, "gb300": 20, "5090": 20}
@@ -79,14 +79,15 @@ def test_the_pair_is_quantize_mxfp8_of_its_y(layout, rounding, rows):
         y_only = rms_norm(x, w, eps=1e-6)
     torch.cuda.synchronize()
     assert [r["path"] for r in records] == ["norm.kernel.pair", "norm.kernel.bf16"]
-    assert out.pair[0] is q and out.pair[1] is s
+    assert out.pair.data is q and out.pair.scale is s
+    assert (out.pair.scale_layout.value, out.pair.rounding.value) == (layout, rounding)
     assert_same_bits(y_only.y, out.y, name="y alone")
     assert_ulp_close(out.y, _reference(x, w, 1e-6), max_ulp=1, name="y")
-    want_q, want_s = quantize_mxfp8(out.y, rounding=rounding, scale_layout=layout)
-    assert_same_bits(q.view(torch.uint8), want_q.view(torch.uint8), name="codes")
+    want = quantize_mxfp8(out.y, rounding=rounding, scale_layout=layout)
+    assert_same_bits(q.view(torch.uint8), want.data.view(torch.uint8), name="codes")
     assert_same_bits(
         scale_storage_view(s, spec).view(torch.uint8),
-        scale_storage_view(want_s, spec).view(torch.uint8),
+        want.scale_bytes(),
         name="scale storage, padding included",
     )
 

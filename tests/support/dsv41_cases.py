@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 
 from gpumatrix.compare import assert_diff, assert_same_bits
-from mxfuse.formats import scale_spec, scale_storage_view
 from mxfuse.models.dsv41 import Dsv41Config, HcState, KvCache, StepOutputs, random_kv_cache, random_state
 
 # calc_diff of the MXFP8 paths against the all-bf16 baseline (same weight values: only the activations
@@ -66,12 +65,10 @@ def assert_same_outputs(actual: StepOutputs, expected: StepOutputs, *, name: str
         assert_same_bits(getattr(actual, field), getattr(expected, field), name=f"{name}: {field}")
     assert (actual.pair is None) == (expected.pair is None), f"{name}: one side has no pair"
     if actual.pair is not None and expected.pair is not None:
-        (aq, a_s), (eq, e_s) = actual.pair, expected.pair
-        assert_same_bits(aq, eq, name=f"{name}: pair[0]")
-        spec = scale_spec(aq.shape[0], aq.shape[1], scale_layout=_layout_of(a_s))
-        assert_same_bits(
-            scale_storage_view(a_s, spec), scale_storage_view(e_s, spec), name=f"{name}: pair[1]"
-        )
+        a, e = actual.pair, expected.pair
+        assert a.scale_layout is e.scale_layout, f"{name}: {a.scale_layout} against {e.scale_layout}"
+        assert_same_bits(a.data, e.data, name=f"{name}: pair data")
+        assert_same_bits(a.scale_storage(), e.scale_storage(), name=f"{name}: pair scales")
 
 
 def assert_within_budget(
@@ -82,12 +79,6 @@ def assert_within_budget(
         expected = baseline[field] if isinstance(baseline, dict) else getattr(baseline, field)
         bound = budget[field] if isinstance(budget, dict) else budget
         assert_diff(getattr(actual, field), expected, max_diff=bound, name=f"{name}: {field}")
-
-
-def _layout_of(scale: torch.Tensor) -> str:
-    if scale.dtype == torch.int32:
-        return "deepgemm"
-    return "e8m0" if scale.dim() == 2 else "swizzled_128x4"
 
 
 def paths(records: list[dict], prefix: str) -> list[tuple[str, str | None]]:
@@ -111,7 +102,7 @@ def oracle_step(
     an explicit softmax for the attention, per-group matmuls for wo_a. The boundaries are the hc
     reference (``mhc_boundary_reference``, tested on its own). Returns attn_out (float64) and the second
     boundary's residual and y (bf16, from the bf16-rounded attn_out)."""
-    from mxfuse.hc import HcParams, mhc_boundary_reference
+    from mxfuse.hc import HcInputs, HcParams, HcWeights, mhc_boundary_reference
 
     c = config
     dev = state.x.device
@@ -132,15 +123,8 @@ def oracle_step(
         return out if weight is None else out * weight.to(torch.float64)
 
     b1 = mhc_boundary_reference(
-        state.x,
-        state.residual,
-        state.post,
-        state.comb,
-        w["hc_attn_fn"],
-        w["hc_attn_scale"],
-        w["hc_attn_base"],
-        w["attn_norm.weight"],
-        prev_pre=state.prev_pre,
+        state,
+        HcWeights(w["hc_attn_fn"], w["hc_attn_scale"], w["hc_attn_base"], w["attn_norm.weight"]),
         params=params,
         want_pair=False,
     )
@@ -173,15 +157,8 @@ def oracle_step(
     attn_out = z @ native_value(w["attn.wo_b.weight"], w["attn.wo_b.scale"]).T
 
     b2 = mhc_boundary_reference(
-        attn_out.to(torch.bfloat16),
-        b1.residual,
-        b1.post,
-        b1.comb,
-        w["hc_ffn_fn"],
-        w["hc_ffn_scale"],
-        w["hc_ffn_base"],
-        w["ffn_norm.weight"],
-        prev_pre=b1.pre,
+        HcInputs(attn_out.to(torch.bfloat16), b1.residual, b1.post, b1.comb, b1.pre),
+        HcWeights(w["hc_ffn_fn"], w["hc_ffn_scale"], w["hc_ffn_base"], w["ffn_norm.weight"]),
         params=params,
         want_pair=False,
     )

@@ -102,32 +102,33 @@ def launch(job: dict[str, Any], *, world: int = 2, timeout: float = 300.0) -> li
 
 def outputs(saved: dict[str, Any]):
     """A saved step (``_saved``) as ``StepOutputs`` again."""
+    from mxfuse.formats import MxTensor, scale_spec
     from mxfuse.models.dsv41 import StepOutputs
 
     pair = None
     if saved["pair"] is not None:
-        q, storage, shape, stride = saved["pair"]
-        pair = (q, storage.as_strided(shape, stride))
+        q, storage, layout, rounding = saved["pair"]
+        spec = scale_spec(q.shape[0], q.shape[1], scale_layout=layout)
+        pair = MxTensor(q, storage.as_strided(spec.shape, spec.stride), layout, rounding)
     return StepOutputs(**{f: saved[f] for f in FIELDS}, pair=pair)
 
 
 # ---- one rank (runs in its own process) ------------------------------------------------------------
 
 
-def _layout(scale: torch.Tensor) -> str:
-    return "deepgemm" if scale.dtype == torch.int32 else ("e8m0" if scale.dim() == 2 else "swizzled_128x4")
-
-
 def _saved(out) -> dict[str, Any]:
     """A step's outputs on the CPU; the pair's scales with their whole storage (padding included)."""
-    from mxfuse.formats import scale_spec, scale_storage_view
-
     saved: dict[str, Any] = {f: getattr(out, f).detach().cpu().clone() for f in FIELDS}
     saved["pair"] = None
     if out.pair is not None:
-        q, s = out.pair
-        storage = scale_storage_view(s, scale_spec(q.shape[0], q.shape[1], scale_layout=_layout(s)))
-        saved["pair"] = [q.cpu().clone(), storage.cpu().clone(), list(s.shape), list(s.stride())]
+        p = out.pair
+        rounding = None if p.rounding is None else p.rounding.value
+        saved["pair"] = [
+            p.data.cpu().clone(),
+            p.scale_storage().cpu().clone(),
+            p.scale_layout.value,
+            rounding,
+        ]
     return saved
 
 
@@ -164,12 +165,9 @@ def _step(model, state, cache, *, context: str):
 
 def _poison(out) -> None:
     """0xA5 into every byte a step writes, so a replay that leaves any unwritten fails the comparison."""
-    from mxfuse.formats import scale_spec, scale_storage_view
-
     tensors = [getattr(out, f) for f in FIELDS]
     if out.pair is not None:
-        q, s = out.pair
-        tensors += [q, scale_storage_view(s, scale_spec(q.shape[0], q.shape[1], scale_layout=_layout(s)))]
+        tensors += [out.pair.data, out.pair.scale_storage()]
     for t in tensors:
         t.view(torch.uint8).fill_(0xA5)
 

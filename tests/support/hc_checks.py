@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
-from mxfuse.formats import scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor
 from mxfuse.hc import HcBoundaryOutputs
 from mxfuse.kernels import quantize_mxfp8
 
@@ -32,8 +32,8 @@ def written_buffers(out: HcBoundaryOutputs, layout: str) -> list[torch.Tensor]:
     if out.y is not None:
         buffers.append(out.y)
     if out.pair is not None:
-        spec = scale_spec(tokens, hidden, scale_layout=layout)
-        buffers += [out.pair[0], scale_storage_view(out.pair[1], spec)]
+        assert out.pair.scale_layout.value == layout and out.pair.shape == (tokens, hidden)
+        buffers += [out.pair.data, out.pair.scale_storage()]
     return [b.view(torch.uint8) for b in buffers]
 
 
@@ -44,17 +44,14 @@ def poison_outputs(out: HcBoundaryOutputs, layout: str, byte: int = 0xA5) -> HcB
 
 
 def assert_pair_is_quantized_y(
-    pair: tuple[torch.Tensor, torch.Tensor], y: torch.Tensor, *, layout: str, rounding: str = "rceil"
+    pair: MxTensor, y: torch.Tensor, *, layout: str, rounding: str = "rceil"
 ) -> None:
-    tokens, hidden = y.shape
-    q, scales = quantize_mxfp8(y, rounding=rounding, scale_layout=layout)
-    spec = scale_spec(tokens, hidden, scale_layout=layout)
-    assert_same_bits(pair[0].view(torch.uint8), q.view(torch.uint8), name="pair elements")
-    assert_same_bits(
-        scale_storage_view(pair[1], spec).view(torch.uint8),
-        scale_storage_view(scales, spec).view(torch.uint8),
-        name="pair scales (padding included)",
-    )
+    """``pair`` is the MxTensor ``quantize_mxfp8(y)`` writes, every byte, and says so."""
+    assert isinstance(pair, MxTensor), type(pair)
+    assert (pair.scale_layout.value, pair.rounding.value) == (layout, rounding), pair
+    want = quantize_mxfp8(y, rounding=rounding, scale_layout=layout)
+    assert_same_bits(pair.data.view(torch.uint8), want.data.view(torch.uint8), name="pair elements")
+    assert_same_bits(pair.scale_bytes(), want.scale_bytes(), name="pair scales (padding included)")
 
 
 def assert_boundary_matches(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mxfuse.hc import HcParams
+from mxfuse.hc import HcInputs, HcParams, HcWeights
 
 __all__ = [
     "MODEL_PARAMS",
@@ -58,12 +58,16 @@ class BoundaryInputs:
     norm_weight: torch.Tensor
     params: HcParams = UPSTREAM_PARAMS
 
-    def args(self) -> tuple[torch.Tensor, ...]:
-        """Positional arguments of ``mhc_boundary`` and ``mhc_boundary_reference``."""
-        return (self.x, self.residual, self.post, self.comb, self.fn, self.scale, self.base, self.norm_weight)
+    def args(self) -> tuple[HcInputs, HcWeights]:
+        """Positional arguments of ``mhc_boundary`` and ``mhc_boundary_reference``: the inputs and the
+        weights, grouped (made on each call, so a test may change a tensor in place first)."""
+        return (
+            HcInputs(self.x, self.residual, self.post, self.comb, self.prev_pre),
+            HcWeights(self.fn, self.scale, self.base, self.norm_weight),
+        )
 
     def kwargs(self) -> dict[str, object]:
-        return {"prev_pre": self.prev_pre, "params": self.params}
+        return {"params": self.params}
 
     def tensors(self) -> dict[str, torch.Tensor | None]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "params"}

@@ -94,10 +94,10 @@ class PackedScalesBackend:
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         return scale_e8m0.to(torch.int16)
 
-    def run(self, a_q, a_scale, a_layout, w, out) -> None:
+    def run(self, a, w, out) -> None:
         if w.scale.dtype != torch.int16:
             raise ValueError(f"w.scale must be the packed backend's int16 scales; got {w.scale.dtype}")
-        a = dequantize_mxfp8(a_q, a_scale, scale_layout=a_layout)
+        a = a.dequantize()
         b = dequantize_mxfp8(w.qweight, w.scale.to(torch.uint8), scale_layout=ScaleLayout.E8M0)
         out.copy_(torch.mm(a, b.t()))
 

@@ -211,7 +211,7 @@ def test_a_pair_on_cpu_is_the_reference_quantized(layout) -> None:
     pair = empty_mxfp8_pair(3, 256, scale_layout=layout, device="cpu")
     with witness.capture() as records:
         got = mqa_decode_attention(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale, out_pair=pair)
-    assert got is pair
+    assert got.data is pair[0] and got.scale is pair[1] and got.scale_layout.value == layout
     assert [(r["path"], r["out_scale_layout"]) for r in records] == [("attention.reference", layout)]
     want_q, want_s = quantize_mxfp8_reference(
         mqa_decode_attention_reference(inputs.q, inputs.kv, inputs.lens, scale=inputs.scale),

@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 from gpumatrix import register
 from gpumatrix.compare import assert_diff, assert_same_bits
 from mxfuse import witness
-from mxfuse.formats import quantize_mxfp8_reference
+from mxfuse.formats import MxTensor, quantize_mxfp8_reference
 from mxfuse.hc import HcProjection
 from mxfuse.layers import LayerNotReadyError, forward_context
 from mxfuse.models.dsv41 import (
@@ -292,8 +292,9 @@ def test_target_verify_and_the_next_pair_are_bit_identical(checkpoint):
     assert outs["fused"].pair is not None
     assert_same_outputs(outs["fused"], outs["unfused"], name="target_verify")
     q, s = quantize_mxfp8_reference(outs["fused"].y, scale_layout="deepgemm")
+    want = MxTensor(q, s, "deepgemm")
     assert_same_outputs(
-        outs["fused"], outs["fused"].__class__(**{**outs["fused"].__dict__, "pair": (q, s)}), name="pair of y"
+        outs["fused"], outs["fused"].__class__(**{**outs["fused"].__dict__, "pair": want}), name="pair of y"
     )
 
 

@@ -1,7 +1,7 @@
 """The grouped wo_a kernel's logic on CPU: the Triton interpreter against the reference and the quantizer.
 
-The interpreter runs in one child process started with TRITON_INTERPRET=1 (Triton decides at import
-whether kernels are interpreted; see test_quantize_mxfp8_interpret.py), with the epilogue's integer
+The interpreter runs in one child process (``interpreter.run_interpreted``; Triton decides at import
+whether kernels are interpreted; see tests/support/interpreter.py), with the epilogue's integer
 conversions (``hw_cvt=False``: the interpreter's own fp32 -> bf16 cast truncates and its fp8 cast rounds
 half-up) and each of the three dot modes; NaN codes go only through the fp32 mode, since the
 interpreter's fp8 casts read E4M3 0x7F as 480. For every case the child launches the kernel three ways into poisoned buffers: bf16 z
@@ -12,18 +12,12 @@ at once. This process checks z against the reference, and the pair bit for bit a
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from filelock import FileLock
+from interpreter import run_interpreted
 from wo_a_cases import exact_case, gaussian_case
 
-import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
 from mxfuse.einsum import grouped_wo_a_reference
@@ -125,42 +119,39 @@ def _case_list() -> list[dict]:
 CASES = _case_list()
 
 _WORKER = """
-import importlib, sys, torch
-from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, scale_spec, scale_storage_view
-module = importlib.import_module("mxfuse.kernels.grouped_wo_a")
+import sys, torch
+from mxfuse.formats import MxTensor
+from mxfuse.kernels import grouped_wo_a as module
 cases = torch.load(sys.argv[1], weights_only=False)
-results = {"interpreted": type(module._grouped_wo_a_kernel).__name__}
+results = {"interpreted": type(module.grouped_wo_a_kernel).__name__}
 
-def pair_for(t, gr, layout, poison):
-    q, s = empty_mxfp8_pair(t, gr, scale_layout=layout, device="cpu")
-    q.view(torch.uint8).fill_(poison)
-    scale_storage_view(s, scale_spec(t, gr, scale_layout=layout)).view(torch.uint8).fill_(poison)
-    return q, s
+def pair_for(t, gr, layout, rounding, poison):
+    pair = MxTensor.empty(t, gr, scale_layout=layout, rounding=rounding, device="cpu")
+    pair.data.view(torch.uint8).fill_(poison)
+    pair.scale_bytes().fill_(poison)
+    return pair
 
 def stored(pair, t, gr, layout):
-    spec = scale_spec(t, gr, scale_layout=layout)
-    return pair[0].view(torch.uint8), scale_storage_view(pair[1], spec).view(torch.uint8)
+    return pair.data.view(torch.uint8), pair.scale_bytes()
 
 for c in cases:
     t, groups, k, n = c["shape"]
-    layout = ScaleLayout(c["out_layout"])
+    layout = c["out_layout"]
+    a = MxTensor(c["a_q"], c["a_scale"], c["a_layout"])
+    w = module.WoAWeight(c["w_q"], c["w_scale"], c["tickets"])
     def run(z, pair):
-        module.launch_grouped_wo_a(
-            c["a_q"], c["a_scale"], ScaleLayout(c["a_layout"]), c["w_q"], c["w_scale"], c["tickets"],
-            z=z, pair=pair, out_layout=layout, rounding=ScaleRounding(c["rounding"]), hw_cvt=False,
-            config=module.WoAConfig(*c["config"]),
-        )
+        module.launch_grouped_wo_a(a, w, z=z, pair=pair, hw_cvt=False, config=module.WoAConfig(*c["config"]))
     z = torch.empty(t, groups, n, dtype=torch.bfloat16)
     z.view(torch.int16).fill_(-23131)  # 0xA5A5
     run(z, None)
     out = {"z": z, "tickets": [c["tickets"].abs().sum().item()]}
     for poison in (0xA5, 0x5A):
-        pair = pair_for(t, groups * n, layout, poison)
+        pair = pair_for(t, groups * n, layout, c["rounding"], poison)
         run(None, pair)
         out[poison] = stored(pair, t, groups * n, layout)
     out["tickets"].append(c["tickets"].abs().sum().item())
     z_both = torch.zeros(t, groups, n, dtype=torch.bfloat16)
-    pair = pair_for(t, groups * n, layout, 0x33)
+    pair = pair_for(t, groups * n, layout, c["rounding"], 0x33)
     run(z_both, pair)
     out["both"] = (z_both, *stored(pair, t, groups * n, layout))
     results[c["name"]] = out
@@ -180,51 +171,28 @@ def _operands(case: dict):
     return data
 
 
+def _payload() -> list[dict]:
+    payload = []
+    for case in CASES:
+        data = _operands(case)
+        a_q, a_scale = data.pair(case["a_layout"])
+        w = data.weight
+        payload.append(
+            {
+                **case,
+                "a_q": a_q,
+                "a_scale": a_scale,
+                "w_q": w.qweight,
+                "w_scale": w.scale,
+                "tickets": w.tickets,
+            }
+        )
+    return payload
+
+
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        tmp = tmp.parent  # one interpreter run per session, shared by the xdist workers
-    results = tmp / "grouped_wo_a_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            payload = []
-            for case in CASES:
-                data = _operands(case)
-                a_q, a_scale = data.pair(case["a_layout"])
-                w = data.weight
-                payload.append(
-                    {
-                        **case,
-                        "a_q": a_q,
-                        "a_scale": a_scale,
-                        "w_q": w.qweight,
-                        "w_scale": w.scale,
-                        "tickets": w.tickets,
-                    }
-                )
-            _run_interpreter(payload, tmp, results)
-    return torch.load(results, weights_only=False)
-
-
-def _run_interpreter(payload: list, tmp: Path, results: Path) -> None:
-    torch.save(payload, tmp / "grouped_wo_a_cases.pt")
-    src = str(Path(mxfuse.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _WORKER, str(tmp / "grouped_wo_a_cases.pt"), str(results) + ".partial"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, f"interpreter run failed:\n{done.stdout}\n{done.stderr}"
-    os.replace(str(results) + ".partial", results)
+    return run_interpreted(tmp_path_factory, "grouped_wo_a_interpret", _WORKER, _payload)
 
 
 def _reference(case: dict) -> torch.Tensor:

@@ -15,6 +15,7 @@ from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
 from mxfuse import witness
 from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
 from mxfuse.formats import (
+    MxTensor,
     empty_mxfp8_pair,
     quantize_mxfp8_reference,
     scale_spec,
@@ -213,7 +214,8 @@ def test_cpu_entry_writes_the_quantized_reference(out_layout, rounding):
         got_z = grouped_wo_a(a, case.weight, out=z)
         pair = _poisoned_pair(t, groups * n, out_layout)
         got = grouped_wo_a(a, case.weight, out_pair=pair, rounding=rounding)
-    assert got_z is z and got[0] is pair[0] and got[1] is pair[1]
+    assert got_z is z and got.data is pair[0] and got.scale is pair[1]
+    assert (got.scale_layout.value, got.rounding.value) == (out_layout, rounding)
     assert_same_bits(z, grouped_wo_a_reference(a, case.weight), name="z")
     want_q, want_s = quantize_mxfp8_reference(
         z.view(t, groups * n), rounding=rounding, scale_layout=out_layout
@@ -238,8 +240,8 @@ def test_cpu_entry_quantizes_a_bf16_input_first():
         grouped_wo_a_reference(quantize_mxfp8_reference(x), case.weight).view(t, groups * n),
         scale_layout="swizzled_128x4",
     )
-    assert_same_bits(pair[0].view(torch.uint8), want_pair[0].view(torch.uint8), name="q")
-    assert_same_bits(pair[1], want_pair[1], name="scale")
+    assert_same_bits(pair.data.view(torch.uint8), want_pair[0].view(torch.uint8), name="q")
+    assert_same_bits(pair.scale, want_pair[1], name="scale")
 
 
 @pytest.mark.parametrize("out_layout", [None, *LAYOUTS])
@@ -250,7 +252,7 @@ def test_cpu_entry_with_no_tokens(out_layout):
         assert got.dtype == torch.bfloat16 and tuple(got.shape) == (0, 2, 128)
     else:
         spec = scale_spec(0, 256, scale_layout=out_layout)
-        assert tuple(got[0].shape) == (0, 256) and tuple(got[1].shape) == spec.shape
+        assert got.shape == (0, 256) and tuple(got.scale.shape) == spec.shape
 
 
 _CASE = gaussian_case(4, 2, 64, 128, seed=9)
@@ -274,9 +276,9 @@ def _bad_calls() -> list[tuple[str, dict, type, str]]:
             "a int8 tensor",
             {"a": torch.zeros(4, 128, dtype=torch.int8)},
             ValueError,
-            "a must be an MXFP8 pair or",
+            "a must be an MxTensor, an MXFP8 pair or",
         ),
-        ("a one tensor of three", {"a": (q8, _A[1], _A[1])}, TypeError, "a must be an MXFP8 pair"),
+        ("a one tensor of three", {"a": (q8, _A[1], _A[1])}, TypeError, "a must be an MxTensor or a pair"),
         ("a scale int64", {"a": (q8, _A[1].long())}, ValueError, r"a\[1\] must be int32"),
         (
             "a scale for another layout",
@@ -311,8 +313,8 @@ def _bad_calls() -> list[tuple[str, dict, type, str]]:
         (
             "out_pair 3 tensors",
             {"out_pair": ("q", "s", "x")},
-            ValueError,
-            r"out_pair must be a tuple \(q, scale\)",
+            TypeError,
+            r"out_pair must be an MxTensor or a pair \(fp8 \[M, K\], scale\)",
         ),
         (
             "out_pair wrong layout",
@@ -417,7 +419,7 @@ def test_the_cpu_path_records_what_ran(given, out_layout, what):
         (
             lambda w, x: grouped_wo_a(x.int(), w),
             ValueError,
-            "a must be an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; got torch.int32 (3, 128)",
+            "a must be an MxTensor, an MXFP8 pair or a 2-D bf16/fp16/fp32 tensor [T, G*r]; got torch.int32 (3, 128)",
         ),
         (
             lambda w, x: grouped_wo_a_reference(x, "w"),
@@ -462,9 +464,9 @@ WEIGHT_FIELDS = [
     ("flat rows not a multiple of groups", lambda t: prepare_wo_a_weight(torch.zeros(256, 96), groups=3),
      "weight.shape[0] (G*R) must be a multiple of groups = 3; got 256"),
     ("a an int", lambda t: grouped_wo_a_reference(5, prepare_wo_a_weight(torch.zeros(1, 128, 64))),
-     "a must be an MXFP8 pair (fp8 [T, G*r], scale) or a bf16 tensor; got int"),
+     "a must be an MxTensor or a pair (fp8 [M, K], scale); got int"),
     ("a scale a str", lambda t: grouped_wo_a_reference((_fp8(2, 64), "s"), prepare_wo_a_weight(torch.zeros(1, 128, 64))),
-     "a must be a pair of torch.Tensors (fp8 [T, G*r], scale)"),
+     "a[1] must be a torch.Tensor; got str"),
     ("a scale int32 1-D", lambda t: grouped_wo_a_reference((_fp8(2, 64), torch.zeros(8, dtype=torch.int32)), prepare_wo_a_weight(torch.zeros(1, 128, 64))),
      "a[1] must be int32 [M, ceil(K/128)] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 (swizzled_128x4); got torch.int32 (8,)"),
     ("a scale for another layout than named", lambda t: grouped_wo_a_reference((_fp8(2, 64), torch.zeros(2, 2, dtype=torch.uint8)), prepare_wo_a_weight(torch.zeros(1, 128, 64)), scale_layout="deepgemm"),
@@ -491,20 +493,26 @@ def _out_pair_call(**kwargs):
 
 
 OUT_MESSAGES = [
-    ("out and out_pair", {"out": "z", "out_pair": "p"}, "give out (bf16 z) or out_pair (the MXFP8 pair of z), not both"),
+    ("out and out_pair", {"out": "z", "out_pair": "p"}, ValueError, "give out (bf16 z) or out_pair (the MXFP8 pair of z), not both"),
     ("out with out_scale_layout", {"out": torch.zeros(3, 2, 128, dtype=torch.bfloat16), "out_scale_layout": "e8m0"},
-     "out_scale_layout describes out_pair; with out (bf16 z) it must be None"),
-    ("out_pair a str", {"out_pair": "pq"}, "out_pair must be a tuple (q, scale); got str"),
+     ValueError, "out_scale_layout describes out_pair; with out (bf16 z) it must be None"),
+    ("out_pair a str", {"out_pair": "pq"}, TypeError, "out_pair must be an MxTensor or a pair (fp8 [M, K], scale); got str"),
     ("out_pair scale int64", {"out_pair": (_fp8(3, 256), torch.zeros(3, 8, dtype=torch.int64))},
-     "out_pair[1] must be int32 [M, ceil(K/128)] (deepgemm)"),
+     ValueError, "out_pair[1] must be int32 [M, ceil(K/128)] (deepgemm)"),
     ("out_pair with an unknown layout", {"out_pair": (_fp8(3, 256), torch.zeros(3, 8, dtype=torch.uint8)), "out_scale_layout": "x"},
-     "out_scale_layout must be one of"),
+     ValueError, "out_scale_layout must be one of"),
+    ("out_pair an MxTensor in another layout", {"out_pair": MxTensor.empty(3, 256, scale_layout="e8m0", device="cpu"), "out_scale_layout": "deepgemm"},
+     ValueError, "out_pair holds e8m0 scales; deepgemm scales are required here"),
+    ("out_pair an MxTensor for another rounding", {"out_pair": MxTensor.empty(3, 256, scale_layout="e8m0", rounding="floor", device="cpu"), "rounding": "rceil"},
+     ValueError, "rounding='rceil' disagrees with out_pair, an MxTensor for floor scales"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("name", "kwargs", "message"), OUT_MESSAGES, ids=[c[0] for c in OUT_MESSAGES])
-def test_out_checks_name_their_argument(name, kwargs, message):
-    with pytest.raises(ValueError) as caught:
+@pytest.mark.parametrize(
+    ("name", "kwargs", "error", "message"), OUT_MESSAGES, ids=[c[0] for c in OUT_MESSAGES]
+)
+def test_out_checks_name_their_argument(name, kwargs, error, message):
+    with pytest.raises(error) as caught:
         _out_pair_call(**kwargs)
     assert str(caught.value).startswith(message), str(caught.value)
 

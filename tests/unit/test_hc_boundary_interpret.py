@@ -1,8 +1,8 @@
 """The boundary kernels' logic on CPU: the Triton interpreter against the reference and the contracts.
 
-Triton decides at import whether a kernel is interpreted, so the kernels run in one child process
-started with TRITON_INTERPRET=1 (once per session, shared by xdist workers through a locked file); it
-writes every case into poisoned buffers and this process checks what came back. The kernels run with
+The kernels run under the interpreter in one child process (``interpreter.run_interpreted``, once per
+session, shared by the xdist workers); it writes every case into poisoned buffers and this process checks
+what came back. The kernels run with
 ``hw_cvt=False``: integer bf16/E4M3 rounding and fp32 dots, the arithmetic the interpreter runs exactly
 (the GPU tests compare that path with the hardware one). Interpreted programs run one after another in
 ticket order, so every wait in the kernel is already satisfied: a wait on a later ticket would hang
@@ -12,23 +12,18 @@ here, which is what the multi-block cases (several blocks, lags 1 and 2) would s
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import torch
-from filelock import FileLock
 from hc_checks import assert_boundary_matches
 from hc_inputs import MODEL_PARAMS, REVEALING_TOKENS, UPSTREAM_PARAMS, make_inputs, revealing_inputs
+from interpreter import run_interpreted
 
-import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse import hc
-from mxfuse.formats import scale_spec, scale_storage_view, scale_to_layout
+from mxfuse.formats import MxTensor, scale_spec, scale_storage_view, scale_to_layout
 
 register(on=("cpu",), est_time=60)
 
@@ -154,51 +149,45 @@ CASES += [
 BY_NAME = {c.name: c for c in CASES}
 
 _WORKER = """
-import importlib, sys, torch
-from mxfuse.formats import ScaleLayout, ScaleRounding, scale_spec, scale_storage_view
+import sys, torch
 from mxfuse.hc import empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcProjection, HcWorkspace
-fused = importlib.import_module("mxfuse.kernels.hc_boundary")
-steps = importlib.import_module("mxfuse.kernels.hc_steps")
-quantize = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+from mxfuse.kernels.hc import HcConfig, HcInputs, HcParams, HcProjection, HcWeights, HcWorkspace
+from mxfuse.kernels.hc import launch as fused, steps
+from mxfuse.kernels.quantize.launch import launch_quantize
 cases = torch.load(sys.argv[1], weights_only=False)
-results = {"interpreted": type(fused._hc_kernel).__name__}
+results = {"interpreted": type(fused.hc_kernel).__name__}
 for c in cases:
     t, h, layout = c["tokens"], c["hidden"], c["layout"]
     x = c["inputs"]
-    out = empty_hc_boundary_outputs(t, h, device="cpu", y=c["want_y"], pair=c["want_pair"], scale_layout=layout)
-    spec = scale_spec(t, h, scale_layout=layout)
+    out = empty_hc_boundary_outputs(t, h, device="cpu", y=c["want_y"], pair=c["want_pair"], scale_layout=layout,
+                                    rounding=c["rounding"])
     written = [out.residual, out.pre, out.post, out.comb]
     if out.y is not None:
         written.append(out.y)
     if out.pair is not None:
-        written += [out.pair[0], scale_storage_view(out.pair[1], spec)]
+        written += [out.pair.data, out.pair.scale_storage()]
     for buf in written:
         buf.view(torch.uint8).fill_(c["poison"])
-    scalars = HcParams(**c["params"])
+    params = HcParams(**c["params"])
     ws = HcWorkspace("cpu")
     config = None if c["config"] is None else HcConfig(*c["config"])
-    pieces = HcProjection.prepare(x["fn"]).pieces if c["prepared"] else None
+    inputs = HcInputs(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"])
+    fn = HcProjection.prepare(x["fn"]) if c["prepared"] else x["fn"]
+    weights = HcWeights(fn, x["scale"], x["base"], x["norm_weight"])
     if c["kind"] == "fused":
-        fused.launch_boundary(
-            x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"], x["fn"], x["scale"], x["base"],
-            x["norm_weight"], scalars=scalars, residual_out=out.residual, pre_out=out.pre, post_out=out.post,
-            comb_out=out.comb, y_out=out.y, pair_out=out.pair, rounding=ScaleRounding(c["rounding"]),
-            layout=ScaleLayout(layout), workspace=ws, config=config, hw_cvt=False, fn_pieces=pieces)
+        fused.launch_boundary(inputs, weights, out, params=params, workspace=ws, config=config, hw_cvt=False)
     else:
-        steps.launch_post(x["x"], x["residual"], x["post"], x["comb"], residual_out=out.residual, hw_cvt=False)
-        steps.launch_mixes(out.residual, x["fn"], x["scale"], x["base"], scalars=scalars, pre_out=out.pre,
-                           post_out=out.post, comb_out=out.comb, workspace=ws, hw_cvt=False, fn_pieces=pieces)
-        weights = out.pre if x["prev_pre"] is None else x["prev_pre"]
-        steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
+        steps.launch_post(inputs, residual_out=out.residual, hw_cvt=False)
+        steps.launch_mixes(out, weights, params=params, workspace=ws, hw_cvt=False)
+        collapse = out.pre if x["prev_pre"] is None else x["prev_pre"]
+        steps.launch_norm(out.residual, collapse, x["norm_weight"], params=params, y_out=out.y, workspace=ws,
                           hw_cvt=False, split=x["prev_pre"] is not None)
         if out.pair is not None:
-            quantize._launch(out.y, *out.pair, rounding=ScaleRounding(c["rounding"]), layout=ScaleLayout(layout),
-                             hw_cvt=False)
+            launch_quantize(out.y, out.pair, hw_cvt=False)
     results[c["name"]] = {
         "residual": out.residual, "pre": out.pre, "post": out.post, "comb": out.comb, "y": out.y,
-        "q": None if out.pair is None else out.pair[0].view(torch.uint8),
-        "scales": None if out.pair is None else scale_storage_view(out.pair[1], spec).view(torch.uint8).clone(),
+        "q": None if out.pair is None else out.pair.data.view(torch.uint8),
+        "scales": None if out.pair is None else out.pair.scale_bytes().clone(),
         "counters": ws._counters.clone(),
     }
 torch.save(results, sys.argv[2])
@@ -226,36 +215,9 @@ def _payload(case: Case) -> dict:
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
-    # Under pytest-xdist every worker would interpret every case: run the child once per session, in the
-    # session's shared temporary directory, and let the other workers read its file.
-    tmp = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        tmp = tmp.parent
-    results = tmp / "hc_boundary_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            _run_interpreter([_payload(c) for c in CASES], tmp, results)
-    return torch.load(results, weights_only=False)
-
-
-def _run_interpreter(cases: list, tmp: Path, results: Path) -> None:
-    torch.save(cases, tmp / "hc_boundary_cases.pt")
-    src = str(Path(mxfuse.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _WORKER, str(tmp / "hc_boundary_cases.pt"), str(results) + ".partial"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
+    return run_interpreted(
+        tmp_path_factory, "hc_boundary_interpret", _WORKER, lambda: [_payload(c) for c in CASES], timeout=1500
     )
-    assert done.returncode == 0, f"interpreter run failed:\n{done.stdout}\n{done.stderr}"
-    os.replace(str(results) + ".partial", results)
 
 
 def _reference(case: Case, inputs=None) -> hc.HcBoundaryOutputs:
@@ -275,7 +237,7 @@ def _outputs(case: Case, got: dict) -> hc.HcBoundaryOutputs:
     if got["q"] is not None:
         spec = scale_spec(case.tokens, case.hidden, scale_layout=case.layout)
         scales = got["scales"].view(spec.dtype).as_strided(spec.shape, spec.stride)
-        pair = (got["q"].view(torch.float8_e4m3fn), scales)
+        pair = MxTensor(got["q"].view(torch.float8_e4m3fn), scales, case.layout, case.rounding)
     return hc.HcBoundaryOutputs(got["residual"], got["pre"], got["post"], got["comb"], got["y"], pair)
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpumatrix import register
-from mxfuse.kernels import hc_plan
-from mxfuse.kernels.hc_plan import HcConfig, choose_config, default_config
+from mxfuse.kernels.hc import HcConfig, choose_config, default_config
+from mxfuse.kernels.hc import config as hc_config
 
 register(on=("cpu",), est_time=3)
 
@@ -23,16 +23,16 @@ BLOCK16 = HcConfig(16, 16, 2, 16, 32, 0, 4, 2, "dot", 1)
 
 @pytest.fixture
 def table(tmp_path, monkeypatch):
-    """Point hc_plan at a table written by the test (and forget the cached one before and after)."""
+    """Point the config module at a table written by the test (and forget the cached one before and after)."""
 
     def write(entries: list[dict]) -> None:
         path = tmp_path / "hc_configs.json"
         path.write_text(json.dumps({"source": "test", "entries": entries}))
-        monkeypatch.setattr(hc_plan, "_TABLE", path)
-        hc_plan._table.cache_clear()
+        monkeypatch.setattr(hc_config, "_TABLE", path)
+        hc_config._table.cache_clear()
 
     yield write
-    hc_plan._table.cache_clear()
+    hc_config._table.cache_clear()
 
 
 def _entry(hidden: int, tokens: int, ordering: str, config: HcConfig) -> dict:

@@ -1,4 +1,4 @@
-"""``exact_sum`` (mxfuse.kernels.hc_tile) under the Triton interpreter: a sum whose bits do not depend on
+"""``exact_sum`` (mxfuse.kernels.hc.tile) under the Triton interpreter: a sum whose bits do not depend on
 the order of its terms, close to the exactly rounded sum, with infinities and NaNs as a plain sum has them.
 
 The fused boundary and the unfused steps reduce the same rows in different kernels, where Triton may give
@@ -9,13 +9,10 @@ adds in array order, so permuting the terms is how a test sees an order-dependen
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from interpreter import run_interpreted
 
 from gpumatrix import register
 
@@ -27,7 +24,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
-from mxfuse.kernels.hc_tile import exact_sum, exact_total3
+from mxfuse.kernels.hc.tile import exact_sum, exact_total3
 
 @triton.jit
 def rows_kernel(x_ptr, out_ptr, plain_ptr, N: tl.constexpr, M: tl.constexpr):
@@ -41,9 +38,9 @@ def total_kernel(x_ptr, out_ptr, A: tl.constexpr, B: tl.constexpr, C: tl.constex
     i = (tl.arange(0, A)[:, None, None] * B + tl.arange(0, B)[None, :, None]) * C + tl.arange(0, C)[None, None, :]
     tl.store(out_ptr, exact_total3(tl.load(x_ptr + i)))
 
-data = np.load(sys.argv[1])
+data = torch.load(sys.argv[1], weights_only=False)
 out = {}
-for key in data.files:
+for key in data:
     x = torch.from_numpy(data[key])
     if key.startswith("rows"):
         got, plain = torch.empty(x.shape[1]), torch.empty(x.shape[1])
@@ -53,7 +50,7 @@ for key in data.files:
         got = torch.empty(1)
         total_kernel[(1,)](x, got, A=x.shape[0], B=x.shape[1], C=x.shape[2])
         out[key] = got.numpy()
-np.savez(sys.argv[2], **out)
+torch.save(out, sys.argv[2])
 """
 
 
@@ -88,18 +85,10 @@ def _permuted(cases: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[dict, dict, dict]:
-    tmp = tmp_path_factory.mktemp("exact_sum")
     cases = _cases()
-    results = []
-    for name, data in (("a", cases), ("b", _permuted(cases))):
-        np.savez(tmp / f"{name}.npz", **data)
-        env = dict(os.environ, TRITON_INTERPRET="1")
-        src = str(Path(__file__).resolve().parents[2] / "src")
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-        subprocess.run([sys.executable, "-c", _CHILD, tmp / f"{name}.npz", tmp / f"{name}_out.npz"],
-                       check=True, env=env, timeout=300)  # fmt: skip
-        results.append(dict(np.load(tmp / f"{name}_out.npz")))
-    return cases, results[0], results[1]
+    a = run_interpreted(tmp_path_factory, "hc_exact_sum_a", _CHILD, lambda: cases, timeout=300)
+    b = run_interpreted(tmp_path_factory, "hc_exact_sum_b", _CHILD, lambda: _permuted(cases), timeout=300)
+    return cases, a, b
 
 
 def test_permuting_the_terms_leaves_every_bit(runs):

@@ -7,6 +7,8 @@ taken wherever ``fn`` is: the reference path gives the same outputs, a wrong one
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hc_inputs import make_inputs
@@ -44,9 +46,9 @@ def test_the_pieces_add_up_to_the_weight_exactly_and_hi_is_the_nearest_bf16():
 def test_the_reference_path_takes_a_projection_as_it_takes_fn():
     inputs = make_inputs(3, 256, shifted=True, seed=4)
     plain = hc.mhc_boundary(*inputs.args(), **inputs.kwargs())
-    args = list(inputs.args())
-    args[4] = HcProjection.prepare(inputs.fn)
-    prepared = hc.mhc_boundary(*args, **inputs.kwargs())
+    step, weights = inputs.args()
+    weights = dataclasses.replace(weights, fn=HcProjection.prepare(inputs.fn))
+    prepared = hc.mhc_boundary(step, weights, **inputs.kwargs())
     for name in ("residual", "pre", "post", "comb", "y"):
         assert_same_bits(getattr(prepared, name), getattr(plain, name), name=name)
 
@@ -77,7 +79,7 @@ def test_pieces_that_do_not_fit_the_weight_are_refused():
 
 def test_a_projection_for_another_hidden_size_is_refused_by_name():
     inputs = make_inputs(2, 256, shifted=False)
-    args = list(inputs.args())
-    args[4] = HcProjection.prepare(torch.zeros(24, 4 * 384))
+    step, weights = inputs.args()
+    weights = dataclasses.replace(weights, fn=HcProjection.prepare(torch.zeros(24, 4 * 384)))
     with pytest.raises(ValueError, match=r"^fn"):
-        hc.mhc_boundary(*args, **inputs.kwargs())
+        hc.mhc_boundary(step, weights, **inputs.kwargs())

@@ -166,8 +166,8 @@ def _buffers(out: hc.HcBoundaryOutputs, layout: str) -> list[torch.Tensor]:
     if out.y is not None:
         tensors.append(out.y)
     if out.pair is not None:
-        spec = scale_spec(out.residual.shape[0], out.residual.shape[2], scale_layout=layout)
-        tensors += [out.pair[0].view(torch.uint8), scale_storage_view(out.pair[1], spec).view(torch.uint8)]
+        assert out.pair.scale_layout.value == layout
+        tensors += [out.pair.data.view(torch.uint8), out.pair.scale_bytes()]
     return tensors
 
 
@@ -186,8 +186,9 @@ def test_cpu_entry_point_writes_the_reference_into_out(shifted, layout):
         assert_same_bits(getattr(out, name), getattr(ref, name), name=name)
     q, s = quantize_mxfp8_reference(ref.y, scale_layout=layout)
     spec = scale_spec(6, 256, scale_layout=layout)
-    assert_same_bits(out.pair[0].view(torch.uint8), q.view(torch.uint8), name="q")
-    assert_same_bits(scale_storage_view(out.pair[1], spec), scale_storage_view(s, spec), name="scales")
+    assert_same_bits(out.pair.data.view(torch.uint8), q.view(torch.uint8), name="q")
+    assert_same_bits(out.pair.scale_storage(), scale_storage_view(s, spec), name="scales")
+    assert out.pair.scale_layout.value == layout and out.pair.rounding.value == "rceil"
 
 
 def test_outputs_wanted_and_allocated():
@@ -195,8 +196,9 @@ def test_outputs_wanted_and_allocated():
     both = hc.mhc_boundary(*inputs.args(), **inputs.kwargs())
     assert both.y is not None and both.pair is not None
     only_pair = hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), want_y=False, scale_layout="e8m0")
-    assert only_pair.y is None and only_pair.pair[1].dtype == torch.uint8
-    assert_same_bits(only_pair.pair[0].view(torch.uint8), both.pair[0].view(torch.uint8), name="q")
+    assert only_pair.y is None and only_pair.pair.scale.dtype == torch.uint8
+    assert only_pair.pair.scale_layout.value == "e8m0"
+    assert_same_bits(only_pair.pair.data.view(torch.uint8), both.pair.data.view(torch.uint8), name="q")
     only_y = hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), out=_poisoned(3, 128, pair=False))
     assert only_y.pair is None
     assert_same_bits(only_y.y, both.y, name="y")
@@ -219,8 +221,8 @@ def test_zero_tokens_give_empty_outputs(layout):
     spec = scale_spec(0, 256, scale_layout=layout)
     assert tuple(out.residual.shape) == (0, 4, 256) and out.residual.dtype == torch.bfloat16
     assert tuple(out.pre.shape) == (0, 4) and tuple(out.comb.shape) == (0, 4, 4)
-    assert tuple(out.y.shape) == (0, 256) and tuple(out.pair[0].shape) == (0, 256)
-    assert tuple(out.pair[1].shape) == spec.shape and out.pair[1].dtype == spec.dtype
+    assert tuple(out.y.shape) == (0, 256) and out.pair.shape == (0, 256)
+    assert tuple(out.pair.scale.shape) == spec.shape and out.pair.scale.dtype == spec.dtype
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])
@@ -246,7 +248,7 @@ def test_a_non_finite_input_stays_in_its_token(shifted, where, value):
     column = 37 if where == "x" else 200
     assert not torch.isfinite(got.residual[bad, :, column]).any()
     y_nan = torch.isnan(got.y[bad])
-    scales = got.pair[1]
+    scales = got.pair.scale
     if math.isnan(value) or not shifted:
         assert y_nan.all()
         words = scales[bad].to(torch.int64) & 0xFFFFFFFF
@@ -259,19 +261,24 @@ def test_a_non_finite_input_stays_in_its_token(shifted, where, value):
 # Bad arguments: a ValueError or TypeError naming the argument, and nothing written
 
 
+_INPUTS = ("x", "residual", "post", "comb", "prev_pre")
+_WEIGHTS = ("fn", "scale", "base", "norm_weight")
+
+
 def _call(**changes):
+    """The fields of a good call's inputs and weights, by name, with ``changes``, and its keywords."""
     inputs = make_inputs(3, 256, shifted=True, seed=1)
-    args = dict(
-        zip(
-            ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight"),
-            inputs.args(),
-            strict=True,
-        )
-    )
+    args = {name: getattr(inputs, name) for name in (*_INPUTS, *_WEIGHTS)}
     kwargs = inputs.kwargs()
     kwargs.update(changes.pop("kwargs", {}))
     args.update(changes)
     return args, kwargs
+
+
+def _boundary(args: dict, kwargs: dict, **more):
+    inputs = hc.HcInputs(*(args[n] for n in _INPUTS))
+    weights = hc.HcWeights(*(args[n] for n in _WEIGHTS))
+    return hc.mhc_boundary(inputs, weights, **kwargs, **more)
 
 
 def _transposed_residual():
@@ -290,7 +297,7 @@ BAD = [
     ("residual a tuple", {"residual": (1, 2)}, TypeError, "residual must be a torch.Tensor"),
     ("post bf16", {"post": torch.zeros(3, 4, dtype=torch.bfloat16)}, ValueError, "post must be torch.float32"),
     ("comb [T, 16]", {"comb": torch.zeros(3, 16)}, ValueError, r"comb must have shape \[T, n, n\]"),
-    ("prev_pre [T, 5]", {"kwargs": {"prev_pre": torch.zeros(3, 5)}}, ValueError, r"prev_pre must have shape \[T, n\]"),
+    ("prev_pre [T, 5]", {"prev_pre": torch.zeros(3, 5)}, ValueError, r"prev_pre must have shape \[T, n\]"),
     ("fn for another H", {"fn": torch.zeros(24, 4 * 128)}, ValueError, r"fn must have shape \[n\(n\+2\), n\*H\] = \(24, 1024\)"),
     ("fn on meta", {"fn": torch.zeros(24, 1024, device="meta")}, ValueError, "fn must be on cpu"),
     ("scale [4]", {"scale": torch.zeros(4)}, ValueError, r"scale must have shape \[3\]"),
@@ -307,6 +314,8 @@ BAD = [
     ("config", {"kwargs": {"config": {}}}, TypeError, "config must be an HcConfig"),
     ("config for another H", {"kwargs": {"config": hc.HcConfig(16, 64, 3, 16, 1, 0)}}, ValueError, "block_h \\* steps_a must divide H"),
     ("x on meta", {"x": torch.zeros(3, 256, dtype=torch.bfloat16, device="meta")}, ValueError, "x must be on a CUDA device or the CPU"),
+    ("a layout out.pair is not in", {"kwargs": {"scale_layout": "e8m0"}}, ValueError, "out.pair holds deepgemm scales; e8m0 scales are required here"),
+    ("a rounding out.pair is not for", {"kwargs": {"rounding": "floor"}}, ValueError, r"rounding='floor' disagrees with out.pair"),
 ]  # fmt: skip
 
 
@@ -317,9 +326,24 @@ def test_bad_arguments_are_refused_before_anything_is_written(name, changes, err
     written = _buffers(out, "deepgemm") if out is not None else []
     snapshot = [t.clone() for t in written]
     with pytest.raises(error, match=match):
-        hc.mhc_boundary(**args, **kwargs, **({} if out is None else {"out": out}))
+        _boundary(args, kwargs, **({} if out is None else {"out": out}))
     for t, b in zip(written, snapshot, strict=True):
         assert_same_bits(t, b, name="an out buffer after a refused call")
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((("x",), None), "inputs must be an mxfuse.hc.HcInputs; got tuple"),
+        ((None, {"fn": 1}), "weights must be an mxfuse.hc.HcWeights; got dict"),
+    ],
+    ids=["inputs a tuple", "weights a dict"],
+)
+def test_inputs_and_weights_come_grouped(args, match):
+    inputs = make_inputs(3, 256, shifted=True, seed=1)
+    good_inputs, good_weights = inputs.args()
+    with pytest.raises(TypeError, match=match):
+        hc.mhc_boundary(args[0] if args[0] is not None else good_inputs, args[1] or good_weights)
 
 
 def _replace(out: hc.HcBoundaryOutputs, **fields) -> hc.HcBoundaryOutputs:
@@ -341,11 +365,12 @@ BAD_OUT = [
     ("out.pre [T]", lambda a, g: _replace(g, pre=torch.zeros(3)), ValueError, r"out.pre must have shape \[T, n\]"),
     ("out.comb strided", lambda a, g: _replace(g, comb=torch.zeros(3, 4, 4).transpose(1, 2)), ValueError, "out.comb must be contiguous"),
     ("out.y on meta", lambda a, g: _replace(g, y=torch.zeros(3, 256, dtype=torch.bfloat16, device="meta")), ValueError, "out.y must be on cpu"),
-    ("out.pair for e8m0", lambda a, g: _replace(g, pair=empty_mxfp8_pair(3, 256, scale_layout="e8m0", device="cpu")), ValueError, r"out.pair\[1\] must have dtype torch.int32"),
+    ("out.pair for 2 tokens", lambda a, g: _replace(g, pair=empty_mxfp8_pair(2, 256, scale_layout="e8m0", device="cpu")), ValueError, r"out.pair\[0\] must have shape \(3, 256\)"),
+    ("out.pair a list", lambda a, g: _replace(g, pair=[g.pair.data]), TypeError, "out.pair must be an MxTensor or a pair"),
     ("neither y nor pair", lambda a, g: _replace(g, y=None, pair=None), ValueError, "at least one of out.y and out.pair"),
     ("out.y is x", lambda a, g: _replace(g, y=a["x"]), ValueError, "out.y must not overlap x"),
     ("out.post is out.pre", lambda a, g: _replace(g, post=g.pre), ValueError, "out.post must not overlap out.pre"),
-    ("out.pair[1] inside out.y", lambda a, g: _replace(g, pair=(g.pair[0], g.y.view(torch.int32).reshape(-1).as_strided((3, 2), (1, 4)))), ValueError, r"out.pair\[1\] must not overlap out.y"),
+    ("out.pair's scales inside out.y", lambda a, g: _replace(g, pair=(g.pair.data, g.y.view(torch.int32).reshape(-1).as_strided((3, 2), (1, 4)))), ValueError, r"out.pair.scale must not overlap out.y"),
     ("R' partly over residual", _r_prime_inside_residual, ValueError, "out.residual must not overlap residual"),
 ]  # fmt: skip
 
@@ -358,7 +383,7 @@ def test_bad_out_buffers_are_refused_before_anything_is_written(name, build, err
     written = [t for t in _buffers(good, "deepgemm")]
     snapshot = [t.clone() for t in written]
     with pytest.raises(error, match=match):
-        hc.mhc_boundary(**args, **kwargs, out=out)
+        _boundary(args, kwargs, out=out)
     for t, b in zip(written, snapshot, strict=True):
         assert_same_bits(t, b, name="an out buffer after a refused call")
 
@@ -366,7 +391,7 @@ def test_bad_out_buffers_are_refused_before_anything_is_written(name, build, err
 def test_want_flags_must_agree_with_out():
     args, kwargs = _call()
     with pytest.raises(ValueError, match="want_pair=False disagrees with out.pair"):
-        hc.mhc_boundary(**args, **kwargs, want_pair=False, out=_poisoned(3, 256))
+        _boundary(args, kwargs, want_pair=False, out=_poisoned(3, 256))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,15 +488,17 @@ def test_the_old_scalar_keywords_are_refused(field):
     args, kwargs = _call()
     value = getattr(hc.HcParams(), field)
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{field}'"):
-        hc.mhc_boundary(**args, **kwargs, **{field: value})
+        _boundary(args, kwargs, **{field: value})
+    inputs = hc.HcInputs(*(args[n] for n in _INPUTS))
+    weights = hc.HcWeights(*(args[n] for n in _WEIGHTS))
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{field}'"):
-        hc.mhc_boundary_reference(*args.values(), **kwargs, **{field: value})
+        hc.mhc_boundary_reference(inputs, weights, **kwargs, **{field: value})
 
 
 def test_every_params_field_reaches_the_cpu_boundary():
     """Changing any one field changes the boundary's outputs (nothing is dropped on the way)."""
     inputs = make_inputs(4, 256, shifted=False, seed=9)
-    base = hc.mhc_boundary(*inputs.args(), prev_pre=None, params=hc.HcParams(), want_pair=False)
+    base = hc.mhc_boundary(*inputs.args(), params=hc.HcParams(), want_pair=False)
     changed = {
         "hc_norm_eps": 1.0,
         "hc_pre_eps": 0.25,
@@ -484,7 +511,7 @@ def test_every_params_field_reaches_the_cpu_boundary():
     assert tuple(changed) == SCALAR_FIELDS
     for field, value in changed.items():
         params = dataclasses.replace(hc.HcParams(), **{field: value})
-        got = hc.mhc_boundary(*inputs.args(), prev_pre=None, params=params, want_pair=False)
+        got = hc.mhc_boundary(*inputs.args(), params=params, want_pair=False)
         assert any(
             not torch.equal(getattr(got, k), getattr(base, k)) for k in ("pre", "post", "comb", "y")
         ), field

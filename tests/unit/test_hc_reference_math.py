@@ -50,9 +50,10 @@ def make_inputs(params: hc.HcParams, *, seed: int) -> dict[str, torch.Tensor]:
 
 
 def _reference(inputs: dict[str, torch.Tensor], params: hc.HcParams, *, shifted: bool):
-    args = [inputs[k] for k in ("x", "residual", "post", "comb", "fn", "scale", "base", "norm_weight")]
     prev_pre = inputs["prev_pre"] if shifted else None
-    return hc.mhc_boundary_reference(*args, prev_pre=prev_pre, params=params, want_pair=False)
+    step = hc.HcInputs(inputs["x"], inputs["residual"], inputs["post"], inputs["comb"], prev_pre)
+    weights = hc.HcWeights(*(inputs[k] for k in ("fn", "scale", "base", "norm_weight")))
+    return hc.mhc_boundary_reference(step, weights, params=params, want_pair=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,14 +242,15 @@ def test_the_defaults_are_the_models_scalars():
     by_default = hc.mhc_boundary_reference(*inputs.args())
     explicit = hc.mhc_boundary_reference(*inputs.args(), params=MODEL_PARAMS, want_y=True, want_pair=True)
     assert by_default.y is not None and by_default.pair is not None
-    assert by_default.pair[1].dtype == torch.int32  # deepgemm scales by default
+    assert by_default.pair.scale.dtype == torch.int32  # deepgemm scales by default
     for name in ("residual", "pre", "post", "comb", "y"):
         assert_same_bits(getattr(by_default, name), getattr(explicit, name), name=name)
     assert not torch.equal(more.comb, explicit.comb)  # so the default iteration count shows
     v = hc.hc_collapse(explicit.residual, explicit.pre)
     assert_same_bits(hc.rmsnorm(v, inputs.norm_weight, eps=1e-6), explicit.y, name="rmsnorm's default scale")
-    y, pre, post, comb = hc.hc_pre(inputs.residual, *inputs.args()[4:])
-    y2, pre2, post2, comb2 = hc.hc_pre(inputs.residual, *inputs.args()[4:], params=MODEL_PARAMS)
+    weights = (inputs.fn, inputs.scale, inputs.base, inputs.norm_weight)
+    y, pre, post, comb = hc.hc_pre(inputs.residual, *weights)
+    y2, pre2, post2, comb2 = hc.hc_pre(inputs.residual, *weights, params=MODEL_PARAMS)
     for got, want, name in ((y, y2, "y"), (pre, pre2, "pre"), (post, post2, "post"), (comb, comb2, "comb")):
         assert_same_bits(got, want, name=f"hc_pre {name}")
 
@@ -274,17 +276,18 @@ def test_want_flags_and_rounding_reach_the_outputs():
     )
     assert only_y.pair is None and only_y.y is not None and only_pair.y is None
     q, s = quantize_mxfp8_reference(only_y.y, rounding="floor", scale_layout="e8m0")
-    assert_same_bits(only_pair.pair[0].view(torch.uint8), q.view(torch.uint8), name="floor codes")
-    assert_same_bits(only_pair.pair[1], s, name="floor scales")
+    assert_same_bits(only_pair.pair.data.view(torch.uint8), q.view(torch.uint8), name="floor codes")
+    assert_same_bits(only_pair.pair.scale, s, name="floor scales")
+    assert only_pair.pair.rounding.value == "floor" and only_pair.pair.scale_layout.value == "e8m0"
 
 
 def test_empty_outputs_have_the_documented_dtypes_and_device():
     out = hc.empty_hc_boundary_outputs(3, HIDDEN, device="meta")
-    assert out.y is not None and out.pair is not None and out.pair[1].dtype == torch.int32
+    assert out.y is not None and out.pair is not None and out.pair.scale.dtype == torch.int32
     for name, dtype in (("residual", torch.bfloat16), ("pre", torch.float32), ("post", torch.float32),
                         ("comb", torch.float32), ("y", torch.bfloat16)):  # fmt: skip
         t = getattr(out, name)
         assert t.dtype == dtype and t.device.type == "meta", name
-    assert out.pair[0].device.type == "meta" and out.pair[1].device.type == "meta"
+    assert out.pair.data.device.type == "meta" and out.pair.scale.device.type == "meta"
     bare = hc.empty_hc_boundary_outputs(3, HIDDEN, device="meta", y=False, pair=False)
     assert bare.y is None and bare.pair is None

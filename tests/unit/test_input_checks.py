@@ -17,7 +17,7 @@ import mxfuse.gemm.torch_backend as torch_backend
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
-from mxfuse.formats import check_mxfp8_pair, dequantize_mxfp8, scale_from_layout, scale_spec
+from mxfuse.formats import MxTensor, check_mxfp8_pair, dequantize_mxfp8, scale_from_layout, scale_spec
 from mxfuse.gemm import MxWeight, backend_status, expand_block_scales, mxfp8_gemm, prepare_mxfp8_weight
 from mxfuse.memory import tensors_overlap
 
@@ -74,10 +74,8 @@ def test_scale_storage_exactly_long_enough_and_one_short(offset):
 
 def test_k_zero_is_refused_for_every_weight():
     empty_q, empty_s = torch.zeros(4, 0, dtype=torch.float8_e4m3fn), torch.zeros(4, 0, dtype=torch.uint8)
-    with pytest.raises(
-        ValueError, match=r"MxWeight.qweight must be a 2-D float8_e4m3fn tensor \[N, K\], K a positive"
-    ):
-        MxWeight(empty_q, empty_s, empty_s, "torch")
+    with pytest.raises(ValueError, match=r"MxWeight.operand must hold a weight \[N, K\] with K > 0"):
+        MxWeight(MxTensor(empty_q, empty_s, "e8m0"), empty_s, "torch")
     with pytest.raises(ValueError, match=r"weight.shape\[1\] \(K\) must be a positive multiple of 32; got 0"):
         prepare_mxfp8_weight(empty_q, empty_s)
     rule = torch_backend.TORCH.supports_shape(4, 0)
@@ -101,11 +99,14 @@ def test_k_zero_is_refused_for_every_weight():
 
 
 def test_mx_weight_refuses_non_contiguous_tensors():
+    """The weight's MxTensor refuses them when it is built, before any MxWeight holds it."""
     q, s = _codes(64, 128), _scales(64, 4)
-    with pytest.raises(ValueError, match=r"MxWeight.scale_e8m0 must be contiguous; got strides \(1, 64\)"):
-        MxWeight(q, s.t().contiguous().t(), s, "torch")
-    with pytest.raises(ValueError, match=r"MxWeight.qweight must be contiguous"):
-        MxWeight(q.t().contiguous().t(), s, s, "torch")
+    with pytest.raises(ValueError, match=r"MxTensor.scale must have strides \(4, 1\) .*; got \(1, 64\)"):
+        MxTensor(q, s.t().contiguous().t(), "e8m0")
+    with pytest.raises(ValueError, match=r"MxTensor.data must be contiguous"):
+        MxTensor(q.t().contiguous().t(), s, "e8m0")
+    with pytest.raises(TypeError, match=r"MxWeight.operand must be an MxTensor; got tuple"):
+        MxWeight((q, s), s, "torch")
 
 
 @pytest.mark.parametrize("block_rows", [1, 32])
@@ -244,9 +245,9 @@ def test_quantize_weight_rounds_with_rceil_by_default():
             lambda w: mxfp8_gemm((_codes(2, 64), _scales(2, 2)), "w"),
             "w must be an MxWeight (see prepare_mxfp8_weight); got str",
         ),
-        (lambda w: mxfp8_gemm(5, w), "a must be a pair (fp8 [M, K], scale); got int"),
+        (lambda w: mxfp8_gemm(5, w), "a must be an MxTensor or a pair (fp8 [M, K], scale); got int"),
         (lambda w: mxfp8_gemm(("q", _scales(2, 2)), w), "a[0] must be a torch.Tensor; got str"),
-        (lambda w: mxfp8_gemm((_codes(2, 64), 3), w), "a[1] (scale) must be a torch.Tensor; got int"),
+        (lambda w: mxfp8_gemm((_codes(2, 64), 3), w), "a[1] must be a torch.Tensor; got int"),
         (
             lambda w: mxfp8_gemm((_codes(2, 64), _scales(2, 2)), w, out=7),
             "out must be a torch.Tensor; got int",
@@ -283,7 +284,7 @@ def test_the_torch_backends_answers_in_full():
 
 def _deepgemm_weight():
     q, s = _codes(8, 128), _scales(8, 4)
-    return MxWeight(q, s, s, "deepgemm"), (_codes(2, 128, seed=3), _scales(2, 4, seed=4))
+    return MxWeight(MxTensor(q, s, "e8m0"), s, "deepgemm"), (_codes(2, 128, seed=3), _scales(2, 4, seed=4))
 
 
 def test_a_weight_for_a_backend_that_cannot_run_here():
@@ -292,7 +293,7 @@ def test_a_weight_for_a_backend_that_cannot_run_here():
     from mxfuse import witness
 
     w, a = _deepgemm_weight()
-    want = mxfp8_gemm(a, MxWeight(w.qweight, w.scale_e8m0, w.scale_e8m0, "torch"))
+    want = mxfp8_gemm(a, MxWeight(w.operand, w.scale_e8m0, "torch"))
     with witness.capture() as records:
         got = mxfp8_gemm(a, w)
     assert_same_bits(got, want, name="auto on the CPU")
@@ -302,7 +303,7 @@ def test_a_weight_for_a_backend_that_cannot_run_here():
     assert_same_bits(mxfp8_gemm(a, w, backend="torch"), want, name="torch named")
     with pytest.raises(ValueError) as caught:
         mxfp8_gemm(a, w, backend="deepgemm")
-    assert str(caught.value) == "a[1] is in e8m0 layout; backend 'deepgemm' reads deepgemm"
+    assert str(caught.value) == "a holds e8m0 scales; backend 'deepgemm' reads deepgemm"
 
 
 def test_a_backend_named_for_a_device_it_cannot_run_on_says_which_device():
@@ -323,22 +324,28 @@ def test_a_backend_named_for_a_device_it_cannot_run_on_says_which_device():
     ("call", "error", "message"),
     [
         (
-            lambda: MxWeight(_codes(2, 64, 32), _scales(2, 2), _scales(2, 2), "torch"),
-            ValueError,
-            "MxWeight.qweight must be a 2-D float8_e4m3fn tensor [N, K]",
+            lambda: MxWeight(MxTensor(_codes(2, 64), _scales(2, 2), "e8m0"), [1], "torch"),
+            TypeError,
+            "MxWeight.scale must be a torch.Tensor; got list",
         ),
         (
-            lambda: MxWeight(_codes(4, 64), _scales(4, 2), _scales(4, 2), "torch", [("a", "b")]),
+            lambda: MxWeight(
+                MxTensor(_codes(4, 64), _scales(4, 2), "e8m0"), _scales(4, 2), "torch", [("a", "b")]
+            ),
             TypeError,
             "MxWeight.passed_over must be a tuple of (backend, reason) string pairs",
         ),
         (
-            lambda: MxWeight(_codes(4, 64), _scales(4, 2), _scales(4, 2), "torch", (("a", 1),)),
+            lambda: MxWeight(
+                MxTensor(_codes(4, 64), _scales(4, 2), "e8m0"), _scales(4, 2), "torch", (("a", 1),)
+            ),
             TypeError,
             "MxWeight.passed_over must be a tuple",
         ),
         (
-            lambda: MxWeight(_codes(4, 64), _scales(4, 2), _scales(4, 2), "torch", (["a", "b"],)),
+            lambda: MxWeight(
+                MxTensor(_codes(4, 64), _scales(4, 2), "e8m0"), _scales(4, 2), "torch", (["a", "b"],)
+            ),
             TypeError,
             "MxWeight.passed_over must be a tuple",
         ),
@@ -348,7 +355,7 @@ def test_a_backend_named_for_a_device_it_cannot_run_on_says_which_device():
                 prepare_mxfp8_weight(_codes(4, 64), _scales(4, 2)),
             ),
             ValueError,
-            "a[1] (scale) must be int32 [M, ceil(K/128)] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 (swizzled_128x4); got torch.int32 (8,)",
+            "a[1] must be int32 [M, ceil(K/128)] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D uint8 (swizzled_128x4); got torch.int32 (8,)",
         ),
         (
             lambda: prepare_mxfp8_weight(_codes(4, 64)),

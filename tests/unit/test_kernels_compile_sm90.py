@@ -20,7 +20,7 @@ register(on=("cpu",), est_time=60)
 _PRELUDE = """
 import json, sys, torch
 from sm90_compile import compile_launches
-from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor, ScaleLayout, ScaleRounding, quantize_mxfp8_reference
 torch.manual_seed(0)
 def run():
 {body}
@@ -30,33 +30,30 @@ print(json.dumps(compile_launches(run)))
 FAMILIES = {
     "quantize_mxfp8": (
         """
-    import importlib
-    qm = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+    from mxfuse.kernels.quantize.launch import launch_quantize
     x = torch.randn(5, 256, dtype=torch.bfloat16)
     for layout in ("e8m0", "deepgemm", "swizzled_128x4"):
-        q, s = empty_mxfp8_pair(5, 256, scale_layout=layout, device="cpu")
-        qm._launch(x, q, s, rounding=ScaleRounding.RCEIL, layout=ScaleLayout(layout), hw_cvt=True)
+        launch_quantize(x, MxTensor.empty(5, 256, scale_layout=layout, device="cpu"), hw_cvt=True)
 """,
-        {"_quantize_mxfp8_kernel"},
+        {"quantize_mxfp8_kernel"},
     ),
     "mxfp8_gemm": (
         """
     from mxfuse.gemm.weights import quantize_weight
-    from mxfuse.kernels import mxfp8_gemm as mk
+    from mxfuse.kernels import gemm as mk
     wq, ws = quantize_weight(torch.randn(256, 512))
     wst = mk.weight_scale_kgroup_major(ws)
     configs = [None, mk.GemmConfig("gemv", 4, 4, 32, 2, 4, 3, bits=True), mk.GemmConfig("dq16", 64, 128, 2, 1, 8, 3),
                mk.GemmConfig("stream", 4, 64, 8, 2, 4, 1)]
     for m in (1, 4, 64, 300):
-        aq, asc = quantize_mxfp8_reference(torch.randn(m, 512), scale_layout="deepgemm")
-        a_bytes = scale_storage_view(asc, scale_spec(m, 512, scale_layout="deepgemm")).view(torch.uint8)
+        a = MxTensor(*quantize_mxfp8_reference(torch.randn(m, 512), scale_layout="deepgemm"), "deepgemm")
         for config in configs:
             if config is not None and config.kind in ("gemv", "stream") and m > 4:
                 continue
             out = torch.empty(m, 256, dtype=torch.bfloat16)
-            mk.launch_mxfp8_gemm(aq, a_bytes, "deepgemm", wq, wst, out, config=config)
+            mk.launch_mxfp8_gemm(a, wq, wst, out, config=config)
 """,
-        {"_mxfp8_gemv_kernel", "_mxfp8_stream_kernel", "_mxfp8_mma_kernel", "_mxfp8_dq16_kernel"},
+        {"mxfp8_gemv_kernel", "mxfp8_stream_kernel", "mxfp8_mma_kernel", "mxfp8_dq16_kernel"},
     ),
     "grouped_wo_a": (
         """
@@ -64,45 +61,41 @@ FAMILIES = {
     from mxfuse.kernels.grouped_wo_a import launch_grouped_wo_a
     w = prepare_wo_a_weight(torch.randn(2, 128, 256))
     for t in (1, 300):
-        aq, asc = quantize_mxfp8_reference(torch.randn(t, 512), scale_layout="deepgemm")
+        a = MxTensor(*quantize_mxfp8_reference(torch.randn(t, 512), scale_layout="deepgemm"), "deepgemm")
         z = torch.empty(t, 2, 128, dtype=torch.bfloat16)
-        pair = empty_mxfp8_pair(t, 256, scale_layout="deepgemm", device="cpu")
-        launch_grouped_wo_a(aq, asc, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets, z=z, pair=pair,
-                            out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL)
+        launch_grouped_wo_a(a, w, z=z, pair=MxTensor.empty(t, 256, scale_layout="deepgemm", device="cpu"))
 """,
-        {"_grouped_wo_a_kernel"},
+        {"grouped_wo_a_kernel"},
     ),
     "hc_boundary": (
         """
     from hc_inputs import make_inputs
     from mxfuse.hc import empty_hc_boundary_outputs
-    from mxfuse.kernels import hc_boundary as fused, hc_steps as steps
-    from mxfuse.kernels.hc_plan import HcConfig, HcProjection, HcWorkspace
+    from mxfuse.kernels.hc import launch as fused, steps
+    from mxfuse.kernels.hc import HcConfig, HcProjection, HcWeights, HcWorkspace
     # two launches, the second a programmatic dependent one on 16 warps whose one-step finish loads w first
     two = HcConfig(16, 64, 2, 16, 4, 0, 8, 2, warps_f=16)
     for t, shifted, config in ((1, False, None), (1, True, None), (129, False, None), (129, True, None),
                                (3, False, two)):
         inputs = make_inputs(t, 512, shifted=shifted)
-        x, scalars = inputs.tensors(), inputs.params
+        step, weights = inputs.args()
+        if t == 129:
+            weights = HcWeights(HcProjection.prepare(inputs.fn), inputs.scale, inputs.base, inputs.norm_weight)
         out = empty_hc_boundary_outputs(t, 512, device="cpu", y=True, pair=True, scale_layout="deepgemm")
-        fused.launch_boundary(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"], x["fn"], x["scale"],
-            x["base"], x["norm_weight"], scalars=scalars, residual_out=out.residual, pre_out=out.pre,
-            post_out=out.post, comb_out=out.comb, y_out=out.y, pair_out=out.pair, rounding=ScaleRounding.RCEIL,
-            layout=ScaleLayout.DEEPGEMM, workspace=HcWorkspace("cpu"), config=config, hw_cvt=True,
-            fn_pieces=HcProjection.prepare(x["fn"]).pieces if t == 129 else None)
+        fused.launch_boundary(step, weights, out, params=inputs.params, workspace=HcWorkspace("cpu"),
+                              config=config, hw_cvt=True)
         ws = HcWorkspace("cpu")
-        steps.launch_post(x["x"], x["residual"], x["post"], x["comb"], residual_out=out.residual, hw_cvt=True)
-        steps.launch_mixes(out.residual, x["fn"], x["scale"], x["base"], scalars=scalars, pre_out=out.pre,
-                           post_out=out.post, comb_out=out.comb, workspace=ws, hw_cvt=True)
-        weights = out.pre if x["prev_pre"] is None else x["prev_pre"]
-        steps.launch_norm(out.residual, weights, x["norm_weight"], scalars=scalars, y_out=out.y, workspace=ws,
-                          hw_cvt=True, split=x["prev_pre"] is not None)
+        steps.launch_post(step, residual_out=out.residual, hw_cvt=True)
+        steps.launch_mixes(out, inputs.args()[1], params=inputs.params, workspace=ws, hw_cvt=True)
+        collapse = out.pre if inputs.prev_pre is None else inputs.prev_pre
+        steps.launch_norm(out.residual, collapse, inputs.norm_weight, params=inputs.params, y_out=out.y,
+                          workspace=ws, hw_cvt=True, split=inputs.prev_pre is not None)
 """,
-        {"_hc_kernel"},
+        {"hc_kernel"},
     ),
     "mqa_decode": (
         """
-    from mxfuse.kernels.mqa_decode import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
+    from mxfuse.kernels.attention import MqaConfig, choose_mqa_config, launch_mqa_decode, mqa_partials_numel
     for dim, heads, new in ((512, 64, 1), (64, 16, 4)):
         q = torch.randn(2 * new, heads, dim).to(torch.bfloat16)
         kv = torch.randn(2, 100, dim).to(torch.bfloat16)
@@ -112,34 +105,30 @@ FAMILIES = {
                    MqaConfig(d_parts=1, splits=1), MqaConfig(block_n=16, block_m=16, splits=70, num_stages=1))
         for cfg in configs:
             a, m = mqa_partials_numel(2, new * heads, dim, cfg.splits)
-            launch_mqa_decode(q, kv, lens, out, torch.empty(a), torch.empty(m), scale=0.1, config=cfg)
-    # The combine writing wo_a's pair (deepgemm words, then e8m0 bytes with FLOOR), bf16 out off.
+            launch_mqa_decode(q, kv, lens, partials=(torch.empty(a), torch.empty(m)), scale=0.1, config=cfg, out=out)
+    # The combine writing wo_a's MxTensor (deepgemm words, then e8m0 words with FLOOR), bf16 out off.
     q, kv = torch.randn(2, 64, 512).to(torch.bfloat16), torch.randn(2, 100, 512).to(torch.bfloat16)
     a, m = mqa_partials_numel(2, 64, 512, 3)
-    codes = torch.empty(2, 64 * 512, dtype=torch.float8_e4m3fn)
-    for code, scales, floor in ((1, torch.empty(2, 256, dtype=torch.int32), False),
-                                (0, torch.empty(2 * 1024, dtype=torch.uint8), True)):
-        launch_mqa_decode(q, kv, torch.tensor([3, 90]), codes.view(torch.uint8), torch.empty(a), torch.empty(m),
-                          scale=0.1, config=MqaConfig(splits=3), pair=(codes, scales), layout_code=code,
-                          rows_padded=4, floor=floor, write_y=False)
+    for layout, rounding in (("deepgemm", "rceil"), ("e8m0", "floor")):
+        pair = MxTensor.empty(2, 64 * 512, scale_layout=layout, rounding=rounding, device="cpu")
+        launch_mqa_decode(q, kv, torch.tensor([3, 90]), partials=(torch.empty(a), torch.empty(m)), scale=0.1,
+                          config=MqaConfig(splits=3), pair=pair)
 """,
-        {"_mqa_split_kernel", "_mqa_combine_kernel"},
+        {"mqa_split_kernel", "mqa_combine_kernel"},
     ),
     "rms_norm": (
         """
-    from mxfuse.kernels.rms_norm import launch_rms_norm
+    from mxfuse.kernels.norm import launch_rms_norm
     for cols, weighted in ((1024, True), (512, False), (300, True)):
         x = torch.randn(3, 2 * cols).to(torch.bfloat16)[:, :cols]
         w = torch.rand(cols).to(torch.bfloat16) if weighted else None
         launch_rms_norm(x, w, 1e-6, y=torch.empty(3, cols, dtype=torch.bfloat16))
     x = torch.randn(3, 1024).to(torch.bfloat16)
-    for layout, code in (("deepgemm", 1), ("e8m0", 3), ("swizzled_128x4", 2)):
-        q, s = empty_mxfp8_pair(3, 1024, scale_layout=layout, device="cpu")
-        flat = scale_storage_view(s, scale_spec(3, 1024, scale_layout=layout)).view(torch.int32)
-        launch_rms_norm(x, None, 1e-6, y=torch.empty(3, 1024, dtype=torch.bfloat16), q=q, scale_words=flat,
-                        layout_code=code, rows_padded=4 if code == 1 else 128 if code == 2 else 3)
+    for layout in ("deepgemm", "e8m0", "swizzled_128x4"):
+        pair = MxTensor.empty(3, 1024, scale_layout=layout, device="cpu")
+        launch_rms_norm(x, None, 1e-6, y=torch.empty(3, 1024, dtype=torch.bfloat16), pair=pair)
 """,
-        {"_rms_norm_kernel"},
+        {"rms_norm_kernel"},
     ),
 }
 

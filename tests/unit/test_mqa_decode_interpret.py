@@ -1,7 +1,7 @@
 """The decode-attention kernels' logic on the CPU: the Triton interpreter against the reference.
 
-Triton decides at import whether a kernel is interpreted, so the kernels run in one child process started
-with TRITON_INTERPRET=1 (once per session, shared by xdist workers through a locked file). They run with
+The kernels run under the interpreter in one child process (``interpreter.run_interpreted``, once per
+session, shared by the xdist workers). They run with
 ``fp32_dots``: the interpreter's bf16 dot does not multiply bf16 values, so both dots take fp32 copies of
 the same bf16 operands (P still rounded to bf16, by the interpreter's truncating cast). Each case writes
 into NaN-poisoned outputs and partials, over a cache whose unused positions are NaN.
@@ -9,17 +9,11 @@ into NaN-poisoned outputs and partials, over a cache whose unused positions are 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from attention_checks import assert_attention_matches, make_mqa_inputs
-from filelock import FileLock
+from interpreter import run_interpreted
 
-import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse.attention import mqa_decode_attention_reference
@@ -72,41 +66,37 @@ CASES = {
 
 _WORKER = """
 import importlib, sys, torch
-md = importlib.import_module("mxfuse.kernels.mqa_decode")
+md = importlib.import_module("mxfuse.kernels.attention")
 cases, pairs = torch.load(sys.argv[1], weights_only=False)
-results = {"interpreted": type(md._mqa_split_kernel).__name__}
+results = {"interpreted": type(md.mqa_split_kernel).__name__}
 for name, c in cases.items():
     q, kv, lens = c["q"], c["kv"], c["lens"]
     cfg = md.MqaConfig(**c["config"])
     tokens, heads, dim = q.shape
     out = torch.full((tokens, heads * dim), float("nan"), dtype=torch.bfloat16)
     a, m = md.mqa_partials_numel(kv.shape[0], (tokens // kv.shape[0]) * heads, dim, cfg.splits)
-    acc, ml = torch.full((a,), float("nan")), torch.full((m,), float("nan"))
-    md.launch_mqa_decode(q, kv, lens, out, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True)
+    partials = torch.full((a,), float("nan")), torch.full((m,), float("nan"))
+    md.launch_mqa_decode(q, kv, lens, partials=partials, scale=c["scale"], config=cfg, out=out, fp32_dots=True)
     results[name] = out
-from mxfuse.formats import align, scale_spec
-from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
+from mxfuse.formats import MxTensor
 for name, c in pairs.items():
     q, kv, lens = c["q"], c["kv"], c["lens"]
     cfg = md.MqaConfig(**c["config"])
     tokens, heads, dim = q.shape
     a, m = md.mqa_partials_numel(kv.shape[0], (tokens // kv.shape[0]) * heads, dim, cfg.splits)
-    acc, ml = torch.full((a,), float("nan")), torch.full((m,), float("nan"))
+    partials = torch.full((a,), float("nan")), torch.full((m,), float("nan"))
     y = torch.full((tokens, heads * dim), float("nan"), dtype=torch.bfloat16)
-    md.launch_mqa_decode(q, kv, lens, y, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True, hw_cvt=False)
+    md.launch_mqa_decode(q, kv, lens, partials=partials, scale=c["scale"], config=cfg, out=y, fp32_dots=True,
+                         hw_cvt=False)
     layout, width = c["layout"], heads * dim
-    spec = scale_spec(tokens, width, scale_layout=layout)
     got = {"y": y}
     for poison in (0xA5, 0x5A):
-        codes = torch.full((tokens, width), poison, dtype=torch.uint8)
-        storage = torch.full((spec.storage_numel * spec.dtype.itemsize,), poison, dtype=torch.uint8)
-        flat = storage.view(spec.dtype)
-        code = scale_layout_code(layout, k=width, scale_ptr=flat.data_ptr())
-        md.launch_mqa_decode(q, kv, lens, codes, acc, ml, scale=c["scale"], config=cfg, fp32_dots=True,
-                             pair=(codes, storage if code == 0 else flat.view(torch.int32)), layout_code=code,
-                             rows_padded=align(tokens, ROWS_ALIGN[layout]), floor=c["rounding"] == "floor",
-                             write_y=False, hw_cvt=False)
-        got[poison] = (codes, storage)
+        pair = MxTensor.empty(tokens, width, scale_layout=layout, rounding=c["rounding"], device="cpu")
+        pair.data.view(torch.uint8).fill_(poison)
+        pair.scale_bytes().fill_(poison)
+        md.launch_mqa_decode(q, kv, lens, partials=partials, scale=c["scale"], config=cfg, pair=pair,
+                             fp32_dots=True, hw_cvt=False)
+        got[poison] = (pair.data.view(torch.uint8), pair.scale_bytes())
     results["pair: " + name] = got
 torch.save(results, sys.argv[2])
 """
@@ -162,33 +152,7 @@ def _payload() -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        tmp = tmp.parent
-    results = tmp / "mqa_decode_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            payload = _payload()
-            torch.save(payload, tmp / "mqa_decode_cases.pt")
-            src = str(Path(mxfuse.__file__).resolve().parents[1])
-            env = {
-                **os.environ,
-                "TRITON_INTERPRET": "1",
-                "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-            }
-            done = subprocess.run(
-                [sys.executable, "-c", _WORKER, str(tmp / "mqa_decode_cases.pt"), str(results) + ".partial"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1200,
-                check=False,
-            )
-            assert done.returncode == 0, (
-                f"interpreter run failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-            )
-            os.replace(str(results) + ".partial", results)
-    return torch.load(results, weights_only=False)
+    return run_interpreted(tmp_path_factory, "mqa_decode_interpret", _WORKER, _payload, timeout=1200)
 
 
 def test_kernels_ran_interpreted(interpreted) -> None:

@@ -277,10 +277,10 @@ def test_a_backend_with_its_own_scale_layout_gets_its_weight_and_its_scales(pack
     # mxfp8_gemm would emit gemm.packed, a path the project does not have: the call is run here instead.
     calls = []
 
-    def gemm(a, w, *, backend, scale_layout, site):
-        calls.append((w.backend, w.scale is layer.weight_scale_packed, backend, scale_layout.value, site))
-        out = torch.empty(a[0].shape[0], w.n, dtype=torch.bfloat16)
-        PACKED.run(a[0], a[1], scale_layout, w, out)
+    def gemm(a, w, *, backend, site):
+        calls.append((w.backend, w.scale is layer.weight_scale_packed, backend, a.scale_layout.value, site))
+        out = torch.empty(a.shape[0], w.n, dtype=torch.bfloat16)
+        PACKED.run(a, w, out)
         return out
 
     monkeypatch.setattr(mx_linear, "mxfp8_gemm", gemm)
@@ -331,7 +331,7 @@ def test_a_device_without_a_consuming_backend_ends_with_fact_false_and_its_reaso
     pair = quantize_mxfp8(x, scale_layout="deepgemm")
     with witness.capture() as records:
         y_pair = layer(pair, context="decode")
-        y_bf16 = layer(dequantize_mxfp8(*pair, scale_layout="deepgemm").to(torch.bfloat16), context="decode")
+        y_bf16 = layer(pair.dequantize().to(torch.bfloat16), context="decode")
     assert_same_bits(y_pair, y_bf16, name="pair fallback")
     fallback, bf16 = _only(records)
     assert fallback["path"] == "linear.pair_fallback" and fallback["layout"] == "deepgemm"
@@ -477,7 +477,9 @@ def test_zero_rows():
 
 
 def _pair(rows: int = 3, k: int = K, layout: str = "e8m0") -> tuple[torch.Tensor, torch.Tensor]:
-    return quantize_mxfp8(activations(rows, k, seed=15), scale_layout=layout)
+    """A plain ``(q, scale)`` tuple, as a caller without MxTensor passes one."""
+    mx = quantize_mxfp8(activations(rows, k, seed=15), scale_layout=layout)
+    return mx.data, mx.scale
 
 
 BAD_FORWARD = [
@@ -498,14 +500,36 @@ BAD_FORWARD = [
     ("pair wrong K", lambda: _pair(k=K + 32), ValueError, r"x\[0\].shape\[1\] \(K\) must equal"),
     ("pair 3-D", lambda: (_pair(6)[0].view(2, 3, K), _pair(6)[1]), ValueError, r"x\[0\] must be 2-D"),
     ("pair q dtype", lambda: (activations(3, K, seed=0), _pair()[1]), ValueError, r"x\[0\] must have dtype"),
-    ("pair wrong layout", lambda: _pair(layout="deepgemm"), ValueError, r"x\[1\] .*deepgemm.*reads e8m0"),
-    ("pair swizzled", lambda: _pair(layout="swizzled_128x4"), ValueError, r"x\[1\] .*reads e8m0"),
+    (
+        "pair wrong layout",
+        lambda: _pair(layout="deepgemm"),
+        ValueError,
+        r"x holds deepgemm scales.*reads e8m0",
+    ),
+    (
+        "pair swizzled",
+        lambda: _pair(layout="swizzled_128x4"),
+        ValueError,
+        r"x holds swizzled_128x4 scales.*reads e8m0",
+    ),
+    (
+        "MxTensor wrong layout",
+        lambda: quantize_mxfp8(activations(3, K, seed=15), scale_layout="deepgemm"),
+        ValueError,
+        r"x holds deepgemm scales.*reads e8m0 \(layer.input_scale_layout\)",
+    ),
+    (
+        "MxTensor wrong K",
+        lambda: quantize_mxfp8(activations(3, K + 32, seed=15), scale_layout="e8m0"),
+        ValueError,
+        r"x.shape\[1\] \(K\) must equal in_features",
+    ),
     (
         "pair scale dtype",
         lambda: (_pair()[0], _pair()[1].to(torch.int16)),
         ValueError,
         re.escape(
-            "x[1] (scale) must be int32 [rows, ceil(K/128)] (deepgemm), uint8 [rows, K/32] (e8m0) or 1-D "
+            "x[1] must be int32 [M, ceil(K/128)] (deepgemm), uint8 [M, K/32] (e8m0) or 1-D "
             "uint8 (swizzled_128x4); got torch.int16 (3, 4)"
         ),
     ),
@@ -520,7 +544,7 @@ BAD_FORWARD = [
         "scale not tensor",
         lambda: (_pair()[0], 3),
         TypeError,
-        r"x\[1\] \(scale\) must be a torch.Tensor; got int$",
+        r"x\[1\] must be a torch.Tensor; got int$",
     ),
     ("three items", lambda: (*_pair(), None), ValueError, "x must be a pair .*; got a tuple of 3$"),
     ("not a tensor", lambda: "x", TypeError, "x must be a bf16 tensor .*; got str$"),
@@ -543,7 +567,7 @@ def test_a_layer_without_pairs_still_checks_the_pair_it_dequantizes():
     layer.process_weights_after_loading()
     with pytest.raises(ValueError, match=r"x\[1\] must have shape"):
         layer((_pair()[0], _pair(4)[1]), context="decode")
-    with pytest.raises(ValueError, match=r"x\[1\] \(scale\) must be"):
+    with pytest.raises(ValueError, match=r"x\[1\] must be int32"):
         layer((_pair()[0], _pair()[1].float()), context="decode")
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpumatrix import register
-from mxfuse.kernels import mxfp8_configs as mc
-from mxfuse.kernels.mxfp8_configs import GemmConfig, choose_config, default_config, parse_table
+from mxfuse.kernels.gemm import configs as mc
+from mxfuse.kernels.gemm.configs import GemmConfig, choose_config, default_config, parse_table
 
 register(on=("cpu",), est_time=5)
 

@@ -22,7 +22,7 @@ from gpumatrix import register
 register(on=("cpu",), est_time=120)
 
 
-# name: launch_fold keyword arguments (besides block_m = 16, split_k = 2, num_warps = 4, num_stages = 3)
+# name: GemmConfig fields of the fold launch (besides block_m = 16, split_k = 2, num_warps = 4, num_stages = 3)
 VARIANTS = {
     "prefold f16 cast": {"act": "prefold", "cvt": "cast", "block_n": 64, "block_g": 4},
     "prefold f16 cast bn128 w8": {
@@ -46,8 +46,9 @@ ASYNC_DESIGN = ("prefold f16 cast", "prefold f16 cast bn128 w8", "prefold bf16",
 _CHILD = """
 import json, os, re, subprocess, sys, tempfile, torch, triton
 from sm90_compile import compile_launches
-from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec, scale_storage_view
-from mxfuse.kernels import mxfp8_fold as mf
+from mxfuse.formats import MxTensor, quantize_mxfp8_reference
+from mxfuse.kernels.gemm import launch as mf
+from mxfuse.kernels.gemm.configs import GemmConfig
 from mxfuse.kernels.splitk import split_workspace
 variants = json.loads(sys.argv[1])
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -72,29 +73,27 @@ def facts(name, compiled):
 
 wq = torch.zeros(256, 512).to(torch.float8_e4m3fn)
 ws = torch.full((16, 256), 127, dtype=torch.uint8)
-aq, asc = quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm")
-sbytes = scale_storage_view(asc, scale_spec(5, 512, scale_layout="deepgemm")).view(torch.uint8)
+a = MxTensor(*quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm"), "deepgemm")
 for label, kw in variants.items():
     opts = {"block_m": 16, "split_k": 2, "swap_ab": True, "operand": "f16", "cvt": "cast", "act": "inloop",
             "wscale": "operand", "w_bias": 120, "pdl": False, "num_warps": 4, "num_stages": 3, **kw}
     kept = []
     def run():
         out = torch.empty(5, 256, dtype=torch.bfloat16)
-        work, cnt = split_workspace(torch.device("cpu"), 1 << 16, 64)
-        mf.launch_fold(aq, sbytes, 1, wq, ws, out, work, cnt, **opts)
+        workspace = split_workspace(torch.device("cpu"), 1 << 16, 64)
+        mf.launch_fold(mf.GemmOperands(a, wq, ws, out), workspace, GemmConfig("fold", **opts))
     compile_launches(run, keep=kept)
     report[label] = [facts(n, c) for n, c in kept]
 
 from mxfuse.einsum import prepare_wo_a_weight
 from mxfuse.kernels.grouped_wo_a import WoAConfig, launch_grouped_wo_a
 w = prepare_wo_a_weight(torch.randn(2, 128, 256))
-a2, s2 = quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm")
+a2 = MxTensor(*quantize_mxfp8_reference(torch.randn(5, 512), scale_layout="deepgemm"), "deepgemm")
 kept = []
 def run_wo_a():
     for act in ("prefold", "inloop"):
-        pair = empty_mxfp8_pair(5, 256, scale_layout="deepgemm", device="cpu")
-        launch_grouped_wo_a(a2, s2, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets, z=None, pair=pair,
-                            out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL,
+        pair = MxTensor.empty(5, 256, scale_layout="deepgemm", device="cpu")
+        launch_grouped_wo_a(a2, w, pair=pair,
                             config=WoAConfig(16, 128, 128, 1, 4, 3, "fold", True, "f16", "cast", act, "operand", 120))
 compile_launches(run_wo_a, keep=kept)
 report["wo_a fold"] = [facts(n, c) for n, c in kept]
@@ -113,16 +112,16 @@ def compiled() -> dict:
 def test_variant_compiles_for_sm90(compiled, label):
     names = [k["kernel"] for k in compiled[label]]
     if label == "wo_a fold":
-        assert names == ["_fold_activation_kernel", "_grouped_wo_a_kernel", "_grouped_wo_a_kernel"], names
+        assert names == ["fold_activation_kernel", "grouped_wo_a_kernel", "grouped_wo_a_kernel"], names
     elif VARIANTS[label]["act"] == "prefold":
-        assert names == ["_fold_activation_kernel", "_mxfp8_fold_kernel"], names
+        assert names == ["fold_activation_kernel", "mxfp8_fold_kernel"], names
     else:
-        assert names == ["_mxfp8_fold_kernel"], names
+        assert names == ["mxfp8_fold_kernel"], names
 
 
 @pytest.mark.parametrize("label", ASYNC_DESIGN)
 def test_prefolded_design_keeps_the_weight_in_registers_and_the_wgmma_in_flight(compiled, label):
-    fold = next(k for k in compiled[label] if k["kernel"] == "_mxfp8_fold_kernel")
+    fold = next(k for k in compiled[label] if k["kernel"] == "mxfp8_fold_kernel")
     assert fold["register_a"] and fold["register_a"][0], (
         f"the main loop's wgmma takes A from shared memory: {fold}"
     )
@@ -135,6 +134,6 @@ def test_facts_are_read_from_the_compiled_code(compiled):
     wgmmas, and every one a register count. (With 16 token rows in the M slot, ``swap_ab=False``,
     the dot is below the wgmma's M of 64 and Triton emits mma.sync instead.)"""
     for label, kw in VARIANTS.items():
-        fold = next(k for k in compiled[label] if k["kernel"] == "_mxfp8_fold_kernel")
+        fold = next(k for k in compiled[label] if k["kernel"] == "mxfp8_fold_kernel")
         assert isinstance(fold["regs"], int) and fold["regs"] > 0, (label, fold)
         assert bool(fold["register_a"]) == kw.get("swap_ab", True), (label, fold)

@@ -1,4 +1,4 @@
-"""The folded-scale MXFP8 kernels (``mxfuse.kernels.mxfp8_fold``, and the grouped wo_a on the same
+"""The folded-scale MXFP8 kernels (``mxfuse.kernels.gemm.launch``, and the grouped wo_a on the same
 mainloop) under the Triton interpreter, at small shapes: every fp16 mode, both operand orders, split-K,
 all three activation scale layouts, N and K that no tile divides.
 
@@ -13,23 +13,17 @@ closeness rule, duplicated rows (bitwise equal to row 0) and split-K determinism
 
 bf16 operands are not run here: the interpreter's bf16 dots and bitcasts are wrong (they compile for
 sm_90 in test_mxfp8_fold_compile_sm90.py and are checked on the GPU by benchmarks/mxfp8_gemm_sweep.py).
-As in the other interpreter tests, one child process started with TRITON_INTERPRET=1 runs every case.
+As in the other interpreter tests, one child process (``interpreter.run_interpreted``) runs every case.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from filelock import FileLock
+from interpreter import run_interpreted
 from wo_a_cases import exact_case
 
-import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits
 from mxfuse.einsum import grouped_wo_a_reference
@@ -170,25 +164,26 @@ def _inputs(case):
 
 _WORKER = """
 import sys, torch
-from mxfuse.formats import scale_spec, scale_storage_view
-from mxfuse.kernels import mxfp8_fold as mf
-from mxfuse.kernels.mxfp8_tile import LAYOUT_CODE
+from mxfuse.formats import MxTensor
+from mxfuse.kernels.gemm import launch as mf
+from mxfuse.kernels.gemm.configs import GemmConfig
 from mxfuse.kernels.splitk import split_workspace
 import triton
 cases = torch.load(sys.argv[1], weights_only=False)
-results = {"interpreted": type(mf._mxfp8_fold_kernel).__name__}
+results = {"interpreted": type(mf.mxfp8_fold_kernel).__name__}
 for c in cases:
     a, a_scale, layout, w, sw_t, opts = c["a"], c["a_scale"], c["layout"], c["w"], c["sw_t"], c["opts"]
     m, k = a.shape
     n = w.shape[0]
     tiles = triton.cdiv(n, opts["block_n"]) * triton.cdiv(m, opts["block_m"])
-    work, counters = split_workspace(torch.device("cpu"), tiles * opts["split_k"] * opts["block_m"] * opts["block_n"], tiles)
+    workspace = split_workspace(torch.device("cpu"), tiles * opts["split_k"] * opts["block_m"] * opts["block_n"], tiles)
+    counters = workspace.counters
     path = torch.full((tiles * opts["split_k"],), -1, dtype=torch.int32)
+    config = GemmConfig("fold", **opts)
     outs = []
     for _ in range(2):
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-        mf.launch_fold(a, scale_storage_view(a_scale, scale_spec(m, k, scale_layout=layout)).view(torch.uint8),
-                       LAYOUT_CODE[layout], w, sw_t, out, work, counters, path_log=path, **opts)
+        mf.launch_fold(mf.GemmOperands(MxTensor(a, a_scale, layout), w, sw_t, out), workspace, config, path_log=path)
         outs.append(out)
     results[c["name"]] = {"out": outs[0], "again": outs[1], "path": path.clone(), "counters": int(counters.abs().sum())}
 torch.save(results, sys.argv[2])
@@ -204,40 +199,18 @@ def _opts(case) -> dict:
     return opts
 
 
-def _run_child(worker: str, payload, tmp: Path, results: Path, stem: str) -> None:
-    torch.save(payload, tmp / f"{stem}_cases.pt")
-    src = str(Path(mxfuse.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", worker, str(tmp / f"{stem}_cases.pt"), str(results) + ".partial"],
-        env=env, capture_output=True, text=True, timeout=1500, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, f"interpreter run failed:\n{done.stdout}\n{done.stderr[-6000:]}"
-    os.replace(str(results) + ".partial", results)
-
-
-def _shared_tmp(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.getbasetemp()
-    return tmp.parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp
+def _payload() -> list[dict]:
+    payload = []
+    for case in CASES:
+        a, sa, w, sw = _inputs(case)
+        payload.append({"name": case["name"], "a": a, "a_scale": scale_to_layout(sa, scale_layout=case["layout"]),
+                        "layout": case["layout"], "w": w, "sw_t": sw.t().contiguous(), "opts": _opts(case)})  # fmt: skip
+    return payload
 
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
-    tmp = _shared_tmp(tmp_path_factory)
-    results = tmp / "mxfp8_fold_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            payload = []
-            for case in CASES:
-                a, sa, w, sw = _inputs(case)
-                payload.append({"name": case["name"], "a": a, "a_scale": scale_to_layout(sa, scale_layout=case["layout"]),
-                                "layout": case["layout"], "w": w, "sw_t": sw.t().contiguous(), "opts": _opts(case)})  # fmt: skip
-            _run_child(_WORKER, payload, tmp, results, "mxfp8_fold")
-    return torch.load(results, weights_only=False)
+    return run_interpreted(tmp_path_factory, "mxfp8_fold_interpret", _WORKER, _payload, timeout=1500)
 
 
 CASES = _case_list()
@@ -385,39 +358,38 @@ WOA_CASES = [  # (name, (T, G, r, R), config (block_m, block_n, block_k, split, 
 
 _WOA_WORKER = """
 import sys, torch
-from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor
 from mxfuse.kernels import grouped_wo_a as k
 cases = torch.load(sys.argv[1], weights_only=False)
 results = {}
 for c in cases:
     t, groups, r, n = c["shape"]
     z = torch.empty(t, groups, n, dtype=torch.bfloat16)
-    pair = empty_mxfp8_pair(t, groups * n, scale_layout=c["out_layout"], device="cpu")
-    k.launch_grouped_wo_a(c["a_q"], c["a_scale"], ScaleLayout(c["a_layout"]), c["w_q"], c["w_scale"], c["tickets"],
-                          z=z, pair=pair, out_layout=ScaleLayout(c["out_layout"]), rounding=ScaleRounding.RCEIL,
-                          hw_cvt=False, config=k.WoAConfig(*c["config"]))
-    spec = scale_spec(t, groups * n, scale_layout=c["out_layout"])
-    results[c["name"]] = (z, pair[0].view(torch.uint8), scale_storage_view(pair[1], spec).view(torch.uint8))
+    pair = MxTensor.empty(t, groups * n, scale_layout=c["out_layout"], device="cpu")
+    k.launch_grouped_wo_a(MxTensor(c["a_q"], c["a_scale"], c["a_layout"]), k.WoAWeight(c["w_q"], c["w_scale"], c["tickets"]),
+                          z=z, pair=pair, hw_cvt=False, config=k.WoAConfig(*c["config"]))
+    results[c["name"]] = (z, pair.data.view(torch.uint8), pair.scale_bytes())
 torch.save(results, sys.argv[2])
 """
 
 
+def _wo_a_payload() -> list[dict]:
+    payload = []
+    for i, (name, shape, config, a_layout, out_layout) in enumerate(WOA_CASES):
+        data = exact_case(*shape, seed=300 + i)
+        a_q, a_scale = data.pair(a_layout)
+        w = data.weight
+        payload.append({"name": name, "shape": shape, "config": config, "a_layout": a_layout,
+                        "out_layout": out_layout, "a_q": a_q, "a_scale": a_scale, "w_q": w.qweight,
+                        "w_scale": w.scale, "tickets": w.tickets})  # fmt: skip
+    return payload
+
+
 @pytest.fixture(scope="module")
 def wo_a_interpreted(tmp_path_factory) -> dict:
-    tmp = _shared_tmp(tmp_path_factory)
-    results = tmp / "mxfp8_fold_wo_a_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            payload = []
-            for i, (name, shape, config, a_layout, out_layout) in enumerate(WOA_CASES):
-                data = exact_case(*shape, seed=300 + i)
-                a_q, a_scale = data.pair(a_layout)
-                w = data.weight
-                payload.append({"name": name, "shape": shape, "config": config, "a_layout": a_layout,
-                                "out_layout": out_layout, "a_q": a_q, "a_scale": a_scale, "w_q": w.qweight,
-                                "w_scale": w.scale, "tickets": w.tickets})  # fmt: skip
-            _run_child(_WOA_WORKER, payload, tmp, results, "mxfp8_fold_wo_a")
-    return torch.load(results, weights_only=False)
+    return run_interpreted(
+        tmp_path_factory, "mxfp8_fold_wo_a_interpret", _WOA_WORKER, _wo_a_payload, timeout=1500
+    )
 
 
 @pytest.mark.parametrize("index", range(len(WOA_CASES)), ids=[c[0] for c in WOA_CASES])
@@ -441,7 +413,7 @@ FOLD_K = 256
 
 _FOLD_WORKER = """
 import sys, torch
-from mxfuse.kernels import mxfp8_fold as mf
+from mxfuse.kernels.gemm import launch as mf
 c = torch.load(sys.argv[1], weights_only=False)
 results = {}
 for dtype in (torch.float16, torch.bfloat16):
@@ -471,13 +443,13 @@ def _fold_rows():
 
 @pytest.fixture(scope="module")
 def folded_rows(tmp_path_factory) -> dict:
-    tmp = _shared_tmp(tmp_path_factory)
-    results = tmp / "mxfp8_fold_activation_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            a, s = _fold_rows()
-            _run_child(_FOLD_WORKER, {"a": a, "scale": s.reshape(-1)}, tmp, results, "mxfp8_fold_activation")
-    return torch.load(results, weights_only=False)
+    def payload() -> dict:
+        a, s = _fold_rows()
+        return {"a": a, "scale": s.reshape(-1)}
+
+    return run_interpreted(
+        tmp_path_factory, "mxfp8_fold_activation_interpret", _FOLD_WORKER, payload, timeout=1500
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])

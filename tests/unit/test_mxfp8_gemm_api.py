@@ -22,7 +22,7 @@ from mxfp8_gemm_cases import (
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_same_bits
 from mxfuse import MxfuseUnavailableError, witness
-from mxfuse.formats import empty_mxfp8_pair, quantize_mxfp8_reference, scale_to_layout
+from mxfuse.formats import MxTensor, empty_mxfp8_pair, quantize_mxfp8_reference, scale_to_layout
 from mxfuse.gemm import MxWeight, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm import api as gemm_api
 
@@ -236,12 +236,17 @@ def _bad_calls():
                 TypeError,
                 r"w must be an MxWeight",
             ),
-            ("a not a pair", lambda out: mxfp8_gemm(aq, w, out=out), TypeError, r"a must be a pair"),
+            (
+                "a not a pair",
+                lambda out: mxfp8_gemm(aq, w, out=out),
+                TypeError,
+                r"a must be an MxTensor or a pair",
+            ),
             (
                 "a three items",
                 lambda out: mxfp8_gemm((aq, as_, as_), w, out=out),
                 TypeError,
-                r"a must be a pair",
+                r"a must be an MxTensor or a pair",
             ),
             (
                 "a[0] not a tensor",
@@ -263,9 +268,9 @@ def _bad_calls():
             ),
             (
                 "mismatched K",
-                lambda out: mxfp8_gemm((aq[:, :128], as_[:, :4]), w, out=out),
+                lambda out: mxfp8_gemm((aq[:, :128].contiguous(), as_[:, :4].contiguous()), w, out=out),
                 ValueError,
-                r"a\[0\]\.shape\[1\] \(K\) must equal the weight's K = 160",
+                r"a\.shape\[1\] \(K\) must equal the weight's K = 160",
             ),
             (
                 "a[0] not contiguous",
@@ -277,19 +282,19 @@ def _bad_calls():
                 "a on another device",
                 lambda out: mxfp8_gemm((meta_q, as_), w, out=out),
                 ValueError,
-                r"a must be on the weight's device cpu",
+                r"a\[0\] must be on cpu; got meta",
             ),
             (
                 "a[1] not a tensor",
                 lambda out: mxfp8_gemm((aq, 3), w, out=out),
                 TypeError,
-                r"a\[1\] \(scale\) must be a torch.Tensor",
+                r"a\[1\] must be a torch.Tensor",
             ),
             (
                 "a[1] float32",
                 lambda out: mxfp8_gemm((aq, as_.float()), w, out=out),
                 ValueError,
-                r"a\[1\] \(scale\) must be int32",
+                r"a\[1\] must be int32",
             ),
             (
                 "a[1] wrong shape",
@@ -480,14 +485,21 @@ def test_bad_prepare_input_is_refused_naming_the_argument(call, error, match):
 def test_a_hand_built_weight_is_checked():
     q = torch.zeros(4, 64, dtype=torch.float8_e4m3fn)
     s = torch.zeros(4, 2, dtype=torch.uint8)
-    with pytest.raises(ValueError, match=r"MxWeight.scale_e8m0 must be uint8 \(4, 2\)"):
-        MxWeight(q, s[:3], s, "torch")
-    with pytest.raises(ValueError, match=r"MxWeight.qweight must be a 2-D float8_e4m3fn"):
-        MxWeight(q.float(), s, s, "torch")
+    operand = MxTensor(q, s, "e8m0")
+    with pytest.raises(ValueError, match=r"MxTensor.scale must have shape \(4, 2\)"):
+        MxTensor(q, s[:3], "e8m0")
+    with pytest.raises(
+        ValueError, match=r"MxWeight.operand must hold a weight \[N, K\] with K > 0 and row-major e8m0"
+    ):
+        MxWeight(MxTensor(q, torch.zeros(4, 1, dtype=torch.int32), "deepgemm"), s, "torch")
+    with pytest.raises(ValueError, match=r"MxWeight.scale must be on cpu like the weight; got meta"):
+        MxWeight(operand, s.to("meta"), "torch")
+    with pytest.raises(TypeError, match=r"MxWeight.backend must be a str; got int"):
+        MxWeight(operand, s, 7)
     with pytest.raises(TypeError, match=r"MxWeight.passed_over must be a tuple"):
-        MxWeight(q, s, s, "torch", {"deepgemm": "no"})
+        MxWeight(operand, s, "torch", {"deepgemm": "no"})
     with pytest.raises(ValueError, match=r"w.backend must be one of"):
-        mxfp8_gemm(empty_mxfp8_pair(1, 64, scale_layout="e8m0", device="cpu"), MxWeight(q, s, s, "cublas"))
+        mxfp8_gemm(empty_mxfp8_pair(1, 64, scale_layout="e8m0", device="cpu"), MxWeight(operand, s, "cublas"))
 
 
 def test_an_activation_scale_may_come_as_float8_e8m0fnu():

@@ -4,24 +4,18 @@ all three activation scale layouts, NaN blocks and extreme scale bytes, and (``m
 32x32-block weight whose small rows are E4M3 subnormal codes with subnormal, zero and tiny tokens, checked
 row by row and element by element against float64 (``assert_gemm_matches_float64``).
 
-As in test_quantize_mxfp8_interpret.py, the interpreter runs in one child process started with
-TRITON_INTERPRET=1 (Triton decides interpretation at import), once per session under xdist.
+The interpreter runs in one child process (``interpreter.run_interpreted``: Triton decides
+interpretation at import), once per session under xdist.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from filelock import FileLock
+from interpreter import run_interpreted
 from mxfp8_gemm_cases import RTOL_VS_BF16, assert_gemm_matches_float64
 from mxfp8_operands import activation_rows, checkpoint_weight
 
-import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_close
 from mxfuse.formats import dequantize_mxfp8, scale_to_layout
@@ -62,21 +56,20 @@ SHAPES = {
 
 _WORKER = """
 import sys, torch
-from mxfuse.formats import scale_spec, scale_storage_view
-from mxfuse.kernels import mxfp8_gemm as mk
+from mxfuse.formats import MxTensor
+from mxfuse.kernels import gemm as mk
 cases = torch.load(sys.argv[1])
-results = {"interpreted": type(mk._mxfp8_gemv_kernel).__name__}
+from mxfuse.kernels.gemm.gemv import mxfp8_gemv_kernel
+results = {"interpreted": type(mxfp8_gemv_kernel).__name__}
 for key, (a_q, a_scale, layout, w_q, w_scale_t, config) in cases.items():
     m, k = a_q.shape
     out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
-    spec = scale_spec(m, k, scale_layout=layout)
     kind, bm, bn, bg, split, flag = config
     stages = 2 if flag and kind == "stream" else 1  # stream: Triton's pipeline
     cfg = mk.GemmConfig(kind, bm, bn, bg, split, 4, stages, swap_ab=flag and kind in ("dq16", "mma8"),
                         bits=flag and kind == "gemv")
     rows = w_scale_t.t().contiguous() if "scale rows" in key[0] else None
-    mk.launch_mxfp8_gemm(a_q, scale_storage_view(a_scale, spec).view(torch.uint8), layout, w_q, w_scale_t,
-                         out, config=cfg, w_scale_rows=rows)
+    mk.launch_mxfp8_gemm(MxTensor(a_q, a_scale, layout), w_q, w_scale_t, out, config=cfg, w_scale_rows=rows)
     results[key] = out
 torch.save(results, sys.argv[2])
 """
@@ -138,30 +131,7 @@ def _cases() -> dict:
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> tuple[dict, dict]:
     cases = _cases()
-    tmp = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        tmp = tmp.parent
-    results = tmp / "mxfp8_gemm_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            torch.save(cases, tmp / "mxfp8_gemm_cases.pt")
-            src = str(Path(mxfuse.__file__).resolve().parents[1])
-            env = {
-                **os.environ,
-                "TRITON_INTERPRET": "1",
-                "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-            }
-            done = subprocess.run(
-                [sys.executable, "-c", _WORKER, str(tmp / "mxfp8_gemm_cases.pt"), str(results) + ".partial"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=900,
-                check=False,
-            )
-            assert done.returncode == 0, f"interpreter run failed:\n{done.stdout}\n{done.stderr}"
-            os.replace(str(results) + ".partial", results)
-    return cases, torch.load(results)
+    return cases, run_interpreted(tmp_path_factory, "mxfp8_gemm_interpret", _WORKER, lambda: cases)
 
 
 def test_worker_ran_the_interpreter(interpreted):

@@ -52,7 +52,8 @@ def test_pair_only_and_a_column_slice():
     out = rms_norm(x, None, eps=1e-6, want_y=False, want_pair=True)
     assert out.y is None
     want = quantize_mxfp8_reference(rms_norm_reference(x, None, eps=1e-6), scale_layout="deepgemm")
-    assert_same_bits(out.pair[0].view(torch.uint8), want[0].view(torch.uint8), name="codes")
+    assert_same_bits(out.pair.data.view(torch.uint8), want[0].view(torch.uint8), name="codes")
+    assert out.pair.scale_layout.value == "deepgemm" and out.pair.rounding.value == "rceil"
 
 
 @pytest.mark.parametrize(

@@ -51,40 +51,34 @@ _COMPILE = """
 import json, torch
 import mxfuse.kernels.pdl as pdl
 from sm90_compile import compile_launches
-from mxfuse.formats import (ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec,
-                            scale_storage_view)
+from mxfuse.formats import MxTensor, quantize_mxfp8_reference
 pdl._supported = lambda device: True
 PREFETCH = {prefetch}
 kept = []
 def run():
     from mxfuse.gemm.weights import quantize_weight
-    from mxfuse.kernels import mxfp8_gemm as mk
-    import importlib
-    qm = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
-    from mxfuse.kernels.rms_norm import launch_rms_norm
-    from mxfuse.kernels.mqa_decode import MqaConfig, launch_mqa_decode, mqa_partials_numel
+    from mxfuse.kernels import gemm as mk
+    from mxfuse.kernels.quantize.launch import launch_quantize
+    from mxfuse.kernels.norm import launch_rms_norm
+    from mxfuse.kernels.attention import MqaConfig, launch_mqa_decode, mqa_partials_numel
     from mxfuse.einsum import prepare_wo_a_weight
     from mxfuse.kernels.grouped_wo_a import launch_grouped_wo_a
     with pdl.programmatic_launch(True, prefetch=PREFETCH):
         wq, ws = quantize_weight(torch.randn(256, 512))
-        aq, asc = quantize_mxfp8_reference(torch.randn(1, 512), scale_layout="deepgemm")
-        a_bytes = scale_storage_view(asc, scale_spec(1, 512, scale_layout="deepgemm")).view(torch.uint8)
+        a = MxTensor(*quantize_mxfp8_reference(torch.randn(1, 512), scale_layout="deepgemm"), "deepgemm")
         out = torch.empty(1, 256, dtype=torch.bfloat16)
-        mk.launch_mxfp8_gemm(aq, a_bytes, "deepgemm", wq, mk.weight_scale_kgroup_major(ws), out,
+        mk.launch_mxfp8_gemm(a, wq, mk.weight_scale_kgroup_major(ws), out,
                              config=mk.GemmConfig("stream", 1, 8, 32, 1, 4, 1), w_scale_rows=ws)
         w = prepare_wo_a_weight(torch.randn(2, 128, 256))
-        aq, asc = quantize_mxfp8_reference(torch.randn(1, 512), scale_layout="deepgemm")
-        pair = empty_mxfp8_pair(1, 256, scale_layout="deepgemm", device="cpu")
-        launch_grouped_wo_a(aq, asc, ScaleLayout.DEEPGEMM, w.qweight, w.scale, w.tickets, z=None, pair=pair,
-                            out_layout=ScaleLayout.DEEPGEMM, rounding=ScaleRounding.RCEIL)
+        a = MxTensor(*quantize_mxfp8_reference(torch.randn(1, 512), scale_layout="deepgemm"), "deepgemm")
+        launch_grouped_wo_a(a, w, pair=MxTensor.empty(1, 256, scale_layout="deepgemm", device="cpu"))
         x = torch.randn(1, 512, dtype=torch.bfloat16)
         launch_rms_norm(x, None, 1e-6, y=torch.empty_like(x))
-        q, s = empty_mxfp8_pair(1, 512, scale_layout="deepgemm", device="cpu")
-        qm._launch(x, q, s, rounding=ScaleRounding.RCEIL, layout=ScaleLayout.DEEPGEMM, hw_cvt=True)
+        launch_quantize(x, MxTensor.empty(1, 512, scale_layout="deepgemm", device="cpu"), hw_cvt=True)
         qq, kv = torch.randn(1, 64, 512).to(torch.bfloat16), torch.randn(1, 100, 512).to(torch.bfloat16)
         a, m = mqa_partials_numel(1, 64, 512, 3)
-        launch_mqa_decode(qq, kv, torch.tensor([90]), torch.empty(1, 64 * 512, dtype=torch.bfloat16),
-                          torch.empty(a), torch.empty(m), scale=0.1, config=MqaConfig(splits=3))
+        launch_mqa_decode(qq, kv, torch.tensor([90]), partials=(torch.empty(a), torch.empty(m)), scale=0.1,
+                          config=MqaConfig(splits=3), out=torch.empty(1, 64 * 512, dtype=torch.bfloat16))
 compile_launches(run, keep=kept)
 print(json.dumps({{name: k.asm["ptx"] for name, k in kept}}))
 """
@@ -97,17 +91,17 @@ def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
     done = run_in_child(_COMPILE.format(prefetch=prefetch))
     assert done.returncode == 0, done.stderr[-4000:]
     ptx = json.loads(done.stdout.strip().splitlines()[-1])
-    for name in ("_mxfp8_stream_kernel", "_grouped_wo_a_kernel"):
+    for name in ("mxfp8_stream_kernel", "grouped_wo_a_kernel"):
         assert _WAIT in ptx[name], f"{name}: a dependent must wait"
         assert (_BULK in ptx[name]) == prefetch, f"{name}: weight rows requested before the wait: {prefetch}"
         if prefetch:  # the request comes before the wait
             assert ptx[name].index(_BULK) < ptx[name].index(_WAIT)
     # Every kernel of the step is a dependent: it waits, and signals its own dependents only after that
     # (a dependent's work before its wait must not run ahead of its predecessor's predecessor).
-    for name in ("_mxfp8_stream_kernel", "_rms_norm_kernel", "_quantize_mxfp8_kernel", "_mqa_combine_kernel"):
+    for name in ("mxfp8_stream_kernel", "rms_norm_kernel", "quantize_mxfp8_kernel", "mqa_combine_kernel"):
         assert _SIGNAL in ptx[name], f"{name}: should signal its dependents"
         assert _WAIT in ptx[name], f"{name}: should wait as a dependent"
         assert ptx[name].index(_WAIT) < ptx[name].index(_SIGNAL), f"{name}: signals before it waits"
-    assert _WAIT in ptx["_mqa_split_kernel"], "the attention's split kernel waits for the cache write"
+    assert _WAIT in ptx["mqa_split_kernel"], "the attention's split kernel waits for the cache write"
     # The grouped wo_a lets wo_b launch only as its programs exit (no early residency beside its stream).
-    assert _SIGNAL not in ptx["_grouped_wo_a_kernel"]
+    assert _SIGNAL not in ptx["grouped_wo_a_kernel"]

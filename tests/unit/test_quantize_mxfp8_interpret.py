@@ -1,28 +1,25 @@
 """The quantize kernel's logic on CPU: the Triton interpreter against the reference, and the launcher.
 
-Triton decides at decoration time (import) whether a kernel is interpreted, and the standard-library
-functions the kernel calls (``tl.max``, ``tl.sum``) are decorated the same way, so interpreting one kernel
-in a process that imported Triton normally does not work. The interpreter therefore runs in one child
-process started with TRITON_INTERPRET=1, which quantizes every case below into poisoned buffers; this
-process compares what came back with the reference.
+The interpreter runs in a child process (``interpreter.run_interpreted``), which quantizes every case
+below into poisoned buffers; this process compares what came back with the reference.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from filelock import FileLock
+from interpreter import run_interpreted
 
-import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
-from mxfuse.formats import empty_mxfp8_pair, quantize_mxfp8_reference, scale_spec, scale_storage_view
+from mxfuse.formats import (
+    MxTensor,
+    empty_mxfp8_pair,
+    quantize_mxfp8_reference,
+    scale_spec,
+    scale_storage_view,
+)
 from mxfuse.kernels import quantize_mxfp8
 
 register(on=("cpu",), est_time=40)
@@ -32,21 +29,19 @@ ROUNDINGS = ("rceil", "floor")
 POISONS = (0xA5, 0x5A)  # two different fills: a byte left unwritten differs from the reference in one run
 
 _WORKER = """
-import importlib, sys, torch
-from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, scale_spec, scale_storage_view
-module = importlib.import_module("mxfuse.kernels.quantize_mxfp8")
+import sys, torch
+from mxfuse.formats import MxTensor
+from mxfuse.kernels.quantize.launch import launch_quantize, quantize_mxfp8_kernel
 cases, poisons = torch.load(sys.argv[1])
-results = {"interpreted": type(module._quantize_mxfp8_kernel).__name__}
+results = {"interpreted": type(quantize_mxfp8_kernel).__name__}
 for name, x, rounding, layout in cases:
     m, k = x.shape
-    spec = scale_spec(m, k, scale_layout=layout)
     for poison in poisons:
-        q, s = empty_mxfp8_pair(m, k, scale_layout=layout, device="cpu")
-        q.view(torch.uint8).fill_(poison)
-        scale_storage_view(s, spec).view(torch.uint8).fill_(poison)
-        module._launch(x, q, s, rounding=ScaleRounding(rounding), layout=ScaleLayout(layout), hw_cvt=False)
-        written = scale_storage_view(s, spec).view(torch.uint8)
-        results[(name, rounding, layout, poison)] = (q.view(torch.uint8), written)
+        out = MxTensor.empty(m, k, scale_layout=layout, rounding=rounding, device="cpu")
+        out.data.view(torch.uint8).fill_(poison)
+        out.scale_bytes().fill_(poison)
+        launch_quantize(x, out, hw_cvt=False)
+        results[(name, rounding, layout, poison)] = (out.data.view(torch.uint8), out.scale_bytes())
 torch.save(results, sys.argv[2])
 """
 
@@ -118,36 +113,11 @@ CASES = [(name, r, layout) for name in INPUTS for r in ROUNDINGS for layout in L
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> tuple[dict[str, torch.Tensor], dict]:
     inputs = {name: make() for name, make in INPUTS.items()}
-    # Under pytest-xdist every worker would run the interpreter for its share of the cases: run it once
-    # per session, in the session's shared temporary directory, and let the other workers read the file.
-    tmp = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        tmp = tmp.parent
-    results = tmp / "quantize_mxfp8_interpret.pt"
-    with FileLock(str(results) + ".lock"):
-        if not results.exists():
-            _run_interpreter([(name, inputs[name], r, layout) for name, r, layout in CASES], tmp, results)
-    return inputs, torch.load(results)
 
+    def cases():
+        return [(name, inputs[name], r, layout) for name, r, layout in CASES], POISONS
 
-def _run_interpreter(cases: list, tmp: Path, results: Path) -> None:
-    torch.save((cases, POISONS), tmp / "quantize_mxfp8_cases.pt")
-    src = str(Path(mxfuse.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _WORKER, str(tmp / "quantize_mxfp8_cases.pt"), str(results) + ".partial"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, f"interpreter run failed:\n{done.stdout}\n{done.stderr}"
-    os.replace(str(results) + ".partial", results)
+    return inputs, run_interpreted(tmp_path_factory, "quantize_mxfp8_interpret", _WORKER, cases)
 
 
 def test_worker_ran_the_interpreter(interpreted):
@@ -193,21 +163,31 @@ def test_cpu_tensors_go_to_the_reference_into_out(layout, rounding):
     q, s = empty_mxfp8_pair(6, 288, scale_layout=layout, device="cpu")
     q.view(torch.uint8).fill_(0xA5)
     scale_storage_view(s, spec).view(torch.uint8).fill_(0xA5)
-    got_q, got_s = quantize_mxfp8(x, rounding=rounding, scale_layout=layout, out=(q, s))
-    assert got_q is q and got_s is s
+    got = quantize_mxfp8(x, rounding=rounding, scale_layout=layout, out=(q, s))
+    assert isinstance(got, MxTensor) and got.data is q and got.scale is s
+    assert (got.scale_layout.value, got.rounding.value) == (layout, rounding)
     assert_same_bits(q.view(torch.uint8), want_q.view(torch.uint8), name="q")
     assert_same_bits(scale_storage_view(s, spec), scale_storage_view(want_s, spec), name="scale storage")
-    fresh_q, fresh_s = quantize_mxfp8(x, rounding=rounding, scale_layout=layout)
-    assert_same_bits(fresh_q.view(torch.uint8), want_q.view(torch.uint8), name="q")
-    assert (fresh_s.dtype, tuple(fresh_s.shape), fresh_s.stride()) == (spec.dtype, spec.shape, spec.stride)
+    fresh = quantize_mxfp8(x, rounding=rounding, scale_layout=layout)
+    assert_same_bits(fresh.data.view(torch.uint8), want_q.view(torch.uint8), name="q")
+    assert (fresh.scale.dtype, tuple(fresh.scale.shape), fresh.scale.stride()) == (
+        spec.dtype,
+        spec.shape,
+        spec.stride,
+    )
+    # An MxTensor out knows its layout and rounding: nothing else need be said.
+    mx = MxTensor.empty(6, 288, scale_layout=layout, rounding=rounding, device="cpu")
+    assert quantize_mxfp8(x, out=mx) is mx
+    assert_same_bits(mx.data.view(torch.uint8), want_q.view(torch.uint8), name="q into an MxTensor")
+    assert_same_bits(mx.scale_storage(), scale_storage_view(want_s, spec), name="scales into an MxTensor")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", [(0, 64), (3, 0), (0, 0)])
 def test_empty_input_gives_empty_outputs(layout, shape):
-    q, s = quantize_mxfp8(torch.zeros(shape, dtype=torch.bfloat16), scale_layout=layout)
+    got = quantize_mxfp8(torch.zeros(shape, dtype=torch.bfloat16), scale_layout=layout)
     spec = scale_spec(*shape, scale_layout=layout)
-    assert tuple(q.shape) == shape and tuple(s.shape) == spec.shape and s.dtype == spec.dtype
+    assert got.shape == shape and tuple(got.scale.shape) == spec.shape and got.scale.dtype == spec.dtype
 
 
 def _out(layout: str, m: int = 4, k: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,7 +235,7 @@ BAD_CALLS = [
     ),
     (
         "out for another layout",
-        lambda: quantize_mxfp8(torch.zeros(4, 64), out=_out("e8m0")),
+        lambda: quantize_mxfp8(torch.zeros(4, 64), scale_layout="deepgemm", out=_out("e8m0")),
         ValueError,
         r"out\[1\] must have dtype torch.int32",
     ),
@@ -274,8 +254,34 @@ BAD_CALLS = [
     (
         "out not a pair",
         lambda: quantize_mxfp8(torch.zeros(4, 64), out=_out("deepgemm")[1]),
+        TypeError,
+        r"out must be an MxTensor or a pair \(fp8 \[M, K\], scale\)",
+    ),
+    (
+        "an MxTensor out for another layout",
+        lambda: quantize_mxfp8(
+            torch.zeros(4, 64),
+            scale_layout="e8m0",
+            out=MxTensor.empty(4, 64, scale_layout="deepgemm", device="cpu"),
+        ),
         ValueError,
-        r"out must be a tuple \(q, scale\)",
+        "out holds deepgemm scales; e8m0 scales are required here",
+    ),
+    (
+        "an MxTensor out for another rounding",
+        lambda: quantize_mxfp8(
+            torch.zeros(4, 64), rounding="floor", out=MxTensor.empty(4, 64, scale_layout="e8m0", device="cpu")
+        ),
+        ValueError,
+        r"rounding='floor' disagrees with out, an MxTensor for rceil scales",
+    ),
+    (
+        "an MxTensor out for another shape",
+        lambda: quantize_mxfp8(
+            torch.zeros(4, 64), out=MxTensor.empty(4, 96, scale_layout="e8m0", device="cpu")
+        ),
+        ValueError,
+        r"out must have shape \(4, 64\); got \(4, 96\)",
     ),
     (
         "x on a device with no kernel",

@@ -1,24 +1,19 @@
 """The RMSNorm kernel's logic on the CPU: the Triton interpreter against a float64 reference and the
 reference quantizer.
 
-Triton decides at import whether a kernel is interpreted, so the kernel runs in a child process started
-with TRITON_INTERPRET=1, through ``launch_rms_norm`` on CPU tensors with the integer conversions
-(``hw_cvt=False``: the interpreter's own fp32 -> bf16 cast truncates and its fp8 cast rounds half-up).
+The kernel runs under the interpreter in a child process (``interpreter.run_interpreted``), through
+``launch_rms_norm`` on CPU tensors with the integer conversions (``hw_cvt=False``: the interpreter's own
+fp32 -> bf16 cast truncates and its fp8 cast rounds half-up).
 Rows sit in NaN-padded wider buffers; y, the codes and the scale storage are poisoned first, twice with
 two poisons for the pair, so a byte the kernel leaves unwritten cannot pass.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from interpreter import run_interpreted
 
-import mxfuse
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits, assert_ulp_close
 from mxfuse.formats import quantize_mxfp8_reference, scale_spec, scale_storage_view
@@ -37,12 +32,10 @@ POISONS = (0xA5, 0x5A)
 
 _WORKER = """
 import sys, torch
-from mxfuse.formats import scale_spec, scale_storage_view
-from mxfuse.formats import align
-from mxfuse.kernels import rms_norm as m
-from mxfuse.kernels.mxfp8_tile import ROWS_ALIGN, scale_layout_code
+from mxfuse.formats import MxTensor
+from mxfuse.kernels import norm as m
 cases = torch.load(sys.argv[1])
-out = {"interpreted": type(m._rms_norm_kernel).__name__}
+out = {"interpreted": type(m.rms_norm_kernel).__name__}
 for name, (x, w, stride, layout, rounding) in cases.items():
     rows, cols = x.shape
     buf = torch.full((rows, stride), float("nan"), dtype=torch.bfloat16)
@@ -52,16 +45,12 @@ for name, (x, w, stride, layout, rounding) in cases.items():
     m.launch_rms_norm(view, w, 1e-6, y=y, hw_cvt=False)
     out[name] = {"y": y}
     if layout is not None:
-        spec = scale_spec(rows, cols, scale_layout=layout)
         for poison in (0xA5, 0x5A):
-            q = torch.full((rows, cols), poison, dtype=torch.uint8)
-            storage = torch.full((spec.storage_numel * spec.dtype.itemsize,), poison, dtype=torch.uint8)
-            flat = storage.view(spec.dtype)
-            code = scale_layout_code(layout, k=cols, scale_ptr=flat.data_ptr())
-            m.launch_rms_norm(view, w, 1e-6, q=q, scale_words=storage if code == 0 else flat.view(torch.int32),
-                              layout_code=code, rows_padded=align(rows, ROWS_ALIGN[layout]),
-                              floor=rounding == "floor", hw_cvt=False)
-            out[name][poison] = (q, storage)
+            pair = MxTensor.empty(rows, cols, scale_layout=layout, rounding=rounding, device="cpu")
+            pair.data.view(torch.uint8).fill_(poison)
+            pair.scale_bytes().fill_(poison)
+            m.launch_rms_norm(view, w, 1e-6, pair=pair, hw_cvt=False)
+            out[name][poison] = (pair.data.view(torch.uint8), pair.scale_bytes())
 # Into a KV cache: 3 sequences x 2 new tokens at lens (0, 5, 7) of capacity 8 (the last token falls outside).
 x, w = cases["a column slice, e8m0 pair"][:2]
 x6 = torch.cat([x, x[:2] * 0.5])  # 6 rows of 512
@@ -85,16 +74,10 @@ def _inputs(name: str):
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("rms_norm")
-    payload = {n: (*_inputs(n), CASES[n][3], CASES[n][4], CASES[n][5]) for n in CASES}
-    torch.save(payload, tmp / "cases.pt")
-    src = str(Path(mxfuse.__file__).resolve().parents[1])
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", _WORKER, str(tmp / "cases.pt"), str(tmp / "out.pt")],
-                          env=env, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
-    assert done.returncode == 0, f"interpreter run failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    return torch.load(tmp / "out.pt")
+    def cases():
+        return {n: (*_inputs(n), CASES[n][3], CASES[n][4], CASES[n][5]) for n in CASES}
+
+    return run_interpreted(tmp_path_factory, "rms_norm_interpret", _WORKER, cases, timeout=600)
 
 
 def test_kernel_ran_interpreted(interpreted) -> None:
@@ -139,13 +122,13 @@ def test_rows_written_into_a_cache_land_at_their_positions(interpreted) -> None:
 
 
 def test_launcher_rejects_bad_input() -> None:
-    from mxfuse.kernels.rms_norm import rms_norm_rows
+    from mxfuse.kernels.norm import rms_norm_rows
 
     with pytest.raises(TypeError, match="x must be a floating-point"):
         rms_norm_rows(torch.zeros(2, 4, dtype=torch.int32), None, eps=1e-6)
     with pytest.raises(ValueError, match="x must be on a CUDA device"):
         rms_norm_rows(torch.zeros(2, 4), None, eps=1e-6)
-    from mxfuse.kernels.rms_norm import rms_norm_into_cache
+    from mxfuse.kernels.norm import rms_norm_into_cache
 
     with pytest.raises(ValueError, match="x must be on a CUDA device"):
         rms_norm_into_cache(torch.zeros(2, 4), None, eps=1e-6, kv=torch.zeros(1, 4, 4), lens=torch.zeros(1))

@@ -17,8 +17,8 @@ __all__ = [
     "ScaleSpec",
     "align",
     "check_mxfp8_pair",
+    "check_mxfp8_parts",
     "empty_mxfp8_pair",
-    "infer_scale_layout",
     "pack_ue8m0_deepgemm",
     "scale_from_layout",
     "scale_spec",
@@ -40,7 +40,9 @@ class ScaleSpec:
     """The exact tensor a consumer reads for ``[m, k]`` elements: dtype, shape, strides and storage.
 
     ``storage_numel`` counts elements of ``dtype`` from the tensor's first element to the end of its
-    padding: a producer writes all of them, padding included.
+    padding: a producer writes all of them, padding included. ``rows_padded``: the rows whose scales the
+    storage holds, ``m`` rounded up to the layout's row alignment (1 e8m0, 4 deepgemm, 128
+    swizzled_128x4); the rows past ``m`` are padding, written as 0.
     """
 
     layout: ScaleLayout
@@ -48,6 +50,7 @@ class ScaleSpec:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     storage_numel: int
+    rows_padded: int
 
 
 def _check_mk(m: int, k: int) -> None:
@@ -64,12 +67,13 @@ def scale_spec(m: int, k: int, *, scale_layout: ScaleLayout | str) -> ScaleSpec:
     groups = k // BLOCK_SIZE
     words = -(-groups // SCALE_GROUPS_PER_WORD)
     if layout is ScaleLayout.E8M0:
-        return ScaleSpec(layout, torch.uint8, (m, groups), (groups, 1), m * groups)
+        return ScaleSpec(layout, torch.uint8, (m, groups), (groups, 1), m * groups, m)
     if layout is ScaleLayout.DEEPGEMM:
         m4 = align(m, 4)
-        return ScaleSpec(layout, torch.int32, (m, words), (1, m4), m4 * words)
-    nbytes = align(m, SWIZZLE_ROW_TILE) * align(groups, SCALE_GROUPS_PER_WORD)
-    return ScaleSpec(layout, torch.uint8, (nbytes,), (1,), nbytes)
+        return ScaleSpec(layout, torch.int32, (m, words), (1, m4), m4 * words, m4)
+    m128 = align(m, SWIZZLE_ROW_TILE)
+    nbytes = m128 * align(groups, SCALE_GROUPS_PER_WORD)
+    return ScaleSpec(layout, torch.uint8, (nbytes,), (1,), nbytes, m128)
 
 
 def _check_e8m0(scale: torch.Tensor, argument: str) -> None:
@@ -206,6 +210,38 @@ def _check_tensor(t: torch.Tensor, spec: ScaleSpec, argument: str, *, device: to
         )
 
 
+def check_mxfp8_parts(
+    q: object,
+    scale: object,
+    *,
+    m: int,
+    k: int,
+    scale_layout: ScaleLayout | str,
+    device: torch.device,
+    names: tuple[str, str] = ("q", "scale"),
+) -> ScaleSpec:
+    """Validate the parts of an ``[m, k]`` MXFP8 tensor; ValueError naming the part (``names``) that is
+    wrong. Returns the scales' ``ScaleSpec``.
+
+    ``q`` must be a contiguous float8_e4m3fn ``[m, k]`` tensor and ``scale`` exactly ``scale_spec(...)``
+    (dtype, shape, strides, storage large enough for its padding), both on ``device``.
+    """
+    for name, t in zip(names, (q, scale), strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    spec = scale_spec(m, k, scale_layout=scale_layout)
+    if q.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"{names[0]} must have dtype torch.float8_e4m3fn; got {q.dtype}")
+    if tuple(q.shape) != (m, k):
+        raise ValueError(f"{names[0]} must have shape {(m, k)}; got {tuple(q.shape)}")
+    if q.device != device:
+        raise ValueError(f"{names[0]} must be on {device}; got {q.device}")
+    if q.numel() and not q.is_contiguous():
+        raise ValueError(f"{names[0]} must be contiguous (strides {(k, 1)}); got {tuple(q.stride())}")
+    _check_tensor(scale, spec, names[1], device=device)
+    return spec
+
+
 def check_mxfp8_pair(
     pair: object,
     *,
@@ -215,43 +251,18 @@ def check_mxfp8_pair(
     device: torch.device,
     argument: str = "out",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate a caller-provided ``(q, scale)`` pair for an ``[m, k]`` tensor; ValueError naming the field.
-
-    ``q`` must be a contiguous float8_e4m3fn ``[m, k]`` tensor and ``scale`` exactly ``scale_spec(...)``
-    (dtype, shape, strides, storage large enough for its padding), both on ``device``.
-    """
+    """Validate a ``(q, scale)`` pair for an ``[m, k]`` tensor (``check_mxfp8_parts``, the parts named
+    ``argument[0]`` and ``argument[1]``); returns it."""
     if not isinstance(pair, tuple | list) or len(pair) != 2:
         raise ValueError(f"{argument} must be a tuple (q, scale); got {type(pair).__name__}")
     q, scale = pair
-    for name, t in ((f"{argument}[0]", q), (f"{argument}[1]", scale)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    spec = scale_spec(m, k, scale_layout=scale_layout)
-    if q.dtype != torch.float8_e4m3fn:
-        raise ValueError(f"{argument}[0] must have dtype torch.float8_e4m3fn; got {q.dtype}")
-    if tuple(q.shape) != (m, k):
-        raise ValueError(f"{argument}[0] must have shape {(m, k)}; got {tuple(q.shape)}")
-    if q.device != device:
-        raise ValueError(f"{argument}[0] must be on {device}; got {q.device}")
-    if q.numel() and not q.is_contiguous():
-        raise ValueError(f"{argument}[0] must be contiguous (strides {(k, 1)}); got {tuple(q.stride())}")
-    _check_tensor(scale, spec, f"{argument}[1]", device=device)
-    return q, scale
-
-
-def infer_scale_layout(scale: object, *, argument: str = "scale", rows: str = "M") -> ScaleLayout:
-    """The layout a scale tensor is in, told apart by dtype and rank: int32 2-D deepgemm, uint8 2-D e8m0,
-    uint8 1-D swizzled_128x4. TypeError or ValueError naming ``argument`` (``rows``: how the message
-    names the row count) for anything else."""
-    if not isinstance(scale, torch.Tensor):
-        raise TypeError(f"{argument} must be a torch.Tensor; got {type(scale).__name__}")
-    if scale.dtype == torch.int32 and scale.dim() == 2:
-        return ScaleLayout.DEEPGEMM
-    if scale.dtype == torch.uint8 and scale.dim() == 2:
-        return ScaleLayout.E8M0
-    if scale.dtype == torch.uint8 and scale.dim() == 1:
-        return ScaleLayout.SWIZZLED_128X4
-    raise ValueError(
-        f"{argument} must be int32 [{rows}, ceil(K/128)] (deepgemm), uint8 [{rows}, K/32] (e8m0) or 1-D uint8 "
-        f"(swizzled_128x4); got {scale.dtype} {tuple(scale.shape)}"
+    check_mxfp8_parts(
+        q,
+        scale,
+        m=m,
+        k=k,
+        scale_layout=scale_layout,
+        device=device,
+        names=(f"{argument}[0]", f"{argument}[1]"),
     )
+    return q, scale

@@ -13,13 +13,7 @@ import functools
 
 import torch
 
-from mxfuse.formats import (
-    ScaleLayout,
-    ScaleRounding,
-    check_mxfp8_pair,
-    infer_scale_layout,
-    parse_scale_layout,
-)
+from mxfuse.formats import MxTensor, ScaleLayout, ScaleRounding, as_mxtensor
 from mxfuse.gemm.backend import Availability, Backend
 from mxfuse.gemm.deepgemm_backend import DEEPGEMM
 from mxfuse.gemm.flashinfer_backend import FLASHINFER
@@ -32,7 +26,6 @@ __all__ = [
     "AUTO_ORDER",
     "BACKENDS",
     "backend_status",
-    "infer_scale_layout",
     "mxfp8_gemm",
     "prepare_mxfp8_weight",
     "select_backend",
@@ -145,11 +138,12 @@ def prepare_mxfp8_weight(
         raise ValueError(
             f"weight of shape [N, K] = [{n}, {k}] cannot be used by backend {impl.name!r}: {shape.reason}"
         )
-    return MxWeight(q, s, impl.weight_scale(s, n=n, k=k), impl.name, tuple(passed_over.items()))
+    operand = MxTensor(q, s, ScaleLayout.E8M0, None if weight.dtype == torch.float8_e4m3fn else rounding)
+    return MxWeight(operand, impl.weight_scale(s, n=n, k=k), impl.name, tuple(passed_over.items()))
 
 
 def mxfp8_gemm(
-    a: tuple[torch.Tensor, torch.Tensor],
+    a: MxTensor | tuple[torch.Tensor, torch.Tensor],
     w: MxWeight,
     *,
     out: torch.Tensor | None = None,
@@ -159,11 +153,12 @@ def mxfp8_gemm(
 ) -> torch.Tensor:
     """bf16 ``[M, N] = dequant(a) @ dequant(w).T`` with fp32 accumulation.
 
-    ``a`` is an activation pair ``(float8_e4m3fn [M, K], scale)``, the scale exactly as
-    ``mxfuse.formats.scale_spec`` describes it for ``scale_layout`` (None: told from the scale's dtype and
-    rank; E8M0 bytes may come as uint8 or float8_e8m0fnu). ``w`` is an ``MxWeight``. ``out`` (bf16
-    ``[M, N]``, contiguous, on ``w``'s device) is written without allocating, for CUDA-graph capture; on a
-    bad argument nothing is written to it. M (and N) may be 0.
+    ``a`` is an ``MxTensor`` ``[M, K]`` (a producer's output, or ``quantize_mxfp8``'s), or a plain
+    ``(float8_e4m3fn [M, K], scale)`` tuple, converted once (``as_mxtensor``: its layout is
+    ``scale_layout``, or told from the scale's dtype and rank; E8M0 bytes may come as uint8 or
+    float8_e8m0fnu). ``scale_layout``, when given, is the layout ``a`` must be in. ``w`` is an
+    ``MxWeight``. ``out`` (bf16 ``[M, N]``, contiguous, on ``w``'s device) is written without allocating,
+    for CUDA-graph capture; on a bad argument nothing is written to it. M (and N) may be 0.
 
     ``backend="auto"`` uses ``w.backend`` when it can run here and reads ``a``'s scale layout, and the
     ``torch`` backend otherwise; naming ``"torch"`` always works; any other name must be ``w.backend`` and
@@ -172,37 +167,18 @@ def mxfp8_gemm(
     """
     if not isinstance(w, MxWeight):
         raise TypeError(f"w must be an MxWeight (see prepare_mxfp8_weight); got {type(w).__name__}")
-    if not isinstance(a, tuple | list) or len(a) != 2:
-        raise TypeError(f"a must be a pair (fp8 [M, K], scale); got {type(a).__name__}")
-    a_q, a_scale = a
-    if not isinstance(a_q, torch.Tensor):
-        raise TypeError(f"a[0] must be a torch.Tensor; got {type(a_q).__name__}")
-    if a_q.dtype != torch.float8_e4m3fn or a_q.dim() != 2:
-        raise ValueError(
-            f"a[0] must be a 2-D float8_e4m3fn tensor [M, K]; got {a_q.dtype} {tuple(a_q.shape)}"
-        )
-    m, k = a_q.shape
+    a = as_mxtensor(a, scale_layout=scale_layout, device=w.device, argument="a")
+    m, k = a.shape
     if k != w.k:
-        raise ValueError(f"a[0].shape[1] (K) must equal the weight's K = {w.k}; got {k}")
-    if a_q.device != w.device:
-        raise ValueError(f"a must be on the weight's device {w.device}; got {a_q.device}")
-    e8m0fnu = getattr(torch, "float8_e8m0fnu", None)
-    if isinstance(a_scale, torch.Tensor) and e8m0fnu is not None and a_scale.dtype == e8m0fnu:
-        a_scale = a_scale.view(torch.uint8)
-    layout = (
-        infer_scale_layout(a_scale, argument="a[1] (scale)")
-        if scale_layout is None
-        else parse_scale_layout(scale_layout)
-    )
-    check_mxfp8_pair((a_q, a_scale), m=m, k=k, scale_layout=layout, device=w.device, argument="a")
+        raise ValueError(f"a.shape[1] (K) must equal the weight's K = {w.k}; got {k}")
     if out is None:
         out = torch.empty((m, w.n), dtype=torch.bfloat16, device=w.device)
     else:
         _check_out(out, m=m, n=w.n, device=w.device)
 
-    name, reason, passed_over = _choose(backend, w, layout)
+    name, reason, passed_over = _choose(backend, w, a.scale_layout)
     if out.numel():  # M or N may be 0: nothing to compute, and some libraries refuse empty launches
-        BACKENDS[name].run(a_q, a_scale, layout, w, out)
+        BACKENDS[name].run(a, w, out)
     # After the launch (a refused call leaves no record), on the host: once per capture under CUDA graphs.
     emit(f"gemm.{name}", reason, backend=name, site=site, rows=m, n=w.n, k=k, passed_over=passed_over)
     return out
@@ -228,7 +204,7 @@ def _choose(backend: str, w: MxWeight, layout: ScaleLayout) -> tuple[str, str, d
         raise ValueError(f"backend {backend!r} cannot use a weight prepared for {w.backend!r}")
     if layout not in impl.activation_layouts:
         accepted = ", ".join(s.value for s in impl.activation_layouts)
-        raise ValueError(f"a[1] is in {layout.value} layout; backend {impl.name!r} reads {accepted}")
+        raise ValueError(f"a holds {layout.value} scales; backend {impl.name!r} reads {accepted}")
     status = _status(impl.name, _canonical(w.device))
     if not status.ok:
         from mxfuse import MxfuseUnavailableError

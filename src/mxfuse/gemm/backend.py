@@ -10,7 +10,7 @@ A backend is a small module-level object with:
 * ``supports_shape(n, k) -> Availability``: whether it can multiply by an ``[n, k]`` weight (the K/N
   alignment and minimum sizes it needs, each with its source in the adapter);
 * ``weight_scale(scale_e8m0, *, n, k) -> Tensor``: the weight scales laid out as it reads them;
-* ``run(a_q, a_scale, a_layout, w, out) -> None``: ``out[M, N] = dequant(a) @ dequant(w).T`` (bf16), M, N >= 1,
+* ``run(a, w, out) -> None``: ``out[M, N] = dequant(a) @ dequant(w).T`` (bf16) for an ``MxTensor`` ``a``, M, N >= 1,
   every argument already validated by ``mxfuse.gemm.mxfp8_gemm``. A library-specific rule the generic
   checks cannot know (pointer alignment, say) is checked here, before anything is written to ``out``.
 
@@ -28,7 +28,7 @@ from typing import Protocol
 
 import torch
 
-from mxfuse.formats import ScaleLayout
+from mxfuse.formats import MxTensor, ScaleLayout
 from mxfuse.gemm.weights import MxWeight
 
 __all__ = [
@@ -64,14 +64,7 @@ class Backend(Protocol):
 
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor: ...
 
-    def run(
-        self,
-        a_q: torch.Tensor,
-        a_scale: torch.Tensor,
-        a_layout: ScaleLayout,
-        w: MxWeight,
-        out: torch.Tensor,
-    ) -> None: ...
+    def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None: ...
 
 
 def cuda_capability(device: torch.device) -> tuple[int, int] | None:
@@ -110,20 +103,12 @@ def check_aligned(t: torch.Tensor, argument: str, *, alignment: int, why: str) -
         )
 
 
-def check_operands_aligned(
-    a_q: torch.Tensor,
-    a_scale: torch.Tensor,
-    w: MxWeight,
-    out: torch.Tensor,
-    *,
-    alignment: int,
-    why: str,
-) -> None:
+def check_operands_aligned(a: MxTensor, w: MxWeight, out: torch.Tensor, *, alignment: int, why: str) -> None:
     """``check_aligned`` for every operand a library kernel reads or writes, each named as the caller
-    knows it (``a[0]``, ``a[1]``, ``w.qweight``, ``w.scale``, ``out``)."""
+    knows it (``a.data``, ``a.scale``, ``w.qweight``, ``w.scale``, ``out``)."""
     operands = (
-        (a_q, "a[0]"),
-        (a_scale, "a[1]"),
+        (a.data, "a.data"),
+        (a.scale, "a.scale"),
         (w.qweight, "w.qweight"),
         (w.scale, "w.scale"),
         (out, "out"),

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from mxfuse.formats import BLOCK_SIZE, ScaleLayout, pack_ue8m0_deepgemm
+from mxfuse.formats import BLOCK_SIZE, MxTensor, ScaleLayout, pack_ue8m0_deepgemm
 from mxfuse.gemm import backend as gemm_backend
 from mxfuse.gemm.backend import Availability, check_operands_aligned, import_optional, require_optional, sm
 from mxfuse.gemm.weights import MxWeight
@@ -83,18 +83,11 @@ class _DeepGemmBackend:
         # The weight is operand b: its scales are N-major, packed exactly like an activation's.
         return pack_ue8m0_deepgemm(scale_e8m0)
 
-    def run(
-        self,
-        a_q: torch.Tensor,
-        a_scale: torch.Tensor,
-        a_layout: ScaleLayout,
-        w: MxWeight,
-        out: torch.Tensor,
-    ) -> None:
+    def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:
         why = "DeepGEMM reads it through a TMA descriptor"
-        check_operands_aligned(a_q, a_scale, w, out, alignment=_TMA_BYTES, why=why)
+        check_operands_aligned(a, w, out, alignment=_TMA_BYTES, why=why)
         module = require_optional("deep_gemm", "fp8_gemm_nt", install=_INSTALL, backend="deepgemm")
-        module.fp8_gemm_nt((a_q, a_scale), (w.qweight, w.scale), out, recipe=RECIPE)
+        module.fp8_gemm_nt((a.data, a.scale), (w.qweight, w.scale), out, recipe=RECIPE)
 
 
 DEEPGEMM = _DeepGemmBackend()

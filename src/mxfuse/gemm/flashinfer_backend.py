@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from mxfuse.formats import BLOCK_SIZE, ScaleLayout, swizzle_128x4
+from mxfuse.formats import BLOCK_SIZE, MxTensor, ScaleLayout, swizzle_128x4
 from mxfuse.gemm import backend as gemm_backend
 from mxfuse.gemm.backend import Availability, check_operands_aligned, import_optional, require_optional, sm
 from mxfuse.gemm.weights import MxWeight
@@ -78,21 +78,14 @@ class _FlashInferBackend:
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         return swizzle_128x4(scale_e8m0)
 
-    def run(
-        self,
-        a_q: torch.Tensor,
-        a_scale: torch.Tensor,
-        a_layout: ScaleLayout,
-        w: MxWeight,
-        out: torch.Tensor,
-    ) -> None:
+    def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:
         why = "the CUTLASS kernel makes 128-bit accesses"
-        check_operands_aligned(a_q, a_scale, w, out, alignment=_ALIGN_BYTES, why=why)
+        check_operands_aligned(a, w, out, alignment=_ALIGN_BYTES, why=why)
         module = require_optional("flashinfer", "mm_mxfp8", install=_INSTALL, backend="flashinfer")
         module.mm_mxfp8(
-            a_q,
+            a.data,
             w.qweight.t(),
-            a_scale,
+            a.scale,
             w.scale,
             out=out,
             out_dtype=torch.bfloat16,

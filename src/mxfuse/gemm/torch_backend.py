@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from mxfuse.formats import ScaleLayout, dequantize_mxfp8
+from mxfuse.formats import MxTensor, ScaleLayout
 from mxfuse.gemm.backend import Availability
 from mxfuse.gemm.weights import MxWeight
 
@@ -30,16 +30,9 @@ class _TorchBackend:
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         return scale_e8m0
 
-    def run(
-        self,
-        a_q: torch.Tensor,
-        a_scale: torch.Tensor,
-        a_layout: ScaleLayout,
-        w: MxWeight,
-        out: torch.Tensor,
-    ) -> None:
-        a = dequantize_mxfp8(a_q, a_scale, scale_layout=a_layout)
-        b = dequantize_mxfp8(w.qweight, w.scale_e8m0, scale_layout=ScaleLayout.E8M0)
+    def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:
+        a = a.dequantize()
+        b = w.operand.dequantize()
         # Full fp32: TF32 would round the operands to 10 mantissa bits. The flag is per process; restore it.
         allow_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False

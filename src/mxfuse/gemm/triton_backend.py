@@ -1,4 +1,4 @@
-"""The ``triton`` backend: our MXFP8 GEMM (``mxfuse.kernels.mxfp8_gemm``) on CUDA GPUs with FP8, sm_89+.
+"""The ``triton`` backend: our MXFP8 GEMM (``mxfuse.kernels.gemm``) on CUDA GPUs with FP8, sm_89+.
 
 It reads ``a``'s scales in any of the three layouts and keeps the weight's scales K-group-major, uint8
 ``[K/32, N]`` (one coalesced load per 32-wide group for a tile of weight rows); the stream kernel (M <= 4)
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from mxfuse.formats import BLOCK_SIZE, ScaleLayout, scale_spec, scale_storage_view
+from mxfuse.formats import BLOCK_SIZE, MxTensor, ScaleLayout
 from mxfuse.gemm import backend as gemm_backend
 from mxfuse.gemm.backend import Availability
 from mxfuse.gemm.weights import MxWeight
@@ -41,27 +41,15 @@ class _TritonBackend:
         return Availability(True, f"any N; K % {BLOCK_SIZE} == 0")
 
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
-        from mxfuse.kernels.mxfp8_gemm import weight_scale_kgroup_major
+        from mxfuse.kernels.gemm import weight_scale_kgroup_major
 
         return weight_scale_kgroup_major(scale_e8m0)
 
-    def run(
-        self,
-        a_q: torch.Tensor,
-        a_scale: torch.Tensor,
-        a_layout: ScaleLayout,
-        w: MxWeight,
-        out: torch.Tensor,
-    ) -> None:
-        from mxfuse.kernels.mxfp8_gemm import launch_mxfp8_gemm
+    def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:
+        from mxfuse.kernels.gemm import launch_mxfp8_gemm
 
-        m, k = a_q.shape
-        spec = scale_spec(m, k, scale_layout=a_layout)
-        a_bytes = scale_storage_view(a_scale, spec).view(torch.uint8)
-        with torch.cuda.device(a_q.device):
-            launch_mxfp8_gemm(
-                a_q, a_bytes, a_layout.value, w.qweight, w.scale, out, w_scale_rows=w.scale_e8m0
-            )
+        with torch.cuda.device(a.device):
+            launch_mxfp8_gemm(a, w.qweight, w.scale, out, w_scale_rows=w.scale_e8m0)
 
 
 TRITON = _TritonBackend()

@@ -6,8 +6,9 @@ A weight reaches a GEMM from one of two sources:
 * a native MXFP8 checkpoint: E4M3 ``[N, K]`` plus E8M0 scales per 1x32 block (``[N, K/32]``) or per 32x32
   block (``[ceil(N/32), K/32]``, the DeepSeek-V4.1 format), expanded here to one scale per row and 32 K.
 
-Either way the result keeps ``scale_e8m0`` (uint8 ``[N, K/32]``, row-major; what the torch reference
-backend reads) and ``scale``, the same bytes laid out as the chosen backend reads them.
+Either way the result keeps the weight as an ``MxTensor`` with its row-major E8M0 scales (``operand``:
+what the torch reference backend reads) and ``scale``, the same bytes laid out as the chosen backend
+reads them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from dataclasses import dataclass
 
 import torch
 
-from mxfuse.formats import BLOCK_SIZE, ScaleRounding, parse_scale_rounding, quantize_mxfp8_reference
+from mxfuse.formats import (
+    BLOCK_SIZE,
+    MxTensor,
+    ScaleLayout,
+    ScaleRounding,
+    parse_scale_rounding,
+    quantize_mxfp8_reference,
+)
 
 __all__ = ["CHECKPOINT_BLOCKS", "MxWeight", "expand_block_scales", "quantize_weight", "weight_scale_bytes"]
 
@@ -28,45 +36,35 @@ CHECKPOINT_BLOCKS = ((1, 32), (32, 32))
 class MxWeight:
     """An MXFP8 weight prepared for ``backend``.
 
-    ``qweight``: float8_e4m3fn ``[N, K]``, contiguous. ``scale_e8m0``: uint8 ``[N, K/32]`` row-major, the
-    original scales. ``scale``: the scales as ``backend`` reads them (may be ``scale_e8m0`` itself).
+    ``operand``: the weight as an ``MxTensor`` with row-major e8m0 scales: float8_e4m3fn ``[N, K]``
+    (contiguous, K > 0) and uint8 ``[N, K/32]``, the original scales (what the torch reference backend
+    reads). ``scale``: the scales as ``backend`` reads them (may be ``operand.scale`` itself).
     ``passed_over``: ``(backend, reason)`` for each backend ``auto`` tried before ``backend`` when the weight
     was prepared (empty when a backend was named); ``mxfp8_gemm`` repeats them in its witness record.
     The tensors are plain storage: a layer that reloads weights copies into them in place, so that CUDA
     graphs captured against them read the new values.
     """
 
-    qweight: torch.Tensor
-    scale_e8m0: torch.Tensor
+    operand: MxTensor
     scale: torch.Tensor
     backend: str
     passed_over: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        for field in ("qweight", "scale_e8m0", "scale"):
-            value = getattr(self, field)
-            if not isinstance(value, torch.Tensor):
-                raise TypeError(f"MxWeight.{field} must be a torch.Tensor; got {type(value).__name__}")
-        q, s = self.qweight, self.scale_e8m0
-        if q.dtype != torch.float8_e4m3fn or q.dim() != 2 or q.shape[1] % BLOCK_SIZE or q.shape[1] == 0:
+        mx = self.operand
+        if not isinstance(mx, MxTensor):
+            raise TypeError(f"MxWeight.operand must be an MxTensor; got {type(mx).__name__}")
+        if mx.scale_layout is not ScaleLayout.E8M0 or mx.shape[1] == 0:
             raise ValueError(
-                f"MxWeight.qweight must be a 2-D float8_e4m3fn tensor [N, K], K a positive multiple of "
-                f"{BLOCK_SIZE}; got {q.dtype} {tuple(q.shape)}"
+                f"MxWeight.operand must hold a weight [N, K] with K > 0 and row-major e8m0 scales; got "
+                f"{mx.shape} with {mx.scale_layout.value} scales"
             )
-        if q.numel() and not q.is_contiguous():
-            raise ValueError(f"MxWeight.qweight must be contiguous; got strides {tuple(q.stride())}")
-        n, k = q.shape
-        if s.dtype != torch.uint8 or tuple(s.shape) != (n, k // BLOCK_SIZE):
+        if not isinstance(self.scale, torch.Tensor):
+            raise TypeError(f"MxWeight.scale must be a torch.Tensor; got {type(self.scale).__name__}")
+        if self.scale.device != mx.device:
             raise ValueError(
-                f"MxWeight.scale_e8m0 must be uint8 {(n, k // BLOCK_SIZE)}; got {s.dtype} {tuple(s.shape)}"
+                f"MxWeight.scale must be on {mx.device} like the weight; got {self.scale.device}"
             )
-        if s.numel() and not s.is_contiguous():
-            raise ValueError(f"MxWeight.scale_e8m0 must be contiguous; got strides {tuple(s.stride())}")
-        for field in ("scale_e8m0", "scale"):
-            if getattr(self, field).device != q.device:
-                raise ValueError(
-                    f"MxWeight.{field} must be on {q.device} like qweight; got {getattr(self, field).device}"
-                )
         if not isinstance(self.backend, str):
             raise TypeError(f"MxWeight.backend must be a str; got {type(self.backend).__name__}")
         if not isinstance(self.passed_over, tuple) or not all(
@@ -76,16 +74,26 @@ class MxWeight:
             raise TypeError("MxWeight.passed_over must be a tuple of (backend, reason) string pairs")
 
     @property
+    def qweight(self) -> torch.Tensor:
+        """float8_e4m3fn ``[N, K]``."""
+        return self.operand.data
+
+    @property
+    def scale_e8m0(self) -> torch.Tensor:
+        """uint8 ``[N, K/32]``, row-major: the original scales."""
+        return self.operand.scale
+
+    @property
     def n(self) -> int:
-        return self.qweight.shape[0]
+        return self.operand.shape[0]
 
     @property
     def k(self) -> int:
-        return self.qweight.shape[1]
+        return self.operand.shape[1]
 
     @property
     def device(self) -> torch.device:
-        return self.qweight.device
+        return self.operand.device
 
 
 def weight_scale_bytes(scale: torch.Tensor, *, argument: str = "scale") -> torch.Tensor:

@@ -17,10 +17,12 @@ DeepGEMM's Mega-mHC test reference):
    boundary's ``pre`` passed in as ``prev_pre`` (shifted ordering, V4.1; the new ``pre`` is an output).
 5. ``y = bf16(v * rsqrt(mean(v^2) + rms_eps) * (w * rms_scale))``; the pair is ``quantize_mxfp8(y)``.
 
-The scalars (``hc_norm_eps`` ... ``rms_scale``) are the fields of one frozen ``HcParams`` (V4's values by
-default), validated when it is made and passed whole to the entry points, the reference and the kernels.
+The tensors travel grouped: ``HcInputs`` (what enters a boundary), ``HcWeights`` (the next sublayer's
+weights) and ``HcBoundaryOutputs`` (what it writes, the pair an ``MxTensor``). The scalars
+(``hc_norm_eps`` ... ``rms_scale``) are the fields of one frozen ``HcParams`` (V4's values by default),
+validated when it is made and passed whole to the entry points, the reference and the kernels.
 ``mxfuse.hc.reference`` holds the steps in plain torch; ``mhc_boundary`` runs the fused Triton kernel
-(``mxfuse.kernels.hc_boundary``) on CUDA tensors and the reference on CPU tensors.
+(``mxfuse.kernels.hc``) on CUDA tensors and the reference on CPU tensors.
 """
 
 from __future__ import annotations
@@ -28,11 +30,10 @@ from __future__ import annotations
 import torch
 
 from mxfuse import witness
-from mxfuse.formats import ScaleLayout, ScaleRounding, scale_spec, scale_storage_view
+from mxfuse.formats import MxTensor, ScaleLayout, ScaleRounding
 from mxfuse.hc._checks import Call, check_call
 from mxfuse.hc.reference import (
     N_STREAMS,
-    HcBoundaryOutputs,
     empty_hc_boundary_outputs,
     hc_collapse,
     hc_mixes,
@@ -43,24 +44,31 @@ from mxfuse.hc.reference import (
     rmsnorm,
 )
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.hc_boundary import launch_boundary
-from mxfuse.kernels.hc_plan import (
+from mxfuse.kernels.hc import (
+    HcBoundaryOutputs,
     HcConfig,
+    HcInputs,
     HcParams,
     HcProjection,
+    HcWeights,
     HcWorkspace,
     choose_config,
+    launch_boundary,
+    launch_mixes,
+    launch_norm,
+    launch_post,
     sm_count,
     workspace_for,
 )
-from mxfuse.kernels.hc_steps import launch_mixes, launch_norm, launch_post
 
 __all__ = [
     "N_STREAMS",
     "HcBoundaryOutputs",
     "HcConfig",
+    "HcInputs",
     "HcParams",
     "HcProjection",
+    "HcWeights",
     "HcWorkspace",
     "empty_hc_boundary_outputs",
     "hc_collapse",
@@ -75,21 +83,14 @@ __all__ = [
 
 
 def mhc_boundary(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    post: torch.Tensor,
-    comb: torch.Tensor,
-    fn: torch.Tensor | HcProjection,
-    scale: torch.Tensor,
-    base: torch.Tensor,
-    norm_weight: torch.Tensor,
+    inputs: HcInputs,
+    weights: HcWeights,
     *,
-    prev_pre: torch.Tensor | None = None,
     params: HcParams = HcParams(),
     want_y: bool | None = None,
     want_pair: bool | None = None,
-    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
-    scale_layout: ScaleLayout | str = ScaleLayout.DEEPGEMM,
+    rounding: ScaleRounding | str | None = None,
+    scale_layout: ScaleLayout | str | None = None,
     out: HcBoundaryOutputs | None = None,
     workspace: HcWorkspace | None = None,
     config: HcConfig | None = None,
@@ -97,25 +98,27 @@ def mhc_boundary(
 ) -> HcBoundaryOutputs:
     """The hyper-connection boundary after a sublayer: post step, then the next sublayer's pre and norm.
 
-    Inputs (contiguous, one device): ``x`` [T, H] bf16 (the sublayer's output); ``residual`` [T, n, H]
-    bf16 (n = 4; H a positive multiple of 128); ``post`` [T, n] and ``comb`` [T, n, n] fp32 (this
-    sublayer's coefficients); ``fn`` [n(n+2), n*H], ``scale`` [3], ``base`` [n(n+2)] fp32 (the next
-    sublayer's mixing parameters; ``fn`` may be an ``HcProjection``, prepared once, whose bf16 pieces
-    the tensor-core mixes read instead of splitting fn in every step: the same bits out); ``norm_weight`` [H] bf16 or fp32 (its RMSNorm). ``prev_pre`` [T, n]
-    fp32 selects the shifted ordering (V4.1): the collapse uses it, and the new ``pre`` is returned for
-    the next boundary; None is the normal ordering (V4), which collapses with the new ``pre``.
-    ``params``: the scalars (``HcParams``; its defaults are V4's, ``hc_eps`` = ``rms_norm_eps`` = 1e-6;
-    V4.1-Flash has ``rms_eps`` 1e-20).
+    ``inputs`` (``HcInputs``, contiguous tensors on one device): ``x`` [T, H] bf16 (the sublayer's
+    output); ``residual`` [T, n, H] bf16 (n = 4; H a positive multiple of 128); ``post`` [T, n] and
+    ``comb`` [T, n, n] fp32 (this sublayer's coefficients); ``prev_pre`` [T, n] fp32 selects the shifted
+    ordering (V4.1): the collapse uses it, and the new ``pre`` is returned for the next boundary; None
+    is the normal ordering (V4), which collapses with the new ``pre``. ``weights`` (``HcWeights``, the
+    next sublayer's): ``fn`` [n(n+2), n*H] fp32 or an ``HcProjection`` (prepared once: the tensor-core
+    mixes read its bf16 pieces instead of splitting fn in every step, the same bits out), ``scale`` [3],
+    ``base`` [n(n+2)] fp32 and ``norm_weight`` [H] bf16 or fp32 (its RMSNorm). ``params``: the scalars
+    (``HcParams``; its defaults are V4's, ``hc_eps`` = ``rms_norm_eps`` = 1e-6; V4.1-Flash has
+    ``rms_eps`` 1e-20).
 
-    Outputs (``HcBoundaryOutputs``): R', pre, post', comb', and y (bf16) and/or the MXFP8 pair of y
-    (``rounding``, scales in ``scale_layout``), bit for bit ``quantize_mxfp8(y)``. With ``out`` the
-    outputs are written into its tensors (validated; nothing is allocated, so the call can be captured
-    in a CUDA graph) and its None fields say which of y and the pair are skipped; ``out.residual`` may
-    be ``residual`` itself (an in-place update). Without ``out``, ``want_y`` and ``want_pair`` choose
-    (both default True). T = 0 gives empty outputs.
+    Outputs (``HcBoundaryOutputs``): R', pre, post', comb', and y (bf16) and/or the next GEMM's input
+    as an ``MxTensor`` (``pair``: ``rounding``, scales in ``scale_layout``; defaults RCEIL and deepgemm,
+    or ``out.pair``'s own), bit for bit ``quantize_mxfp8(y)``. With ``out`` the outputs are written into
+    its tensors (validated; nothing is allocated, so the call can be captured in a CUDA graph; a
+    ``(q, scale)`` tuple as ``out.pair`` is converted once) and its None fields say which of y and the
+    pair are skipped; ``out.residual`` may be ``inputs.residual`` itself (an in-place update). Without
+    ``out``, ``want_y`` and ``want_pair`` choose (both default True). T = 0 gives empty outputs.
 
     CUDA tensors run the fused Triton kernel (sm_89+, else ``MxfuseUnavailableError``; ``workspace``
-    defaults to a per-device one, ``config`` to ``default_config``); CPU tensors run
+    defaults to a per-device one, ``config`` to ``choose_config``); CPU tensors run
     ``mhc_boundary_reference``. A ``mxfuse.witness`` record says which: ``hc.boundary.kernel.pair``,
     ``hc.boundary.kernel.bf16`` or ``hc.boundary.reference``. Bad arguments raise ValueError or TypeError
     naming the argument, before anything is written.
@@ -126,15 +129,8 @@ def mhc_boundary(
     temporary y when ``out.y`` is None.
     """
     call = check_call(
-        x,
-        residual,
-        post,
-        comb,
-        fn,
-        scale,
-        base,
-        norm_weight,
-        prev_pre=prev_pre,
+        inputs,
+        weights,
         params=params,
         want_y=want_y,
         want_pair=want_pair,
@@ -162,27 +158,12 @@ def mhc_boundary(
         return call.out
     with torch.cuda.device(call.device):
         launch_boundary(
-            call.x,
-            call.residual,
-            call.post,
-            call.comb,
-            call.prev_pre,
-            call.fn,
-            call.scale,
-            call.base,
-            call.norm_weight,
-            scalars=call.params,
-            residual_out=call.out.residual,
-            pre_out=call.out.pre,
-            post_out=call.out.post,
-            comb_out=call.out.comb,
-            y_out=call.out.y,
-            pair_out=call.out.pair,
-            rounding=call.rounding,
-            layout=call.layout,
+            call.inputs,
+            call.weights,
+            call.out,
+            params=call.params,
             workspace=workspace or workspace_for(call.device),
             config=config,
-            fn_pieces=call.fn_pieces,
         )
     if call.out.pair is not None:
         path, reason = "hc.boundary.kernel.pair", "fused boundary kernel wrote the next GEMM's MXFP8 pair"
@@ -194,61 +175,46 @@ def mhc_boundary(
 
 def _run_unfused(call: Call, workspace: HcWorkspace, config: HcConfig | None) -> None:
     out = call.out
+    prev_pre = call.inputs.prev_pre
     if config is None:
-        shifted = call.prev_pre is not None
-        config = choose_config(call.tokens, call.hidden, shifted=shifted, sms=sm_count(call.device))
-    launch_post(call.x, call.residual, call.post, call.comb, residual_out=out.residual)
-    launch_mixes(
-        out.residual,
-        call.fn,
-        call.scale,
-        call.base,
-        scalars=call.params,
-        pre_out=out.pre,
-        post_out=out.post,
-        comb_out=out.comb,
-        workspace=workspace,
-        config=config,
-        fn_pieces=call.fn_pieces,
-    )
-    y = out.y if out.y is not None else torch.empty_like(call.x)
-    weights = out.pre if call.prev_pre is None else call.prev_pre
+        config = choose_config(
+            call.tokens, call.hidden, shifted=prev_pre is not None, sms=sm_count(call.device)
+        )
+    launch_post(call.inputs, residual_out=out.residual)
+    launch_mixes(out, call.weights, params=call.params, workspace=workspace, config=config)
+    y = out.y if out.y is not None else torch.empty_like(call.inputs.x)
     launch_norm(
         out.residual,
-        weights,
-        call.norm_weight,
-        scalars=call.params,
+        out.pre if prev_pre is None else prev_pre,
+        call.weights.norm_weight,
+        params=call.params,
         y_out=y,
         workspace=workspace,
         config=config,
-        split=call.prev_pre is not None,
+        split=prev_pre is not None,
     )
     if out.pair is not None:
-        quantize_mxfp8(y, rounding=call.rounding, scale_layout=call.layout, out=out.pair)
+        quantize_mxfp8(y, out=out.pair)
 
 
 def _run_reference(call: Call) -> None:
+    out = call.out
     ref = mhc_boundary_reference(
-        call.x,
-        call.residual,
-        call.post,
-        call.comb,
-        call.fn,
-        call.scale,
-        call.base,
-        call.norm_weight,
-        prev_pre=call.prev_pre,
+        call.inputs,
+        call.weights,
         params=call.params,
-        want_y=call.out.y is not None,
-        want_pair=call.out.pair is not None,
+        want_y=out.y is not None,
+        want_pair=out.pair is not None,
         rounding=call.rounding,
         scale_layout=call.layout,
     )
-    out = call.out
     for name in ("residual", "pre", "post", "comb", "y"):
         if getattr(out, name) is not None:
             getattr(out, name).copy_(getattr(ref, name))
     if out.pair is not None and ref.pair is not None:
-        spec = scale_spec(call.tokens, call.hidden, scale_layout=call.layout)
-        out.pair[0].copy_(ref.pair[0])
-        scale_storage_view(out.pair[1], spec).copy_(scale_storage_view(ref.pair[1], spec))
+        _copy_mx(out.pair, ref.pair)
+
+
+def _copy_mx(dst: MxTensor, src: MxTensor) -> None:
+    dst.data.copy_(src.data)
+    dst.scale_storage().copy_(src.scale_storage())

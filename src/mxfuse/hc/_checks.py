@@ -5,22 +5,23 @@ Errors are ValueError or TypeError naming the argument and what was expected.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from mxfuse import MxfuseUnavailableError
-from mxfuse.formats import (
-    ScaleLayout,
-    ScaleRounding,
-    check_mxfp8_pair,
-    parse_scale_layout,
-    parse_scale_rounding,
-    scale_spec,
-    scale_storage_view,
+from mxfuse.formats import ScaleLayout, ScaleRounding, mxtensor_out, parse_scale_layout, parse_scale_rounding
+from mxfuse.hc.reference import N_STREAMS, empty_hc_boundary_outputs
+from mxfuse.kernels.hc import (
+    HcBoundaryOutputs,
+    HcConfig,
+    HcInputs,
+    HcParams,
+    HcProjection,
+    HcWeights,
+    HcWorkspace,
 )
-from mxfuse.hc.reference import N_STREAMS, HcBoundaryOutputs, empty_hc_boundary_outputs
-from mxfuse.kernels.hc_plan import HcConfig, HcParams, HcProjection, HcWorkspace
 from mxfuse.memory import tensors_overlap
 
 __all__ = ["Call", "check_call"]
@@ -30,16 +31,8 @@ _MIN_CAPABILITY = (8, 9)  # the pair's E4M3 conversion (cvt.e4m3x2)
 
 @dataclass(frozen=True)
 class Call:
-    x: torch.Tensor
-    residual: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-    prev_pre: torch.Tensor | None
-    fn: torch.Tensor
-    fn_pieces: torch.Tensor | None
-    scale: torch.Tensor
-    base: torch.Tensor
-    norm_weight: torch.Tensor
+    inputs: HcInputs
+    weights: HcWeights
     params: HcParams
     rounding: ScaleRounding
     layout: ScaleLayout
@@ -47,20 +40,20 @@ class Call:
 
     @property
     def device(self) -> torch.device:
-        return self.x.device
+        return self.inputs.x.device
 
     @property
     def tokens(self) -> int:
-        return self.x.shape[0]
+        return self.inputs.x.shape[0]
 
     @property
     def hidden(self) -> int:
-        return self.x.shape[1]
+        return self.inputs.x.shape[1]
 
     @property
     def fields(self) -> dict[str, object]:
         fields: dict[str, object] = {"hidden": self.hidden}
-        fields["ordering"] = "normal" if self.prev_pre is None else "shifted"
+        fields["ordering"] = "normal" if self.inputs.prev_pre is None else "shifted"
         if self.out.pair is not None:
             fields["scale_layout"] = self.layout.value
             fields["rounding"] = self.rounding.value
@@ -98,7 +91,8 @@ def _check_out(
     *,
     tokens: int,
     hidden: int,
-    layout: ScaleLayout,
+    layout: ScaleLayout | None,
+    rounding: ScaleRounding | None,
     device: torch.device,
 ) -> HcBoundaryOutputs:
     want_y, want_pair = _flag(want_y, "want_y"), _flag(want_pair, "want_pair")
@@ -108,7 +102,13 @@ def _check_out(
         if not (want_y or want_pair):
             raise ValueError("want_y and want_pair: at least one of y and the MXFP8 pair must be wanted")
         return empty_hc_boundary_outputs(
-            tokens, hidden, device=device, y=want_y, pair=want_pair, scale_layout=layout
+            tokens,
+            hidden,
+            device=device,
+            y=want_y,
+            pair=want_pair,
+            scale_layout=layout or ScaleLayout.DEEPGEMM,
+            rounding=rounding or ScaleRounding.RCEIL,
         )
     if not isinstance(out, HcBoundaryOutputs):
         raise TypeError(
@@ -121,26 +121,35 @@ def _check_out(
     _tensor(out.comb, "out.comb", "[T, n, n]", (tokens, n, n), _F32, device)
     if out.y is not None:
         _tensor(out.y, "out.y", "[T, H]", (tokens, hidden), _BF16, device)
-    if out.pair is not None:
-        check_mxfp8_pair(
-            out.pair, m=tokens, k=hidden, scale_layout=layout, device=device, argument="out.pair"
+    pair = out.pair
+    if pair is not None:
+        pair = mxtensor_out(
+            pair,
+            m=tokens,
+            k=hidden,
+            device=device,
+            scale_layout=layout,
+            rounding=rounding,
+            argument="out.pair",
         )
-    if out.y is None and out.pair is None:
+    if out.y is None and pair is None:
         raise ValueError("out: at least one of out.y and out.pair must be a buffer")
     for flag, name, field in ((want_y, "want_y", "y"), (want_pair, "want_pair", "pair")):
         if flag is not None and flag != (getattr(out, field) is not None):
             raise ValueError(f"{name}={flag} disagrees with out.{field}; with out given, leave {name} None")
-    return out
+    if pair is out.pair:
+        return out
+    return dataclasses.replace(out, pair=pair)
 
 
-def _check_overlaps(inputs: dict[str, torch.Tensor | None], out: HcBoundaryOutputs, spec) -> None:
+def _check_overlaps(inputs: dict[str, torch.Tensor | None], out: HcBoundaryOutputs) -> None:
     """No output may share memory with an input or another output, but R' may update residual in place."""
     outputs = {"out.residual": out.residual, "out.pre": out.pre, "out.post": out.post, "out.comb": out.comb}
     if out.y is not None:
         outputs["out.y"] = out.y
     if out.pair is not None:
-        outputs["out.pair[0]"] = out.pair[0]
-        outputs["out.pair[1]"] = scale_storage_view(out.pair[1], spec)  # padding included
+        outputs["out.pair.data"] = out.pair.data
+        outputs["out.pair.scale"] = out.pair.scale_storage()  # padding included
     seen = {name: t for name, t in inputs.items() if t is not None}
     residual = inputs["residual"]
     for name, t in outputs.items():
@@ -155,16 +164,9 @@ def _check_overlaps(inputs: dict[str, torch.Tensor | None], out: HcBoundaryOutpu
 
 
 def check_call(
-    x: object,
-    residual: object,
-    post: object,
-    comb: object,
-    fn: object,
-    scale: object,
-    base: object,
-    norm_weight: object,
+    inputs: object,
+    weights: object,
     *,
-    prev_pre: object,
     params: object,
     want_y: object,
     want_pair: object,
@@ -176,6 +178,12 @@ def check_call(
     fused: object,
 ) -> Call:
     """The arguments of ``mhc_boundary``, checked in order, as a ``Call`` (outputs allocated if not given)."""
+    if not isinstance(inputs, HcInputs):
+        raise TypeError(f"inputs must be an mxfuse.hc.HcInputs; got {type(inputs).__name__}")
+    if not isinstance(weights, HcWeights):
+        raise TypeError(f"weights must be an mxfuse.hc.HcWeights; got {type(weights).__name__}")
+    x, residual, post, comb, prev_pre = inputs.x, inputs.residual, inputs.post, inputs.comb, inputs.prev_pre
+    fn, scale, base, norm_weight = weights.fn, weights.scale, weights.base, weights.norm_weight
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
     if x.dim() != 2:
@@ -192,7 +200,7 @@ def check_call(
             f"residual.shape[1] (n, the number of streams) must be {N_STREAMS}; got {residual.shape[1]}"
         )
     n, mix = N_STREAMS, N_STREAMS * (N_STREAMS + 2)
-    inputs = {
+    checked = {
         "x": x,
         "residual": _tensor(residual, "residual", "[T, n, H]", (tokens, n, hidden), _BF16, device),
         "post": _tensor(post, "post", "[T, n]", (tokens, n), _F32, device),
@@ -220,8 +228,8 @@ def check_call(
             "params must be an mxfuse.hc.HcParams (the boundary's scalar settings); "
             f"got {type(params).__name__}"
         )
-    rounding = parse_scale_rounding(rounding)
-    layout = parse_scale_layout(scale_layout)
+    rounding = None if rounding is None else parse_scale_rounding(rounding)
+    layout = None if scale_layout is None else parse_scale_layout(scale_layout)
     if not isinstance(fused, bool):
         raise TypeError(f"fused must be a bool; got {fused!r}")
     if workspace is not None and not isinstance(workspace, HcWorkspace):
@@ -235,6 +243,17 @@ def check_call(
         raise MxfuseUnavailableError(
             f"mhc_boundary needs FP8 conversion (sm_89+); {device} is sm_{major}{minor}"
         )
-    out = _check_out(out, want_y, want_pair, tokens=tokens, hidden=hidden, layout=layout, device=device)
-    _check_overlaps(inputs, out, scale_spec(tokens, hidden, scale_layout=layout))
-    return Call(**inputs, params=params, rounding=rounding, layout=layout, out=out)
+    out = _check_out(
+        out, want_y, want_pair, tokens=tokens, hidden=hidden, layout=layout, rounding=rounding, device=device
+    )
+    _check_overlaps(checked, out)
+    if out.pair is not None:
+        layout, rounding = out.pair.scale_layout, out.pair.rounding
+    return Call(
+        inputs,
+        weights,
+        params,
+        rounding or ScaleRounding.RCEIL,
+        layout or ScaleLayout.DEEPGEMM,
+        out,
+    )

@@ -1,4 +1,4 @@
-"""The mHC boundary in plain torch (any device), step by step, and the container of its outputs.
+"""The mHC boundary in plain torch (any device), step by step, and the allocation of its outputs.
 
 Steps and rounding points: ``mxfuse.hc``. The elementwise sums run in a fixed fp32 order (products
 rounded before each add, in stream order), which the kernels follow, so they write R' and the collapse
@@ -9,16 +9,19 @@ TF32 settings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from mxfuse.formats import ScaleLayout, ScaleRounding, empty_mxfp8_pair, quantize_mxfp8_reference
-from mxfuse.kernels.hc_plan import HcParams
+from mxfuse.formats import (
+    MxTensor,
+    ScaleLayout,
+    ScaleRounding,
+    parse_scale_rounding,
+    quantize_mxfp8_reference,
+)
+from mxfuse.kernels.hc import HcBoundaryOutputs, HcInputs, HcParams, HcWeights
 
 __all__ = [
     "N_STREAMS",
-    "HcBoundaryOutputs",
     "empty_hc_boundary_outputs",
     "hc_collapse",
     "hc_mixes",
@@ -32,19 +35,6 @@ __all__ = [
 N_STREAMS = 4  # hc_mult in every DeepSeek-V4/V4.1 config, and the only n the kernels take
 
 
-@dataclass(frozen=True, eq=False)  # tensors: identity, not elementwise ==
-class HcBoundaryOutputs:
-    """What a boundary writes: R' [T, n, H] bf16, pre / post' [T, n] fp32, comb' [T, n, n] fp32, and
-    y [T, H] bf16 and/or the MXFP8 pair ``(float8_e4m3fn [T, H], scales)`` (None when not wanted)."""
-
-    residual: torch.Tensor
-    pre: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-    y: torch.Tensor | None = None
-    pair: tuple[torch.Tensor, torch.Tensor] | None = None
-
-
 def empty_hc_boundary_outputs(
     tokens: int,
     hidden: int,
@@ -53,8 +43,10 @@ def empty_hc_boundary_outputs(
     y: bool = True,
     pair: bool = True,
     scale_layout: ScaleLayout | str = ScaleLayout.DEEPGEMM,
+    rounding: ScaleRounding | str = ScaleRounding.RCEIL,
 ) -> HcBoundaryOutputs:
-    """Allocate the outputs of a boundary over ``tokens`` x ``hidden`` (contents undefined)."""
+    """Allocate the outputs of a boundary over ``tokens`` x ``hidden`` (contents undefined); the pair an
+    ``MxTensor`` in ``scale_layout`` for ``rounding`` scales."""
     n = N_STREAMS
     f32 = {"dtype": torch.float32, "device": device}
     return HcBoundaryOutputs(
@@ -63,7 +55,9 @@ def empty_hc_boundary_outputs(
         post=torch.empty((tokens, n), **f32),
         comb=torch.empty((tokens, n, n), **f32),
         y=torch.empty((tokens, hidden), dtype=torch.bfloat16, device=device) if y else None,
-        pair=empty_mxfp8_pair(tokens, hidden, scale_layout=scale_layout, device=device) if pair else None,
+        pair=MxTensor.empty(tokens, hidden, scale_layout=scale_layout, rounding=rounding, device=device)
+        if pair
+        else None,
     )
 
 
@@ -140,32 +134,30 @@ def hc_pre(
 
 
 def mhc_boundary_reference(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    post: torch.Tensor,
-    comb: torch.Tensor,
-    fn: torch.Tensor,
-    scale: torch.Tensor,
-    base: torch.Tensor,
-    norm_weight: torch.Tensor,
+    inputs: HcInputs,
+    weights: HcWeights,
     *,
-    prev_pre: torch.Tensor | None = None,
     params: HcParams = HcParams(),
     want_y: bool = True,
     want_pair: bool = True,
     rounding: ScaleRounding | str = ScaleRounding.RCEIL,
     scale_layout: ScaleLayout | str = ScaleLayout.DEEPGEMM,
 ) -> HcBoundaryOutputs:
-    """The whole boundary in plain torch (steps 1-5 and the pair), on any device; allocates its outputs."""
-    new_residual = hc_post(x, residual, post, comb)
+    """The whole boundary in plain torch (steps 1-5 and the pair), on any device; allocates its outputs.
+    The pair is an ``MxTensor`` of ``quantize_mxfp8_reference(y)``."""
+    new_residual = hc_post(inputs.x, inputs.residual, inputs.post, inputs.comb)
     y, pre, new_post, new_comb = hc_pre(
         new_residual,
-        fn,
-        scale,
-        base,
-        norm_weight,
-        prev_pre=prev_pre,
+        weights.fn_weight,
+        weights.scale,
+        weights.base,
+        weights.norm_weight,
+        prev_pre=inputs.prev_pre,
         params=params,
     )
-    pair = quantize_mxfp8_reference(y, rounding=rounding, scale_layout=scale_layout) if want_pair else None
+    pair = None
+    if want_pair:
+        rounding = parse_scale_rounding(rounding)
+        q, s = quantize_mxfp8_reference(y, rounding=rounding, scale_layout=scale_layout)
+        pair = MxTensor(q, s, scale_layout, rounding)
     return HcBoundaryOutputs(new_residual, pre, new_post, new_comb, y if want_y else None, pair)

@@ -18,8 +18,9 @@ Lifecycle, a small state machine (``layer.state``)::
   Reading the fact, ``input_scale_layout`` or calling ``forward`` in any other state than ``ready``
   raises ``LayerNotReadyError``: there is no default to read by mistake.
 
-Forward, ``layer(x, context=None)``: ``x`` is bf16 ``[rows, K]`` or a plain tuple ``(float8_e4m3fn
-[rows, K], scale)`` with the scales in ``layer.input_scale_layout``. Inputs are 2-D: a 3-D input is a
+Forward, ``layer(x, context=None)``: ``x`` is bf16 ``[rows, K]`` or an ``MxTensor`` (a producer's
+output) with its scales in ``layer.input_scale_layout``; a plain ``(float8_e4m3fn [rows, K], scale)``
+tuple is converted once (``as_mxtensor``). Inputs are 2-D: a 3-D input is a
 ValueError (flatten the leading dimensions yourself, ``x.reshape(-1, K)``, so that ``rows`` is what the
 gate sees). ``context`` is the forward mode; without it the ambient ``forward_context`` applies, and
 without that, decode (see ``mxfuse.layers.context``). The gate
@@ -34,7 +35,7 @@ without that, decode (see ``mxfuse.layers.context``). The gate
   significand, short of bf16's subnormal range). This is the fallback, not a fast path.
 * ``linear.pair_fallback``: a pair, gate no: the pair is dequantized to bf16 and runs the bf16 path.
   Never an error, never a silent wrong answer. On a layer whose fact is False any scale layout is
-  accepted (told from its dtype and rank); on one whose fact is True it must be ``input_scale_layout``.
+  accepted; on one whose fact is True it must be ``input_scale_layout``.
 
 Witness: every call emits one ``mxfuse.witness`` record, on the host when the path is chosen (under
 CUDA-graph capture: once, at capture; replays emit nothing). Keys: ``path``, ``reason`` (the gate's,
@@ -70,9 +71,10 @@ from torch import nn
 from mxfuse import MxfuseError
 from mxfuse.formats import (
     BLOCK_SIZE,
+    MxTensor,
     ScaleLayout,
     ScaleRounding,
-    check_mxfp8_pair,
+    as_mxtensor,
     dequantize_mxfp8,
     parse_scale_layout,
     parse_scale_rounding,
@@ -83,7 +85,6 @@ from mxfuse.gemm import (
     MxWeight,
     backend_status,
     expand_block_scales,
-    infer_scale_layout,
     mxfp8_gemm,
     prepare_mxfp8_weight,
 )
@@ -190,6 +191,7 @@ class MxLinear(nn.Module):
         self._result: ProcessResult | None = None
         self._consumer = Consumer(None, "not processed")
         self._weight_backend: str | None = None
+        self._mx_weight: MxWeight | None = None  # the MXFP8 weight's view for mxfp8_gemm, made at processing
         for slot in _PREPARED:
             self.register_parameter(slot, None)
 
@@ -323,6 +325,7 @@ class MxLinear(nn.Module):
         )
         self._consumer = consumer
         self._weight_backend = weight_backend
+        self._mx_weight = self._make_mx_weight() if weight_format == "mxfp8" else None
         self._result = ProcessResult(
             fact, reason, consumer.backend if fact else None, weight_format, weight_backend, layout, updates
         )
@@ -388,7 +391,7 @@ class MxLinear(nn.Module):
 
     def forward(
         self,
-        x: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+        x: torch.Tensor | MxTensor | tuple[torch.Tensor, torch.Tensor],
         *,
         context: ForwardContext | str | None = None,
     ) -> torch.Tensor:
@@ -396,10 +399,10 @@ class MxLinear(nn.Module):
         ctx = resolve_forward_context(context)
         if isinstance(x, torch.Tensor):
             return self._forward_bf16(x, ctx, result)
-        if isinstance(x, tuple | list):
+        if isinstance(x, MxTensor | tuple | list):
             return self._forward_pair(x, ctx, result)
         raise TypeError(
-            f"x must be a bf16 tensor [rows, K] or a pair (fp8 [rows, K], scale); got {type(x).__name__}"
+            f"x must be a bf16 tensor [rows, K], an MxTensor or a pair (fp8 [rows, K], scale); got {type(x).__name__}"
         )
 
     def _forward_bf16(
@@ -411,8 +414,7 @@ class MxLinear(nn.Module):
             layout = self._layout()
             if x.shape[1] > 1 and x.stride(1) != 1:
                 x = x.contiguous()
-            pair = quantize_mxfp8(x, rounding=self.rounding, scale_layout=layout)
-            y = self._mxfp8(pair, layout)
+            y = self._mxfp8(quantize_mxfp8(x, rounding=self.rounding, scale_layout=layout))
             self._witness("linear.self_quantized", decision, x.shape[0], ctx, layout)
             return y
         y = self._bf16(x)
@@ -420,38 +422,36 @@ class MxLinear(nn.Module):
         return y
 
     def _forward_pair(
-        self, x: tuple | list, ctx: tuple[ForwardContext, str], result: ProcessResult
+        self, x: MxTensor | tuple | list, ctx: tuple[ForwardContext, str], result: ProcessResult
     ) -> torch.Tensor:
-        if len(x) != 2:
-            raise ValueError(f"x must be a pair (fp8 [rows, K], scale); got a {type(x).__name__} of {len(x)}")
-        q, scale = x
-        if not isinstance(q, torch.Tensor):
-            raise TypeError(f"x[0] must be a torch.Tensor; got {type(q).__name__}")
-        self._check_rows_tensor(q, "x[0]", torch.float8_e4m3fn)
-        rows = q.shape[0]
-        layout = self._pair_layout(scale, result)
-        check_mxfp8_pair(
-            (q, scale), m=rows, k=self.in_features, scale_layout=layout, device=q.device, argument="x"
-        )
-        decision = self._gate(rows, ctx[0], result)
-        if decision.fused:
-            y = self._mxfp8((q, scale), layout)
-            self._witness("linear.pair_consumed", decision, rows, ctx, layout)
-            return y
-        xd = dequantize_mxfp8(q, scale, scale_layout=layout).to(torch.bfloat16)
-        y = self._bf16(xd)
-        self._witness("linear.pair_fallback", decision, rows, ctx, layout)
-        return y
-
-    def _pair_layout(self, scale: object, result: ProcessResult) -> ScaleLayout:
-        layout = infer_scale_layout(scale, argument="x[1] (scale)", rows="rows")
+        if not isinstance(x, MxTensor):
+            if len(x) != 2:
+                raise ValueError(
+                    f"x must be a pair (fp8 [rows, K], scale); got a {type(x).__name__} of {len(x)}"
+                )
+            if not isinstance(x[0], torch.Tensor):
+                raise TypeError(f"x[0] must be a torch.Tensor; got {type(x[0]).__name__}")
+            self._check_rows_tensor(x[0], "x[0]", torch.float8_e4m3fn)
+        mx = as_mxtensor(x, argument="x")
+        rows, k = mx.shape
+        if k != self.in_features:
+            raise ValueError(f"x.shape[1] (K) must equal in_features = {self.in_features}; got {k}")
+        if mx.device != self._device:
+            raise ValueError(f"x must be on the layer's device {self._device}; got {mx.device}")
         wanted = result.input_scale_layout
-        if wanted is not None and layout is not wanted:
+        if wanted is not None and mx.scale_layout is not wanted:
             raise ValueError(
-                f"x[1] (scale) is in {layout.value} layout ({scale.dtype} {list(scale.shape)}); this layer "
+                f"x holds {mx.scale_layout.value} scales ({mx.scale.dtype} {list(mx.scale.shape)}); this layer "
                 f"reads {wanted.value} (layer.input_scale_layout)"
             )
-        return layout
+        decision = self._gate(rows, ctx[0], result)
+        if decision.fused:
+            y = self._mxfp8(mx)
+            self._witness("linear.pair_consumed", decision, rows, ctx, mx.scale_layout)
+            return y
+        y = self._bf16(mx.dequantize().to(torch.bfloat16))
+        self._witness("linear.pair_fallback", decision, rows, ctx, mx.scale_layout)
+        return y
 
     def _check_rows_tensor(self, t: torch.Tensor, argument: str, dtype: torch.dtype) -> None:
         if t.dtype != dtype:
@@ -474,14 +474,17 @@ class MxLinear(nn.Module):
             raise LayerNotReadyError(f"{self.site}: no input scale layout although the gate said yes")
         return layout
 
-    def _mx_weight(self) -> MxWeight:
+    def _make_mx_weight(self) -> MxWeight:
+        """The prepared parameters as one ``MxWeight``; reloads copy into the same tensors, so it stays
+        valid until the next processing."""
         packed = self.weight_scale_packed if self.weight_scale_packed is not None else self.weight_scale
-        return MxWeight(self.weight, self.weight_scale, packed, self._weight_backend)
+        operand = MxTensor(self.weight, self.weight_scale, ScaleLayout.E8M0)
+        return MxWeight(operand, packed, self._weight_backend)
 
-    def _mxfp8(self, pair: tuple[torch.Tensor, torch.Tensor], layout: ScaleLayout) -> torch.Tensor:
-        y = mxfp8_gemm(
-            pair, self._mx_weight(), backend=self._weight_backend, scale_layout=layout, site=self.site
-        )
+    def _mxfp8(self, x: MxTensor) -> torch.Tensor:
+        if self._mx_weight is None:  # the gate says yes only when the fact is True, which prepares MXFP8
+            raise LayerNotReadyError(f"{self.site}: no MXFP8 weight although the gate said yes")
+        y = mxfp8_gemm(x, self._mx_weight, backend=self._weight_backend, site=self.site)
         if self.bias is not None:
             y.add_(self.bias)
         return y

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 
 from mxfuse.attention import mqa_decode_attention
-from mxfuse.formats import ScaleLayout, ScaleRounding
-from mxfuse.kernels.rms_norm import rms_norm_into_cache, rms_norm_rows
+from mxfuse.formats import MxTensor, ScaleLayout, ScaleRounding
+from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows
 from mxfuse.models.dsv41.state import KvCache
 from mxfuse.norm import rms_norm_reference
 
@@ -23,7 +23,7 @@ __all__ = ["mqa_attention", "rms_norm"]
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> torch.Tensor:
     """``bf16(x * rsqrt(mean(x^2) + eps) * weight)`` over the last dim, fp32 math (V4 ``RMSNorm``). On
-    CUDA one launch (``mxfuse.kernels.rms_norm``, whose sum of squares may round differently in the last
+    CUDA one launch (``mxfuse.kernels.norm``, whose sum of squares may round differently in the last
     bit); elsewhere the torch formula (``mxfuse.norm.rms_norm_reference``)."""
     if x.device.type == "cuda":
         return rms_norm_rows(x, weight, eps=eps)
@@ -38,12 +38,12 @@ def mqa_attention(
     scale: float,
     kv_weight: torch.Tensor,
     eps: float,
-    out_pair: tuple[torch.Tensor, torch.Tensor] | None = None,
+    out_pair: MxTensor | None = None,
     rounding: ScaleRounding | str = ScaleRounding.RCEIL,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+) -> torch.Tensor | MxTensor:
     """Write ``kv_norm(kv)`` ([T, D], weight ``kv_weight``) into ``cache`` and attend: ``q`` [T, heads, D]
-    bf16 -> [T, heads * D] bf16, or with ``out_pair`` (deepgemm scales) its MXFP8 pair (``rounding``),
-    which the attention's combine writes: wo_a's input on the fused path.
+    bf16 -> [T, heads * D] bf16, or with ``out_pair`` (an MxTensor with deepgemm scales) its MXFP8 form
+    (``rounding``), which the attention's combine writes: wo_a's input on the fused path.
 
     Tokens are sequence-major: token ``b * S + s`` is new token ``s`` of sequence ``b`` (S = T / B). On
     CUDA the norm writes the cache rows itself (``rms_norm_into_cache``: one launch, the same bits as

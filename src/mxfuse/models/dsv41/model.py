@@ -52,9 +52,9 @@ import torch
 from torch import nn
 
 from mxfuse.einsum import WoAWeight, grouped_wo_a, prepare_wo_a_weight
-from mxfuse.formats import ScaleLayout, dequantize_mxfp8, empty_mxfp8_pair, parse_scale_layout
+from mxfuse.formats import MxTensor, ScaleLayout, dequantize_mxfp8, parse_scale_layout
 from mxfuse.gemm import Availability, expand_block_scales
-from mxfuse.hc import N_STREAMS, HcProjection, mhc_boundary
+from mxfuse.hc import N_STREAMS, HcInputs, HcProjection, HcWeights, mhc_boundary
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.l2_prefetch import L2Prefetcher
 from mxfuse.layers import (
@@ -293,15 +293,13 @@ class AttentionSublayer(nn.Module):
         pair_in = fused and self.wqkv_a.gate(tokens, context=context).fused
         with _stage("boundary_in"):
             b1 = mhc_boundary(
-                state.x,
-                state.residual,
-                state.post,
-                state.comb,
-                HcProjection(self.hc_attn_fn, self.hc_attn_fn_pieces),
-                self.hc_attn_scale,
-                self.hc_attn_base,
-                self.attn_norm,
-                prev_pre=state.prev_pre,
+                state,
+                HcWeights(
+                    HcProjection(self.hc_attn_fn, self.hc_attn_fn_pieces),
+                    self.hc_attn_scale,
+                    self.hc_attn_base,
+                    self.attn_norm,
+                ),
                 want_y=not pair_in,
                 want_pair=pair_in,
                 params=self.hc_params,
@@ -331,7 +329,13 @@ class AttentionSublayer(nn.Module):
             o_pair = None
             if fused:
                 width = c.local_heads * c.head_dim
-                o_pair = empty_mxfp8_pair(tokens, width, scale_layout=ScaleLayout.DEEPGEMM, device=q.device)
+                o_pair = MxTensor.empty(
+                    tokens,
+                    width,
+                    scale_layout=ScaleLayout.DEEPGEMM,
+                    rounding=self.wo_b.rounding,
+                    device=q.device,
+                )
             o = mqa_attention(
                 q,
                 kv,
@@ -360,15 +364,13 @@ class AttentionSublayer(nn.Module):
         )
         with _stage("boundary_out"):
             b2 = mhc_boundary(
-                attn_out,
-                b1.residual,
-                b1.post,
-                b1.comb,
-                HcProjection(self.hc_ffn_fn, self.hc_ffn_fn_pieces),
-                self.hc_ffn_scale,
-                self.hc_ffn_base,
-                self.ffn_norm,
-                prev_pre=b1.pre,
+                HcInputs(attn_out, b1.residual, b1.post, b1.comb, prev_pre=b1.pre),
+                HcWeights(
+                    HcProjection(self.hc_ffn_fn, self.hc_ffn_fn_pieces),
+                    self.hc_ffn_scale,
+                    self.hc_ffn_base,
+                    self.ffn_norm,
+                ),
                 want_y=True,
                 want_pair=fused and pair_next,
                 params=self.hc_params,
@@ -398,13 +400,10 @@ class AttentionSublayer(nn.Module):
         return {"scale_layout": layer.input_scale_layout, "rounding": layer.rounding}
 
     def _wo_a(
-        self,
-        o: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
-        tokens: int,
-        context: ForwardContext | str | None,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """wo_b's input: the MXFP8 pair of z (fused, gate yes), else bf16 z [T, G * R]. ``o``: attention's
-        output, bf16 or (fused) its MXFP8 pair with deepgemm scales, which wo_a reads as it is."""
+        self, o: torch.Tensor | MxTensor, tokens: int, context: ForwardContext | str | None
+    ) -> torch.Tensor | MxTensor:
+        """wo_b's input: the MxTensor of z (fused, gate yes), else bf16 z [T, G * R]. ``o``: attention's
+        output, bf16 or (fused) its MxTensor with deepgemm scales, which wo_a reads as it is."""
         c = self.config
         width = c.local_groups * c.o_lora_rank
         if self.path is SublayerPath.BF16:
@@ -414,14 +413,11 @@ class AttentionSublayer(nn.Module):
         if self.wo_a is None:  # processing sets it on the MXFP8 paths; forward checked the state
             raise LayerNotReadyError(f"layers.{self.layer}.attn: wo_a was not prepared")
         rounding = self.wo_b.rounding
-        a_layout = ScaleLayout.DEEPGEMM if isinstance(o, tuple) else None
         if self.path is SublayerPath.FUSED and self.wo_b.gate(tokens, context=context).fused:
             layout = self.wo_b.input_scale_layout
-            pair = empty_mxfp8_pair(tokens, width, scale_layout=layout, device=self.device)
-            return grouped_wo_a(
-                o, self.wo_a, out_pair=pair, scale_layout=a_layout, out_scale_layout=layout, rounding=rounding
-            )
-        return grouped_wo_a(o, self.wo_a, scale_layout=a_layout, rounding=rounding).view(tokens, width)
+            pair = MxTensor.empty(tokens, width, scale_layout=layout, rounding=rounding, device=self.device)
+            return grouped_wo_a(o, self.wo_a, out_pair=pair, rounding=rounding)
+        return grouped_wo_a(o, self.wo_a, rounding=rounding).view(tokens, width)
 
     def _check_inputs(self, state: HcState, cache: KvCache) -> int:
         if not isinstance(state, HcState):

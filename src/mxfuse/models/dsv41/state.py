@@ -12,38 +12,18 @@ from dataclasses import dataclass
 
 import torch
 
-from mxfuse.hc import N_STREAMS, hc_sinkhorn
+from mxfuse.formats import MxTensor
+from mxfuse.hc import N_STREAMS, HcInputs, hc_sinkhorn
 from mxfuse.models.dsv41.config import Dsv41Config
 
 __all__ = ["HcState", "KvCache", "StepOutputs", "random_kv_cache", "random_state"]
 
 
-@dataclass(frozen=True)
-class HcState:
-    """The hyper-connection state entering the attention sublayer's boundary, T tokens.
-
-    ``x`` [T, H] bf16: the previous sublayer's output (the FFN of the layer before); ``residual``
-    [T, 4, H] bf16; ``post`` [T, 4] and ``comb`` [T, 4, 4] fp32: that sublayer's coefficients;
-    ``prev_pre`` [T, 4] fp32: the pre-mix its boundary produced, which this boundary's collapse uses.
-    """
-
-    x: torch.Tensor
-    residual: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-    prev_pre: torch.Tensor
-
-    @property
-    def tokens(self) -> int:
-        return self.x.shape[0]
-
-    def copy_(self, other: HcState) -> None:
-        """Copy ``other``'s values into these tensors (static CUDA-graph inputs)."""
-        for name in ("x", "residual", "post", "comb", "prev_pre"):
-            getattr(self, name).copy_(getattr(other, name))
-
-    def clone(self) -> HcState:
-        return HcState(*(t.clone() for t in (self.x, self.residual, self.post, self.comb, self.prev_pre)))
+# The hyper-connection state entering the attention sublayer's boundary, T tokens: ``x`` [T, H] bf16 (the
+# previous sublayer's output, the FFN of the layer before), ``residual`` [T, 4, H] bf16, ``post`` [T, 4] and
+# ``comb`` [T, 4, 4] fp32 (that sublayer's coefficients) and ``prev_pre`` [T, 4] fp32, the pre-mix its
+# boundary produced, which this boundary's collapse uses: what ``mxfuse.hc.mhc_boundary`` takes.
+HcState = HcInputs
 
 
 @dataclass(frozen=True)
@@ -87,7 +67,7 @@ class StepOutputs:
     post: torch.Tensor
     comb: torch.Tensor
     y: torch.Tensor
-    pair: tuple[torch.Tensor, torch.Tensor] | None
+    pair: MxTensor | None
 
 
 def random_state(
