@@ -16,7 +16,7 @@ from gpumatrix.bot.decide import Decision, Head, Unavailable, plan_comment
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment
 from gpumatrix.config import Matrix, parse_matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 register(on=("cpu",), est_time=20)
 

@@ -26,7 +26,7 @@ from gpumatrix.bot.repeat import (
     within_budget,
 )
 from gpumatrix.config import load_matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 register(on=("cpu",), est_time=3)
 

@@ -18,7 +18,7 @@ from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.handle import dispatch_inputs
 from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment, render_listing
 from gpumatrix.config import parse_matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 register(on=("cpu",), est_time=10)
 

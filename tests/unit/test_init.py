@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from gpumatrix import UsageError, register
+from gpumatrix.adopt.init import FALLBACK_MARK, InitOptions, plan_init, survey_repository
 from gpumatrix.cli import main
 from gpumatrix.config import parse_matrix
-from gpumatrix.init import FALLBACK_MARK, InitOptions, plan_init, survey_repository
-from gpumatrix.known_classes import classes_in_label
+from gpumatrix.hardware.known_classes import classes_in_label
 
 register(on=("cpu",), est_time=15)
 

@@ -32,7 +32,7 @@ from gpumatrix.bot.render import GroupStatus, StatusComment, render_listing, ren
 from gpumatrix.bot.repeat import BASE, HEAD, base_groups, within_budget
 from gpumatrix.bot.resolve import Refusal, resolve_specs
 from gpumatrix.config import Matrix
-from gpumatrix.registry import Registry
+from gpumatrix.registry.model import Registry
 
 __all__ = ["ACTIONS", "Base", "Decision", "Facts", "Head", "Unavailable", "decide", "plan_comment", "screen"]
 

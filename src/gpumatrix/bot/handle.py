@@ -38,7 +38,7 @@ from gpumatrix.bot.repeat import BASE
 from gpumatrix.bot.sync import refresh_groups, sync_status_comment
 from gpumatrix.bot.tree import TreeError, merge_base, read_test_sources
 from gpumatrix.config import Matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 __all__ = ["HandleClient", "HandleResult", "dispatch_inputs", "handle_event", "is_own_comment"]
 

@@ -6,9 +6,9 @@ plan time like the head. A test file the base does not have (the PR adds it) is 
 and is *new*. Both runs repeat every test N times (`gpumatrix run --repeat N`: pytest-repeat, no reruns).
 
 When a run is over, its JSON reports are read once (`fill_tallies`) into a `Tally`: each test's passes of
-its runs (`gpumatrix.flaky_history.report_tallies`), kept in the status comment's hidden state so no later
+its runs (`gpumatrix.flaky.history.report_tallies`), kept in the status comment's hidden state so no later
 sync reads them again. Once both runs of a runner are tallied, each test gets head k/N, base k/N, the 95%
-interval of each and one verdict (`gpumatrix.flaky.decide_verdict`, the rule of docs/flaky.md), in the
+interval of each and one verdict (`gpumatrix.flaky.stats.decide_verdict`, the rule of docs/flaky.md), in the
 status comment (`comparison_lines`) and in the head's check run (`check_comparison`). The base run gets no
 check run: its commit is the base branch's, not the PR's.
 """
@@ -23,8 +23,8 @@ from gpumatrix.bot.plan import RunnerGroup, replan_group
 from gpumatrix.bot.resolve import Refusal
 from gpumatrix.config import Matrix
 from gpumatrix.escape import markdown
-from gpumatrix.flaky import PassRate, Verdict, decide_verdict
-from gpumatrix.registry import Registry
+from gpumatrix.flaky.stats import PassRate, Verdict, decide_verdict
+from gpumatrix.registry.model import Registry
 
 if TYPE_CHECKING:
     from gpumatrix.bot.github import RunInfo
@@ -108,7 +108,7 @@ class Tally:
 def tally_documents(documents: Iterable[tuple[str, bytes]], matrix: Matrix, *, complete: bool) -> Tally:
     """The tally of a run's JSON reports (name, bytes), read through `gpumatrix.report` against `matrix`; a
     report saved more than once (the same JSON, however spaced) counts once."""
-    from gpumatrix.flaky_history import report_tallies
+    from gpumatrix.flaky.history import report_tallies
     from gpumatrix.report import ReportError, parse_report_bytes
 
     counts: dict[str, list[int]] = {}
@@ -159,9 +159,9 @@ def within_budget(
 ) -> tuple[tuple[RunnerGroup, ...], tuple[Refusal, ...]]:
     """The groups whose N runs fit their runner's time budget (a job runs them as one shard), and a refusal
     for each that does not: N times the registered estimates of its files on the runner's class, against
-    the budget the shard planner uses (`gpumatrix.shard.budget_seconds`). A run cut off by its timeout
+    the budget the shard planner uses (`gpumatrix.running.shard.budget_seconds`). A run cut off by its timeout
     would leave no report, and no verdict."""
-    from gpumatrix.shard import budget_seconds
+    from gpumatrix.running.shard import budget_seconds
 
     kept: list[RunnerGroup] = []
     refusals: list[Refusal] = []
