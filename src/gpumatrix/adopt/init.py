@@ -28,14 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from gpumatrix import UsageError
 from gpumatrix.adopt.class_survey import ClassChoice, FileNeed, choose_classes, file_need
 from gpumatrix.adopt.pytest_settings import PytestSettings, read_pytest_settings
 from gpumatrix.config import CPU_CLASS, GpuClass, parse_matrix
 from gpumatrix.hardware.known_classes import KNOWN_CLASSES, classes_in_label
 from gpumatrix.registry.cache import CACHE_PATH
+from gpumatrix.yamlfile import is_plain_scalar, load_yaml_data
 
 __all__ = [
     "FALLBACK_MARK",
@@ -290,7 +289,7 @@ def _runner_lines(label: str, class_name: str, gpus: int, runs_on: Sequence[str]
 
 def _quoted(text: str) -> str:
     """`text` as a YAML scalar: plain where YAML reads it back as the same string, else quoted."""
-    plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_./ ()-]*", text) and yaml.safe_load(text) == text
+    plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_./ ()-]*", text) and is_plain_scalar(text)
     return text if plain and "  " not in text and not text.endswith(" ") else f'"{text}"'
 
 
@@ -406,14 +405,12 @@ def _gitignore_file(existing: str | None) -> PlannedFile:
 
 
 def _runs_on_labels(text: str) -> list[str]:
-    """The literal `runs-on` labels of a workflow's jobs (expressions are skipped)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return []
+    """The literal `runs-on` labels of a workflow's jobs (expressions are skipped); none from a workflow
+    that does not read as one (`jobs:` not a mapping)."""
+    data = load_yaml_data(text)
     jobs = data.get("jobs") if isinstance(data, dict) else None
     labels: list[str] = []
-    for job in (jobs or {}).values():
+    for job in jobs.values() if isinstance(jobs, dict) else ():
         runs_on = job.get("runs-on") if isinstance(job, dict) else None
         values = runs_on if isinstance(runs_on, list) else [runs_on]
         labels.extend(v for v in values if isinstance(v, str) and "${{" not in v)
