@@ -20,7 +20,7 @@ from github_emulator import GitHubEmulator, github_emulator  # noqa: F401  (the 
 from gpumatrix import register
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.github import GitHubClient
-from gpumatrix.bot.render import parse_status_comment
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.bot.sync import sync_status_comment
 from gpumatrix.commands.bot import bot
 

@@ -27,9 +27,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpumatrix import GpumatrixError, register
-from gpumatrix.bot.checks import ReportMark, check_spec
-from gpumatrix.bot.ci_states import CiStates, Suite, render_ci_states
-from gpumatrix.bot.render import GroupStatus, StatusComment, render_listing, render_status_comment
+from gpumatrix.bot.checks import check_spec
+from gpumatrix.bot.ci_states import render_ci_states
+from gpumatrix.bot.model import CiStates, GroupStatus, ReportMark, StatusComment, Suite
+from gpumatrix.bot.render import render_listing, render_status_comment
 from gpumatrix.bot.report import ReportSummary
 from gpumatrix.bot.resolve import Refusal
 from gpumatrix.commands.run import render_gated, render_run_result, summary_markdown

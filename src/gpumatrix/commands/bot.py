@@ -23,7 +23,7 @@ from gpumatrix.bounds import MAX_EVENT_ID
 from gpumatrix.config import PERMISSION_LEVELS, Matrix, MatrixError, load_matrix
 
 if TYPE_CHECKING:  # the bot's modules load when a command runs, not when the CLI is imported
-    from gpumatrix.bot.decide import Base, Head
+    from gpumatrix.bot.facts import Base, Head
     from gpumatrix.bot.publish import Publication
 
 __all__ = ["bot", "plan"]
@@ -150,7 +150,7 @@ def sync(
     runs, and rewrite the PR's CI-states comment; or, with --pr alone, only the CI-states comment."""
     from gpumatrix.bot.ci_states_sync import sync_ci_states
     from gpumatrix.bot.github import GitHubClient, RetryPolicy
-    from gpumatrix.bot.render import STATE_EMOJI
+    from gpumatrix.bot.model import STATE_EMOJI
     from gpumatrix.bot.sync import SyncError, sync_status_comment
 
     with _exit_codes():
@@ -272,7 +272,7 @@ class _OfflineFacts:
         return self.level
 
     def head(self) -> Head:
-        from gpumatrix.bot.decide import Head
+        from gpumatrix.bot.facts import Head
         from gpumatrix.bot.tree import git_head
         from gpumatrix.registry.discovery import discover
 
@@ -280,7 +280,7 @@ class _OfflineFacts:
 
     def base(self, head: Head) -> Base:
         """The merge base of the working tree's HEAD with the bot's branch (`bot.ref`), from the local clone."""
-        from gpumatrix.bot.decide import Base, Unavailable
+        from gpumatrix.bot.facts import Base, Unavailable
         from gpumatrix.bot.tree import TreeError, merge_base, read_test_sources
         from gpumatrix.registry.discovery import build_registry
 
@@ -295,7 +295,7 @@ class _OfflineFacts:
             raise Unavailable(f"offline: {exc}") from None
 
     def latest_status(self) -> None:
-        from gpumatrix.bot.decide import Unavailable
+        from gpumatrix.bot.facts import Unavailable
 
         raise Unavailable(
             "offline: /rerun-failed reads the PR's latest status comment when the bot handles it"
