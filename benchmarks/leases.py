@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
 from gpumatrix_trees import overlapping_leases, read_jsonl, registered, write_tree  # noqa: E402
 
 from gpumatrix.config import load_matrix  # noqa: E402
-from gpumatrix.hardware import detect  # noqa: E402
+from gpumatrix.hardware.detection import detect  # noqa: E402
 
 __all__ = ["main"]
 

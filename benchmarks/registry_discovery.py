@@ -1,7 +1,7 @@
 """Static registry discovery, cold and warm, against `pytest --collect-only` on a 5,000-file tree.
 
 Builds a synthetic tree of registered test files that import torch at the top, like real kernel
-tests, then times `gpumatrix.registry.discover` in-process, median of --repeats runs each:
+tests, then times `gpumatrix.registry.discovery.discover` in-process, median of --repeats runs each:
 
   cold        no cache: every file is read and parsed (the cache is written, as a first run does)
   warm        the cache of the previous run, nothing changed: no file is read
@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpumatrix.config import Matrix, load_matrix
-from gpumatrix.registry import discover
-from gpumatrix.registry_cache import CACHE_PATH
+from gpumatrix.registry.cache import CACHE_PATH
+from gpumatrix.registry.discovery import discover
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ('("h100", "b200", "gb300", "5090")', '("cpu",)', '("b200", "gb300")', '("h100",)')

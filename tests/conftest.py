@@ -1,7 +1,7 @@
 """Two bridges between this suite and gpumatrix, which never imports mxfuse.
 
 - Path coverage: mxfuse emits a plain record whenever a producer, a GEMM or a layer chooses a path
-  (`mxfuse.witness`); a session-wide subscriber hands each one to `gpumatrix.witnesses.record`, which
+  (`mxfuse.witness`); a session-wide subscriber hands each one to `gpumatrix.report.witnesses.record`, which
   files it under the running test (or, in a process a test started, in the file the plugin names).
   `mxfuse.witness` imports nothing but the standard library, so subscribing costs no torch import on
   a plain runner; where mxfuse is not installed there is nothing to forward.
@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 
 from gpumatrix.plugin import unplugged_collect_report
-from gpumatrix.witnesses import record
+from gpumatrix.report.witnesses import record
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -20,7 +20,7 @@ class GpumatrixError(Exception):
     test runs and the bot's GitHub and git calls. Each error carries `exit_code`, the status the
     `gpumatrix` command exits with (the table is in `gpumatrix.cli`): 1, a failure found, unless a
     subclass says otherwise. Bad arguments to the Python API (`gpumatrix.compare`,
-    `gpumatrix.leases.lease_gpus`, ...) are `ValueError` or `TypeError` naming the argument, as
+    `gpumatrix.running.leases.lease_gpus`, ...) are `ValueError` or `TypeError` naming the argument, as
     Python's own functions raise them.
     """
 

@@ -89,7 +89,7 @@ MAX_REPEAT = 1000
 # with 16 CPUs (2026-12-04, benchmarks/RESULTS.md "The GPU job"), the 1-gpu-h100 slice ran in 131 s cold
 # and 28 s warm with 8 tests per GPU, and in 119 s cold and 35 s warm with 16.
 DEFAULT_WORKERS_PER_GPU = 8
-# The most tests that may share one GPU: a lease of a whole GPU takes this many slots (gpumatrix.leases).
+# The most tests that may share one GPU: a lease of a whole GPU takes this many slots (gpumatrix.running.leases).
 MAX_WORKERS_PER_GPU = 32
 # Ordered as GitHub's collaborator roles: a level grants everything to its left.
 PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")

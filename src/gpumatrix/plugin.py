@@ -4,7 +4,7 @@ Active only where the root (the rootdir, or `--gpumatrix-root`) has `ci/matrix.y
 `--gpumatrix-plan` names a resolved session, so installing the package disturbs no other project's
 pytest. Once active, every `test_*.py` under the test roots of ci/matrix.yaml (`test_roots:`, default
 `tests`) is decided on before it is imported
-(`gpumatrix.gating.decide_file`):
+(`gpumatrix.running.gating.decide_file`):
 
 - one that is not validly registered is a collection error naming the file and the problem;
 - one that needs GPUs this machine lacks is skipped as a whole, one entry per file, with the reason
@@ -15,22 +15,22 @@ pytest. Once active, every `test_*.py` under the test roots of ci/matrix.yaml (`
 - one disabled where it runs (`register(disabled=...)`, `disabled_on=`) is skipped as a whole with
   its reason, marked `disabled` in the report (never a hardware skip), unless `--include-disabled`;
 - a test runs again after a failure only where its file is registered `flaky=` for the class it runs
-  as, through pytest-rerunfailures (`gpumatrix.reruns`), and never in a repeated run (`--count N`);
-- each test of a GPU file leases its GPUs (`gpumatrix.leases`), with or without xdist, seeing only
+  as, through pytest-rerunfailures (`gpumatrix.running.reruns`), and never in a repeated run (`--count N`);
+- each test of a GPU file leases its GPUs (`gpumatrix.running.leases`), with or without xdist, seeing only
   them through CUDA_VISIBLE_DEVICES: a one-GPU test shares its GPU with at most `workers_per_gpu - 1`
   others (ci/matrix.yaml), unless its file is registered `gpu="exclusive"` or the test is marked
   `exclusive_gpu`; a test of several GPUs holds them alone; a test needing more GPUs than its
-  process's CUDA is bound to runs in a fresh pytest child (`gpumatrix.child`), whose reports are
+  process's CUDA is bound to runs in a fresh pytest child (`gpumatrix.running.child`), whose reports are
   replayed here;
 - `--gpumatrix-report PATH` writes the JSON test report (`gpumatrix.report`: this plugin is its one
   writer) by file and test, with each file's duration and the code paths each test recorded
-  (`gpumatrix.witnesses`, checked against `ci/paths.yaml`), for `gpumatrix run`, `coverage`,
+  (`gpumatrix.report.witnesses`, checked against `ci/paths.yaml`), for `gpumatrix run`, `coverage`,
   `estimate` and the bot.
 
 What a session needs decided first (root, hardware, runner, suite, registry, declared paths) is a
-`gpumatrix.session.SessionPlan`, resolved once: by `gpumatrix run`, which hands it over with
+`gpumatrix.running.session.SessionPlan`, resolved once: by `gpumatrix run`, which hands it over with
 `--gpumatrix-plan`, or else by the controller, which hands it to xdist workers and to the child of a
-test that needs more GPUs. Hooks stay thin; decisions are plain functions in `gpumatrix.gating`.
+test that needs more GPUs. Hooks stay thin; decisions are plain functions in `gpumatrix.running.gating`.
 Nothing here imports torch.
 """
 
@@ -47,30 +47,31 @@ from typing import Any
 import pytest
 
 from gpumatrix import GpumatrixError, UsageError
-from gpumatrix.child import HELD_LEASE_ENV, REPLAY_TO_ENV, run_in_child
 from gpumatrix.config import Runner
-from gpumatrix.gating import (
+from gpumatrix.coverage.paths import PATHS_FILE
+from gpumatrix.git_commit import head_commit
+from gpumatrix.hardware.detection import Hardware, preflight
+from gpumatrix.problems import Problem
+from gpumatrix.registry.model import Registration
+from gpumatrix.registry.reader import read_registration
+from gpumatrix.registry.refine import MARKER
+from gpumatrix.registry.refine_items import refine_item
+from gpumatrix.registry.source import read_source_bytes
+from gpumatrix.report import dump_report
+from gpumatrix.report.collect import HARDWARE_SKIP_ATTRIBUTE, RunOutcomes
+from gpumatrix.report.witnesses import WitnessHooks
+from gpumatrix.running.child import HELD_LEASE_ENV, REPLAY_TO_ENV, run_in_child
+from gpumatrix.running.gating import (
     HardwareSkip,
     decide_file,
     evaluate_hardware,
     report_facts,
     unplugged_skip_reason,
 )
-from gpumatrix.git_commit import head_commit
-from gpumatrix.hardware import Hardware, preflight
-from gpumatrix.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
-from gpumatrix.outputs import Output, check_output, write_output
-from gpumatrix.paths import PATHS_FILE
-from gpumatrix.problems import Problem
-from gpumatrix.refine import MARKER
-from gpumatrix.refine_items import refine_item
-from gpumatrix.registry import Registration, read_registration
-from gpumatrix.report import dump_report
-from gpumatrix.report.collect import HARDWARE_SKIP_ATTRIBUTE, RunOutcomes
-from gpumatrix.reruns import RerunHooks
-from gpumatrix.session import SessionPlan, resolve_session
-from gpumatrix.source import read_source_bytes
-from gpumatrix.witnesses import WitnessHooks
+from gpumatrix.running.leases import LeasePlan, LeaseSettings, ProcessLeases, lease_settings
+from gpumatrix.running.outputs import Output, check_output, write_output
+from gpumatrix.running.reruns import RerunHooks
+from gpumatrix.running.session import SessionPlan, resolve_session
 
 __all__ = ["EXCLUSIVE_MARKER", "HardwareSkip", "evaluate_hardware", "unplugged_collect_report"]
 
@@ -193,7 +194,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(on=CLASSES, gpus=N): narrow where this test runs within its file's registration "
-        "(gpumatrix.refine); read statically, like register(...)",
+        "(gpumatrix.registry.refine); read statically, like register(...)",
     )
     config.addinivalue_line(
         "markers",

@@ -20,7 +20,15 @@ from gpumatrix.bounds import MAX_CONFIG_BYTES, MAX_COUNT, int_literal_problem
 from gpumatrix.problems import Problem, ProblemsError
 from gpumatrix.regular_files import read_regular
 
-__all__ = ["INVALID", "MAX_DEPTH", "YamlReader", "compose_yaml", "read_yaml_text"]
+__all__ = [
+    "INVALID",
+    "MAX_DEPTH",
+    "YamlReader",
+    "compose_yaml",
+    "is_plain_scalar",
+    "load_yaml_data",
+    "read_yaml_text",
+]
 
 # Deeper than any file of ci/ needs (the matrix nests 4 levels) and far below what exhausts PyYAML's
 # recursive composer and constructor (about 300 levels under pytest's own stack).
@@ -65,20 +73,50 @@ def compose_yaml(
     `depth_needed` says in the file's own words how deep it needs to go ("a runner matrix needs four").
     """
     try:
-        depth = 0
-        for token in yaml.scan(text, Loader=yaml.SafeLoader):
-            if isinstance(token, _OPENERS):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    message = f"nested more than {MAX_DEPTH} levels deep; {depth_needed}"
-                    raise error([Problem(source, token.start_mark.line + 1, message)])
-            elif isinstance(token, _CLOSERS):
-                depth -= 1
+        deep = _too_deep(text)
+        if deep is not None:
+            message = f"nested more than {MAX_DEPTH} levels deep; {depth_needed}"
+            raise error([Problem(source, deep.start_mark.line + 1, message)])
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise error(
             [Problem(source, _error_line(exc, text), f"not valid YAML: {_yaml_problem(exc)}")]
         ) from None
+
+
+def load_yaml_data(text: str) -> Any:
+    """The plain data of YAML that another tool reads (a GitHub workflow, say), for a look at a few of
+    its values; None when it is not valid YAML or nests past MAX_DEPTH. What cannot be read is not
+    guessed at, and it is no problem of gpumatrix's to report."""
+    try:
+        if _too_deep(text) is not None:
+            return None
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+
+
+def is_plain_scalar(text: str) -> bool:
+    """Whether YAML reads `text`, written unquoted, back as the same string: `h100` is, `5090` (an int),
+    `yes` (a bool in YAML 1.1) and `a: b` are not."""
+    try:
+        return yaml.safe_load(text) == text
+    except yaml.YAMLError:
+        return False
+
+
+def _too_deep(text: str) -> yaml.Token | None:
+    """The token that opens a collection MAX_DEPTH levels deep, found from the token stream, which PyYAML
+    scans without recursion; None when the text stays shallower. A `yaml.YAMLError` where it does not scan."""
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPENERS):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return token
+        elif isinstance(token, _CLOSERS):
+            depth -= 1
+    return None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

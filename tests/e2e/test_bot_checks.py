@@ -18,10 +18,10 @@ from github_emulator.state import CheckRunRecord
 from gpumatrix import register
 from gpumatrix.bot.ci_states import CI_STATES_MARKER, parse_ci_states
 from gpumatrix.bot.ci_states_sync import sync_ci_states
-from gpumatrix.bot.commands import bot
 from gpumatrix.bot.github import GitHubClient
-from gpumatrix.bot.render import parse_status_comment
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.bot.sync import sync_status_comment
+from gpumatrix.commands.bot import bot
 
 register(on=("cpu",), est_time=25)
 

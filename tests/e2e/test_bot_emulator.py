@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from github_emulator import GitHubEmulator, github_emulator  # noqa: F401  (the fixture)
 
 from gpumatrix import register
-from gpumatrix.bot.commands import bot
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.github import GitHubClient
-from gpumatrix.bot.render import parse_status_comment
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.bot.sync import sync_status_comment
+from gpumatrix.commands.bot import bot
 
 register(on=("cpu",), est_time=20)
 

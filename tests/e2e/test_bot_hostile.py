@@ -17,9 +17,10 @@ from click.testing import CliRunner
 from github_emulator import GitHubEmulator, github_emulator  # noqa: F401  (the fixture)
 
 from gpumatrix import register
-from gpumatrix.bot.commands import bot
 from gpumatrix.bot.event import CommentEvent
-from gpumatrix.bot.render import GroupStatus, StatusComment, render_status_comment
+from gpumatrix.bot.model import GroupStatus, StatusComment
+from gpumatrix.bot.render import render_status_comment
+from gpumatrix.commands.bot import bot
 
 register(on=("cpu",), est_time=30)
 

@@ -16,9 +16,9 @@ from coverage_reports import report_json
 from github_emulator import GitHubEmulator, github_emulator  # noqa: F401  (the fixture)
 
 from gpumatrix import register
-from gpumatrix.bot.render import parse_status_comment
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.bot.tree import merge_base, read_test_sources
-from gpumatrix.flaky import PassRate
+from gpumatrix.flaky.stats import PassRate
 
 register(on=("cpu",), est_time=20)
 

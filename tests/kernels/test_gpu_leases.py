@@ -49,7 +49,7 @@ def test_torch_sees_exactly_the_leased_gpus_and_computes_on_them(size: int) -> N
 # Run in a fresh interpreter: this process's CUDA is already initialised by the tests above.
 _DRIVER_PROBE = """
 import ctypes, sys
-from gpumatrix.leases import cuda_initialized
+from gpumatrix.running.leases import cuda_initialized
 import torch
 assert not cuda_initialized(), "importing torch initialised CUDA"
 libcuda = ctypes.CDLL("libcuda.so.1")

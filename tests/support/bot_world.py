@@ -19,9 +19,10 @@ from github_emulator import GitHubEmulator
 from gpumatrix_trees import MATRIX_YAML as BASE_MATRIX_YAML
 from gpumatrix_trees import registered
 
+from gpumatrix.bot.dispatch import HandleResult
 from gpumatrix.bot.event import CommentEvent
 from gpumatrix.bot.github import GitHubClient, RetryPolicy
-from gpumatrix.bot.handle import HandleResult, handle_event
+from gpumatrix.bot.handle import handle_event
 from gpumatrix.bot.sync import SyncResult, sync_status_comment
 from gpumatrix.config import Matrix, load_matrix
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.report import FileResult, Report, Skip, report_to_json
 from gpumatrix.report.collect import RunOutcomes
 

@@ -325,7 +325,7 @@ def run_rank(rank: int, world: int, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    from gpumatrix.witnesses import record
+    from gpumatrix.report.witnesses import record
     from mxfuse import witness
 
     # A rank is a fresh interpreter (no conftest): it hands its records to the path coverage of the test that

@@ -68,7 +68,7 @@ GIT_ENV = {
 # discovers the registry) instead of being handed the plan.
 RESOLVING_CONFTEST = """
 import json, os
-import gpumatrix.session
+import gpumatrix.running.session
 
 def _noting(name, real):
     def noted(*args, **kwargs):
@@ -78,8 +78,8 @@ def _noting(name, real):
         return real(*args, **kwargs)
     return noted
 
-gpumatrix.session.detect = _noting("detect", gpumatrix.session.detect)
-gpumatrix.session.discover = _noting("discover", gpumatrix.session.discover)
+gpumatrix.running.session.detect = _noting("detect", gpumatrix.running.session.detect)
+gpumatrix.running.session.discover = _noting("discover", gpumatrix.running.session.discover)
 """
 
 
@@ -87,11 +87,11 @@ gpumatrix.session.discover = _noting("discover", gpumatrix.session.discover)
 # process, as cuInit does, so a test needing more GPUs than that runs in the plugin's child pytest.
 FAKE_CUDA_CONFTEST = """
 import os, pytest
-import gpumatrix.leases
+import gpumatrix.running.leases
 
 # Stands in for CUDA: the first use fixes the visible devices of the process, as cuInit does.
 _BOUND = []
-gpumatrix.leases.cuda_initialized = lambda **_: bool(_BOUND)
+gpumatrix.running.leases.cuda_initialized = lambda **_: bool(_BOUND)
 
 @pytest.fixture
 def cuda():

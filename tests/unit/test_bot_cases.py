@@ -12,11 +12,13 @@ import pytest
 from gpumatrix_trees import MATRIX_YAML, registered
 
 from gpumatrix import register
-from gpumatrix.bot.decide import Decision, Head, Unavailable, plan_comment
+from gpumatrix.bot.decide import Decision, plan_comment
 from gpumatrix.bot.event import CommentEvent
-from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment
+from gpumatrix.bot.facts import Head, Unavailable
+from gpumatrix.bot.model import GroupStatus, StatusComment
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.config import Matrix, parse_matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 register(on=("cpu",), est_time=20)
 

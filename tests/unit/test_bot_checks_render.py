@@ -10,20 +10,19 @@ from coverage_reports import report_json
 from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
-from gpumatrix.bot.checks import ReportMark, check_spec, read_mark, status_spec
+from gpumatrix.bot.checks import check_spec, status_spec
 from gpumatrix.bot.ci_states import (
     CI_STATES_MARKER,
-    CiStates,
     RerunSource,
-    Suite,
     build_ci_states,
     parse_ci_states,
     render_ci_states,
     with_runs,
 )
 from gpumatrix.bot.github import RunInfo
-from gpumatrix.bot.render import GroupStatus, StatusComment
+from gpumatrix.bot.model import CiStates, GroupStatus, ReportMark, StatusComment, Suite
 from gpumatrix.bot.report import MAX_FAILING, ReportSummary, summarize_reports
+from gpumatrix.bot.state import read_mark
 from gpumatrix.config import parse_matrix
 
 register(on=("cpu",), est_time=2)
@@ -296,8 +295,8 @@ def test_check_summary_as_a_maintainer_reads_it() -> None:
         "",
         f"[View workflow run]({RUN_URL})",
         "",
-        '<!-- gpumatrix:check {"run":99,"attempt":1,"complete":true,"report":{"passed":11,"failed":1,"skipped":2,'
-        '"failing":["tests/x.py::test_y[bf16]"],"more_failing":0,"reports":1,"unreadable":0}} -->',
+        '<!-- gpumatrix:check {"v":1,"run":99,"attempt":1,"complete":true,"report":{"passed":11,"failed":1,'
+        '"skipped":2,"failing":["tests/x.py::test_y[bf16]"],"more_failing":0,"reports":1,"unreadable":0}} -->',
     ]
     assert read_mark(spec.summary) == MARK
 
@@ -514,7 +513,8 @@ def test_parse_ci_states_refuses_what_it_did_not_write(body: str) -> None:
     ],
 )
 def test_status_comment_says_which_was_used(checks: str, note: str | None, line: str) -> None:
-    from gpumatrix.bot.render import parse_status_comment, render_status_comment
+    from gpumatrix.bot.render import render_status_comment
+    from gpumatrix.bot.state import parse_status_comment
 
     status = StatusComment(
         5,

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpumatrix import register
-from gpumatrix.bot.commands import plan
+from gpumatrix.commands.bot import plan
 
 register(on=("cpu",), est_time=20)
 

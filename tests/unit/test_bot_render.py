@@ -5,15 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpumatrix import register
-from gpumatrix.bot.render import (
-    GroupStatus,
-    StatusComment,
-    parse_status_comment,
-    render_listing,
-    render_status_comment,
-    run_state,
-)
+from gpumatrix.bot.model import GroupStatus, StatusComment, run_state
+from gpumatrix.bot.render import render_listing, render_status_comment
 from gpumatrix.bot.resolve import Refusal
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.escape import markdown
 
 register(on=("cpu",), est_time=20)

@@ -11,22 +11,22 @@ from coverage_reports import report_json
 from gpumatrix_trees import register_call
 
 from gpumatrix import register
-from gpumatrix.bot.handle import dispatch_inputs
+from gpumatrix.bot.dispatch import dispatch_inputs
+from gpumatrix.bot.model import BASE, GroupStatus, StatusComment, Tally
 from gpumatrix.bot.parse import LIST, RERUN_FAILED, RERUN_TEST, parse_comment
 from gpumatrix.bot.plan import RunnerGroup
-from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment, render_status_comment
+from gpumatrix.bot.render import render_status_comment
 from gpumatrix.bot.repeat import (
-    BASE,
     MAX_TALLIED,
-    Tally,
     base_groups,
     check_comparison,
     compare,
     tally_documents,
     within_budget,
 )
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.config import load_matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 register(on=("cpu",), est_time=3)
 

@@ -13,12 +13,15 @@ from github_emulator import GitHubEmulator, github_emulator  # noqa: F401  (the 
 from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
-from gpumatrix.bot.decide import Head, plan_comment
+from gpumatrix.bot.decide import plan_comment
+from gpumatrix.bot.dispatch import dispatch_inputs
 from gpumatrix.bot.event import CommentEvent
-from gpumatrix.bot.handle import dispatch_inputs
-from gpumatrix.bot.render import GroupStatus, StatusComment, parse_status_comment, render_listing
+from gpumatrix.bot.facts import Head
+from gpumatrix.bot.model import GroupStatus, StatusComment
+from gpumatrix.bot.render import render_listing
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.config import parse_matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 register(on=("cpu",), est_time=10)
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from gpumatrix import register
-from gpumatrix.class_survey import FileNeed, choose_classes, file_need
+from gpumatrix.adopt.class_survey import FileNeed, choose_classes, file_need
+from gpumatrix.adopt.evidence import Evidence, Sign
+from gpumatrix.adopt.init import InitOptions, plan_init, survey_repository
 from gpumatrix.config import parse_matrix
-from gpumatrix.evidence import Evidence, Sign
-from gpumatrix.init import InitOptions, plan_init, survey_repository
 
 register(on=("cpu",), est_time=10)
 

@@ -14,9 +14,9 @@ from gpumatrix_trees import RESOLVING_CONFTEST
 from gpumatrix import register
 from gpumatrix.cli import main
 from gpumatrix.config import load_matrix
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.report import Report
-from gpumatrix.run import RunError, evaluate_report, select_files, select_runner
+from gpumatrix.running.run import RunError, evaluate_report, select_files, select_runner
 
 register(on=("cpu",), est_time=30)
 
@@ -232,7 +232,7 @@ def test_run_guards(files, matches, problems):
 
 
 def test_select_files_shards_and_tests_file(tmp_path):
-    from gpumatrix.registry import Registration
+    from gpumatrix.registry.model import Registration
 
     runner = MATRIX.runner("1-gpu-h100")
     files = [
@@ -384,8 +384,8 @@ def test_run_honours_root_wherever_it_is(tmp_path, monkeypatch, given, outer_con
 
 
 def test_run_shard_runs_exactly_the_files_of_the_matrix_shard(tmp_path):
-    from gpumatrix.registry import load_tree
-    from gpumatrix.shard import plan_matrix
+    from gpumatrix.registry.discovery import load_tree
+    from gpumatrix.running.shard import plan_matrix
 
     # Names and times in different orders; 4,800 s against the cpu runner's 2,880 s budget: 2 shards.
     times = {"a": 400, "b": 1500, "c": 100, "d": 900, "e": 1200, "f": 700}

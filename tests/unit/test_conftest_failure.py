@@ -10,7 +10,7 @@ from gpumatrix_trees import registered, write_tree
 
 from gpumatrix import register
 from gpumatrix.cli import main
-from gpumatrix.pytest_failure import explain_no_report
+from gpumatrix.running.pytest_failure import explain_no_report
 
 register(on=("cpu",), est_time=10)
 

@@ -13,8 +13,8 @@ from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
 from gpumatrix.config import parse_matrix
-from gpumatrix.coverage import merge_reports
-from gpumatrix.paths import parse_paths
+from gpumatrix.coverage.merge import merge_reports
+from gpumatrix.coverage.paths import parse_paths
 from gpumatrix.report import parse_report
 
 register(on=("cpu",), est_time=1)
@@ -319,7 +319,7 @@ def test_a_report_of_disabled_files_only_fails_no_merge_but_cannot_be_one_alone(
 
 def test_passes_of_a_file_not_registered_for_the_reports_runner_count_for_nothing():
     """Before, a cpu report's pass in a file registered for h100 only made ref.torch green on cpu."""
-    from gpumatrix.registry import Registration
+    from gpumatrix.registry.model import Registration
 
     registrations = [
         Registration("tests/unit/test_r.py", 1, ("h100",), 1, 1.0, runners=("1-gpu-h100",)),
@@ -355,7 +355,7 @@ def test_passes_of_a_file_not_registered_for_the_reports_runner_count_for_nothin
     ids=["commits", "suites", "an-older-report"],
 )
 def test_reports_of_different_commits_or_suites_are_refused_unless_allowed(first, second, says):
-    from gpumatrix.coverage import MixedReportsError
+    from gpumatrix.coverage.merge import MixedReportsError
 
     base = {"commit": SHA_A, "suite": "pr"}
     one = _with(CPU_OK, **{**base, **first})

@@ -161,7 +161,7 @@ def test_the_page_is_self_contained_and_escapes_what_reports_say(tmp_path: Path)
 
 def test_run_writes_the_page_of_its_own_slice_and_says_where(tmp_path: Path) -> None:
     body = (
-        "from gpumatrix.witnesses import record\n\n"
+        "from gpumatrix.report.witnesses import record\n\n"
         "def test_t():\n    record({'path': 'ref.torch', 'reason': 'CPU tensors'})\n"
     )
     root = write_tree(

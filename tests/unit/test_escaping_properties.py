@@ -27,31 +27,27 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpumatrix import GpumatrixError, register
-from gpumatrix.bot.checks import ReportMark, check_spec
-from gpumatrix.bot.ci_states import CiStates, Suite, render_ci_states
-from gpumatrix.bot.render import GroupStatus, StatusComment, render_listing, render_status_comment
+from gpumatrix.bot.checks import check_spec
+from gpumatrix.bot.ci_states import render_ci_states
+from gpumatrix.bot.model import CiStates, GroupStatus, ReportMark, StatusComment, Suite
+from gpumatrix.bot.render import render_listing, render_status_comment
 from gpumatrix.bot.report import ReportSummary
 from gpumatrix.bot.resolve import Refusal
+from gpumatrix.commands.run import render_gated, render_run_result, summary_markdown
+from gpumatrix.commands.tree import render_file_table
 from gpumatrix.config import BotConfig, GpuClass, Matrix, Runner
-from gpumatrix.coverage import merge_reports
-from gpumatrix.estimate import FileEstimate, render_estimates
-from gpumatrix.flaky import PassRate
-from gpumatrix.flaky_history import FlakyHistory, PassRecord, SteadyFile, render_history
-from gpumatrix.hardware import Hardware
-from gpumatrix.page import render_coverage, render_html, render_markdown
-from gpumatrix.paths import DeclaredPath, PathCatalog
+from gpumatrix.console import render_error, render_problems
+from gpumatrix.coverage.merge import merge_reports
+from gpumatrix.coverage.page import render_coverage, render_html, render_markdown
+from gpumatrix.coverage.paths import DeclaredPath, PathCatalog
+from gpumatrix.estimate.proposals import FileEstimate, render_estimates
+from gpumatrix.flaky.history import FlakyHistory, PassRecord, SteadyFile, render_history
+from gpumatrix.flaky.stats import PassRate
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.problems import Problem
-from gpumatrix.registry import Registration
+from gpumatrix.registry.model import Registration
 from gpumatrix.report import FileResult, PathRecord, Report, Rerun, Skip, Witnessed
-from gpumatrix.results import (
-    render_error,
-    render_file_table,
-    render_gated,
-    render_problems,
-    render_run_result,
-    summary_markdown,
-)
-from gpumatrix.run import RunPlan, RunResult, RunSummary
+from gpumatrix.running.run import RunPlan, RunResult, RunSummary
 
 register(on=("cpu",), est_time=60)
 
@@ -207,7 +203,7 @@ def terminal_outputs(text: str) -> list[str]:
     """What each terminal renderer prints, as a CI log (no terminal, so rich adds no colour of its own)."""
     from rich.console import Console
 
-    from gpumatrix.bot.commands import _echo
+    from gpumatrix.commands.bot import _echo
 
     outputs = []
 

@@ -12,9 +12,9 @@ from gpumatrix_trees import MATRIX_YAML, write_tree
 
 from gpumatrix import register
 from gpumatrix.cli import main
-from gpumatrix.est_time_write import EstTimeEdit, EstTimeEditError, plan_edits, rewrite_est_time
-from gpumatrix.estimate import FileEstimate
-from gpumatrix.registry import read_registration
+from gpumatrix.estimate.proposals import FileEstimate
+from gpumatrix.estimate.write import EstTimeEdit, EstTimeEditError, plan_edits, rewrite_est_time
+from gpumatrix.registry.reader import read_registration
 
 register(on=("cpu",), est_time=3)
 

@@ -8,10 +8,10 @@ from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
 from gpumatrix.config import parse_matrix
-from gpumatrix.estimate import FileEstimate, estimate_files, measured_durations, percentile
-from gpumatrix.registry import Registration
+from gpumatrix.estimate.proposals import FileEstimate, estimate_files, measured_durations, percentile
+from gpumatrix.registry.model import Registration
 from gpumatrix.report import parse_report
-from gpumatrix.shard import split_shards
+from gpumatrix.running.shard import split_shards
 
 register(on=("cpu",), est_time=2)
 

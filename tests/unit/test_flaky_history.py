@@ -13,10 +13,10 @@ from gpumatrix_trees import register_call, write_tree
 from gpumatrix import register
 from gpumatrix.cli import main
 from gpumatrix.config import load_matrix
-from gpumatrix.flaky import PassRate
-from gpumatrix.flaky_history import flaky_history, report_tallies
-from gpumatrix.hardware import Hardware
-from gpumatrix.registry import build_registry
+from gpumatrix.flaky.history import flaky_history, report_tallies
+from gpumatrix.flaky.stats import PassRate
+from gpumatrix.hardware.detection import Hardware
+from gpumatrix.registry.discovery import build_registry
 from gpumatrix.report import FileResult, Report, Rerun, report_to_json
 
 register(on=("cpu",), est_time=5)

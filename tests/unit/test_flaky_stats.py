@@ -1,4 +1,4 @@
-"""The statistics behind repeated runs (`gpumatrix.flaky`): intervals against published and hand-computed
+"""The statistics behind repeated runs (`gpumatrix.flaky.stats`): intervals against published and hand-computed
 values, the verdict rule row by row, and the runs that would decide."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from gpumatrix import register
-from gpumatrix.flaky import (
+from gpumatrix.flaky.stats import (
     Interval,
     PassRate,
     decide_verdict,

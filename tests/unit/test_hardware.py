@@ -1,4 +1,4 @@
-"""gpumatrix.hardware: the override, each probe (through fakes), CUDA_VISIBLE_DEVICES, pre-flight."""
+"""gpumatrix.hardware.detection: the override, each probe (through fakes), CUDA_VISIBLE_DEVICES, pre-flight."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from gpumatrix_trees import MATRIX_YAML
 
-from gpumatrix import hardware, register
+from gpumatrix import register
 from gpumatrix.config import load_matrix, parse_matrix
-from gpumatrix.hardware import BUILTIN_CLASSES, Device, Hardware, detect, preflight, select_visible
+from gpumatrix.hardware import detection as hardware
+from gpumatrix.hardware.detection import BUILTIN_CLASSES, Device, Hardware, detect, preflight, select_visible
 
 register(on=("cpu",), est_time=8)
 
@@ -23,7 +24,7 @@ H200 = "NVIDIA H200"
 
 
 class FakeNvml:
-    """The slice of pynvml that gpumatrix.hardware calls, over a fixed list of devices."""
+    """The slice of pynvml that gpumatrix.hardware.detection calls, over a fixed list of devices."""
 
     class NVMLError(Exception):
         pass

@@ -340,7 +340,7 @@ def test_a_registration_past_the_digit_limit_is_a_problem_whatever_the_limit_is_
     """With `sys.set_int_max_str_digits(0)` (any library may call it) a 5,000-digit literal parses; the
     registry still refuses it at its line, and ci/matrix.yaml's reader still refuses one of its own."""
     from gpumatrix.config import MatrixError, parse_matrix
-    from gpumatrix.registry import read_registration
+    from gpumatrix.registry.reader import read_registration
 
     before = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(0)

@@ -8,15 +8,67 @@ import pytest
 from click.testing import CliRunner
 
 from gpumatrix import UsageError, register
+from gpumatrix.adopt.init import FALLBACK_MARK, InitOptions, plan_init, survey_repository
 from gpumatrix.cli import main
 from gpumatrix.config import parse_matrix
-from gpumatrix.init import FALLBACK_MARK, InitOptions, plan_init, survey_repository
-from gpumatrix.known_classes import classes_in_label
+from gpumatrix.hardware.known_classes import classes_in_label
+from gpumatrix.yamlfile import MAX_DEPTH, is_plain_scalar, load_yaml_data
 
 register(on=("cpu",), est_time=15)
 
 AMD_WORKFLOW = "jobs:\n  t:\n    runs-on: linux-mi300-gpu-1\n    steps:\n      - run: make test\n"
 INTEL_WORKFLOW = "jobs:\n  t:\n    runs-on: [linux-max1550-pvc-8]\n    steps:\n      - run: pytest test\n"
+
+
+def _nested(levels: int) -> tuple[str, object]:
+    """`jobs:` holding lists `levels` deep, as YAML text and as the data it means."""
+    data: list = []
+    for _ in range(levels - 1):
+        data = [data]
+    return "jobs: " + "[" * levels + "]" * levels + "\n", {"jobs": data}
+
+
+# The mapping is one level, so MAX_DEPTH - 1 lists reach the limit and MAX_DEPTH pass it.
+DEEP, _ = _nested(MAX_DEPTH)
+ENOUGH, ENOUGH_DATA = _nested(MAX_DEPTH - 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "data"),
+    [
+        ("jobs:\n  t:\n    runs-on: x\n", {"jobs": {"t": {"runs-on": "x"}}}),
+        ("jobs: [\n", None),  # not YAML
+        (DEEP, None),  # deeper than any workflow needs: never handed to the recursive loader
+        (ENOUGH, ENOUGH_DATA),
+        ("", None),
+    ],
+    ids=["workflow", "invalid", "too deep", "deep enough", "empty"],
+)
+def test_init_reads_workflows_through_yamlfile(text: str, data: object) -> None:
+    assert load_yaml_data(text) == data
+
+
+@pytest.mark.parametrize(
+    ("text", "plain"),
+    [("h100", True), ("1-gpu-h100", True), ("5090", False), ("yes", False), ("a: b", False), ("[x", False)],
+)
+def test_a_label_is_written_plain_only_where_yaml_reads_it_back(text: str, plain: bool) -> None:
+    assert is_plain_scalar(text) is plain
+
+
+def test_a_workflow_that_does_not_read_names_no_class(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            ".github/workflows/broken.yml": "jobs: [\n  runs-on: linux-mi300-gpu-1\n",
+            ".github/workflows/deep.yml": DEEP,
+            ".github/workflows/list.yml": ENOUGH,
+            ".github/workflows/amd.yml": AMD_WORKFLOW,
+            "tests/test_a.py": "def test_a():\n    pass\n",
+        },
+    )
+    survey = survey_repository(tmp_path)
+    assert survey.labels == ((".github/workflows/amd.yml", "linux-mi300-gpu-1"),)
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:

@@ -1,4 +1,4 @@
-"""gpumatrix.leases: exclusive GPU leases across threads and processes, and the plan for a bound process."""
+"""gpumatrix.running.leases: exclusive GPU leases across threads and processes, and the plan for a bound process."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from gpumatrix_trees import most_at_once, overlapping_leases, read_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumatrix import leases, register
-from gpumatrix.leases import (
+from gpumatrix import register
+from gpumatrix.running import leases
+from gpumatrix.running.leases import (
     LeaseTimeout,
     ProcessLeases,
     cuda_initialized,
@@ -256,7 +257,7 @@ def test_threads_never_share_a_device_beyond_its_share(
 _LEASING_PROCESS = """
 import random, sys, time
 from pathlib import Path
-from gpumatrix.leases import lease_gpus
+from gpumatrix.running.leases import lease_gpus
 lock_dir, log, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(seed)
 for turn in range(12):

@@ -9,8 +9,8 @@ import pytest
 
 from gpumatrix import UsageError, register
 from gpumatrix.config import load_matrix, parse_matrix
-from gpumatrix.paths import PathsError, load_paths, parse_paths
-from gpumatrix.registry import load_tree
+from gpumatrix.coverage.paths import PathsError, load_paths, parse_paths
+from gpumatrix.registry.discovery import load_tree
 from mxfuse import witness
 
 register(on=("cpu",), est_time=2)

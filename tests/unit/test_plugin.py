@@ -27,9 +27,9 @@ from gpumatrix_trees import (
 
 from gpumatrix import register
 from gpumatrix.config import DEFAULT_WORKERS_PER_GPU
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.plugin import HardwareSkip, evaluate_hardware
-from gpumatrix.registry import Registration
+from gpumatrix.registry.model import Registration
 
 register(on=("cpu",), est_time=40)
 
@@ -613,11 +613,11 @@ def test_exclusive_tests_hold_their_gpu_alone(tmp_path: Path) -> None:
 
 _FAKE_CUDA_CONFTEST = """
 import json, os, pytest
-import gpumatrix.leases
+import gpumatrix.running.leases
 
 # Stands in for CUDA: the first use fixes the visible devices of the process, as cuInit does.
 _BOUND = []
-gpumatrix.leases.cuda_initialized = lambda **_: bool(_BOUND)
+gpumatrix.running.leases.cuda_initialized = lambda **_: bool(_BOUND)
 
 @pytest.fixture
 def cuda(request):

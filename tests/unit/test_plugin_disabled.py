@@ -13,9 +13,10 @@ from gpumatrix_trees import run_pytest, write_tree
 
 from gpumatrix import register
 from gpumatrix.config import Runner
-from gpumatrix.gating import FileDecision, decide_file, running_class, unplugged_skip_reason
-from gpumatrix.hardware import Hardware
-from gpumatrix.registry import Registration
+from gpumatrix.hardware.detection import Hardware
+from gpumatrix.registry.model import Registration
+from gpumatrix.registry.resolution import running_class
+from gpumatrix.running.gating import FileDecision, decide_file, unplugged_skip_reason
 
 register(on=("cpu",), est_time=25)
 

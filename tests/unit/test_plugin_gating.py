@@ -9,10 +9,10 @@ from gpumatrix_trees import read_jsonl, registered, run_pytest, write_tree
 
 from gpumatrix import register
 from gpumatrix.config import Runner
-from gpumatrix.gating import FileDecision, decide_file, forwarded_options, unplugged_skip_reason
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.problems import Problem
-from gpumatrix.registry import Registration
+from gpumatrix.registry.model import Registration
+from gpumatrix.running.gating import FileDecision, decide_file, forwarded_options, unplugged_skip_reason
 
 register(on=("cpu",), est_time=30)
 
@@ -193,16 +193,16 @@ def test_xdist_workers_take_the_controllers_registry(tmp_path: Path) -> None:
         {
             "conftest.py": """
 import json, os
-import gpumatrix.session
+import gpumatrix.running.session
 
-_discover = gpumatrix.session.discover
+_discover = gpumatrix.running.session.discover
 
 def _recording(*args, **kwargs):
     with open(os.environ["DISCOVERIES"], "a") as stream:
         stream.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER")}) + "\\n")
     return _discover(*args, **kwargs)
 
-gpumatrix.session.discover = _recording
+gpumatrix.running.session.discover = _recording
 """,
             **{
                 f"tests/test_{i}.py": registered(("cpu",), body="def test_a():\n    pass\n") for i in range(4)

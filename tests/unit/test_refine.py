@@ -11,7 +11,7 @@ from gpumatrix_trees import MATRIX_YAML, registered, run_pytest, write_tree
 
 from gpumatrix import register
 from gpumatrix.config import parse_matrix
-from gpumatrix.registry import build_registry
+from gpumatrix.registry.discovery import build_registry
 
 register(on=("cpu",), est_time=20)
 

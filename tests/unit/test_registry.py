@@ -8,8 +8,9 @@ import pytest
 
 from gpumatrix import register
 from gpumatrix.config import load_matrix, parse_matrix
-from gpumatrix.registry import build_registry, discover, find_test_files, load_tree, read_registration
-from gpumatrix.source import READ_LIMIT, read_source_bytes
+from gpumatrix.registry.discovery import build_registry, discover, find_test_files, load_tree
+from gpumatrix.registry.reader import read_registration
+from gpumatrix.registry.source import READ_LIMIT, read_source_bytes
 
 register(on=("cpu",), est_time=3)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import gpumatrix.registry
+import gpumatrix.registry.discovery
 from gpumatrix import register
 from gpumatrix.config import load_matrix
-from gpumatrix.registry import discover
-from gpumatrix.registry_cache import CACHE_PATH
+from gpumatrix.registry.cache import CACHE_PATH
+from gpumatrix.registry.discovery import discover
 
 register(on=("cpu",), est_time=3)
 
@@ -36,13 +36,13 @@ def _registered(on: str = '("cpu",)', est_time: int = 1) -> str:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Paths whose bytes discovery read, in order."""
     seen: list[str] = []
-    original = gpumatrix.registry.read_source_bytes
+    original = gpumatrix.registry.discovery.read_source_bytes
 
     def counting(path: str, **kwargs: int) -> tuple[bytes, int]:
         seen.append(Path(path).name)
         return original(path, **kwargs)
 
-    monkeypatch.setattr(gpumatrix.registry, "read_source_bytes", counting)
+    monkeypatch.setattr(gpumatrix.registry.discovery, "read_source_bytes", counting)
     return seen
 
 
@@ -135,7 +135,7 @@ def test_runners_are_resolved_from_the_matrix_of_each_run(tree: Path, reads: lis
     ids=["corrupt", "other-code", "not-a-mapping", "short-entry", "fields-as-a-dict", "too-few-fields"],
 )
 def test_a_cache_that_cannot_be_used_is_rebuilt(tree: Path, reads: list[str], content: str) -> None:
-    from gpumatrix.registry import reading_code_key
+    from gpumatrix.registry.discovery import reading_code_key
 
     expected = discover(tree, MATRIX, cache=False)
     stat = (tree / "tests" / "test_a.py").stat()

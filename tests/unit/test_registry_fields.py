@@ -11,7 +11,8 @@ from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
 from gpumatrix.config import load_matrix, parse_matrix
-from gpumatrix.registry import Registration, build_registry, discover
+from gpumatrix.registry.discovery import build_registry, discover
+from gpumatrix.registry.model import Registration
 
 register(on=("cpu",), est_time=3)
 

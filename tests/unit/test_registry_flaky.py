@@ -10,7 +10,7 @@ from gpumatrix_trees import MATRIX_YAML, REGISTER_IMPORT, register_call
 
 from gpumatrix import register
 from gpumatrix.config import DEFAULT_FLAKY_RERUNS, MatrixError, load_matrix, parse_matrix
-from gpumatrix.registry import build_registry, discover
+from gpumatrix.registry.discovery import build_registry, discover
 
 register(on=("cpu",), est_time=2)
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import gpumatrix.report.read
 from gpumatrix import register
 from gpumatrix.config import MAX_SECONDS, parse_matrix
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.report import (
     OUTCOME_RANK,
     Report,

@@ -189,8 +189,8 @@ def test_estimate_and_coverage_count_a_report_given_twice_once(tmp_path: Path) -
     (kernel,) = [r for r in rows if r["path"] == "tests/kernels/test_k.py"]
     assert (kernel["samples"], kernel["proposed"], kernel["runners"]) == (1, 25, ["1-gpu-h100"])
     from gpumatrix.config import load_matrix
-    from gpumatrix.coverage import merge_reports
-    from gpumatrix.paths import load_paths
+    from gpumatrix.coverage.merge import merge_reports
+    from gpumatrix.coverage.paths import load_paths
     from gpumatrix.report import read_report
 
     matrix = load_matrix(root / "ci" / "matrix.yaml")

@@ -13,7 +13,7 @@ from gpumatrix_trees import MATRIX_YAML
 
 from gpumatrix import register
 from gpumatrix.config import parse_matrix
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.report import Report, ReportError, Rerun, parse_report, report_to_json
 from gpumatrix.report.collect import RunOutcomes
 

@@ -12,8 +12,8 @@ from gpumatrix_trees import write_tree
 
 from gpumatrix import register
 from gpumatrix.cli import main
-from gpumatrix.coverage import load_coverage
-from gpumatrix.page import render_markdown
+from gpumatrix.coverage.merge import load_coverage
+from gpumatrix.coverage.page import render_markdown
 
 register(on=("cpu",), est_time=60)
 

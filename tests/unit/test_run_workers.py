@@ -13,11 +13,11 @@ from gpumatrix_trees import MATRIX_YAML, registered, write_tree
 
 from gpumatrix import UsageError, register
 from gpumatrix.cli import main
-from gpumatrix.compile_cache import CacheUse, compile_cache, kernel_entries
 from gpumatrix.config import Runner, WorkersPerGpu, parse_matrix
-from gpumatrix.hardware import Hardware
-from gpumatrix.run import RunOptions, choose_workers, plan_run
-from gpumatrix.session import resolve_workers_per_gpu
+from gpumatrix.hardware.detection import Hardware
+from gpumatrix.running.compile_cache import CacheUse, compile_cache, kernel_entries
+from gpumatrix.running.run import RunOptions, choose_workers, plan_run
+from gpumatrix.running.session import resolve_workers_per_gpu
 
 register(on=("cpu",), est_time=20)
 

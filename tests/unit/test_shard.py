@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from gpumatrix import register
 from gpumatrix.config import Runner
-from gpumatrix.registry import Registration
-from gpumatrix.shard import budget_seconds, lpt_pack, parse_shard_spec, plan_runner, split_shards
+from gpumatrix.registry.model import Registration
+from gpumatrix.running.shard import budget_seconds, lpt_pack, parse_shard_spec, plan_runner, split_shards
 
 register(on=("cpu",), est_time=8)
 

@@ -1,4 +1,4 @@
-"""gpumatrix.source: the plain-form reading agrees with parsing, and declines whatever it cannot vouch for."""
+"""gpumatrix.registry.source: the plain-form reading agrees with parsing, and declines whatever it cannot vouch for."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import gpumatrix.registry
+import gpumatrix.registry.reader
 from gpumatrix import register
-from gpumatrix.registry import read_registration
-from gpumatrix.source import CanonicalCall, canonical_call
+from gpumatrix.registry.reader import read_registration
+from gpumatrix.registry.source import CanonicalCall, canonical_call
 
 register(on=("cpu",), est_time=8)
 
@@ -81,7 +81,7 @@ def _parsed_only(
     source: str, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[object, list[str], tuple[object, ...]]:
     with monkeypatch.context() as patch:
-        patch.setattr(gpumatrix.registry, "canonical_call", lambda text: None)
+        patch.setattr(gpumatrix.registry.reader, "canonical_call", lambda text: None)
         return _summary(read_registration(source, "tests/test_x.py"))
 
 

@@ -10,15 +10,15 @@ from click.testing import CliRunner
 from gpumatrix_trees import registered
 
 from gpumatrix import register
-from gpumatrix.cli import main
-from gpumatrix.config import parse_matrix
-from gpumatrix.suggest import (
+from gpumatrix.adopt.suggest import (
     SuggestOptions,
     find_evidence,
     insert_registration,
     suggest_registration,
     suggest_tree,
 )
+from gpumatrix.cli import main
+from gpumatrix.config import parse_matrix
 
 register(on=("cpu",), est_time=10)
 

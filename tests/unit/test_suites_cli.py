@@ -14,9 +14,10 @@ from coverage_reports import report_from_files
 from gpumatrix import register
 from gpumatrix.cli import main
 from gpumatrix.config import load_matrix
-from gpumatrix.registry import Registration, build_registry
-from gpumatrix.run import evaluate_report
-from gpumatrix.shard import budget_seconds, file_seconds, plan_matrix, plan_runner, split_shards
+from gpumatrix.registry.discovery import build_registry
+from gpumatrix.registry.model import Registration
+from gpumatrix.running.run import evaluate_report
+from gpumatrix.running.shard import budget_seconds, file_seconds, plan_matrix, plan_runner, split_shards
 
 register(on=("cpu",), est_time=30)
 

@@ -11,12 +11,12 @@ from click.testing import CliRunner
 from gpumatrix_trees import GIT_ENV, MATRIX_YAML, registered, run_pytest, write_tree
 
 from gpumatrix import register
+from gpumatrix.adopt.pytest_settings import PytestSettings, read_pytest_settings
+from gpumatrix.adopt.tree_survey import survey_files, survey_tree
 from gpumatrix.bot.tree import read_test_sources
 from gpumatrix.cli import main
 from gpumatrix.config import MatrixError, parse_matrix
-from gpumatrix.pytest_settings import PytestSettings, read_pytest_settings
-from gpumatrix.registry import discover, find_test_files
-from gpumatrix.tree_survey import survey_files, survey_tree
+from gpumatrix.registry.discovery import discover, find_test_files
 
 register(on=("cpu",), est_time=20)
 

@@ -22,9 +22,9 @@ from github_emulator.webhooks import issue_comment_event
 from gpumatrix_trees import registered, write_tree
 
 from gpumatrix import register
-from gpumatrix.bot.commands import bot
 from gpumatrix.bot.event import CommentEvent, EventError
 from gpumatrix.cli import main
+from gpumatrix.commands.bot import bot
 
 register(on=("cpu",), est_time=25)
 

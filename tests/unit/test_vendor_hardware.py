@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gpumatrix import hardware, register, vendor_probes
+from gpumatrix import register
 from gpumatrix.config import parse_matrix
-from gpumatrix.gating import evaluate_hardware
-from gpumatrix.hardware import Hardware, detect
-from gpumatrix.registry import build_registry
+from gpumatrix.hardware import detection as hardware
+from gpumatrix.hardware import vendor_probes
+from gpumatrix.hardware.detection import Hardware, detect
+from gpumatrix.registry.discovery import build_registry
+from gpumatrix.running.gating import evaluate_hardware
 
 register(on=("cpu",), est_time=10)
 

@@ -10,10 +10,10 @@ import pytest
 from gpumatrix_trees import MATRIX_YAML, read_jsonl, registered, run_pytest, write_tree
 
 from gpumatrix import register
-from gpumatrix.devices import Device, Probe
-from gpumatrix.hardware import detect
-from gpumatrix.leases import ProcessLeases
-from gpumatrix.visibility import narrowed, visible_environment, visible_spec
+from gpumatrix.hardware.detection import detect
+from gpumatrix.hardware.devices import Device, Probe
+from gpumatrix.hardware.visibility import narrowed, visible_environment, visible_spec
+from gpumatrix.running.leases import ProcessLeases
 
 register(on=("cpu",), est_time=15)
 
@@ -99,7 +99,7 @@ def _probe(vendor: str) -> Probe:
 def test_detection_narrows_by_the_vendors_variable(
     vendor: str, environ: dict[str, str], count: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpumatrix import hardware
+    from gpumatrix.hardware import detection as hardware
 
     monkeypatch.setattr(hardware, "_probe_machine", lambda env: _probe(vendor))
     found = detect(environ=environ)

@@ -26,7 +26,7 @@ paths:
 _RECORDS = """
 import subprocess, sys
 import pytest
-from gpumatrix.witnesses import record
+from gpumatrix.report.witnesses import record
 
 def test_records():
     record({"path": "ref.torch", "reason": "CPU tensors", "backend": "torch", "rows": 3})
@@ -47,7 +47,7 @@ def test_records_nothing():
     pass
 
 def test_child_process():
-    code = "from gpumatrix.witnesses import record; record({'path': 'k.pair', 'reason': 'in a child'})"
+    code = "from gpumatrix.report.witnesses import record; record({'path': 'k.pair', 'reason': 'in a child'})"
     subprocess.run([sys.executable, "-c", code], check=True)
 """
 
@@ -97,7 +97,7 @@ def test_records_from_xdist_workers_are_not_lost(tmp_path: Path) -> None:
 
 def test_an_undeclared_path_fails_the_test_that_recorded_it(tmp_path: Path) -> None:
     body = """
-from gpumatrix.witnesses import record
+from gpumatrix.report.witnesses import record
 
 def test_typo():
     record({"path": "k.pari", "reason": "fused"})
@@ -119,7 +119,7 @@ def test_fine():
 
 
 def test_without_a_paths_file_any_recorded_path_is_undeclared(tmp_path: Path) -> None:
-    body = "from gpumatrix.witnesses import record\n\ndef test_a():\n    record({'path': 'k.pair'})\n"
+    body = "from gpumatrix.report.witnesses import record\n\ndef test_a():\n    record({'path': 'k.pair'})\n"
     write_tree(tmp_path, {"tests/unit/test_r.py": registered(("cpu",), body=body)})
     run = run_pytest(tmp_path, "-p", "no:xdist", hardware="cpu", report=False)
     assert run.returncode == 1
@@ -148,13 +148,13 @@ def test_records_from_the_plugins_child_pytest_are_replayed(tmp_path: Path) -> N
             "tests/conftest.py": FAKE_CUDA_CONFTEST,
             "tests/kernels/test_first.py": registered(
                 ("h100",),
-                body="from gpumatrix.witnesses import record\n\ndef test_first(cuda):\n"
+                body="from gpumatrix.report.witnesses import record\n\ndef test_first(cuda):\n"
                 "    record({'path': 'ref.torch', 'reason': 'one GPU', 'pid': 0})\n",
             ),
             "tests/e2e/test_pair.py": registered(
                 ("h100",),
                 gpus=2,
-                body="import os\nfrom gpumatrix.witnesses import record\n\ndef test_pair(cuda):\n"
+                body="import os\nfrom gpumatrix.report.witnesses import record\n\ndef test_pair(cuda):\n"
                 "    assert len(cuda) == 2\n"
                 "    record({'path': 'k.pair', 'reason': f'child {os.getpid()}'})\n",
             ),
@@ -172,7 +172,7 @@ def test_records_from_the_plugins_child_pytest_are_replayed(tmp_path: Path) -> N
 
 def test_record_refuses_what_is_not_a_record() -> None:
     code = (
-        "from gpumatrix.witnesses import record\n"
+        "from gpumatrix.report.witnesses import record\n"
         "for bad, error in (([], TypeError), ({'reason': 'x'}, ValueError), ({'path': ''}, ValueError)):\n"
         "    try:\n        record(bad)\n    except error as exc:\n        print(exc)\n"
         "    else:\n        raise SystemExit(f'{bad!r} was accepted')\n"
@@ -222,7 +222,7 @@ def test_this_suites_conftest_forwards_mxfuse_witnesses(tmp_path: Path) -> None:
 
 
 def test_records_go_nowhere_when_the_plugin_is_disabled(tmp_path: Path) -> None:
-    body = "from gpumatrix.witnesses import record\n\ndef test_a():\n    record({'path': 'k.typo'})\n"
+    body = "from gpumatrix.report.witnesses import record\n\ndef test_a():\n    record({'path': 'k.typo'})\n"
     write_tree(
         tmp_path, {"ci/paths.yaml": PATHS_YAML, "tests/unit/test_r.py": registered(("cpu",), body=body)}
     )

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpumatrix.bot.event import CommentEvent
-from gpumatrix.config import PERMISSION_LEVELS, BotConfig
+from gpumatrix.bot.parse import Command, parse_comment
+from gpumatrix.config import PERMISSION_LEVELS, BotConfig, Matrix
 
-__all__ = ["STATUS_MARKER", "Ignored", "authorize", "permission_level", "screen_event"]
+__all__ = ["STATUS_MARKER", "Ignored", "authorize", "permission_level", "screen", "screen_event"]
 
-# Every comment the bot writes starts with this hidden marker (see gpumatrix.bot.render).
+# Every comment the bot writes starts with this hidden marker (see gpumatrix.bot.render and .state).
 STATUS_MARKER = "<!-- gpumatrix:"
 
 
@@ -44,6 +45,18 @@ def screen_event(event: CommentEvent, *, bot: BotConfig, repository: str | None 
     if event.author.lower() == bot.login.lower() or event.body.lstrip().startswith(STATUS_MARKER):
         return Ignored("Comment by gpumatrix itself.")
     return None
+
+
+def screen(event: CommentEvent, *, matrix: Matrix, repository: str | None = None) -> Ignored | Command:
+    """The filters that need no API call, then the parse: the command, or why there is none. `repository`:
+    the one the bot serves, which the event must come from (`screen_event`)."""
+    ignored = screen_event(event, bot=matrix.bot, repository=repository)
+    if ignored is not None:
+        return ignored
+    command = parse_comment(event.body)
+    if command is None:
+        return Ignored("No /rerun-test or /rerun-failed command in the comment.")
+    return command
 
 
 def permission_level(permission: str | None, role_name: str | None = None) -> str:

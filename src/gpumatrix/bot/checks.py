@@ -10,41 +10,33 @@ One check run per dispatched runner group, on the pinned head SHA the group ran:
 
 Its output summary says what ran and, once the run is over, how many tests passed, failed and were skipped,
 and which failed, from the run's JSON reports; for `/rerun-test --repeat N`, once the base run is over too,
-each test's head and base pass rates and its verdict (`gpumatrix.bot.repeat.check_comparison`). The summary ends in a hidden marker recording the run, its
-attempt, whether the run had completed when its reports were read, and what they held, so later syncs
-neither download the reports again nor lose what they said. Pure: `gpumatrix.bot.publish` does the I/O.
+each test's head and base pass rates and its verdict (`gpumatrix.bot.repeat.check_comparison`). The summary
+ends in a hidden marker recording the run, its attempt, whether the run had completed when its reports were
+read, and what they held (a `ReportMark`, written by `gpumatrix.bot.state`), so later syncs neither download
+the reports again nor lose what they said. Pure: `gpumatrix.bot.publish` does the I/O.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from gpumatrix.bot.github import CheckRunInfo
-from gpumatrix.bot.render import (
-    STATE_EMOJI,
-    TERMINAL_STATES,
-    GroupStatus,
-    StatusComment,
-    hidden_json,
-)
+from gpumatrix.bot.model import STATE_EMOJI, TERMINAL_STATES, GroupStatus, ReportMark, StatusComment
 from gpumatrix.bot.repeat import check_comparison
 from gpumatrix.bot.report import ReportSummary
+from gpumatrix.bot.state import encode_check
 from gpumatrix.escape import markdown
 
 __all__ = [
     "CHECK_NAME_PREFIX",
     "CheckSpec",
-    "ReportMark",
     "StatusSpec",
     "Verdict",
     "check_name",
     "check_spec",
     "external_id",
     "judge",
-    "read_mark",
     "status_spec",
 ]
 
@@ -65,9 +57,6 @@ _STATUS_STATE = {
     "cancelled": "error",
     "action_required": "error",
 }
-# The marker is the summary's last line, one line of JSON: a failing test id (text from the code under test,
-# shown in a code span above it) that imitates it is never at the end.
-_MARK_RE = re.compile(r"\n<!-- gpumatrix:check (\{[^\n]*\}) -->\Z")
 _LISTED_TESTS = 10
 _DESCRIPTION_LIMIT = 140  # GitHub's limit for a commit status description
 
@@ -79,44 +68,6 @@ def check_name(label: str) -> str:
 def external_id(status: StatusComment, comment_id: int, label: str) -> str:
     """Ties a check run to the command (source comment), its status comment and the runner."""
     return f"gpumatrix:{status.source_comment_id}:{comment_id}:{label}"
-
-
-@dataclass(frozen=True)
-class ReportMark:
-    """What a check run's summary recorded about its run's reports."""
-
-    run_id: int
-    attempt: int
-    complete: bool  # the run had completed when its reports were read: they will not change
-    report: ReportSummary | None  # None: the run uploaded no readable report
-
-    def covers(self, run_id: int, attempt: int) -> bool:
-        """True when these are the final reports of that run attempt: nothing to download again."""
-        return self.complete and (self.run_id, self.attempt) == (run_id, attempt)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run": self.run_id,
-            "attempt": self.attempt,
-            "complete": self.complete,
-            "report": self.report.to_json() if self.report else None,
-        }
-
-
-def read_mark(summary: str | None) -> ReportMark | None:
-    """The marker at the end of a check run's summary; None when there is none or it is not ours."""
-    found = _MARK_RE.search(summary or "")
-    if found is None:
-        return None
-    try:
-        data = json.loads(found[1])
-    except ValueError:
-        return None
-    run_id, attempt, complete = data.get("run"), data.get("attempt"), data.get("complete")
-    if not (_positive(run_id) and _positive(attempt) and isinstance(complete, bool)):
-        return None
-    report = ReportSummary.from_json(data.get("report")) if data.get("report") is not None else None
-    return ReportMark(run_id, attempt, complete, report)
 
 
 @dataclass(frozen=True)
@@ -242,7 +193,7 @@ def check_spec(
     if group.url:
         lines += [f"[View workflow run]({group.url})", ""]
     if mark is not None and terminal:
-        lines.append(f"<!-- gpumatrix:check {hidden_json(mark.to_json())} -->")
+        lines.append(encode_check(mark))
     return CheckSpec(
         name=check_name(group.label),
         external_id=external_id(status, comment_id, group.label),
@@ -324,7 +275,3 @@ def _report_lines(report: ReportSummary) -> list[str]:
     if report.problems:
         lines += ["What is wrong with the reports:", *(f"- {markdown(p)}" for p in report.problems), ""]
     return lines
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0

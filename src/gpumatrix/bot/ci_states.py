@@ -12,37 +12,27 @@
 A suite is a workflow that an event ran on the head (push, pull_request: CI, PR GPU tests) or a runner that
 `/rerun-test` dispatched to for that head (`rerun / <runner>`, from the PR's status comments). After a push,
 what ran on an earlier head is listed apart as stale until the suite runs on the new head, never as current.
-The block is rendered whole from a `CiStates` value, which is also stored in it as a hidden marker: the stale
+The block is rendered whole from a `CiStates` value, which is also stored in it as a hidden marker
+(`gpumatrix.bot.state`): the stale
 part of a workflow suite can only come from an earlier render, since GitHub lists runs by one head at a time.
 Pure: `gpumatrix.bot.ci_states_sync` reads the runs and writes the comment.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from gpumatrix.bot.checks import check_name
 from gpumatrix.bot.github import RunInfo
-from gpumatrix.bot.render import (
-    STATE_EMOJI,
-    TERMINAL_STATES,
-    StatusComment,
-    hidden_json,
-    run_state,
-)
-from gpumatrix.bot.repeat import HEAD
+from gpumatrix.bot.model import HEAD, STATE_EMOJI, TERMINAL_STATES, CiStates, StatusComment, Suite, run_state
+from gpumatrix.bot.state import MarkerError, decode_ci_states, encode_ci_states
 from gpumatrix.escape import markdown
 
 __all__ = [
     "CI_STATES_MARKER",
     "SUITE_EVENTS",
-    "CiStates",
     "RerunSource",
-    "Suite",
     "build_ci_states",
     "parse_ci_states",
     "render_ci_states",
@@ -53,41 +43,7 @@ CI_STATES_MARKER = "<!-- gpumatrix:ci-states -->"
 # Events that run a suite on the PR's head itself. Dispatched runs (the reruns) run the default branch's
 # workflow and show through the status comments instead; workflow_run and issue_comment runs are the bot's.
 SUITE_EVENTS = frozenset({"push", "pull_request", "pull_request_target", "merge_group"})
-_STATE_RE = re.compile(r"<!-- gpumatrix:ci-states-state (\{.*?\}) -->", re.DOTALL)
 _SHORT = 12
-
-
-@dataclass(frozen=True)
-class Suite:
-    """The latest run of one suite on one head."""
-
-    name: str
-    state: str  # a key of STATE_EMOJI
-    sha: str
-    url: str | None = None  # the workflow run
-    run_id: int | None = None
-    number: int | None = None  # the run number, for workflow suites
-    comment_url: str | None = None  # the status comment, for reruns
-
-    def __post_init__(self) -> None:
-        if self.state not in STATE_EMOJI:
-            raise ValueError(f"state must be one of {', '.join(STATE_EMOJI)}, got {self.state!r}")
-
-
-@dataclass(frozen=True)
-class CiStates:
-    pr: int
-    head: str
-    suites: tuple[Suite, ...] = ()  # on `head`
-    stale: tuple[Suite, ...] = ()  # on an earlier head, for suites with no run on `head` yet
-
-    def unfinished(self) -> list[int]:
-        """Run ids shown as not yet over (current and stale): what a writer reads again after writing."""
-        return [
-            s.run_id
-            for s in (*self.suites, *self.stale)
-            if s.run_id is not None and s.state in ("pending", "queued", "running")
-        ]
 
 
 @dataclass(frozen=True)
@@ -178,24 +134,18 @@ def render_ci_states(states: CiStates) -> str:
             for s in states.stale
         ]
         lines.append("")
-    lines.append(f"<!-- gpumatrix:ci-states-state {hidden_json(_dump(states))} -->")
+    lines.append(encode_ci_states(states))
     return "\n".join(lines)
 
 
 def parse_ci_states(body: str) -> CiStates | None:
-    """The block's stored value; None when `body` is not a readable CI-states comment."""
-    found = _STATE_RE.search(body or "")
-    if found is None or not (body or "").startswith(CI_STATES_MARKER):
+    """The block's stored value; None when `body` is not a CI-states comment this code can read (one a newer
+    gpumatrix wrote included: it is then written anew from the runs)."""
+    if not (body or "").startswith(CI_STATES_MARKER):
         return None
     try:
-        data = json.loads(found[1])
-        return CiStates(
-            int(data["pr"]),
-            str(data["head"]),
-            tuple(_suite(s) for s in data["suites"]),
-            tuple(_suite(s) for s in data["stale"]),
-        )
-    except (KeyError, TypeError, ValueError):
+        return decode_ci_states(body)
+    except MarkerError:
         return None
 
 
@@ -241,42 +191,3 @@ def _links(suite: Suite) -> str:
 def _cell(text: str) -> str:
     # A workflow's name comes from the PR's own workflow file: plain text, and no `|` to break the table.
     return markdown(text, in_table=True)
-
-
-def _dump(states: CiStates) -> dict[str, Any]:
-    def suite(s: Suite) -> dict[str, Any]:
-        return {
-            "name": s.name,
-            "state": s.state,
-            "sha": s.sha,
-            "url": s.url,
-            "run_id": s.run_id,
-            "number": s.number,
-            "comment_url": s.comment_url,
-        }
-
-    return {
-        "v": 1,
-        "pr": states.pr,
-        "head": states.head,
-        "suites": [suite(s) for s in states.suites],
-        "stale": [suite(s) for s in states.stale],
-    }
-
-
-def _suite(data: Any) -> Suite:
-    def optional(key: str, kind: type) -> Any:
-        value = data.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            raise TypeError(f"{key}: expected {kind.__name__}, got {value!r}")
-        return value
-
-    return Suite(
-        str(data["name"]),
-        str(data["state"]),
-        str(data["sha"]),
-        optional("url", str),
-        optional("run_id", int),
-        optional("number", int),
-        optional("comment_url", str),
-    )

@@ -23,7 +23,6 @@ from typing import Protocol
 
 from gpumatrix.bot.ci_states import (
     CI_STATES_MARKER,
-    CiStates,
     RerunSource,
     build_ci_states,
     parse_ci_states,
@@ -31,7 +30,8 @@ from gpumatrix.bot.ci_states import (
     with_runs,
 )
 from gpumatrix.bot.github import CommentData, GitHubApiError, PullHead, RunInfo
-from gpumatrix.bot.render import TERMINAL_STATES, parse_status_comment, run_state
+from gpumatrix.bot.model import TERMINAL_STATES, CiStates, run_state
+from gpumatrix.bot.state import parse_status_comment
 from gpumatrix.config import DEFAULT_BOT_LOGIN
 
 __all__ = ["CiStatesClient", "CiStatesResult", "sync_ci_states"]

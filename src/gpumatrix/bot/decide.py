@@ -1,24 +1,25 @@
 """The comment handler's decisions as one fixed chain of early returns, with I/O behind `Facts`.
 
-    screen (event kind, edits, non-PR issues, bots, itself) -> parse -> permission -> usage problem
+    screen (`authorize.screen`: event kind, edits, non-PR issues, bots, itself) -> parse -> permission -> usage problem
     -> --repeat cap -> PR head (SHA + registry) -> --sha -> list | rerun-failed | resolve -> plan
     -> (--repeat) base commit (merge base + registry) -> the same groups on the base
 
 Every stop carries a reason a person can act on. The facts that cost an API call (permission, PR head,
 latest status comment) are asked for only when the chain gets that far, through the narrow `Facts`
 interface: `gpumatrix bot handle` answers it from GitHub and git, `gpumatrix plan` offline, tests with
-small fakes. The `Decision` says what to post and dispatch; carrying it out is `gpumatrix.bot.handle`.
+small fakes. The `Decision` says what to post and dispatch; carrying it out is `gpumatrix.bot.dispatch`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
-from gpumatrix import GpumatrixError
-from gpumatrix.bot.authorize import Ignored, authorize, screen_event
+from gpumatrix.bot.authorize import Ignored, authorize, screen
 from gpumatrix.bot.event import CommentEvent
-from gpumatrix.bot.parse import LIST, RERUN_FAILED, Command, parse_comment
+from gpumatrix.bot.facts import Facts, Head, Unavailable
+from gpumatrix.bot.model import BASE, HEAD, GroupStatus, StatusComment
+from gpumatrix.bot.parse import LIST, RERUN_FAILED, Command
 from gpumatrix.bot.plan import (
     RunnerGroup,
     check_runners,
@@ -28,53 +29,16 @@ from gpumatrix.bot.plan import (
     plan_listing,
     replan_group,
 )
-from gpumatrix.bot.render import GroupStatus, StatusComment, render_listing, render_status_comment
-from gpumatrix.bot.repeat import BASE, HEAD, base_groups, within_budget
+from gpumatrix.bot.render import render_listing, render_status_comment
+from gpumatrix.bot.repeat import base_groups, within_budget
 from gpumatrix.bot.resolve import Refusal, resolve_specs
 from gpumatrix.config import Matrix
-from gpumatrix.registry import Registry
 
-__all__ = ["ACTIONS", "Base", "Decision", "Facts", "Head", "Unavailable", "decide", "plan_comment", "screen"]
+__all__ = ["ACTIONS", "Decision", "decide", "plan_comment"]
 
 ACTIONS = ("dispatch", "list", "rerun-failed", "ignore", "refuse")
 # A run that failed, was cancelled, or never started because its dispatch failed is worth re-running.
 _RERUN_STATES = ("failed", "cancelled", "error")
-
-
-class Unavailable(GpumatrixError):
-    """A fact cannot be known here (for example the latest status comment in an offline dry run)."""
-
-
-@dataclass(frozen=True)
-class Head:
-    """The PR head: its SHA, read once and pinned, and the registry of its tree read as data."""
-
-    sha: str | None
-    registry: Registry
-
-
-@dataclass(frozen=True)
-class Base:
-    """The base of a `--repeat` comparison: the merge base of the head with the PR's base branch (`ref`),
-    read once and pinned, and the registry of its tree read as data."""
-
-    sha: str
-    ref: str
-    registry: Registry
-
-
-class Facts(Protocol):
-    def permission(self, login: str) -> str | None:
-        """The commenter's level in PERMISSION_LEVELS; None when the lookup failed."""
-
-    def head(self) -> Head:
-        """The PR head, read once; raises `Unavailable` when its tree cannot be read."""
-
-    def base(self, head: Head) -> Base:
-        """The merge base of `head` with the PR's base branch (for `--repeat`); raises `Unavailable`."""
-
-    def latest_status(self) -> StatusComment | None:
-        """The PR's latest status comment with every run's current state; raises `Unavailable`."""
 
 
 @dataclass(frozen=True)
@@ -116,18 +80,6 @@ class Decision:
         if repeated:
             document.update(repeat=self.status.repeat, base=self.status.base_sha)
         return document
-
-
-def screen(event: CommentEvent, *, matrix: Matrix, repository: str | None = None) -> Ignored | Command:
-    """The filters that need no API call, then the parse: the command, or why there is none. `repository`:
-    the one the bot serves, which the event must come from (`screen_event`)."""
-    ignored = screen_event(event, bot=matrix.bot, repository=repository)
-    if ignored is not None:
-        return ignored
-    command = parse_comment(event.body)
-    if command is None:
-        return Ignored("No /rerun-test or /rerun-failed command in the comment.")
-    return command
 
 
 def plan_comment(event: CommentEvent, *, matrix: Matrix, facts: Facts) -> Decision:

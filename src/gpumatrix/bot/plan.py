@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpumatrix.bot.resolve import Refusal, Target
 from gpumatrix.config import Matrix
-from gpumatrix.registry import Registry
+from gpumatrix.registry.model import Registry
 
 __all__ = [
     "Plan",

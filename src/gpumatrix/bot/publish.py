@@ -24,27 +24,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpumatrix.bot.checks import ReportMark, check_name, check_spec, external_id, read_mark, status_spec
-from gpumatrix.bot.github import ArtifactInfo, CheckRunInfo, GitHubApiError, RunInfo
-from gpumatrix.bot.render import TERMINAL_STATES, GroupStatus, StatusComment
-from gpumatrix.bot.repeat import HEAD, partner
-from gpumatrix.bot.report import REPORT_ARTIFACT_PREFIX, summarize_reports
+from gpumatrix.bot.artifacts import ArtifactClient, run_report_documents
+from gpumatrix.bot.checks import check_name, check_spec, external_id, status_spec
+from gpumatrix.bot.github import CheckRunInfo, GitHubApiError, RunInfo
+from gpumatrix.bot.model import HEAD, TERMINAL_STATES, GroupStatus, ReportMark, StatusComment, partner
+from gpumatrix.bot.report import summarize_reports
+from gpumatrix.bot.state import read_mark
 from gpumatrix.config import Matrix
 
-__all__ = [
-    "CHECK_RUNS",
-    "COMMIT_STATUSES",
-    "ChecksPublisher",
-    "PublishClient",
-    "Publication",
-    "run_report_documents",
-]
+__all__ = ["CHECK_RUNS", "COMMIT_STATUSES", "ChecksPublisher", "PublishClient", "Publication"]
 
 CHECK_RUNS = "check-runs"
 COMMIT_STATUSES = "commit-statuses"
 
 
-class PublishClient(Protocol):
+class PublishClient(ArtifactClient, Protocol):
     def list_check_runs(self, sha: str, *, name: str) -> list[CheckRunInfo]: ...
 
     def create_check_run(self, sha: str, fields: dict) -> CheckRunInfo: ...
@@ -54,10 +48,6 @@ class PublishClient(Protocol):
     def create_status(
         self, sha: str, *, context: str, state: str, target_url: str | None, description: str
     ) -> None: ...
-
-    def run_artifacts(self, run_id: int) -> list[ArtifactInfo]: ...
-
-    def download_artifact(self, artifact_id: int) -> dict[str, bytes]: ...
 
 
 @dataclass
@@ -226,20 +216,6 @@ class ChecksPublisher:
         )
         self._posted[group.label] = (spec.state, spec.description)
         return 1
-
-
-def run_report_documents(client: PublishClient, run_id: int) -> list[tuple[str, bytes]]:
-    """(artifact/file name, bytes) of every JSON test report a run uploaded (`gpumatrix-report-*` artifacts
-    that have not expired); a `GitHubApiError` when they cannot be listed or downloaded."""
-    documents = []
-    for artifact in client.run_artifacts(run_id):
-        if artifact.name.startswith(REPORT_ARTIFACT_PREFIX) and not artifact.expired:
-            documents += [
-                (f"{artifact.name}/{name}", data)
-                for name, data in client.download_artifact(artifact.id).items()
-                if name.endswith(".json")
-            ]
-    return documents
 
 
 def _not_allowed(exc: GitHubApiError) -> bool:

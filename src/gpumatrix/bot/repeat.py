@@ -5,49 +5,39 @@ commit: the merge base of the head with the PR's base branch (`gpumatrix.bot.tre
 plan time like the head. A test file the base does not have (the PR adds it) is left out of the base group
 and is *new*. Both runs repeat every test N times (`gpumatrix run --repeat N`: pytest-repeat, no reruns).
 
-When a run is over, its JSON reports are read once (`fill_tallies`) into a `Tally`: each test's passes of
-its runs (`gpumatrix.flaky_history.report_tallies`), kept in the status comment's hidden state so no later
+When a run is over, its JSON reports are read once (`gpumatrix.bot.sync.fill_tallies`) into a `Tally`: each test's passes of
+its runs (`gpumatrix.flaky.history.report_tallies`), kept in the status comment's hidden state so no later
 sync reads them again. Once both runs of a runner are tallied, each test gets head k/N, base k/N, the 95%
-interval of each and one verdict (`gpumatrix.flaky.decide_verdict`, the rule of docs/flaky.md), in the
+interval of each and one verdict (`gpumatrix.flaky.stats.decide_verdict`, the rule of docs/flaky.md), in the
 status comment (`comparison_lines`) and in the head's check run (`check_comparison`). The base run gets no
 check run: its commit is the base branch's, not the PR's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
 
+from gpumatrix.bot.model import HEAD, GroupStatus, StatusComment, Tally, partner
 from gpumatrix.bot.plan import RunnerGroup, replan_group
 from gpumatrix.bot.resolve import Refusal
 from gpumatrix.config import Matrix
 from gpumatrix.escape import markdown
-from gpumatrix.flaky import PassRate, Verdict, decide_verdict
-from gpumatrix.registry import Registry
-
-if TYPE_CHECKING:
-    from gpumatrix.bot.github import RunInfo
-    from gpumatrix.bot.render import GroupStatus, StatusComment
+from gpumatrix.flaky.stats import PassRate, Verdict, decide_verdict
+from gpumatrix.registry.model import Registry
 
 __all__ = [
-    "BASE",
-    "HEAD",
     "MAX_TALLIED",
     "VERDICT_EMOJI",
     "Comparison",
-    "Tally",
     "base_groups",
     "check_comparison",
-    "within_budget",
     "compare",
     "comparison_lines",
-    "fill_tallies",
-    "partner",
     "tally_documents",
+    "within_budget",
 ]
 
-HEAD, BASE = "head", "base"
 # Tests kept per run in the status comment's hidden state, those with a failed run first: GitHub bounds a
 # comment at 65,536 characters, and a command may fan out to every runner.
 MAX_TALLIED = 60
@@ -66,49 +56,10 @@ _RULE = (
 )
 
 
-@dataclass(frozen=True)
-class Tally:
-    """Each test's passes of its runs in one run's reports; `complete` when the run had completed as they
-    were read (they will not change). `omitted` tests (each passed every run) and `unreadable` reports are
-    counted, not kept."""
-
-    complete: bool
-    tests: tuple[tuple[str, int, int], ...] = ()  # (test, passed, runs), those with a failed run first
-    omitted: int = 0
-    reports: int = 0
-    unreadable: int = 0
-
-    def rates(self) -> dict[str, PassRate]:
-        return {test: PassRate(passed, runs) for test, passed, runs in self.tests}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "complete": self.complete,
-            "tests": [list(entry) for entry in self.tests],
-            "omitted": self.omitted,
-            "reports": self.reports,
-            "unreadable": self.unreadable,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> Tally:
-        """Read `to_json`'s output back from the hidden state; a `TypeError` or `ValueError` when it is not."""
-        if not isinstance(data, Mapping) or not isinstance(data.get("complete"), bool):
-            raise TypeError("a tally is an object with a boolean 'complete'")
-        tests = []
-        for test, passed, runs in data.get("tests", ()):
-            rate = PassRate(passed, runs)  # checks the counts
-            tests.append((str(test), rate.passed, rate.runs))
-        counts = [data.get(key, 0) for key in ("omitted", "reports", "unreadable")]
-        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
-            raise ValueError("tally counts must be integers >= 0")
-        return cls(data["complete"], tuple(tests), *counts)
-
-
 def tally_documents(documents: Iterable[tuple[str, bytes]], matrix: Matrix, *, complete: bool) -> Tally:
     """The tally of a run's JSON reports (name, bytes), read through `gpumatrix.report` against `matrix`; a
     report saved more than once (the same JSON, however spaced) counts once."""
-    from gpumatrix.flaky_history import report_tallies
+    from gpumatrix.flaky.history import report_tallies
     from gpumatrix.report import ReportError, parse_report_bytes
 
     counts: dict[str, list[int]] = {}
@@ -159,9 +110,9 @@ def within_budget(
 ) -> tuple[tuple[RunnerGroup, ...], tuple[Refusal, ...]]:
     """The groups whose N runs fit their runner's time budget (a job runs them as one shard), and a refusal
     for each that does not: N times the registered estimates of its files on the runner's class, against
-    the budget the shard planner uses (`gpumatrix.shard.budget_seconds`). A run cut off by its timeout
+    the budget the shard planner uses (`gpumatrix.running.shard.budget_seconds`). A run cut off by its timeout
     would leave no report, and no verdict."""
-    from gpumatrix.shard import budget_seconds
+    from gpumatrix.running.shard import budget_seconds
 
     kept: list[RunnerGroup] = []
     refusals: list[Refusal] = []
@@ -182,12 +133,6 @@ def within_budget(
             )
         )
     return tuple(kept), tuple(refusals)
-
-
-def partner(groups: Sequence[GroupStatus], group: GroupStatus) -> GroupStatus | None:
-    """The group of the same runner on the other commit."""
-    other = BASE if group.commit == HEAD else HEAD
-    return next((g for g in groups if g.label == group.label and g.commit == other), None)
 
 
 @dataclass(frozen=True)
@@ -297,29 +242,3 @@ def check_comparison(status: StatusComment, group: GroupStatus) -> tuple[str, li
         _RULE,
         "",
     ]
-
-
-def fill_tallies(
-    groups: Sequence[GroupStatus], client: Any, matrix: Matrix, runs: Mapping[int, RunInfo]
-) -> tuple[GroupStatus, ...]:
-    """Each group whose run is over, with the tally of its reports: read once, and again only when they were
-    read before the run completed. A download that fails leaves the group as it was (the next sync tries)."""
-    from gpumatrix.bot.github import GitHubApiError
-    from gpumatrix.bot.publish import run_report_documents
-    from gpumatrix.bot.render import TERMINAL_STATES
-
-    filled = []
-    for group in groups:
-        run = runs.get(group.run_id) if group.run_id is not None else None
-        complete = run is not None and run.status == "completed"
-        stale = group.tally is None or (not group.tally.complete and complete)
-        if group.run_id is None or group.state not in TERMINAL_STATES or not stale:
-            filled.append(group)
-            continue
-        try:
-            documents = run_report_documents(client, group.run_id)
-        except GitHubApiError:
-            filled.append(group)
-            continue
-        filled.append(replace(group, tally=tally_documents(documents, matrix, complete=complete)))
-    return tuple(filled)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumatrix.config import Matrix
-from gpumatrix.report import Report, ReportError, mixed_provenance, parse_report_bytes
+
+if TYPE_CHECKING:  # the report reader loads when reports are summed, not with the bot's values
+    from gpumatrix.report import Report
 
 __all__ = ["MAX_FAILING", "MAX_PROBLEMS", "REPORT_ARTIFACT_PREFIX", "ReportSummary", "summarize_reports"]
 
@@ -94,6 +96,8 @@ def summarize_reports(
     a report of another runner or commit is not counted (`rejected`, with why), and neither is a refused
     run's, one whose hardware was declared rather than probed, nor any when they disagree on their commit
     or suite."""
+    from gpumatrix.report import ReportError, mixed_provenance, parse_report_bytes
+
     passed = failed = skipped = reports = unreadable = rejected = 0
     failing: list[str] = []
     problems: list[str] = []

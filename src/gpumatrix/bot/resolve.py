@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumatrix.registry import Registry
+from gpumatrix.registry.model import Registry
 
 __all__ = ["Refusal", "Resolution", "Target", "resolve_specs"]
 

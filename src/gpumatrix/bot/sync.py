@@ -9,51 +9,42 @@ sync has returned, the comment shows every final state, whatever the interleavin
 same rounds (`gpumatrix.bot.publish`), and so does the CI-states comment (`gpumatrix.bot.ci_states_sync`).
 
 For `/rerun-test --repeat`, each run over has its reports tallied into the comment once
-(`gpumatrix.bot.repeat.fill_tallies`), so the verdicts appear when a runner's head and base runs are both
+(`fill_tallies`), so the verdicts appear when a runner's head and base runs are both
 over. The run asking for the sync (`run_id`) publishes only its own check run (a base run: its head's): every run's own syncs (at its start,
 at its end, and when it completes) carry it to the end, and no two runs' syncs write the same check run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpumatrix import GpumatrixError
+from gpumatrix.bot.artifacts import ArtifactClient, run_report_documents
 from gpumatrix.bot.ci_states import RerunSource
 from gpumatrix.bot.ci_states_sync import CiStatesClient, CiStatesResult, sync_ci_states
-from gpumatrix.bot.github import CommentData, GitHubApiError, JobInfo, RunInfo
+from gpumatrix.bot.gather import RunClient, refresh_groups
+from gpumatrix.bot.github import CommentData, GitHubApiError, RunInfo
+from gpumatrix.bot.model import TERMINAL_STATES, GroupStatus, StatusComment
 from gpumatrix.bot.publish import ChecksPublisher, Publication, PublishClient
-from gpumatrix.bot.render import (
-    TERMINAL_STATES,
-    GroupStatus,
-    StatusComment,
-    parse_status_comment,
-    render_status_comment,
-    run_state,
-)
-from gpumatrix.bot.repeat import fill_tallies
+from gpumatrix.bot.render import render_status_comment
+from gpumatrix.bot.repeat import tally_documents
+from gpumatrix.bot.state import MarkerError, decode_status
 from gpumatrix.config import Matrix
 
-__all__ = ["SyncClient", "SyncError", "SyncResult", "refresh_groups", "sync_status_comment"]
+__all__ = ["SyncClient", "SyncError", "SyncResult", "fill_tallies", "sync_status_comment"]
 
 # Rounds of write-then-verify before giving up on runs that keep moving (each round is one write).
 _MAX_ROUNDS = 5
-# A job that ended so has decided its run's outcome before the run itself completes.
-_FAILED_JOB = ("failure", "timed_out", "startup_failure")
 
 
 class SyncError(GpumatrixError):
     """The comment is not a gpumatrix status comment, or does not reference the given run."""
 
 
-class SyncClient(PublishClient, CiStatesClient, Protocol):
+class SyncClient(PublishClient, CiStatesClient, RunClient, Protocol):
     def get_comment(self, comment_id: int) -> CommentData: ...
-
-    def get_run(self, run_id: int) -> RunInfo: ...
-
-    def run_jobs(self, run_id: int) -> list[JobInfo]: ...
 
     def update_comment(self, comment_id: int, body: str) -> None: ...
 
@@ -70,40 +61,6 @@ class SyncResult:
     @property
     def states(self) -> dict[str, str]:
         return {group.label: group.state for group in self.status.groups}
-
-
-def refresh_groups(
-    groups: Sequence[GroupStatus],
-    client: SyncClient,
-    *,
-    caller_run_id: int | None = None,
-    seen: dict[int, RunInfo] | None = None,
-) -> tuple[GroupStatus, ...]:
-    """Each group with a run, with the run's current state and link; groups without a run unchanged.
-
-    The run `caller_run_id` is the one asking (its last job syncs): it is still in progress while it
-    asks, so its jobs are read too, and a job that failed shows the run failed now. A run only ever
-    shows passed once GitHub says it completed with success. Every run read is put in `seen`.
-    """
-    fresh: list[GroupStatus] = []
-    for group in groups:
-        if group.run_id is None:  # never dispatched (or its dispatch failed): nothing to read
-            fresh.append(group)
-            continue
-        run = client.get_run(group.run_id)
-        if seen is not None:
-            seen[run.id] = run
-        state = run_state(run.status, run.conclusion)
-        if (
-            group.run_id == caller_run_id
-            and state not in TERMINAL_STATES
-            and any(
-                job.status == "completed" and job.conclusion in _FAILED_JOB for job in client.run_jobs(run.id)
-            )
-        ):
-            state = "failed"
-        fresh.append(replace(group, state=state, url=run.html_url or group.url))
-    return tuple(fresh)
 
 
 def sync_status_comment(
@@ -123,7 +80,12 @@ def sync_status_comment(
             f"comment {comment_id} is by {comment.author or 'no one'}, not by this bot ({matrix.bot.login}): "
             "it is not a gpumatrix status comment"
         )
-    status = parse_status_comment(comment.body)
+    try:
+        status = decode_status(comment.body)
+    except MarkerError as exc:  # ours, of a version or form this code does not read: never half rewritten
+        raise SyncError(
+            f"comment {comment_id} is not a gpumatrix status comment this bot reads: {exc}"
+        ) from None
     if status is None:
         raise SyncError(f"comment {comment_id} is not a gpumatrix status comment")
     if run_id is not None and run_id not in {group.run_id for group in status.groups}:
@@ -187,3 +149,26 @@ def sync_status_comment(
     except GitHubApiError as exc:  # the status comment and checks are written; say what was not
         return replace(result, ci_states_error=str(exc))
     return replace(result, ci_states=summary)
+
+
+def fill_tallies(
+    groups: Sequence[GroupStatus], client: ArtifactClient, matrix: Matrix, runs: Mapping[int, RunInfo]
+) -> tuple[GroupStatus, ...]:
+    """Each group whose run is over, with the tally of its reports (`gpumatrix.bot.repeat.tally_documents`):
+    read once, and again only when they were read before the run completed. A download that fails leaves
+    the group as it was (the next sync tries)."""
+    filled = []
+    for group in groups:
+        run = runs.get(group.run_id) if group.run_id is not None else None
+        complete = run is not None and run.status == "completed"
+        stale = group.tally is None or (not group.tally.complete and complete)
+        if group.run_id is None or group.state not in TERMINAL_STATES or not stale:
+            filled.append(group)
+            continue
+        try:
+            documents = run_report_documents(client, group.run_id)
+        except GitHubApiError:
+            filled.append(group)
+            continue
+        filled.append(replace(group, tally=tally_documents(documents, matrix, complete=complete)))
+    return tuple(filled)

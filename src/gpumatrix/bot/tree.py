@@ -57,7 +57,7 @@ def read_test_sources(
     roots: Sequence[str] = DEFAULT_TEST_ROOTS,
 ) -> dict[str, str]:
     """{path: text} of every `test_*.py` blob under the test `roots` of commit `sha` in the clone at
-    `root` (a root that is a symlink holds none, as `gpumatrix.registry.find_test_files` reads it).
+    `root` (a root that is a symlink holds none, as `gpumatrix.registry.discovery.find_test_files` reads it).
 
     When the commit is missing and `pr_number` is given, `refs/pull/<pr_number>/head` is fetched from
     `origin` first (authenticated with `token` when given, as actions/checkout does, but through the

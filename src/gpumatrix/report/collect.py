@@ -3,7 +3,7 @@
 `RunOutcomes` takes pytest's collect and test reports (duck-typed: nothing here imports pytest) from the
 controller, xdist workers and the plugin's child pytest alike: a test's outcome is its worst phase
 (`OUTCOME_RANK`), its seconds add up over its phases, and the code paths it recorded travel on its
-reports (`gpumatrix.witnesses`). A report pytest-rerunfailures marks `rerun` is a failed attempt of a test
+reports (`gpumatrix.report.witnesses`). A report pytest-rerunfailures marks `rerun` is a failed attempt of a test
 that then runs again (`register(flaky=...)`): it is recorded as such, never as an outcome. `to_report` turns them into the records the reader would return, so
 what the writer writes always reads back: text is cut to the reader's limits, durations kept finite.
 """
@@ -18,15 +18,15 @@ from types import MappingProxyType
 from typing import Any
 
 from gpumatrix.config import MAX_SECONDS
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 from gpumatrix.report.model import OUTCOME_RANK, FileResult, PathRecord, Report, Rerun, Skip, Witnessed
-from gpumatrix.witnesses import REPORT_ATTRIBUTE, witness_summary
+from gpumatrix.report.witnesses import REPORT_ATTRIBUTE, witness_summary
 
 __all__ = ["HARDWARE_SKIP_ATTRIBUTE", "RunOutcomes"]
 
 _MAX_TEXT = 4096  # the reader's limit on a skip reason or a problem
 #: Set by the plugin on the report of a test skipped for this machine's hardware on its own (a refined
-#: test, gpumatrix.refine): it travels with the report from xdist workers and the plugin's child pytest.
+#: test, gpumatrix.registry.refine): it travels with the report from xdist workers and the plugin's child pytest.
 HARDWARE_SKIP_ATTRIBUTE = "gpumatrix_hardware_skip"
 _MAX_SHORT = 200  # on a path name
 
@@ -41,7 +41,7 @@ class RunOutcomes:
     durations: dict[str, float] = field(default_factory=dict)  # nodeid: seconds, all phases
     witnessed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # nodeid: its records
     files: dict[str, str] = field(default_factory=dict)  # nodeid: file, of every test seen
-    # Tests skipped for this machine's hardware one by one (a refined test: gpumatrix.refine).
+    # Tests skipped for this machine's hardware one by one (a refined test: gpumatrix.registry.refine).
     hardware_skipped: set[str] = field(default_factory=set)
     reruns: dict[str, dict[int, tuple[str, str]]] = field(
         default_factory=dict

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gpumatrix import UsageError
-from gpumatrix.hardware import Hardware
+from gpumatrix.hardware.detection import Hardware
 
 __all__ = [
     "FORMAT",

@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from gpumatrix.config import CPU_CLASS, MAX_REPEAT, MAX_SECONDS, Matrix
-from gpumatrix.hardware import HARDWARE_SOURCES, Hardware
+from gpumatrix.hardware.detection import HARDWARE_SOURCES, Hardware
 from gpumatrix.regular_files import read_regular
 from gpumatrix.report.model import (
     FORMAT,
