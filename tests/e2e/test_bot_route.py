@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from architecture import import_graph, reachable, read_package
 from bot_world import PR, BotWorld, make_based_world, make_world, report_json
 from github_emulator import GitHubEmulator, github_emulator  # noqa: F401  (the fixture)
-from import_graph import import_graph, reachable, read_modules
 
 import gpumatrix
 from gpumatrix import register
@@ -75,7 +75,7 @@ def _stages(calls: list[tuple[str, str, str]]) -> list[str]:
 
 def _calls_back_up(calls: list[tuple[str, str, str]]) -> list[str]:
     """Each call from a module into one that imports it: the route turning back."""
-    graph = import_graph(read_modules(SOURCE))
+    graph = import_graph(read_package(SOURCE))
     found = []
     for caller, function, callee in dict.fromkeys(calls):
         if caller != callee and caller in reachable(graph, callee):
