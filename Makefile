@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 # release whose interpreter the CPU kernel tests use.
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CPU_PINS := torch==2.13.0 triton==3.6.0
-# The report page's browser test (tests/unit/test_report_page_browser.py) drives the system's Chromium.
+# The report page's browser test (tests/unit/gpumatrix/report/test_report_page_browser.py) drives the system's Chromium.
 BROWSERS ?= chromium chromium-browser google-chrome google-chrome-stable
 TEST_REPORT := reports/gpumatrix-test.json
 

@@ -14,7 +14,7 @@ comments and in benchmarks/NOTES-quantize.md rest on checking those rules agains
          ml_dtypes' float8_e4m3fn conversion, for all 1,139,802,113 float32 values in [0, 448].
 
 The rules are written here in numpy exactly as the kernel writes them in Triton (same constants,
-same operations); tests/unit/test_exhaustive_mxfp8.py checks this numpy copy against the bit-exact
+same operations); tests/unit/mxfuse/gemm/test_exhaustive_mxfp8.py checks this numpy copy against the bit-exact
 torch reference on the boundary values. Runs on one CPU core in about a minute; prints a table.
 
     python benchmarks/exhaustive_mxfp8.py                    # both checks, every value

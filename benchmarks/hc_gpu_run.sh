@@ -27,7 +27,7 @@ if has tests; then
     python3 benchmarks/hc_boundary_sweep.py ${HC_SWEEP_ARGS:-} --precompile-only --jobs 12 >"$out/precompile.log" 2>&1 &
     pre=$!
   fi
-  printf '%s\n' tests/kernels/test_hc_boundary.py tests/e2e/test_dsv41_decode.py >"$out/hc-tests.txt"
+  printf '%s\n' tests/kernels/mxfuse/hc/test_hc_boundary.py tests/e2e/mxfuse/models/test_dsv41_decode.py >"$out/hc-tests.txt"
   timeout 400 gpumatrix run --runner 1-gpu-h100 --tests-file "$out/hc-tests.txt" --report "$out/hc-tests.json" \
     2>&1 | tail -25
   [ "${PIPESTATUS[0]}" = 0 ] || status=1

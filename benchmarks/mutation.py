@@ -47,40 +47,40 @@ GROUPS: dict[str, Group] = {
     "mxfuse.formats": Group(
         ("src/mxfuse/formats/*",),
         (
-            "tests/unit/test_mxfp8_formats.py",
-            "tests/unit/test_mxfp8_layouts.py",
-            "tests/unit/test_mxtensor.py",
-            "tests/unit/test_input_checks.py",
+            "tests/unit/mxfuse/formats/test_mxfp8_formats.py",
+            "tests/unit/mxfuse/formats/test_mxfp8_layouts.py",
+            "tests/unit/mxfuse/formats/test_mxtensor.py",
+            "tests/unit/mxfuse/formats/test_input_checks.py",
         ),
     ),
     "mxfuse.gemm": Group(
         ("src/mxfuse/gemm/api.py", "src/mxfuse/gemm/weights.py", "src/mxfuse/gemm/torch_backend.py"),
         (
-            "tests/unit/test_mxfp8_gemm_api.py",
-            "tests/unit/test_mxfp8_gemm_backends.py",
-            "tests/unit/test_mxfp8_gemm_operands.py",
-            "tests/unit/test_input_checks.py",
+            "tests/unit/mxfuse/gemm/test_mxfp8_gemm_api.py",
+            "tests/unit/mxfuse/gemm/test_mxfp8_gemm_backends.py",
+            "tests/unit/mxfuse/gemm/test_mxfp8_gemm_operands.py",
+            "tests/unit/mxfuse/formats/test_input_checks.py",
         ),
     ),
     "mxfuse.layers": Group(
         ("src/mxfuse/layers/*",),
         (
-            "tests/unit/test_mx_linear_cpu.py",
-            "tests/unit/test_mx_linear_gate.py",
-            "tests/unit/test_mx_linear_reload.py",
+            "tests/unit/mxfuse/layers/test_mx_linear_cpu.py",
+            "tests/unit/mxfuse/layers/test_mx_linear_gate.py",
+            "tests/unit/mxfuse/layers/test_mx_linear_reload.py",
         ),
     ),
     "mxfuse.hc.reference": Group(
         ("src/mxfuse/hc/reference.py",),
-        ("tests/unit/test_hc_reference.py", "tests/unit/test_hc_reference_math.py"),
+        ("tests/unit/mxfuse/hc/test_hc_reference.py", "tests/unit/mxfuse/hc/test_hc_reference_math.py"),
     ),
     "mxfuse.einsum": Group(
         ("src/mxfuse/einsum.py", "src/mxfuse/kernels/grouped_wo_a/weight.py"),
-        ("tests/unit/test_grouped_wo_a_reference.py", "tests/unit/test_input_checks.py"),
+        ("tests/unit/mxfuse/einsum/test_grouped_wo_a_reference.py", "tests/unit/mxfuse/formats/test_input_checks.py"),
     ),
     "gpumatrix.compare": Group(
         ("src/gpumatrix/compare/*",),
-        ("tests/unit/test_compare.py", "tests/unit/test_compare_properties.py"),
+        ("tests/unit/gpumatrix/compare/test_compare.py", "tests/unit/gpumatrix/compare/test_compare_properties.py"),
     ),
 }
 

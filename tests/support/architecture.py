@@ -17,7 +17,7 @@
   parameters are the kernel's launch ABI, and are exempt; their host launchers are not.
 * ``upward_imports``: imports from a floor to a higher one, given each top-level subpackage's floor.
 
-Used by tests/unit/test_architecture.py (both packages) and the bot's route test.
+Used by tests/unit/project/test_architecture.py (both packages) and the bot's route test.
 """
 
 from __future__ import annotations

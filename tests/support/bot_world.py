@@ -2,7 +2,7 @@
 
 The bot reads the PR head's test files from git objects (`gpumatrix.bot.tree`), so the head commit of
 the emulated PR is a real commit in a local clone, and the emulator serves the same tree. Shared by
-tests/e2e/test_bot_emulator.py and benchmarks/bot.py.
+tests/e2e/gpumatrix/bot/test_bot_emulator.py and benchmarks/bot.py.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ FILES = {
     "tests/kernels/test_quantize.py": registered(("h100", "b200", "gb300", "5090"), body=_BODY),  # 4 runners
     "tests/kernels/test_gemm.py": registered(("h100",), gpus=2, body=_BODY),
     "tests/e2e/test_model.py": registered(("h100", "b200"), gpus=8, body=_BODY),
-    "tests/unit/test_config.py": registered(("cpu",), body=_BODY),
+    "tests/unit/gpumatrix/registry/test_config.py": registered(("cpu",), body=_BODY),
 }
 EIGHT_RUNNER_COMMAND = "/rerun-test test_quantize.py test_gemm.py test_model.py test_config.py"
 

@@ -117,7 +117,7 @@ def make_inputs(
 
 # ---------------------------------------------------------------------------------------------
 # Inputs on which the fp32 summation order and the eps placement show in bf16 (see
-# tests/unit/test_hc_reference_math.py): rows of the batch by kind.
+# tests/unit/mxfuse/hc/test_hc_reference_math.py): rows of the batch by kind.
 
 _KINDS = (("post_order", 4), ("collapse_order", 4), ("zero", 1), ("tiny", 1), ("eps_scale", 2), ("plain", 2))
 REVEALING_ROWS: dict[str, list[int]] = {}

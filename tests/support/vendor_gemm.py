@@ -3,7 +3,7 @@
 The tests are written once, here, and parametrized over the backends: ``VendorGemmTests`` holds them, a
 ``VendorCase`` says what differs from one backend to the other (the activation scale layout it reads, the
 shapes it takes, where a second scale tile or word starts). Each backend keeps its own test file
-(tests/kernels/test_mxfp8_gemm_deepgemm.py, test_mxfp8_gemm_flashinfer.py), which imports its library at
+(tests/kernels/mxfuse/gemm/test_mxfp8_gemm_deepgemm.py, test_mxfp8_gemm_flashinfer.py), which imports its library at
 module top, so that a runner without it fails instead of skipping, registers for the runners that have
 it, and subclasses ``VendorGemmTests`` with its case. Closeness as in ``mxfp8_gemm_cases``: against
 float64, ``|out - ref| <= 2**-8 |ref| + 2**-10 rms(ref)``; against the torch backend, ``2**-7`` instead

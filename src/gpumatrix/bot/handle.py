@@ -1,7 +1,7 @@
 """`gpumatrix bot handle`: one `issue_comment` event, from its text to the runs it dispatches.
 
 The route runs one way: each step is a module this one enters once, and none calls back into an earlier
-one (tests/unit/test_bot_route.py follows an event through it):
+one (tests/e2e/gpumatrix/bot/test_bot_route.py follows an event through it):
 
     parse      `authorize.screen`: the event's repository, kind and author, then the command; pure
     read       `gather.arrive`: the comment as it stands now, the 👀 lock, a status comment it already has

@@ -11,7 +11,7 @@ Intervals (`wilson_interval`): the Wilson score interval of a binomial proportio
 It stays inside [0, 1], is not empty at k = 0 or k = n (0/10 gives 0-27.8%, where the textbook
 p +- z*sqrt(p(1-p)/n) gives 0-0%), and covers near 95% at the small n a GPU runner can afford
 (Newcombe 1998, "Two-sided confidence intervals for the single proportion", Stat. Med. 17:857, method 3;
-tests/unit/test_flaky_stats.py checks it against that paper's table).
+tests/unit/gpumatrix/flaky/test_flaky_stats.py checks it against that paper's table).
 
 The difference of two pass rates (`difference_interval`): Newcombe's hybrid score interval (Newcombe
 1998, "Interval estimation for the difference between independent proportions", Stat. Med. 17:873,

@@ -26,7 +26,7 @@ class Registration:
     it is the largest of them, which is also the estimate of a class of `on` the mapping leaves out.
     """
 
-    path: str  # repository-relative, '/'-separated: tests/kernels/test_quantize_mxfp8.py
+    path: str  # repository-relative, '/'-separated: tests/kernels/mxfuse/quantize/test_quantize_mxfp8.py
     line: int
     on: tuple[str, ...]
     gpus: int

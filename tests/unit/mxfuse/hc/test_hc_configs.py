@@ -1,0 +1,92 @@
+"""The boundary's configuration table: how choose_config reads it, and how the sweep writes it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from repo_paths import REPO_ROOT
+
+from gpumatrix import register
+from mxfuse.kernels.hc import HcConfig, choose_config, default_config
+from mxfuse.kernels.hc import config as hc_config
+
+register(on=("cpu",), est_time=3)
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from hc_boundary_sweep import candidates, table_entries  # noqa: E402
+
+ONE_ROW = HcConfig(1, 64, 1, 1, 32, 0, 4, 1, "fma", 1)
+BLOCK16 = HcConfig(16, 16, 2, 16, 32, 0, 4, 2, "dot", 1)
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    """Point the config module at a table written by the test (and forget the cached one before and after)."""
+
+    def write(entries: list[dict]) -> None:
+        path = tmp_path / "hc_configs.json"
+        path.write_text(json.dumps({"source": "test", "entries": entries}))
+        monkeypatch.setattr(hc_config, "_TABLE", path)
+        hc_config._table.cache_clear()
+
+    yield write
+    hc_config._table.cache_clear()
+
+
+def _entry(hidden: int, tokens: int, ordering: str, config: HcConfig) -> dict:
+    return {"hidden": hidden, "tokens": tokens, "ordering": ordering, "config": config.to_json()}
+
+
+def test_a_token_count_takes_its_power_of_two_bucket_and_its_ordering(table):
+    table([_entry(5120, 1, "normal", ONE_ROW), _entry(5120, 16, "shifted", BLOCK16)])
+    assert choose_config(1, 5120, shifted=False) == ONE_ROW
+    assert choose_config(9, 5120, shifted=True) == BLOCK16  # bucket 16
+    assert choose_config(16, 5120, shifted=True) == BLOCK16
+    # No entry: the default, for another ordering, another H, another bucket, or another GPU's SM count.
+    assert choose_config(1, 5120, shifted=True) == default_config(1, 5120)
+    assert choose_config(1, 7168, shifted=False) == default_config(1, 7168)
+    assert choose_config(17, 5120, shifted=True) == default_config(17, 5120)
+    assert choose_config(1, 5120, shifted=False, sms=78) == default_config(1, 5120, sms=78)
+
+
+def test_an_entry_that_does_not_fit_its_hidden_size_is_refused_when_read(table):
+    table(
+        [_entry(384, 1, "normal", HcConfig(1, 128, 2, 1, 32, 0, 4, 1, "fma", 1))]
+    )  # 128 * 2 does not divide 384
+    with pytest.raises(ValueError, match=r"block_h \* steps_a must divide H = 384"):
+        choose_config(1, 384, shifted=False)
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 4, 16, 17, 64, 200, 2048])
+@pytest.mark.parametrize("hidden", [5120, 7168])
+def test_every_sweep_candidate_is_valid_and_the_default_comes_first(tokens, hidden):
+    found = candidates(tokens, hidden)
+    assert found[0] == default_config(tokens, hidden)
+    assert len(found) == len(set(found)) > 1
+    for config in found:
+        config.check(hidden)
+        if config.mix == "fma":
+            assert config.block_t <= 16 and config.block_t * config.block_h <= 256
+
+
+def test_the_table_takes_each_shapes_fastest_checked_config_and_fills_the_buckets_between():
+    def row(tokens, ordering, config, us, check="ok"):
+        return {"T": tokens, "H": 5120, "ordering": ordering, "config": config.to_json(), "check": check,
+                "us": us, "final_us": us}  # fmt: skip
+
+    rows = [
+        row(1, "normal", ONE_ROW, 9.0),
+        row(1, "normal", BLOCK16, 8.0),
+        row(16, "normal", BLOCK16, 12.0),
+        row(16, "normal", ONE_ROW, 11.0) | {"check": "fused y != unfused"},  # never timed again
+    ]
+    del rows[-1]["final_us"]
+    entries = table_entries(rows, [1, 16])
+    by_bucket = {e["tokens"]: e for e in entries}
+    assert sorted(by_bucket) == [1, 2, 4, 8, 16]
+    assert HcConfig(**by_bucket[1]["config"]) == BLOCK16 and by_bucket[1]["us"] == 8.0
+    # Buckets between two measured T take the larger one's winner, and say where it was measured.
+    assert all(by_bucket[b]["measured_at"] == 16 for b in (2, 4, 8, 16))
+    assert all(HcConfig(**by_bucket[b]["config"]) == BLOCK16 for b in (2, 4, 8, 16))
