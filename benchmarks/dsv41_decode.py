@@ -1,6 +1,6 @@
 """Time one DeepSeek-V4.1-Flash attention decode step: fused vs unfused vs all-bf16, on one GPU.
 
-    python benchmarks/dsv41_decode.py [--tokens 1,4,16,64,128] [--kv 4096] [--config flash|flash-tp4]
+    python -m benchmarks dsv41_decode [--tokens 1,4,16,64,128] [--kv 4096] [--config flash|flash-tp4]
         [--stage-tokens 1,4,16,64,128] [--variants pdl,base] [--json PATH] [--dry-run]
 
 The sublayer (``mxfuse.models.dsv41``: boundary -> wqkv_a -> q norm + wq_b -> MQA over the KV cache ->
@@ -44,7 +44,6 @@ import datetime
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -54,9 +53,7 @@ from pathlib import Path
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import copy_bandwidth
-
+from benchmarks.timing import copy_bandwidth
 from gpumatrix.compare import assert_same_bits, calc_diff
 from mxfuse import witness
 from mxfuse.kernels.pdl import programmatic_launch
@@ -584,7 +581,3 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"target {what} at T = {row['tokens']}: {ratio:.3f} (>= {target}) {verdict}")
     print(f"wrote {out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The decode step's kernels on the GPU's clock inside a graph replay: when each starts and ends.
 
-    python benchmarks/dsv41_timeline.py [--tokens 1] [--variants pdl,pdl-gemm,base] [--paths fused,unfused]
+    python -m benchmarks dsv41_timeline [--tokens 1] [--variants pdl,pdl-gemm,base] [--paths fused,unfused]
 
 Each (variant, path) step is captured as one CUDA graph (``dsv41_decode.capture``) and replayed
 ``--replays`` times under the torch profiler; the kernels of each replay are put in start order and the
@@ -16,15 +16,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dsv41_decode import VARIANTS, capture, variant
-
+from benchmarks.dsv41_decode import VARIANTS, capture, variant
 from mxfuse.models.dsv41 import CONFIGS, load_sublayer, make_checkpoint
 from mxfuse.models.dsv41.state import random_kv_cache, random_state
 
@@ -93,7 +90,3 @@ def main(argv: list[str] | None = None) -> int:
                                 "timelines": out}, indent=1))  # fmt: skip
     print(f"wrote {path}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Time the DeepSeek-V4.1-Flash attention decode step on one GPU (TP=1) and on two (TP=2, NCCL).
 
-    python benchmarks/dsv41_tp2.py [--tokens 1,16,64] [--kv 4096] [--replays 100] [--json PATH]
-    python benchmarks/dsv41_tp2.py --dry-run      # the same orchestration on the CPU: gloo, tiny, eager
+    python -m benchmarks dsv41_tp2 [--tokens 1,16,64] [--kv 4096] [--replays 100] [--json PATH]
+    python -m benchmarks dsv41_tp2 --dry-run      # the same orchestration on the CPU: gloo, tiny, eager
 
 Needs two GPUs (the first two it sees). The script writes a random checkpoint in the native format
 once and starts one process per rank (NVLink multicast off: NCCL_NVLS_ENABLE=0,
@@ -39,10 +39,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO_ROOT / "tests" / "support")]
+import torch
 
-import torch  # noqa: E402
+from benchmarks.support import REPO_ROOT, import_test_support, routine_command
 
 __all__ = ["main"]
 
@@ -183,8 +182,8 @@ def _measure(t: int, ctx: dict, args: argparse.Namespace) -> dict[str, object]:
 
 def run_rank(rank: int, args: argparse.Namespace) -> None:
     import torch.distributed as dist
-    from dsv41_decode import weight_bytes
 
+    from benchmarks.dsv41_decode import weight_bytes
     from mxfuse.models.dsv41 import CONFIGS, load_sublayer, rank_config
 
     if args.dry_run:
@@ -221,7 +220,7 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
         "tp1": {} if rank else {p: load(p, False) for p in PATHS},
     }
     if device.type == "cuda":
-        from gpu_timing import copy_bandwidth
+        from benchmarks.timing import copy_bandwidth
 
         ctx["bandwidth"] = copy_bandwidth()
     else:
@@ -263,10 +262,10 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
 def _launch(args: argparse.Namespace, directory: str) -> list[int]:
     """Run the ranks; their exit codes. A failed rank stops the other (it would wait in a collective)."""
     env = {**os.environ, **NO_MULTICAST, "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, __file__, "--dir", directory, "--tokens", ",".join(map(str, args.tokens))]
+    argv = routine_command("dsv41_tp2", "--dir", directory, "--tokens", ",".join(map(str, args.tokens)))
     argv += ["--kv", str(args.kv), "--replays", str(args.replays), "--config", args.config]
     argv += ["--dry-run"] if args.dry_run else []
-    procs = [subprocess.Popen([*argv, "--rank", str(r)], env=env) for r in range(WORLD)]
+    procs = [subprocess.Popen([*argv, "--rank", str(r)], env=env, cwd=REPO_ROOT) for r in range(WORLD)]
     deadline = time.monotonic() + args.timeout
     while any(p.poll() is None for p in procs):
         if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
@@ -306,7 +305,7 @@ def _report(result: dict, out: Path) -> None:
     print(f"wrote {out}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -321,13 +320,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write every number here (default: $OUT or reports/)")
     parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.dry_run and args.config == "flash" and "--config" not in sys.argv:
         args.config = "tiny"
     if args.rank is not None:
         run_rank(args.rank, args)
         return
-    from dsv41_cases import TP_BUDGET
+    TP_BUDGET = import_test_support("dsv41_cases").TP_BUDGET
 
     from mxfuse.models.dsv41 import CONFIGS, make_checkpoint
 
@@ -352,7 +351,3 @@ def main() -> None:
     ]
     if bad:
         raise SystemExit(f"TP=2 is outside TP_BUDGET of TP=1: {bad}")
-
-
-if __name__ == "__main__":
-    main()

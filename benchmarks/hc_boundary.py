@@ -1,6 +1,6 @@
 """Time the fused mHC boundary against its baselines on one GPU: CUDA graphs, cold L2, medians.
 
-    python benchmarks/hc_boundary.py [--compile dynamic-tokens|static|off] [--json PATH]
+    python -m benchmarks hc_boundary [--compile dynamic-tokens|static|off] [--json PATH]
 
 For T in {1, 16, 64, 128, 512, 2048}, H in {5120, 7168}, n = 4, both orderings (normal: V4; shifted:
 V4.1, ``prev_pre`` given), each boundary writing the next GEMM's input as an MXFP8 pair (deepgemm
@@ -36,21 +36,18 @@ import functools
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 import triton
 
+from benchmarks.timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import ulp_distance
 from mxfuse import hc
 from mxfuse.formats import MxTensor, scale_spec
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.hc import choose_config, sm_count
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import bench_us, copy_bandwidth, rotation_count
 
 TOKENS = (1, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
@@ -386,7 +383,3 @@ def _print_tables(env: dict, rows: list[dict], compile_mode: str) -> None:
             f"| {'n/a' if comp is None else f'{comp / fused:.2f}x'} | {render_checks(r['checks'], OURS)} "
             f"| {render_checks(r['checks'], ('compiled',))} |"
         )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Check, sweep and time MXFP8 GEMM launch configurations on one GPU in one run; write the winners as the
 launcher's table.
 
-    PYTHONUNBUFFERED=1 python benchmarks/mxfp8_gemm_sweep.py [--budget-s 400] [--shapes ...] [--ms ...]
+    PYTHONUNBUFFERED=1 python -m benchmarks mxfp8_gemm_sweep [--budget-s 400] [--shapes ...] [--ms ...]
         [--json PATH] [--table PATH] [--compile-workers 8]
 
 Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one process:
@@ -17,7 +17,7 @@ Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one
     and the NaN rows must come out as the torch backend says). A candidate that fails to compile or to
     check is reported and skipped.
 Weights are rotated through enough copies that every call reads them from HBM (cold); each variant is
-one CUDA graph of many calls (``gpu_timing.bench_us``). Candidates are screened in tiers over every
+one CUDA graph of many calls (``benchmarks.timing.bench_us``). Candidates are screened in tiers over every
 (shape, M) (the most promising tier first, so a short budget still covers every problem); then bf16,
 the default and the two fastest candidates are timed again in three interleaved rounds, medians kept.
 ``--budget-s`` bounds the whole run: screening stops when it would eat into the time reserved for the
@@ -50,12 +50,9 @@ from pathlib import Path
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-# This checkout's kernels, not an installed copy (the compile workers inherit it).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from gpu_timing import bench_us, copy_bandwidth, rotation_count
-from mxfp8_gemm import MS, SHAPES  # the benchmark's shapes and M values
-
+from benchmarks.mxfp8_gemm import MS, SHAPES  # the benchmark's shapes and M values
+from benchmarks.support import REPO_ROOT, routine_command
+from benchmarks.timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import calc_diff
 from mxfuse.formats import MxTensor, as_mxtensor, quantize_mxfp8_reference, scale_to_layout
 from mxfuse.gemm import mxfp8_gemm
@@ -424,17 +421,15 @@ def compile_worker(
 
 def precompile(args, shapes: dict, ms: tuple[int, ...], deadline: float) -> float:
     start = time.time()
-    script = str(Path(__file__).resolve())
     procs = []
     for i in range(args.compile_workers):
-        cmd = [
-            sys.executable,
-            script,
+        cmd = routine_command(
+            "mxfp8_gemm_sweep",
             "--compile-worker",
             str(i),
             "--compile-workers",
             str(args.compile_workers),
-        ]
+        )
         cmd += [
             "--shapes",
             ",".join(shapes),
@@ -444,7 +439,7 @@ def precompile(args, shapes: dict, ms: tuple[int, ...], deadline: float) -> floa
             str(args.max_tier),
         ]
         cmd += ["--cpu-smoke"] if args.cpu_smoke else []
-        procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+        procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO_ROOT))
     for proc in procs:
         try:
             proc.wait(timeout=max(1.0, deadline - time.time()))
@@ -696,7 +691,3 @@ def merge_into(path: Path, winners: dict) -> None:
         current["source"] = f"{current['source']}; M in {ms}: {entry['source']}"
     parse_table(table, source=str(path))  # refuse to write what the launcher could not read
     path.write_text(json.dumps(table, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

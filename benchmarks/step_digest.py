@@ -1,7 +1,7 @@
 """The bits of the V4.1 decode step's outputs, as SHA-256 digests: a refactor must leave them unchanged.
 
-    python benchmarks/step_digest.py [--tokens 1,4,16,64] [--config flash] [--json PATH] [--dry-run]
-    python benchmarks/step_digest.py --against benchmarks/data/step_digest_DATE.json
+    python -m benchmarks step_digest [--tokens 1,4,16,64] [--config flash] [--json PATH] [--dry-run]
+    python -m benchmarks step_digest --against benchmarks/data/step_digest_DATE.json
 
 The sublayer is loaded from the random checkpoint of seed 0 in the native format (as
 benchmarks/dsv41_decode.py loads it), each path (fused, unfused, bf16) runs one eager step per T on the
@@ -18,7 +18,6 @@ import datetime
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -94,7 +93,3 @@ def main(argv: list[str] | None = None) -> int:
     for line in changed:
         print(f"  changed: {line}")
     return 1 if changed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
