@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 import triton
 
-from benchmarks.timing import copy_bandwidth
+from benchmarks.timing import capture_graph, copy_bandwidth, host_copy_bandwidth, interleaved_us
 from gpumatrix.compare import assert_same_bits, calc_diff
 from mxfuse import witness
 from mxfuse.kernels.pdl import programmatic_launch
@@ -98,17 +98,8 @@ def step(model: AttentionSublayer, state, cache) -> StepOutputs:
 
 
 def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step(model, state, cache)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(model, state, cache)
-    return graph
+    """One decode step of ``model`` on ``cache`` as a CUDA graph."""
+    return capture_graph(functools.partial(step, model, state, cache))
 
 
 # Launch variants of the same step: (L2 prefetch fork on a side stream, programmatic dependent launches,
@@ -170,20 +161,9 @@ def check(models: dict[str, AttentionSublayer], state, cache, *, on_cpu: bool = 
 
 
 def time_graphs(graphs: dict[object, torch.cuda.CUDAGraph], replays: int) -> dict[object, float]:
-    for graph in graphs.values():
-        graph.replay()
-    torch.cuda.synchronize()
-    events = {p: [] for p in graphs}
-    order = list(graphs)
-    for i in range(replays):
-        for path in order[i % len(order) :] + order[: i % len(order)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[path].replay()
-            end.record()
-            events[path].append((start, end))
-    torch.cuda.synchronize()
-    return {p: statistics.median(s.elapsed_time(e) * 1e3 for s, e in ev) for p, ev in events.items()}
+    """Median microseconds per replay of each graph, the graphs replayed interleaved."""
+    us = interleaved_us({key: graph.replay for key, graph in graphs.items()}, replays)
+    return {key: statistics.median(samples) for key, samples in us.items()}
 
 
 def profile(models: dict[str, AttentionSublayer], state, cache, *, steps: int = 10, top: int = 12) -> dict:
@@ -389,27 +369,10 @@ def print_stage_table(
     )
 
 
-def cpu_copy_bandwidth(nbytes: int = 64 * 2**20) -> float:
-    """Host copy bandwidth in bytes/s (read + written), for the dry run's floors."""
-    src = torch.empty(nbytes // 2, dtype=torch.uint8).random_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - start)
-    return nbytes / statistics.median(times)
-
-
 def time_eager(models: dict[str, AttentionSublayer], state, caches: dict, replays: int) -> dict[str, float]:
     """The dry run's timing: eager steps on the host, interleaved, medians."""
-    samples = {p: [] for p in models}
-    for _ in range(replays):
-        for path, model in models.items():
-            start = time.perf_counter()
-            step(model, state, caches[path])
-            samples[path].append((time.perf_counter() - start) * 1e6)
-    return {p: statistics.median(v) for p, v in samples.items()}
+    steps = {path: functools.partial(step, model, state, caches[path]) for path, model in models.items()}
+    return {path: statistics.median(us) for path, us in interleaved_us(steps, replays, cuda=False).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -464,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.prefetch_fraction is not None:
             model.prefetcher.fraction = args.prefetch_fraction
     prefetcher = models["fused"].prefetcher
-    bandwidth = cpu_copy_bandwidth() if on_cpu else copy_bandwidth()
+    bandwidth = host_copy_bandwidth() if on_cpu else copy_bandwidth()
     wbytes = {p: weight_bytes(m) for p, m in models.items()}
     print(
         f"weights per step: {', '.join(f'{p} {b / 1e6:.1f} MB' for p, b in wbytes.items())}; "

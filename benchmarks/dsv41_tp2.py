@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.support import REPO_ROOT, import_test_support, routine_command
+from benchmarks.timing import capture_graph, interleaved_us
 
 __all__ = ["main"]
 
@@ -65,41 +66,11 @@ class Replays:
         if not self.cuda:
             step()
             return step
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # compile, grow workspaces and set up NCCL outside the capture
-            for _ in range(2):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        return graph.replay
+        return capture_graph(step).replay
 
     def time(self, replays: dict[str, Callable[[], object]], count: int) -> dict[str, list[float]]:
         """Microseconds of each replay, variants interleaved in an order every rank repeats exactly."""
-        for replay in replays.values():
-            replay()
-        self.sync()
-        order = list(replays)
-        marks: dict[str, list] = {name: [] for name in order}
-        for i in range(count):
-            for name in order[i % len(order) :] + order[: i % len(order)]:
-                if self.cuda:
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    replays[name]()
-                    end.record()
-                    marks[name].append((start, end))
-                else:
-                    start_s = time.perf_counter()
-                    replays[name]()
-                    marks[name].append(time.perf_counter() - start_s)
-        self.sync()
-        if self.cuda:
-            return {name: [s.elapsed_time(e) * 1e3 for s, e in ev] for name, ev in marks.items()}
-        return {name: [s * 1e6 for s in ev] for name, ev in marks.items()}
+        return interleaved_us(replays, count, cuda=self.cuda)
 
 
 def _check(models: dict, state, cache, replays: Replays) -> dict[str, object]:
