@@ -56,7 +56,8 @@ def floor_bytes(sequences: int, length: int, heads: int, dim: int) -> int:
 
 
 def make_sets(sequences: int, length: int, heads: int, dim: int, *, seed: int) -> list[dict]:
-    """Enough (q, cache, lens) sets that one round of calls streams past the L2."""
+    """The decode-attention problem: enough (q, cache, lens) sets for ``sequences`` sequences of
+    ``length`` keys, ``heads`` query heads of ``dim`` that one round of calls streams past the L2."""
     per_set = floor_bytes(sequences, length, heads, dim)
     count = max(1, min(64, math.ceil(ROTATE_BYTES / per_set)))
     sets = []

@@ -46,7 +46,7 @@ import json
 import os
 import statistics
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,7 +57,15 @@ from benchmarks.timing import capture_graph, copy_bandwidth, host_copy_bandwidth
 from gpumatrix.compare import assert_same_bits, calc_diff
 from mxfuse import witness
 from mxfuse.kernels.pdl import programmatic_launch
-from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, load_sublayer, make_checkpoint
+from mxfuse.models.dsv41 import (
+    CONFIGS,
+    AttentionSublayer,
+    Dsv41Config,
+    HcState,
+    KvCache,
+    load_sublayer,
+    make_checkpoint,
+)
 from mxfuse.models.dsv41.model import stage_events
 from mxfuse.models.dsv41.state import StepOutputs, random_kv_cache, random_state
 
@@ -91,6 +99,26 @@ def weight_bytes(model: AttentionSublayer) -> int:
     own = _nbytes(*(t for _, t in model.named_parameters(recurse=False)))
     linears = _linear_weight(model.wqkv_a) + _linear_weight(model.wq_b) + _linear_weight(model.wo_b)
     return linears + wo_a + own
+
+
+def load_paths(
+    config: Dsv41Config, paths: Iterable[str], *, device: torch.device
+) -> dict[str, AttentionSublayer]:
+    """The decode problem's models: one random checkpoint in the native format (seed 0), written to a
+    temporary directory and loaded once per path (``fused``, ``unfused``, ``bf16``)."""
+    with tempfile.TemporaryDirectory() as directory:
+        make_checkpoint(directory, config, seed=0, device=device)
+        return {p: load_sublayer(directory, config, path=p, device=device) for p in paths}
+
+
+def decode_inputs(config: Dsv41Config, tokens: int, kv: int, *, device: torch.device) -> tuple[HcState, KvCache]:
+    """The decode problem's inputs at T = ``tokens``: the hidden state and a KV cache of ``tokens``
+    sequences, each holding ``kv - 1`` cached tokens (the step writes the ``kv``-th); seeded by T."""
+    state = random_state(config, tokens, seed=tokens, device=device)
+    cache = random_kv_cache(
+        config, sequences=tokens, capacity=kv, lens=[kv - 1] * tokens, seed=tokens, device=device
+    )
+    return state, cache
 
 
 def step(model: AttentionSublayer, state, cache) -> StepOutputs:
@@ -418,9 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         args.kv = min(args.kv, 64)
         print("dry run on the CPU: tiny dims, eager steps, host times", flush=True)
 
-    with tempfile.TemporaryDirectory() as directory:
-        make_checkpoint(directory, config, seed=0, device=device)
-        models = {p: load_sublayer(directory, config, path=p, device=device) for p in PATHS}
+    models = load_paths(config, PATHS, device=device)
     for model in models.values():
         if args.prefetch_mode is not None:
             model.prefetcher.mode = args.prefetch_mode
@@ -437,10 +463,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, breakdown, stage_rows = [], None, []
     for t in tokens:
-        state = random_state(config, t, seed=t, device=device)
-        cache = random_kv_cache(
-            config, sequences=t, capacity=args.kv, lens=[args.kv - 1] * t, seed=t, device=device
-        )
+        state, cache = decode_inputs(config, t, args.kv, device=device)
         with variant(models, variants[0]):
             checked = check(models, state, cache, on_cpu=on_cpu)
         caches = {p: cache.clone() for p in PATHS}

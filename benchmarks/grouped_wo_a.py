@@ -57,7 +57,8 @@ def fused_bytes(t: int, groups: int) -> int:
 
 
 class Sets:
-    """Rotating operand sets for one (G, T): each set its own weights (fp8 and bf16), inputs, outputs."""
+    """The grouped wo_a problem at (G, T): rotating operand sets, each its own weights (fp8 and bf16),
+    inputs (bf16 and both pairs) and outputs, enough that a round of calls streams past the L2."""
 
     def __init__(self, t: int, groups: int):
         per_set = 2 * groups * N * K + 3 * t * groups * K  # the bf16 weight dominates; enough for fp8 too

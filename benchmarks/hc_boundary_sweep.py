@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import triton
 
-from benchmarks.hc_boundary import PARAMS, _args, _kargs, environment, floor_bytes, make_set
+from benchmarks.hc_boundary import PARAMS, boundary_args, environment, floor_bytes, kernel_args, make_set
 from benchmarks.support import REPO_ROOT, routine_command
 from benchmarks.timing import bench_us, rotation_count
 from gpumatrix.compare import assert_close
@@ -121,8 +121,8 @@ def _compile_worker(jobs: list[dict]) -> None:
         s = make_set(job["T"], job["H"], job["shifted"], 0)
         config = HcConfig(**job["config"])
         try:
-            hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, want_y=False)
-            hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, fused=False)
+            hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, want_y=False)
+            hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, fused=False)
         except Exception as exc:  # reported by the timing process, which runs the same call
             print(f"compile failed: {job}: {exc!r}"[:400], flush=True)
     torch.cuda.synchronize()
@@ -162,8 +162,8 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, qui
 
 def check(s: dict, ref, config: HcConfig) -> str:
     """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
-    fused = hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config)
-    unfused = hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, fused=False)
+    fused = hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config)
+    unfused = hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, fused=False)
     for name in ("residual", "pre", "y"):
         if not torch.equal(getattr(fused, name), getattr(unfused, name)):
             return f"fused {name} != unfused"
@@ -185,7 +185,7 @@ def check(s: dict, ref, config: HcConfig) -> str:
 
 
 def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0) -> float:
-    fns = [functools.partial(hc.mhc_boundary, *_kargs(s), params=PARAMS, out=o, config=config)
+    fns = [functools.partial(hc.mhc_boundary, *kernel_args(s), params=PARAMS, out=o, config=config)
            for s, o in zip(sets, outs, strict=True)]  # fmt: skip
     return bench_us(fns, target_ms=target_ms, replays=7)
 
@@ -197,7 +197,7 @@ def sweep_shape(
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
     outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     ordering = "shifted" if shifted else "normal"
-    ref = hc.mhc_boundary_reference(*_args(sets[0]), params=PARAMS)
+    ref = hc.mhc_boundary_reference(*boundary_args(sets[0]), params=PARAMS)
     rows = []
     for config in only or candidates(tokens, hidden, quick=quick):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}

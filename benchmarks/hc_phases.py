@@ -22,7 +22,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.hc_boundary import PARAMS, _kargs, environment, make_set
+from benchmarks.hc_boundary import PARAMS, environment, kernel_args, make_set
 from mxfuse import hc
 from mxfuse.kernels.hc import choose_config
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False)
 
                 def call(out=out, fused=fused, s=s):
-                    hc.mhc_boundary(*_kargs(s), params=PARAMS, out=out, fused=fused)
+                    hc.mhc_boundary(*kernel_args(s), params=PARAMS, out=out, fused=fused)
 
                 times = kernel_times(call, args.calls)
                 total = sum(t for _, t in times)

@@ -77,7 +77,9 @@ def sweep_configs(m: int, n: int, k: int) -> list[GemmConfig]:
 
 
 def make_problem(m: int, n: int, k: int):
-    """Rotated weight sets (MXFP8 prepared + bf16 copy) and one activation (pair + bf16)."""
+    """The GEMM problem [M, K] x [N, K]^T: rotated weight sets (MXFP8 prepared for the Triton backend, and
+    the bf16 copy) that stream past the L2, and one activation (bf16, and its MXFP8 pair in DeepGEMM's
+    scale layout)."""
     sets = rotation_count(n * k * 2)  # bf16 bytes: the larger of the two streams
     weights = []
     for i in range(sets):

@@ -218,6 +218,8 @@ def prepared_weight(w: torch.Tensor) -> MxWeight:
 
 
 def make_weights(n: int, k: int, device: str) -> tuple[list[MxWeight], list[torch.Tensor]]:
+    """The GEMM problem's weights for [N, K]: enough rotated sets (prepared MXFP8, and the bf16 copy) that a
+    round of calls streams past the L2 on the GPU; one set on the CPU."""
     sets = rotation_count(n * k * 2) if device == "cuda" else 1
     mx, bf = [], []
     for i in range(sets):
@@ -229,6 +231,8 @@ def make_weights(n: int, k: int, device: str) -> tuple[list[MxWeight], list[torc
 
 
 def make_problem(name: str, m: int, n: int, k: int, weights, device: str) -> Problem:
+    """One GEMM problem at M = ``m`` on ``make_weights``' sets: the activation (bf16 and its reference-
+    quantized pair), the torch backend's output as the reference, and one output buffer per weight set."""
     mx, bf = weights
     gen = torch.Generator(device=device).manual_seed(7 + m)
     x = torch.randn(m, k, generator=gen, device=device, dtype=torch.bfloat16)
@@ -283,7 +287,7 @@ def check(p: Problem, config: GemmConfig | None, device: str) -> dict:
 
 
 @functools.cache
-def _edge_operands(m: int, n: int, k: int, device: str):
+def edge_operands(m: int, n: int, k: int, device: str):
     """Extreme scale bytes (a: 0, 1, 253, 254 cycling along K; w: 254, 253, 1, 0, so every block
     product is 2**0), values at most 1.75; row 1 a NaN block, row 2 zero, rows 3.. copies of row 0."""
     g = torch.Generator(device=device).manual_seed(5)
@@ -305,11 +309,11 @@ def _edge_operands(m: int, n: int, k: int, device: str):
 
 
 def edge_check(config: GemmConfig, device: str, *, small: bool = False) -> dict:
-    """The configuration on a small problem where only the exact path is exact (see ``_edge_operands``):
+    """The configuration on a small problem where only the exact path is exact (see ``edge_operands``):
     the torch backend's NaN rows and values within the closeness rule, copied rows bitwise equal."""
     m = min(config.block_m, 4) if config.kind in ("gemv", "stream") else 16
     n, k = (128, 512) if small else (256, 2048)
-    pair, weight, ref = _edge_operands(m, n, k, device)
+    pair, weight, ref = edge_operands(m, n, k, device)
     split = config.split_k if config.kind != "fold" else min(config.split_k, 2)
     cfg = dataclasses.replace(config, split_k=split)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)

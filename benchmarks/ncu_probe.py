@@ -50,13 +50,13 @@ def attention(tokens: int = 1, length: int = 4096, heads: int = 64, dim: int = 5
 
 def boundary(tokens: int = 1, hidden: int = 5120) -> None:
     """The fused hyper-connection boundary (shifted ordering, V4.1) writing bf16 y, then the MXFP8 pair."""
-    from benchmarks.hc_boundary import PARAMS, _kargs, make_set
+    from benchmarks.hc_boundary import PARAMS, kernel_args, make_set
     from mxfuse import hc
 
     sets = [make_set(tokens, hidden, True, seed) for seed in range(4)]
     for want_pair in (False, True):
         for s in sets:
-            hc.mhc_boundary(*_kargs(s), params=PARAMS, want_y=not want_pair, want_pair=want_pair)
+            hc.mhc_boundary(*kernel_args(s), params=PARAMS, want_y=not want_pair, want_pair=want_pair)
     torch.cuda.synchronize()
 
 

@@ -63,6 +63,7 @@ def moved_bytes(m: int, k: int) -> int:
 
 
 def make_inputs(m: int, k: int) -> list[torch.Tensor]:
+    """The quantize problem [M, K]: enough bf16 inputs that one round of calls streams past the L2."""
     sets = max(1, min(32, math.ceil(ROTATE_BYTES / moved_bytes(m, k))))
     xs = []
     for i in range(sets):

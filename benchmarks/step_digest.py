@@ -18,14 +18,13 @@ import datetime
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 import triton
 
-from mxfuse.models.dsv41 import CONFIGS, load_sublayer, make_checkpoint
-from mxfuse.models.dsv41.state import random_kv_cache, random_state
+from benchmarks.dsv41_decode import decode_inputs, load_paths
+from mxfuse.models.dsv41 import CONFIGS
 
 PATHS = ("fused", "unfused", "bf16")
 FIELDS = ("attn_out", "residual", "pre", "post", "comb", "y")
@@ -55,13 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     config = CONFIGS[config_name]
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     kv = min(args.kv, 64) if on_cpu else args.kv
-    with tempfile.TemporaryDirectory() as directory:
-        make_checkpoint(directory, config, seed=0, device=device)
-        models = {p: load_sublayer(directory, config, path=p, device=device) for p in PATHS}
+    models = load_paths(config, PATHS, device=device)
     found: dict[str, dict[str, str]] = {}
     for t in (int(x) for x in args.tokens.split(",")):
-        state = random_state(config, t, seed=t, device=device)
-        cache = random_kv_cache(config, sequences=t, capacity=kv, lens=[kv - 1] * t, seed=t, device=device)
+        state, cache = decode_inputs(config, t, kv, device=device)
         for path, model in models.items():
             out = model(state, cache.clone(), context="decode")
             found[f"T={t} {path}"] = {field: digest(getattr(out, field)) for field in FIELDS}
