@@ -37,6 +37,7 @@ ROUTINES: dict[str, str] = {
     "mxfp8_gemm_sweep": "check, sweep and time MXFP8 GEMM configurations; writes the launcher's table (GPU)",
     "ncu_probe": "launch the decode kernels a few times each for Nsight Compute (GPU)",
     "quantize": "the MXFP8 quantize kernel against its baselines and the byte floor (GPU)",
+    "plot": "draw one PNG per op from the checked-in JSON under benchmarks/data/ (CPU)",
     "registry_discovery": "static registry discovery, cold and warm, against pytest --collect-only (CPU)",
     "step_digest": "SHA-256 digests of the decode step's outputs: a refactor must leave them unchanged (GPU)",
 }
