@@ -99,7 +99,7 @@ class _Reader:
 
 def _table(reader: _Reader, rows: list[dict], *, x: str, group: str | None, curves: dict[str, str]) -> list[Panel]:
     """Rows -> one panel per value of ``group``: x ascending, one curve per (label, field)."""
-    keys = sorted({r.get(group) for r in rows}, key=str) if group else [None]
+    keys = sorted({r.get(group) for r in rows}) if group else [None]
     panels = []
     for key in keys:
         chosen = sorted((r for r in rows if group is None or r.get(group) == key), key=lambda r: r.get(x, 0))
