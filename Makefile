@@ -55,7 +55,7 @@ test: $(STAMP) lint browser
 	$(VENV)/bin/gpumatrix coverage $(TEST_REPORT) --html reports/coverage-test.html --title "make test: path coverage"
 
 mutation: $(STAMP)
-	$(PY) benchmarks/mutation.py
+	$(PY) -m benchmarks mutation
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache .mutation

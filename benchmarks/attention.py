@@ -1,6 +1,6 @@
 """Time multi-query decode attention (K = V) on one GPU: the split-KV kernel, SDPA, and the byte floor.
 
-    python benchmarks/attention.py [--tokens 1,4,16,64,128] [--lengths 4096,32768] [--heads 64]
+    python -m benchmarks attention [--tokens 1,4,16,64,128] [--lengths 4096,32768] [--heads 64]
                                    [--sweep] [--budget-s S] [--json PATH] [--table PATH]
 
 Decode shapes of DeepSeek-V4.1-Flash: T sequences of one new token each, 64 heads (16 for the TP4 shard
@@ -31,7 +31,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -39,13 +38,13 @@ import torch
 import torch.nn.functional as F
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from attention_checks import ROW_ATOL, row_normalised
-from gpu_timing import ROTATE_BYTES, bench_us, copy_bandwidth
-
+from benchmarks.support import REPO_ROOT, import_test_support
+from benchmarks.timing import ROTATE_BYTES, bench_us, copy_bandwidth
 from mxfuse.attention import MqaConfig, mqa_decode_attention, mqa_decode_attention_reference
 from mxfuse.kernels.attention import choose_mqa_config
+
+_attention_checks = import_test_support("attention_checks")
+ROW_ATOL, row_normalised = _attention_checks.ROW_ATOL, _attention_checks.row_normalised
 
 HEAD_DIM = 512
 ROUNDS = 3
@@ -57,7 +56,8 @@ def floor_bytes(sequences: int, length: int, heads: int, dim: int) -> int:
 
 
 def make_sets(sequences: int, length: int, heads: int, dim: int, *, seed: int) -> list[dict]:
-    """Enough (q, cache, lens) sets that one round of calls streams past the L2."""
+    """The decode-attention problem: enough (q, cache, lens) sets for ``sequences`` sequences of
+    ``length`` keys, ``heads`` query heads of ``dim`` that one round of calls streams past the L2."""
     per_set = floor_bytes(sequences, length, heads, dim)
     count = max(1, min(64, math.ceil(ROTATE_BYTES / per_set)))
     sets = []
@@ -181,7 +181,7 @@ def kernel_breakdown(sets: list[dict], scale: float, config: MqaConfig, calls: i
     return totals
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="1,4,16,64,128")
     parser.add_argument("--lengths", default="4096,32768")
@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument(
         "--table", type=Path, default=None, help="write the sweep's winners as a config table"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     started = time.monotonic()
     tokens = [int(t) for t in args.tokens.split(",")]
     lengths = [int(n) for n in args.lengths.split(",")]
@@ -243,7 +243,7 @@ def main() -> None:
         if args.table is not None:
             table = json.loads(
                 (
-                    Path(__file__).resolve().parents[1] / "src/mxfuse/kernels/attention/configs.json"
+                    REPO_ROOT / "src/mxfuse/kernels/attention/configs.json"
                 ).read_text()
             )
             table["device"] = f"{props.name}, swept {datetime.date.today()} (benchmarks/attention.py --sweep)"
@@ -304,7 +304,3 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1) + "\n")
     print("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()

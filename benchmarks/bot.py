@@ -14,7 +14,7 @@ Measures
   (f) `sync_status_comment` wall time, warm, for those syncs (median of --repeats).
 Targets: (a) and (b) <= 0.5 s, (c) <= runners + 4, (d) <= 150 ms with no torch.
 
-    python benchmarks/bot.py [--repeats 9] [--show-comment] [--show-checks]
+    python -m benchmarks bot [--repeats 9] [--show-comment] [--show-checks]
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))  # the emulator and the PR fixture live there
+from benchmarks.support import import_test_support
+from gpumatrix.bot.sync import sync_status_comment
 
-from bot_world import PR, make_world, report_json  # noqa: E402
-from github_emulator import GitHubEmulator  # noqa: E402
-
-from gpumatrix.bot.sync import sync_status_comment  # noqa: E402
+# The emulator and the PR fixture live with the tests; bot_world imports its three siblings by name.
+_bot_world = import_test_support("coverage_reports", "github_emulator", "gpumatrix_trees", "bot_world")
+PR, make_world, report_json = _bot_world.PR, _bot_world.make_world, _bot_world.report_json
+GitHubEmulator = import_test_support("github_emulator").GitHubEmulator
 
 # Operations that exist for the check runs (and their fallback): what a dispatch and a sync add for them.
 CHECK_OPERATIONS = {
@@ -221,7 +221,7 @@ def interpreter_start(repeats: int) -> list[float]:
     return timings
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument(
@@ -232,7 +232,7 @@ def main() -> None:
         action="store_true",
         help="print a finished check run's summary",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     warm, calls, comment = handle_in_process(args.repeats)
     synced, sync_times, added, check_summary = sync_calls(args.repeats)
@@ -286,7 +286,3 @@ def main() -> None:
         print("\n" + comment)
     if args.show_checks:
         print("\n" + check_summary)
-
-
-if __name__ == "__main__":
-    main()

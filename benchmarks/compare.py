@@ -6,10 +6,10 @@ the same pair as numpy arrays, CPU tensors computed by torch's own kernels (the 
 take; by default CPU tensors are read through numpy), and, with ``--sweep-chunks``, the chunk
 sizes that chose ``gpumatrix.compare._arrays.CHUNK_ELEMENTS``.
 
-    .venv/bin/python benchmarks/compare.py                      # CPU, 9 repeats, median
-    .venv/bin/python benchmarks/compare.py --sweep-chunks
-    .venv/bin/python benchmarks/compare.py --busy 2            # with 2 busy processes beside it
-    python3 benchmarks/compare.py --device cuda                  # on a GPU machine
+    .venv/bin/python -m benchmarks compare                      # CPU, 9 repeats, median
+    .venv/bin/python -m benchmarks compare --sweep-chunks
+    .venv/bin/python -m benchmarks compare --busy 2            # with 2 busy processes beside it
+    python -m benchmarks compare --device cuda                  # on a GPU machine
 """
 
 from __future__ import annotations
@@ -116,14 +116,14 @@ def _report(label: str, times: list[float]) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--numel", type=int, default=1 << 24)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--sweep-chunks", action="store_true")
     parser.add_argument("--busy", type=int, default=0, help="busy processes to run beside the timing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with _busy_neighbours(args.busy):
         _run(args)
 
@@ -152,7 +152,3 @@ def _run(args: argparse.Namespace) -> None:
                     times = _seconds(cases[label], repeats=args.repeats, device=args.device)
                     _report(f"{label}, chunk 2**{shift}", times)
         compare_arrays.CHUNK_ELEMENTS = default
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Time one DeepSeek-V4.1-Flash attention decode step: fused vs unfused vs all-bf16, on one GPU.
 
-    python benchmarks/dsv41_decode.py [--tokens 1,4,16,64,128] [--kv 4096] [--config flash|flash-tp4]
+    python -m benchmarks dsv41_decode [--tokens 1,4,16,64,128] [--kv 4096] [--config flash|flash-tp4]
         [--stage-tokens 1,4,16,64,128] [--variants pdl,base] [--json PATH] [--dry-run]
 
 The sublayer (``mxfuse.models.dsv41``: boundary -> wqkv_a -> q norm + wq_b -> MQA over the KV cache ->
@@ -41,26 +41,31 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
-import sys
 import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import copy_bandwidth
-
+from benchmarks.timing import capture_graph, copy_bandwidth, host_copy_bandwidth, interleaved_us
 from gpumatrix.compare import assert_same_bits, calc_diff
 from mxfuse import witness
 from mxfuse.kernels.pdl import programmatic_launch
-from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, load_sublayer, make_checkpoint
+from mxfuse.models.dsv41 import (
+    CONFIGS,
+    AttentionSublayer,
+    Dsv41Config,
+    HcState,
+    KvCache,
+    load_sublayer,
+    make_checkpoint,
+)
 from mxfuse.models.dsv41.model import stage_events
 from mxfuse.models.dsv41.state import StepOutputs, random_kv_cache, random_state
 
@@ -96,22 +101,33 @@ def weight_bytes(model: AttentionSublayer) -> int:
     return linears + wo_a + own
 
 
+def load_paths(
+    config: Dsv41Config, paths: Iterable[str], *, device: torch.device
+) -> dict[str, AttentionSublayer]:
+    """The decode problem's models: one random checkpoint in the native format (seed 0), written to a
+    temporary directory and loaded once per path (``fused``, ``unfused``, ``bf16``)."""
+    with tempfile.TemporaryDirectory() as directory:
+        make_checkpoint(directory, config, seed=0, device=device)
+        return {p: load_sublayer(directory, config, path=p, device=device) for p in paths}
+
+
+def decode_inputs(config: Dsv41Config, tokens: int, kv: int, *, device: torch.device) -> tuple[HcState, KvCache]:
+    """The decode problem's inputs at T = ``tokens``: the hidden state and a KV cache of ``tokens``
+    sequences, each holding ``kv - 1`` cached tokens (the step writes the ``kv``-th); seeded by T."""
+    state = random_state(config, tokens, seed=tokens, device=device)
+    cache = random_kv_cache(
+        config, sequences=tokens, capacity=kv, lens=[kv - 1] * tokens, seed=tokens, device=device
+    )
+    return state, cache
+
+
 def step(model: AttentionSublayer, state, cache) -> StepOutputs:
     return model(state, cache, context="decode")
 
 
 def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step(model, state, cache)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(model, state, cache)
-    return graph
+    """One decode step of ``model`` on ``cache`` as a CUDA graph."""
+    return capture_graph(functools.partial(step, model, state, cache))
 
 
 # Launch variants of the same step: (L2 prefetch fork on a side stream, programmatic dependent launches,
@@ -173,20 +189,9 @@ def check(models: dict[str, AttentionSublayer], state, cache, *, on_cpu: bool = 
 
 
 def time_graphs(graphs: dict[object, torch.cuda.CUDAGraph], replays: int) -> dict[object, float]:
-    for graph in graphs.values():
-        graph.replay()
-    torch.cuda.synchronize()
-    events = {p: [] for p in graphs}
-    order = list(graphs)
-    for i in range(replays):
-        for path in order[i % len(order) :] + order[: i % len(order)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[path].replay()
-            end.record()
-            events[path].append((start, end))
-    torch.cuda.synchronize()
-    return {p: statistics.median(s.elapsed_time(e) * 1e3 for s, e in ev) for p, ev in events.items()}
+    """Median microseconds per replay of each graph, the graphs replayed interleaved."""
+    us = interleaved_us({key: graph.replay for key, graph in graphs.items()}, replays)
+    return {key: statistics.median(samples) for key, samples in us.items()}
 
 
 def profile(models: dict[str, AttentionSublayer], state, cache, *, steps: int = 10, top: int = 12) -> dict:
@@ -392,27 +397,10 @@ def print_stage_table(
     )
 
 
-def cpu_copy_bandwidth(nbytes: int = 64 * 2**20) -> float:
-    """Host copy bandwidth in bytes/s (read + written), for the dry run's floors."""
-    src = torch.empty(nbytes // 2, dtype=torch.uint8).random_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - start)
-    return nbytes / statistics.median(times)
-
-
 def time_eager(models: dict[str, AttentionSublayer], state, caches: dict, replays: int) -> dict[str, float]:
     """The dry run's timing: eager steps on the host, interleaved, medians."""
-    samples = {p: [] for p in models}
-    for _ in range(replays):
-        for path, model in models.items():
-            start = time.perf_counter()
-            step(model, state, caches[path])
-            samples[path].append((time.perf_counter() - start) * 1e6)
-    return {p: statistics.median(v) for p, v in samples.items()}
+    steps = {path: functools.partial(step, model, state, caches[path]) for path, model in models.items()}
+    return {path: statistics.median(us) for path, us in interleaved_us(steps, replays, cuda=False).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -458,16 +446,14 @@ def main(argv: list[str] | None = None) -> int:
         args.kv = min(args.kv, 64)
         print("dry run on the CPU: tiny dims, eager steps, host times", flush=True)
 
-    with tempfile.TemporaryDirectory() as directory:
-        make_checkpoint(directory, config, seed=0, device=device)
-        models = {p: load_sublayer(directory, config, path=p, device=device) for p in PATHS}
+    models = load_paths(config, PATHS, device=device)
     for model in models.values():
         if args.prefetch_mode is not None:
             model.prefetcher.mode = args.prefetch_mode
         if args.prefetch_fraction is not None:
             model.prefetcher.fraction = args.prefetch_fraction
     prefetcher = models["fused"].prefetcher
-    bandwidth = cpu_copy_bandwidth() if on_cpu else copy_bandwidth()
+    bandwidth = host_copy_bandwidth() if on_cpu else copy_bandwidth()
     wbytes = {p: weight_bytes(m) for p, m in models.items()}
     print(
         f"weights per step: {', '.join(f'{p} {b / 1e6:.1f} MB' for p, b in wbytes.items())}; "
@@ -477,10 +463,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, breakdown, stage_rows = [], None, []
     for t in tokens:
-        state = random_state(config, t, seed=t, device=device)
-        cache = random_kv_cache(
-            config, sequences=t, capacity=args.kv, lens=[args.kv - 1] * t, seed=t, device=device
-        )
+        state, cache = decode_inputs(config, t, args.kv, device=device)
         with variant(models, variants[0]):
             checked = check(models, state, cache, on_cpu=on_cpu)
         caches = {p: cache.clone() for p in PATHS}
@@ -584,7 +567,3 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"target {what} at T = {row['tokens']}: {ratio:.3f} (>= {target}) {verdict}")
     print(f"wrote {out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The decode step's kernels on the GPU's clock inside a graph replay: when each starts and ends.
 
-    python benchmarks/dsv41_timeline.py [--tokens 1] [--variants pdl,pdl-gemm,base] [--paths fused,unfused]
+    python -m benchmarks dsv41_timeline [--tokens 1] [--variants pdl,pdl-gemm,base] [--paths fused,unfused]
 
 Each (variant, path) step is captured as one CUDA graph (``dsv41_decode.capture``) and replayed
 ``--replays`` times under the torch profiler; the kernels of each replay are put in start order and the
@@ -16,17 +16,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dsv41_decode import VARIANTS, capture, variant
-
-from mxfuse.models.dsv41 import CONFIGS, load_sublayer, make_checkpoint
-from mxfuse.models.dsv41.state import random_kv_cache, random_state
+from benchmarks.dsv41_decode import VARIANTS, capture, decode_inputs, load_paths, variant
+from mxfuse.models.dsv41 import CONFIGS
 
 
 def replays_of(events, per: int) -> list[list[tuple[str, float, float]]]:
@@ -53,14 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config, device = CONFIGS[args.config], torch.device("cuda")
     paths, variants = args.paths.split(","), args.variants.split(",")
-    with tempfile.TemporaryDirectory() as directory:
-        make_checkpoint(directory, config, seed=0, device=device)
-        models = {p: load_sublayer(directory, config, path=p, device=device) for p in paths}
-    t = args.tokens
-    state = random_state(config, t, seed=t, device=device)
-    cache = random_kv_cache(
-        config, sequences=t, capacity=args.kv, lens=[args.kv - 1] * t, seed=t, device=device
-    )
+    models = load_paths(config, paths, device=device)
+    state, cache = decode_inputs(config, args.tokens, args.kv, device=device)
     out = {}
     for name in variants:
         for path in paths:
@@ -89,11 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             del graph
     path = Path(args.json or Path(os.environ.get("OUT", "reports")) / "dsv41_timeline.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"tokens": t, "config": args.config, "variants": {v: VARIANTS[v] for v in variants},
+    path.write_text(json.dumps({"tokens": args.tokens, "config": args.config, "variants": {v: VARIANTS[v] for v in variants},
                                 "timelines": out}, indent=1))  # fmt: skip
     print(f"wrote {path}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Time the DeepSeek-V4.1-Flash attention decode step on one GPU (TP=1) and on two (TP=2, NCCL).
 
-    python benchmarks/dsv41_tp2.py [--tokens 1,16,64] [--kv 4096] [--replays 100] [--json PATH]
-    python benchmarks/dsv41_tp2.py --dry-run      # the same orchestration on the CPU: gloo, tiny, eager
+    python -m benchmarks dsv41_tp2 [--tokens 1,16,64] [--kv 4096] [--replays 100] [--json PATH]
+    python -m benchmarks dsv41_tp2 --dry-run      # the same orchestration on the CPU: gloo, tiny, eager
 
 Needs two GPUs (the first two it sees). The script writes a random checkpoint in the native format
 once and starts one process per rank (NVLink multicast off: NCCL_NVLS_ENABLE=0,
@@ -39,10 +39,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO_ROOT / "tests" / "support")]
+import torch
 
-import torch  # noqa: E402
+from benchmarks.support import REPO_ROOT, import_test_support, routine_command
+from benchmarks.timing import capture_graph, interleaved_us
 
 __all__ = ["main"]
 
@@ -66,41 +66,11 @@ class Replays:
         if not self.cuda:
             step()
             return step
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # compile, grow workspaces and set up NCCL outside the capture
-            for _ in range(2):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        return graph.replay
+        return capture_graph(step).replay
 
     def time(self, replays: dict[str, Callable[[], object]], count: int) -> dict[str, list[float]]:
         """Microseconds of each replay, variants interleaved in an order every rank repeats exactly."""
-        for replay in replays.values():
-            replay()
-        self.sync()
-        order = list(replays)
-        marks: dict[str, list] = {name: [] for name in order}
-        for i in range(count):
-            for name in order[i % len(order) :] + order[: i % len(order)]:
-                if self.cuda:
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    replays[name]()
-                    end.record()
-                    marks[name].append((start, end))
-                else:
-                    start_s = time.perf_counter()
-                    replays[name]()
-                    marks[name].append(time.perf_counter() - start_s)
-        self.sync()
-        if self.cuda:
-            return {name: [s.elapsed_time(e) * 1e3 for s, e in ev] for name, ev in marks.items()}
-        return {name: [s * 1e6 for s in ev] for name, ev in marks.items()}
+        return interleaved_us(replays, count, cuda=self.cuda)
 
 
 def _check(models: dict, state, cache, replays: Replays) -> dict[str, object]:
@@ -183,8 +153,8 @@ def _measure(t: int, ctx: dict, args: argparse.Namespace) -> dict[str, object]:
 
 def run_rank(rank: int, args: argparse.Namespace) -> None:
     import torch.distributed as dist
-    from dsv41_decode import weight_bytes
 
+    from benchmarks.dsv41_decode import weight_bytes
     from mxfuse.models.dsv41 import CONFIGS, load_sublayer, rank_config
 
     if args.dry_run:
@@ -221,7 +191,7 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
         "tp1": {} if rank else {p: load(p, False) for p in PATHS},
     }
     if device.type == "cuda":
-        from gpu_timing import copy_bandwidth
+        from benchmarks.timing import copy_bandwidth
 
         ctx["bandwidth"] = copy_bandwidth()
     else:
@@ -263,10 +233,10 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
 def _launch(args: argparse.Namespace, directory: str) -> list[int]:
     """Run the ranks; their exit codes. A failed rank stops the other (it would wait in a collective)."""
     env = {**os.environ, **NO_MULTICAST, "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, __file__, "--dir", directory, "--tokens", ",".join(map(str, args.tokens))]
+    argv = routine_command("dsv41_tp2", "--dir", directory, "--tokens", ",".join(map(str, args.tokens)))
     argv += ["--kv", str(args.kv), "--replays", str(args.replays), "--config", args.config]
     argv += ["--dry-run"] if args.dry_run else []
-    procs = [subprocess.Popen([*argv, "--rank", str(r)], env=env) for r in range(WORLD)]
+    procs = [subprocess.Popen([*argv, "--rank", str(r)], env=env, cwd=REPO_ROOT) for r in range(WORLD)]
     deadline = time.monotonic() + args.timeout
     while any(p.poll() is None for p in procs):
         if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
@@ -306,7 +276,7 @@ def _report(result: dict, out: Path) -> None:
     print(f"wrote {out}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -321,13 +291,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write every number here (default: $OUT or reports/)")
     parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.dry_run and args.config == "flash" and "--config" not in sys.argv:
         args.config = "tiny"
     if args.rank is not None:
         run_rank(args.rank, args)
         return
-    from dsv41_cases import TP_BUDGET
+    TP_BUDGET = import_test_support("dsv41_cases").TP_BUDGET
 
     from mxfuse.models.dsv41 import CONFIGS, make_checkpoint
 
@@ -352,7 +322,3 @@ def main() -> None:
     ]
     if bad:
         raise SystemExit(f"TP=2 is outside TP_BUDGET of TP=1: {bad}")
-
-
-if __name__ == "__main__":
-    main()

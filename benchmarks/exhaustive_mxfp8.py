@@ -17,8 +17,8 @@ The rules are written here in numpy exactly as the kernel writes them in Triton 
 same operations); tests/unit/mxfuse/gemm/test_exhaustive_mxfp8.py checks this numpy copy against the bit-exact
 torch reference on the boundary values. Runs on one CPU core in about a minute; prints a table.
 
-    python benchmarks/exhaustive_mxfp8.py                    # both checks, every value
-    python benchmarks/exhaustive_mxfp8.py --check rceil --stride 1009   # a quick sample
+    python -m benchmarks exhaustive_mxfp8                    # both checks, every value
+    python -m benchmarks exhaustive_mxfp8 --check rceil --stride 1009   # a quick sample
 """
 
 from __future__ import annotations
@@ -99,13 +99,13 @@ def _scan(start: int, stop: int, stride: int, differ) -> tuple[int, int, list[in
     return checked, mismatched, first[:10]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", choices=("rceil", "e4m3", "both"), default="both")
     parser.add_argument(
         "--stride", type=int, default=1, help="check every Nth value (default 1: all of them)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.stride < 1:
         parser.error("--stride must be >= 1")
     print(
@@ -130,7 +130,3 @@ def main() -> None:
         if mismatched:
             print(f"FAIL {what}: first bit patterns {', '.join(hex(b) for b in first)}")
     raise SystemExit(1 if any(row[2] for row in rows) else 0)
-
-
-if __name__ == "__main__":
-    main()

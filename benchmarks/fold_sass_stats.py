@@ -1,7 +1,7 @@
 """Compiled-code facts of the fold GEMM candidates, on a machine without a GPU: registers, spills, whether
 the main loop's wgmmas stay in flight, and the SASS instructions its loop issues per weight byte.
 
-    python benchmarks/fold_sass_stats.py
+    python -m benchmarks fold_sass_stats
 
 Each variant of ``mxfuse.kernels.gemm.fold.mxfp8_fold_kernel`` is compiled for sm_90 (Triton's own
 ptxas), specialized as a launch on the V4-Pro wo_b weight (7168 x 16384, 16-byte-aligned pointers, N and
@@ -15,11 +15,11 @@ clock, so 0.25 warp-instructions per byte at most, before any stall).
 
 from __future__ import annotations
 
+import argparse
 import collections
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -28,7 +28,6 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from mxfuse.kernels.gemm import fold as mf
 from mxfuse.kernels.gemm.fold_steps import ACT_CODE, CVT_CODE, OPERAND_CODE, WSCALE_CODE
 
@@ -116,7 +115,8 @@ def loop_stats(cubin: bytes) -> tuple[int, collections.Counter, str]:
     return 0, collections.Counter(), usage.stdout
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     print(f"triton {triton.__version__}, torch {torch.__version__}; sm_90 cubins for [N, K] = [{N}, {K}]")
     print(
         "| variant | registers | local bytes | wgmma in flight | loop SASS / warp | warp-instr / byte | top ops |"
@@ -133,7 +133,3 @@ def main() -> int:
         print(f"| {label} | {regs.group(1) if regs else '?'} | {local.group(1) if local else '?'} "
               f"| {'yes' if max(pend, default=0) > 0 else 'no'} | {count} | {per_byte:.3f} | {top} |")  # fmt: skip
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

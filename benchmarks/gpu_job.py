@@ -1,6 +1,6 @@
 """The GPU job as a user runs it: `gpumatrix run --runner LABEL`, timed cold and warm, per sharing.
 
-    python benchmarks/gpu_job.py [--runner 1-gpu-h100] [--runs cold,warm] [--budget SECONDS] [--json PATH]
+    python -m benchmarks gpu_job [--runner 1-gpu-h100] [--runs cold,warm] [--budget SECONDS] [--json PATH]
 
 Each run is the command the GPU workflow runs, `gpumatrix run --runner LABEL`, in a child process:
 `cold` with an empty compile cache (a new GPUMATRIX_CACHE_DIR), `warm` with the cache the last run
@@ -82,7 +82,7 @@ def _run(label: str, name: str, cache: Path, out: Path, timeout: float) -> dict[
     return row
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runner", default="1-gpu-h100")
     parser.add_argument("--runs", default="cold,warm", help="comma-separated: cold, warm, cold@N, warm@N")
@@ -91,7 +91,7 @@ def main() -> int:
     parser.add_argument(
         "--caches", type=Path, default=None, help="where each cold run's cache goes (default: temp)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = Path(os.environ.get("OUT") or ROOT / "reports").resolve()
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -139,7 +139,3 @@ def main() -> int:
             pass
         args.json.write_text(json.dumps({"meta": meta, "runs": rows}, indent=1) + "\n", encoding="utf-8")
     return 0 if rows and all(row["exit"] == 0 for row in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -42,11 +42,11 @@ step detect 0 gm detect
 step run-auto 0 env GPUMATRIX_LEASE_LOG="$out/leases-auto.jsonl" python3 -c 'from gpumatrix.cli import main; main()' run --runner auto --junit-xml "$out/junit-2gpu.xml" --report "$out/report-2gpu.json"
 step leases-n0 0 python3 -m pytest -q -p no:cacheprovider tests/kernels/gpumatrix/running/test_gpu_leases.py tests/e2e/gpumatrix/running/test_gpu_leases_multi.py -n 0
 step leases-n2 0 env GPUMATRIX_LEASE_LOG="$out/leases-n2.jsonl" python3 -m pytest -q -p no:cacheprovider tests/kernels/gpumatrix/running/test_gpu_leases.py tests/e2e/gpumatrix/running/test_gpu_leases_multi.py -n 2
-step lease-log 0 python3 benchmarks/lease_log.py "$out/leases-auto.jsonl" "$out/leases-n2.jsonl" --need test_dsv41_tp2.py=2 --need test_gpu_leases_multi.py=2
+step lease-log 0 python3 -m benchmarks lease_log "$out/leases-auto.jsonl" "$out/leases-n2.jsonl" --need test_dsv41_tp2.py=2 --need test_gpu_leases_multi.py=2
 step mismatch 2 gm run --runner 4-gpu-b200
 if [ $bench = 1 ]; then
-  step bench-leases 0 python3 benchmarks/leases.py
-  step bench-tp2 0 python3 benchmarks/dsv41_tp2.py --json "$out/dsv41_tp2.json"
+  step bench-leases 0 python3 -m benchmarks leases
+  step bench-tp2 0 python3 -m benchmarks dsv41_tp2 --json "$out/dsv41_tp2.json"
 fi
 echo "=== summary"
 failed=0

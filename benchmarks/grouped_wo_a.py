@@ -1,6 +1,6 @@
 """Time the grouped wo_a projection on one GPU: fused epilogue vs separate quantize vs bf16, CUDA graphs.
 
-    python benchmarks/grouped_wo_a.py [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
+    python -m benchmarks grouped_wo_a [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
                                       [--gs 2,8] [--sweep-ts 1,4,16,64,256,2048]
                                       [--sweep-dots stream,dq16,fp8,fold]
 
@@ -14,7 +14,7 @@ in one run, after checking every variant's result first:
   * floor: the bytes the fused call must move (fp8 weight and scales, the activation pair, the output
     pair) at the device-to-device copy bandwidth measured in the same run.
 Each variant is one CUDA graph of many calls rotating through enough weight copies that every call reads
-its weights from DRAM (``gpu_timing``: > 4x the 60 MB L2), timed over 15 replays; each is timed three
+its weights from DRAM (``benchmarks.timing``: > 4x the 60 MB L2), timed over 15 replays; each is timed three
 times, interleaved, and the median of the three is reported. ``--sweep`` also times kernel configurations
 (tile, split-K, dot mode, warps, stages) per (G, T) on the fused path and reports the best; dot mode
 ``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.gemm.fold_steps``).
@@ -35,9 +35,7 @@ from pathlib import Path
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import bench_us, copy_bandwidth, rotation_count
-
+from benchmarks.timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import calc_diff
 from mxfuse.einsum import grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
 from mxfuse.formats import MxTensor, dequantize_mxfp8, quantize_mxfp8_reference, scale_spec
@@ -59,7 +57,8 @@ def fused_bytes(t: int, groups: int) -> int:
 
 
 class Sets:
-    """Rotating operand sets for one (G, T): each set its own weights (fp8 and bf16), inputs, outputs."""
+    """The grouped wo_a problem at (G, T): rotating operand sets, each its own weights (fp8 and bf16),
+    inputs (bf16 and both pairs) and outputs, enough that a round of calls streams past the L2."""
 
     def __init__(self, t: int, groups: int):
         per_set = 2 * groups * N * K + 3 * t * groups * K  # the bf16 weight dominates; enough for fp8 too
@@ -422,7 +421,3 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  G={key[0]} T={key[1]}: WRONG RESULTS from {wrong}")
     print(f"\nJSON: {path}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

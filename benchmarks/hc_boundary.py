@@ -1,6 +1,6 @@
 """Time the fused mHC boundary against its baselines on one GPU: CUDA graphs, cold L2, medians.
 
-    python benchmarks/hc_boundary.py [--compile dynamic-tokens|static|off] [--json PATH]
+    python -m benchmarks hc_boundary [--compile dynamic-tokens|static|off] [--json PATH]
 
 For T in {1, 16, 64, 128, 512, 2048}, H in {5120, 7168}, n = 4, both orderings (normal: V4; shifted:
 V4.1, ``prev_pre`` given), each boundary writing the next GEMM's input as an MXFP8 pair (deepgemm
@@ -36,21 +36,18 @@ import functools
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 import triton
 
+from benchmarks.timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import ulp_distance
 from mxfuse import hc
 from mxfuse.formats import MxTensor, scale_spec
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.hc import choose_config, sm_count
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import bench_us, copy_bandwidth, rotation_count
 
 TOKENS = (1, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
@@ -74,7 +71,10 @@ def floor_bytes(tokens: int, hidden: int) -> int:
 
 
 def make_set(tokens: int, hidden: int, shifted: bool, seed: int) -> dict[str, torch.Tensor | None]:
-    """One boundary's inputs (the upstream Mega-mHC test's recipe; see tests/support/hc_inputs.py)."""
+    """One boundary's inputs at T = ``tokens``, H = ``hidden`` (the upstream Mega-mHC test's recipe; see
+    tests/support/hc_inputs.py): x, the residual stream, the previous boundary's post/comb (``shifted``:
+    V4.1's ordering, with ``prev_pre``), the projection fn (fp32 and ``projection``, prepared), scale, base
+    and the RMSNorm weight; on the current CUDA device, seeded by ``seed``."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     n = 4
 
@@ -100,22 +100,23 @@ def make_set(tokens: int, hidden: int, shifted: bool, seed: int) -> dict[str, to
     return s
 
 
-def _tensors(s: dict) -> tuple:
-    """The compiled baseline's positional arguments, ``fn`` the fp32 tensor."""
+def baseline_args(s: dict) -> tuple:
+    """The compiled baseline's positional arguments from a ``make_set`` set, ``fn`` the fp32 tensor."""
     return (s["x"], s["residual"], s["post"], s["comb"], s["fn"], s["scale"], s["base"], s["norm_weight"])
 
 
-def _args(s: dict, fn: torch.Tensor | hc.HcProjection | None = None) -> tuple[hc.HcInputs, hc.HcWeights]:
-    """The boundary's inputs and weights, ``fn`` the fp32 tensor unless given (the reference)."""
+def boundary_args(s: dict, fn: torch.Tensor | hc.HcProjection | None = None) -> tuple[hc.HcInputs, hc.HcWeights]:
+    """The boundary's inputs and weights from a ``make_set`` set, ``fn`` the fp32 tensor unless given
+    (the reference)."""
     inputs = hc.HcInputs(s["x"], s["residual"], s["post"], s["comb"], s["prev_pre"])
     weights = hc.HcWeights(s["fn"] if fn is None else fn, s["scale"], s["base"], s["norm_weight"])
     return inputs, weights
 
 
-def _kargs(s: dict) -> tuple[hc.HcInputs, hc.HcWeights]:
+def kernel_args(s: dict) -> tuple[hc.HcInputs, hc.HcWeights]:
     """The inputs and weights of our kernels: ``fn`` prepared once (``HcProjection``, as a model loads
     it) unless the environment says ``HC_FN=fp32``."""
-    return _args(s, s["fn"] if os.environ.get("HC_FN", "prepared") == "fp32" else s["projection"])
+    return boundary_args(s, s["fn"] if os.environ.get("HC_FN", "prepared") == "fp32" else s["projection"])
 
 
 def boundary_fp32(x, residual, post, comb, fn, scale, base, w, prev_pre):
@@ -166,7 +167,7 @@ class Compiled:
             self.compile_s[key] = time.perf_counter() - start
 
     def __call__(self, s: dict, pair: MxTensor | None):
-        new, pre, post, comb, y = self.fn(*_tensors(s), s["prev_pre"])
+        new, pre, post, comb, y = self.fn(*baseline_args(s), s["prev_pre"])
         return new, pre, post, comb, y, quantize_mxfp8(y, out=pair)
 
 
@@ -229,9 +230,9 @@ def check(s: dict, compiled: Compiled | None) -> dict[str, list[str]]:
     Keys: ``OURS`` (fused and unfused against the reference; fused vs unfused bit for bit in R' and
     the pair), then ``compiled`` (the baseline against the reference) when it runs.
     """
-    ref = hc.mhc_boundary_reference(*_args(s), params=PARAMS)
-    fused = hc.mhc_boundary(*_kargs(s), params=PARAMS)
-    unfused = hc.mhc_boundary(*_kargs(s), params=PARAMS, fused=False)
+    ref = hc.mhc_boundary_reference(*boundary_args(s), params=PARAMS)
+    fused = hc.mhc_boundary(*kernel_args(s), params=PARAMS)
+    unfused = hc.mhc_boundary(*kernel_args(s), params=PARAMS, fused=False)
     problems = {
         "fused": variant_problems(fused, ref, ours=True),
         "unfused": variant_problems(unfused, ref, ours=True),
@@ -285,16 +286,16 @@ def measure(
     fused_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     chain_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda") for _ in sets]
     variants = {
-        "fused": [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o)
+        "fused": [functools.partial(hc.mhc_boundary, *kernel_args(s), **kw, out=o)
                   for s, o in zip(sets, fused_outs, strict=True)],
-        "unfused": [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o, fused=False)
+        "unfused": [functools.partial(hc.mhc_boundary, *kernel_args(s), **kw, out=o, fused=False)
                     for s, o in zip(sets, chain_outs, strict=True)],
     }  # fmt: skip
     if outputs:  # the fused kernel writing bf16 y only, and both y and the pair
         y_outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", pair=False) for _ in sets]
-        variants["fused_y"] = [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o)
+        variants["fused_y"] = [functools.partial(hc.mhc_boundary, *kernel_args(s), **kw, out=o)
                                for s, o in zip(sets, y_outs, strict=True)]  # fmt: skip
-        variants["fused_both"] = [functools.partial(hc.mhc_boundary, *_kargs(s), **kw, out=o)
+        variants["fused_both"] = [functools.partial(hc.mhc_boundary, *kernel_args(s), **kw, out=o)
                                   for s, o in zip(sets, chain_outs, strict=True)]  # fmt: skip
     if compiled is not None:
         pairs = [o.pair for o in fused_outs]
@@ -386,7 +387,3 @@ def _print_tables(env: dict, rows: list[dict], compile_mode: str) -> None:
             f"| {'n/a' if comp is None else f'{comp / fused:.2f}x'} | {render_checks(r['checks'], OURS)} "
             f"| {render_checks(r['checks'], ('compiled',))} |"
         )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Choose the mHC boundary kernel's configuration per (H, token bucket, ordering) on one GPU, in one run.
 
-    python benchmarks/hc_boundary_sweep.py [--hiddens 5120,7168] [--tokens 1,4,16,64,128,512,2048]
+    python -m benchmarks hc_boundary_sweep [--hiddens 5120,7168] [--tokens 1,4,16,64,128,512,2048]
         [--jobs 16] [--write src/mxfuse/kernels/hc/configs.json] [--json PATH]
 
 For every shape, every candidate of ``candidates`` (tile sizes, phase-A split, warps, finish step,
@@ -11,7 +11,7 @@ on disk, so the timing process only loads), then checked and timed here:
     and y bit for bit, the pair bit for bit ``quantize_mxfp8`` of y), post' and comb' against the
     reference (the test suite's tolerances); a candidate failing a check is never chosen;
   * timed: the fused boundary (MXFP8 pair out, deepgemm scales, no bf16 y) as one CUDA graph of many
-    calls cycling through enough input sets to miss the L2 (``gpu_timing.bench_us``); the three
+    calls cycling through enough input sets to miss the L2 (``benchmarks.timing.bench_us``); the three
     fastest of a shape are timed again in three interleaved rounds and the median decides.
 
 The shifted ordering is timed on the default and the normal ordering's six fastest of the same shape
@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,10 +36,9 @@ from pathlib import Path
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import bench_us, rotation_count
-from hc_boundary import PARAMS, _args, _kargs, environment, floor_bytes, make_set
-
+from benchmarks.hc_boundary import PARAMS, boundary_args, environment, floor_bytes, kernel_args, make_set
+from benchmarks.support import REPO_ROOT, routine_command
+from benchmarks.timing import bench_us, rotation_count
 from gpumatrix.compare import assert_close
 from mxfuse import hc
 from mxfuse.kernels import quantize_mxfp8
@@ -48,7 +46,7 @@ from mxfuse.kernels.hc import HcConfig, default_config
 
 TOKENS = (1, 4, 16, 64, 128, 512, 2048)
 HIDDENS = (5120, 7168)
-TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "hc" / "configs.json"
+TABLE = REPO_ROOT / "src" / "mxfuse" / "kernels" / "hc" / "configs.json"
 
 
 def _divisor_at_least(n: int, quotient_at_most: int) -> int:
@@ -123,8 +121,8 @@ def _compile_worker(jobs: list[dict]) -> None:
         s = make_set(job["T"], job["H"], job["shifted"], 0)
         config = HcConfig(**job["config"])
         try:
-            hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, want_y=False)
-            hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, fused=False)
+            hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, want_y=False)
+            hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, fused=False)
         except Exception as exc:  # reported by the timing process, which runs the same call
             print(f"compile failed: {job}: {exc!r}"[:400], flush=True)
     torch.cuda.synchronize()
@@ -151,7 +149,8 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, qui
     for i, shard in enumerate(shards):
         path = tmp / f"hc_sweep_jobs_{i}.json"
         path.write_text(json.dumps(shard))
-        procs.append(subprocess.Popen([sys.executable, __file__, "--compile-jobs", str(path)]))
+        command = routine_command("hc_boundary_sweep", "--compile-jobs", str(path.resolve()))
+        procs.append(subprocess.Popen(command, cwd=REPO_ROOT))
     for p in procs:
         p.wait()
     print(
@@ -163,8 +162,8 @@ def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, qui
 
 def check(s: dict, ref, config: HcConfig) -> str:
     """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
-    fused = hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config)
-    unfused = hc.mhc_boundary(*_kargs(s), params=PARAMS, config=config, fused=False)
+    fused = hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config)
+    unfused = hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, fused=False)
     for name in ("residual", "pre", "y"):
         if not torch.equal(getattr(fused, name), getattr(unfused, name)):
             return f"fused {name} != unfused"
@@ -186,7 +185,7 @@ def check(s: dict, ref, config: HcConfig) -> str:
 
 
 def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0) -> float:
-    fns = [functools.partial(hc.mhc_boundary, *_kargs(s), params=PARAMS, out=o, config=config)
+    fns = [functools.partial(hc.mhc_boundary, *kernel_args(s), params=PARAMS, out=o, config=config)
            for s, o in zip(sets, outs, strict=True)]  # fmt: skip
     return bench_us(fns, target_ms=target_ms, replays=7)
 
@@ -198,7 +197,7 @@ def sweep_shape(
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
     outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     ordering = "shifted" if shifted else "normal"
-    ref = hc.mhc_boundary_reference(*_args(sets[0]), params=PARAMS)
+    ref = hc.mhc_boundary_reference(*boundary_args(sets[0]), params=PARAMS)
     rows = []
     for config in only or candidates(tokens, hidden, quick=quick):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}
@@ -319,7 +318,3 @@ def write(args: argparse.Namespace, env: dict, rows: list[dict], tokens: list[in
             "entries": entries,
         }
         Path(args.write).write_text(json.dumps(data, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

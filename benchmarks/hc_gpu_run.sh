@@ -24,7 +24,7 @@ has() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; r
 if has tests; then
   if has sweep; then
     # shellcheck disable=SC2086
-    python3 benchmarks/hc_boundary_sweep.py ${HC_SWEEP_ARGS:-} --precompile-only --jobs 12 >"$out/precompile.log" 2>&1 &
+    python3 -m benchmarks hc_boundary_sweep ${HC_SWEEP_ARGS:-} --precompile-only --jobs 12 >"$out/precompile.log" 2>&1 &
     pre=$!
   fi
   printf '%s\n' tests/kernels/mxfuse/hc/test_hc_boundary.py tests/e2e/mxfuse/models/test_dsv41_decode.py >"$out/hc-tests.txt"
@@ -36,17 +36,17 @@ fi
 if has sweep; then
   jobs=12; has tests && jobs=0  # compiled already
   # shellcheck disable=SC2086
-  python3 benchmarks/hc_boundary_sweep.py ${HC_SWEEP_ARGS:-} --jobs $jobs --write src/mxfuse/kernels/hc/configs.json \
+  python3 -m benchmarks hc_boundary_sweep ${HC_SWEEP_ARGS:-} --jobs $jobs --write src/mxfuse/kernels/hc/configs.json \
     || status=1
   cp src/mxfuse/kernels/hc/configs.json "$out/" 2>/dev/null
 fi
 if has phases; then
-  python3 benchmarks/hc_phases.py --hiddens 5120,7168 || status=1
+  python3 -m benchmarks hc_phases --hiddens 5120,7168 || status=1
 fi
 if has bench; then
-  python3 benchmarks/hc_boundary.py --compile "${HC_COMPILE:-dynamic-tokens}" || status=1
+  python3 -m benchmarks hc_boundary --compile "${HC_COMPILE:-dynamic-tokens}" || status=1
 fi
 if has step; then
-  python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --replays 50 || status=1
+  python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --replays 50 || status=1
 fi
 exit $status

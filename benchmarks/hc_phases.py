@@ -1,6 +1,6 @@
 """Where the mHC boundary's time goes: each kernel of the fused boundary and of the unfused chain, on one GPU.
 
-    python benchmarks/hc_phases.py [--tokens 1,4,16,64,2048] [--hiddens 5120] [--calls 20]
+    python -m benchmarks hc_phases [--tokens 1,4,16,64,2048] [--hiddens 5120] [--calls 20]
 
 For each shape (normal ordering, MXFP8 pair out, deepgemm scales, the launch table's configuration):
 ``--calls`` eager calls of each path under the torch profiler, each kernel's device time averaged over
@@ -16,16 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hc_boundary import PARAMS, _kargs, environment, make_set
-
+from benchmarks.hc_boundary import PARAMS, environment, kernel_args, make_set
 from mxfuse import hc
 from mxfuse.kernels.hc import choose_config
 
@@ -73,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False)
 
                 def call(out=out, fused=fused, s=s):
-                    hc.mhc_boundary(*_kargs(s), params=PARAMS, out=out, fused=fused)
+                    hc.mhc_boundary(*kernel_args(s), params=PARAMS, out=out, fused=fused)
 
                 times = kernel_times(call, args.calls)
                 total = sum(t for _, t in times)
@@ -86,7 +83,3 @@ def main(argv: list[str] | None = None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

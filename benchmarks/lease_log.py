@@ -1,6 +1,6 @@
 """Check GPU lease logs (GPUMATRIX_LEASE_LOG) from real runs: no GPU was ever held by two tests at once.
 
-    python benchmarks/lease_log.py LOG [LOG ...] [--need SUBSTRING=GPUS ...]
+    python -m benchmarks lease_log LOG [LOG ...] [--need SUBSTRING=GPUS ...]
 
 Each log is the JSON-lines file the gpumatrix plugin appends one line to per lease (node id, xdist
 worker, devices, monotonic acquire/release times). The logs are checked one at a time (each is one
@@ -12,13 +12,12 @@ overlap, a missing or empty log, or an unmet ``--need``.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
+from benchmarks.support import import_test_support
 
-from gpumatrix_trees import overlapping_leases, read_jsonl  # noqa: E402
+_trees = import_test_support("gpumatrix_trees")
+overlapping_leases, read_jsonl = _trees.overlapping_leases, _trees.read_jsonl
 
 __all__ = ["main"]
 
@@ -64,7 +63,3 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print("ok: no GPU was held by two tests at once")
     return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

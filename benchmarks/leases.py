@@ -7,8 +7,8 @@ seconds instead. The tree is run with the plugin leasing, serially and with N wo
 machine's GPU count); from the lease log it checks that no GPU was ever held by two tests at once
 and reports how many leases overlapped.
 
-    python benchmarks/leases.py                                    # on a GPU machine
-    GPUMATRIX_HARDWARE=2xh100 python benchmarks/leases.py          # dry run on CPU
+    python -m benchmarks leases                                    # on a GPU machine
+    GPUMATRIX_HARDWARE=2xh100 python -m benchmarks leases          # dry run on CPU
 
 Expected with N GPUs: the test-time span shrinks close to N x; the wall ratio is lower, because
 each xdist worker pays its own start-up and CUDA initialisation.
@@ -28,13 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
+from benchmarks.support import REPO_ROOT, import_test_support
+from gpumatrix.config import load_matrix
+from gpumatrix.hardware.detection import detect
 
-from gpumatrix_trees import overlapping_leases, read_jsonl, registered, write_tree  # noqa: E402
-
-from gpumatrix.config import load_matrix  # noqa: E402
-from gpumatrix.hardware.detection import detect  # noqa: E402
+_trees = import_test_support("gpumatrix_trees")
+overlapping_leases, read_jsonl = _trees.overlapping_leases, _trees.read_jsonl
+registered, write_tree = _trees.registered, _trees.write_tree
 
 __all__ = ["main"]
 
@@ -150,7 +150,3 @@ def main(argv: list[str] | None = None) -> int:
         f"test span {medians[0][1] / medians[workers][1]:.2f}x; no GPU was held by two tests at once"
     )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

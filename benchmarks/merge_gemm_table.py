@@ -2,17 +2,15 @@
 the launcher's checked-in table, shape by shape: the sweep's shapes replace the table's for that device,
 the other shapes stay, and the device's ``source`` notes where the new ones came from.
 
-    python benchmarks/merge_gemm_table.py SWEEP_TABLE [--into src/mxfuse/kernels/gemm/configs.json]
+    python -m benchmarks merge_gemm_table SWEEP_TABLE [--into src/mxfuse/kernels/gemm/configs.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from mxfuse.kernels.gemm.configs import parse_table
 
 TABLE = Path(__file__).resolve().parents[1] / "src" / "mxfuse" / "kernels" / "gemm" / "configs.json"
@@ -44,7 +42,3 @@ def main(argv: list[str] | None = None) -> int:
     args.into.write_text(json.dumps(merged, indent=1) + "\n")
     print(f"merged {args.sweep} into {args.into}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,8 +14,8 @@ which a run notices. Every survivor must be listed in docs/mutation.md under its
 (``### `<group>```), its name after the module in backticks, with its reason; the run exits 1 when a
 group scores under 95% or a survivor is not listed. A re-run tests the survivors of the run before again.
 
-    python benchmarks/mutation.py                     # every group (hours on a shared two-core machine)
-    python benchmarks/mutation.py --group mxfuse.einsum --max-children 2
+    python -m benchmarks mutation                     # every group (hours on a shared two-core machine)
+    python -m benchmarks mutation --group mxfuse.einsum --max-children 2
 """
 
 from __future__ import annotations
@@ -306,7 +306,3 @@ def main(argv: list[str] | None = None) -> int:
     (WORK / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(f"results: {WORK / 'results.json'}; survivors with their changes: {write_survivors(results)}")
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

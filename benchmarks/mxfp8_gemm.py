@@ -1,6 +1,6 @@
 """Time the Triton MXFP8 GEMM against bf16 cuBLAS on one GPU, with the byte floor, in one run.
 
-    python benchmarks/mxfp8_gemm.py [--sweep] [--ms 1,4,...] [--json PATH]
+    python -m benchmarks mxfp8_gemm [--sweep] [--ms 1,4,...] [--json PATH]
 
 Shapes (N, K): DeepSeek-V4.1-Flash wqkv_a (1792, 5120), wo_b under TP4 (5120, 2048) and DP4 (5120, 8192);
 V4-Pro wqkv_a (2048, 7168), wo_b (7168, 16384). M in {1, 4, 16, 64, 256, 2048}.
@@ -23,15 +23,12 @@ import functools
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import bench_us, copy_bandwidth, rotation_count
-
+from benchmarks.timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import calc_diff
 from mxfuse.gemm import mxfp8_gemm, prepare_mxfp8_weight
 from mxfuse.kernels import quantize_mxfp8
@@ -80,7 +77,9 @@ def sweep_configs(m: int, n: int, k: int) -> list[GemmConfig]:
 
 
 def make_problem(m: int, n: int, k: int):
-    """Rotated weight sets (MXFP8 prepared + bf16 copy) and one activation (pair + bf16)."""
+    """The GEMM problem [M, K] x [N, K]^T: rotated weight sets (MXFP8 prepared for the Triton backend, and
+    the bf16 copy) that stream past the L2, and one activation (bf16, and its MXFP8 pair in DeepGEMM's
+    scale layout)."""
     sets = rotation_count(n * k * 2)  # bf16 bytes: the larger of the two streams
     weights = []
     for i in range(sets):
@@ -157,7 +156,7 @@ def measure(name: str, m: int, n: int, k: int, bandwidth: float, *, sweep: bool,
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -165,7 +164,7 @@ def main() -> None:
     parser.add_argument("--ms", default=",".join(map(str, MS)), help="comma-separated M values")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names")
     parser.add_argument("--json", default=None, help="write every number here (default: $OUT or reports/)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.manual_seed(0)
     bandwidth = copy_bandwidth()
     rows = []
@@ -196,7 +195,3 @@ def main() -> None:
         if args.sweep and "best_us" in r:
             line += f"  {r['best_us']:.2f} ({r['bf16_us'] / r['best_us']:.2f}x) {r['best_config']}"
         print(line)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Check, sweep and time MXFP8 GEMM launch configurations on one GPU in one run; write the winners as the
 launcher's table.
 
-    PYTHONUNBUFFERED=1 python benchmarks/mxfp8_gemm_sweep.py [--budget-s 400] [--shapes ...] [--ms ...]
+    PYTHONUNBUFFERED=1 python -m benchmarks mxfp8_gemm_sweep [--budget-s 400] [--shapes ...] [--ms ...]
         [--json PATH] [--table PATH] [--compile-workers 8]
 
 Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one process:
@@ -17,7 +17,7 @@ Shapes (N, K) and M are benchmarks/mxfp8_gemm.py's. For every (shape, M), in one
     and the NaN rows must come out as the torch backend says). A candidate that fails to compile or to
     check is reported and skipped.
 Weights are rotated through enough copies that every call reads them from HBM (cold); each variant is
-one CUDA graph of many calls (``gpu_timing.bench_us``). Candidates are screened in tiers over every
+one CUDA graph of many calls (``benchmarks.timing.bench_us``). Candidates are screened in tiers over every
 (shape, M) (the most promising tier first, so a short budget still covers every problem); then bf16,
 the default and the two fastest candidates are timed again in three interleaved rounds, medians kept.
 ``--budget-s`` bounds the whole run: screening stops when it would eat into the time reserved for the
@@ -50,12 +50,9 @@ from pathlib import Path
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-# This checkout's kernels, not an installed copy (the compile workers inherit it).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from gpu_timing import bench_us, copy_bandwidth, rotation_count
-from mxfp8_gemm import MS, SHAPES  # the benchmark's shapes and M values
-
+from benchmarks.mxfp8_gemm import MS, SHAPES  # the benchmark's shapes and M values
+from benchmarks.support import REPO_ROOT, routine_command
+from benchmarks.timing import bench_us, copy_bandwidth, rotation_count
 from gpumatrix.compare import calc_diff
 from mxfuse.formats import MxTensor, as_mxtensor, quantize_mxfp8_reference, scale_to_layout
 from mxfuse.gemm import mxfp8_gemm
@@ -221,6 +218,8 @@ def prepared_weight(w: torch.Tensor) -> MxWeight:
 
 
 def make_weights(n: int, k: int, device: str) -> tuple[list[MxWeight], list[torch.Tensor]]:
+    """The GEMM problem's weights for [N, K]: enough rotated sets (prepared MXFP8, and the bf16 copy) that a
+    round of calls streams past the L2 on the GPU; one set on the CPU."""
     sets = rotation_count(n * k * 2) if device == "cuda" else 1
     mx, bf = [], []
     for i in range(sets):
@@ -232,6 +231,8 @@ def make_weights(n: int, k: int, device: str) -> tuple[list[MxWeight], list[torc
 
 
 def make_problem(name: str, m: int, n: int, k: int, weights, device: str) -> Problem:
+    """One GEMM problem at M = ``m`` on ``make_weights``' sets: the activation (bf16 and its reference-
+    quantized pair), the torch backend's output as the reference, and one output buffer per weight set."""
     mx, bf = weights
     gen = torch.Generator(device=device).manual_seed(7 + m)
     x = torch.randn(m, k, generator=gen, device=device, dtype=torch.bfloat16)
@@ -286,7 +287,7 @@ def check(p: Problem, config: GemmConfig | None, device: str) -> dict:
 
 
 @functools.cache
-def _edge_operands(m: int, n: int, k: int, device: str):
+def edge_operands(m: int, n: int, k: int, device: str):
     """Extreme scale bytes (a: 0, 1, 253, 254 cycling along K; w: 254, 253, 1, 0, so every block
     product is 2**0), values at most 1.75; row 1 a NaN block, row 2 zero, rows 3.. copies of row 0."""
     g = torch.Generator(device=device).manual_seed(5)
@@ -308,11 +309,11 @@ def _edge_operands(m: int, n: int, k: int, device: str):
 
 
 def edge_check(config: GemmConfig, device: str, *, small: bool = False) -> dict:
-    """The configuration on a small problem where only the exact path is exact (see ``_edge_operands``):
+    """The configuration on a small problem where only the exact path is exact (see ``edge_operands``):
     the torch backend's NaN rows and values within the closeness rule, copied rows bitwise equal."""
     m = min(config.block_m, 4) if config.kind in ("gemv", "stream") else 16
     n, k = (128, 512) if small else (256, 2048)
-    pair, weight, ref = _edge_operands(m, n, k, device)
+    pair, weight, ref = edge_operands(m, n, k, device)
     split = config.split_k if config.kind != "fold" else min(config.split_k, 2)
     cfg = dataclasses.replace(config, split_k=split)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
@@ -424,17 +425,15 @@ def compile_worker(
 
 def precompile(args, shapes: dict, ms: tuple[int, ...], deadline: float) -> float:
     start = time.time()
-    script = str(Path(__file__).resolve())
     procs = []
     for i in range(args.compile_workers):
-        cmd = [
-            sys.executable,
-            script,
+        cmd = routine_command(
+            "mxfp8_gemm_sweep",
             "--compile-worker",
             str(i),
             "--compile-workers",
             str(args.compile_workers),
-        ]
+        )
         cmd += [
             "--shapes",
             ",".join(shapes),
@@ -444,7 +443,7 @@ def precompile(args, shapes: dict, ms: tuple[int, ...], deadline: float) -> floa
             str(args.max_tier),
         ]
         cmd += ["--cpu-smoke"] if args.cpu_smoke else []
-        procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+        procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO_ROOT))
     for proc in procs:
         try:
             proc.wait(timeout=max(1.0, deadline - time.time()))
@@ -696,7 +695,3 @@ def merge_into(path: Path, winners: dict) -> None:
         current["source"] = f"{current['source']}; M in {ms}: {entry['source']}"
     parse_table(table, source=str(path))  # refuse to write what the launcher could not read
     path.write_text(json.dumps(table, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,7 +2,7 @@
 
     ncu --kernel-name regex:'stream|mma_kernel|mqa_split|mqa_combine' --launch-count 40 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-        --section MemoryWorkloadAnalysis python benchmarks/ncu_probe.py [--gemm CONFIGS] [--attention]
+        --section MemoryWorkloadAnalysis python -m benchmarks ncu_probe [--gemm CONFIGS] [--attention]
 
 Each kernel runs four times (ncu flushes the caches before each profiled launch): the MXFP8 GEMM at
 M = 1 on V4.1-Flash wo_b DP4 (5120 x 8192) with the stream configurations named by ``--gemm``
@@ -15,12 +15,9 @@ sections are the output (benchmarks/speed_gpu_run.sh keeps them in $OUT).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from mxfuse.attention import mqa_decode_attention
 from mxfuse.formats import as_mxtensor, quantize_mxfp8_reference
 from mxfuse.gemm.weights import quantize_weight
@@ -53,26 +50,24 @@ def attention(tokens: int = 1, length: int = 4096, heads: int = 64, dim: int = 5
 
 def boundary(tokens: int = 1, hidden: int = 5120) -> None:
     """The fused hyper-connection boundary (shifted ordering, V4.1) writing bf16 y, then the MXFP8 pair."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from hc_boundary import PARAMS, _kargs, make_set
-
+    from benchmarks.hc_boundary import PARAMS, kernel_args, make_set
     from mxfuse import hc
 
     sets = [make_set(tokens, hidden, True, seed) for seed in range(4)]
     for want_pair in (False, True):
         for s in sets:
-            hc.mhc_boundary(*_kargs(s), params=PARAMS, want_y=not want_pair, want_pair=want_pair)
+            hc.mhc_boundary(*kernel_args(s), params=PARAMS, want_y=not want_pair, want_pair=want_pair)
     torch.cuda.synchronize()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--gemm", default="", help="stream configs: block_n,block_g,warps,stages,split;...")
     parser.add_argument("--attention", action="store_true", help="also decode attention at T = 1")
     parser.add_argument("--boundary", action="store_true", help="also the hc boundary at T = 1 (y, pair)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     configs: list[GemmConfig | None] = []
     for item in filter(None, args.gemm.split(";")):
         bn, bg, warps, stages, split = (int(v) for v in item.split(","))
@@ -85,7 +80,3 @@ def main() -> int:
     if args.boundary:
         boundary()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

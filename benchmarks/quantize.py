@@ -1,6 +1,6 @@
 """Time the MXFP8 quantize kernel against its baselines on one GPU: CUDA graphs, medians.
 
-    python benchmarks/quantize.py [--sweep] [--json PATH]
+    python -m benchmarks quantize [--sweep] [--json PATH]
 
 For M in {1, 16, 128, 2048, 16384}, K = 7168, bf16 input, in one run:
   * ``quantize_mxfp8`` (deepgemm scales, the default; e8m0 scales too), writing into preallocated buffers;
@@ -23,16 +23,12 @@ import importlib
 import json
 import math
 import statistics
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_timing import bench_us
-
+from benchmarks.timing import bench_us
 from mxfuse.formats import MxTensor, quantize_mxfp8_reference, scale_spec
 from mxfuse.kernels import quantize_mxfp8
 
@@ -67,6 +63,7 @@ def moved_bytes(m: int, k: int) -> int:
 
 
 def make_inputs(m: int, k: int) -> list[torch.Tensor]:
+    """The quantize problem [M, K]: enough bf16 inputs that one round of calls streams past the L2."""
     sets = max(1, min(32, math.ceil(ROTATE_BYTES / moved_bytes(m, k))))
     xs = []
     for i in range(sets):
@@ -204,7 +201,3 @@ def main(argv: list[str] | None = None) -> int:
     same = {r["M"]: (r["compile_ref_bits_equal"], r.get("torchao_bits_equal")) for r in rows}
     print(f"baselines' bits equal to the kernel's (compile ref, torchao) by M: {same}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

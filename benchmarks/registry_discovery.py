@@ -14,7 +14,7 @@ cost of importing every file). Each is measured twice: on the machine as it is (
 shared runner would). Targets (5,000 files): cold <= 0.5 s, warm <= 0.1 s, >= 20x faster than
 collection.
 
-    python benchmarks/registry_discovery.py [--files 5000] [--repeats 5] [--busy 2] [--no-collect]
+    python -m benchmarks registry_discovery [--files 5000] [--repeats 5] [--busy 2] [--no-collect]
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def busy_neighbours(count: int) -> Iterator[None]:
             worker.join()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=5)
@@ -162,7 +162,7 @@ def main() -> None:
         "--busy", type=int, default=2, help="spinning processes for the busy column (0: none)"
     )
     parser.add_argument("--no-collect", action="store_true", help="skip timing pytest --collect-only")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     columns: dict[str, dict[str, float]] = {}
     loads: dict[str, str] = {}
@@ -199,7 +199,3 @@ def main() -> None:
             f"{columns[n]['pytest --collect-only'] / columns[n]['cold']:.0f}x" for n in names
         )
         print(f"| collection / cold discovery | {speedups} | >= 20x |")
-
-
-if __name__ == "__main__":
-    main()

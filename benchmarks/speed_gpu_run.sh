@@ -28,11 +28,11 @@ run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass
 # The GPU tests as users run them: the runner's whole slice, its workers and compile cache chosen by gpumatrix.
 run tests 300 gpumatrix run --runner 1-gpu-h100 --report "$out/gpu-job.json" --junit-xml "$out/gpu-job.xml"
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.
-run step 110 python3 benchmarks/dsv41_decode.py --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
+run step 110 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
   --variants pdl,base --json "$out/dsv41_decode.json"
-run step_tp4 50 python3 benchmarks/dsv41_decode.py --config flash-tp4 --tokens 1,4,16 --stage-tokens 1 \
+run step_tp4 50 python3 -m benchmarks dsv41_decode --config flash-tp4 --tokens 1,4,16 --stage-tokens 1 \
   --replays 30 --variants pdl,base --json "$out/dsv41_decode_tp4.json"
 # Each kernel's start and end inside a graph replay at T = 1, per launch variant (if time is left).
-run timeline 30 python3 benchmarks/dsv41_timeline.py --tokens 1 --variants pdl,base --replays 11 \
+run timeline 30 python3 -m benchmarks dsv41_timeline --tokens 1 --variants pdl,base --replays 11 \
   --json "$out/dsv41_timeline.json"
 exit $status

@@ -1,7 +1,7 @@
 """The bits of the V4.1 decode step's outputs, as SHA-256 digests: a refactor must leave them unchanged.
 
-    python benchmarks/step_digest.py [--tokens 1,4,16,64] [--config flash] [--json PATH] [--dry-run]
-    python benchmarks/step_digest.py --against benchmarks/data/step_digest_DATE.json
+    python -m benchmarks step_digest [--tokens 1,4,16,64] [--config flash] [--json PATH] [--dry-run]
+    python -m benchmarks step_digest --against benchmarks/data/step_digest_DATE.json
 
 The sublayer is loaded from the random checkpoint of seed 0 in the native format (as
 benchmarks/dsv41_decode.py loads it), each path (fused, unfused, bf16) runs one eager step per T on the
@@ -18,15 +18,13 @@ import datetime
 import hashlib
 import json
 import os
-import sys
-import tempfile
 from pathlib import Path
 
 import torch
 import triton
 
-from mxfuse.models.dsv41 import CONFIGS, load_sublayer, make_checkpoint
-from mxfuse.models.dsv41.state import random_kv_cache, random_state
+from benchmarks.dsv41_decode import decode_inputs, load_paths
+from mxfuse.models.dsv41 import CONFIGS
 
 PATHS = ("fused", "unfused", "bf16")
 FIELDS = ("attn_out", "residual", "pre", "post", "comb", "y")
@@ -56,13 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     config = CONFIGS[config_name]
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     kv = min(args.kv, 64) if on_cpu else args.kv
-    with tempfile.TemporaryDirectory() as directory:
-        make_checkpoint(directory, config, seed=0, device=device)
-        models = {p: load_sublayer(directory, config, path=p, device=device) for p in PATHS}
+    models = load_paths(config, PATHS, device=device)
     found: dict[str, dict[str, str]] = {}
     for t in (int(x) for x in args.tokens.split(",")):
-        state = random_state(config, t, seed=t, device=device)
-        cache = random_kv_cache(config, sequences=t, capacity=kv, lens=[kv - 1] * t, seed=t, device=device)
+        state, cache = decode_inputs(config, t, kv, device=device)
         for path, model in models.items():
             out = model(state, cache.clone(), context="decode")
             found[f"T={t} {path}"] = {field: digest(getattr(out, field)) for field in FIELDS}
@@ -94,7 +89,3 @@ def main(argv: list[str] | None = None) -> int:
     for line in changed:
         print(f"  changed: {line}")
     return 1 if changed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -86,7 +86,7 @@ MAX_REPEAT = 1000
 # sliver of a GPU and spend their time compiling on the CPU, so a GPU is shared; a test registered
 # gpu="exclusive" (or marked exclusive_gpu), and every test of several GPUs, still holds its GPUs alone.
 # `gpumatrix run` starts the runner's GPUs times this many workers, at most one per CPU. 8: on one H200
-# with 16 CPUs (2026-12-04, benchmarks/RESULTS.md "The GPU job"), the 1-gpu-h100 slice ran in 131 s cold
+# with 16 CPUs (2026-12-04, benchmarks/log/gpu-job.md), the 1-gpu-h100 slice ran in 131 s cold
 # and 28 s warm with 8 tests per GPU, and in 119 s cold and 35 s warm with 16.
 DEFAULT_WORKERS_PER_GPU = 8
 # The most tests that may share one GPU: a lease of a whole GPU takes this many slots (gpumatrix.running.leases).

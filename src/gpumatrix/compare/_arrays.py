@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # Elements per chunk: 2**20, 8 MiB per float64 temporary. Swept over 2**18..2**24 for assert_close
-# on 16M float32 elements (benchmarks/compare.py --sweep-chunks): on a 2-core CPU numpy took 0.03 s
+# on 16M float32 elements (`python -m benchmarks compare --sweep-chunks`): on a 2-core CPU numpy took 0.03 s
 # at 2**18..2**20 and 0.06 s from 2**22 up (temporaries fall out of cache); on an H200 2**20 took
 # 2 ms against 7 ms at 2**18 (kernel launches per chunk). On the GPU a 2**28-element tensor needed
 # 58 MiB beside its inputs. Tests shrink it to cross chunk boundaries.

@@ -1,4 +1,4 @@
-"""benchmarks/dsv41_decode.py on the CPU (--dry-run: the tiny config, eager steps, host times).
+"""`python -m benchmarks dsv41_decode` on the CPU (--dry-run: the tiny config, eager steps, host times).
 
 The GPU run measures; this keeps the script, its per-stage attribution (the model's profiler ranges) and
 the per-stage byte floors working in CI, and checks the floors against bytes counted independently here.
@@ -19,7 +19,7 @@ from gpumatrix import register
 register(on=("cpu",), est_time=40)
 
 ROOT = REPO_ROOT
-SCRIPT = ROOT / "benchmarks" / "dsv41_decode.py"
+COMMAND = [sys.executable, "-m", "benchmarks", "dsv41_decode"]
 STAGES = ["boundary_in", "wqkv_a", "wq_b", "attention", "wo_a", "wo_b", "boundary_out"]
 
 
@@ -28,8 +28,7 @@ def dry_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = tmp_path_factory.mktemp("dsv41_decode")
     done = subprocess.run(
         [
-            sys.executable,
-            str(SCRIPT),
+            *COMMAND,
             "--dry-run",
             "--tokens",
             "1,4",
@@ -42,6 +41,7 @@ def dry_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], dict]:
         text=True,
         timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", "OUT": str(out)},
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, json.loads((out / "dsv41_decode.json").read_text())
@@ -130,8 +130,7 @@ def _event(name, start, end, *, self_device=0.0, thread=1, device="cpu"):
 def test_stage_times_are_the_host_ranges_of_a_cpu_profile():
     """The dry run's attribution on synthetic events: each ``dsv41.<stage>`` host range's time, summed
     over the steps; device-side copies of a range and other events do not count."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from dsv41_decode import stage_times
+    from benchmarks.dsv41_decode import stage_times
 
     events = [
         _event("dsv41.boundary_in", 0, 100),
@@ -148,10 +147,9 @@ def test_stage_times_are_the_host_ranges_of_a_cpu_profile():
 
 def test_stage_event_times_sum_each_stages_spans_per_step():
     """On CUDA a stage's time is the span between its start and end events, summed over the steps."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from types import SimpleNamespace
 
-    from dsv41_decode import stage_event_times
+    from benchmarks.dsv41_decode import stage_event_times
 
     def mark(ms):
         return SimpleNamespace(elapsed_time=lambda other: other.t - ms, t=ms)
@@ -183,8 +181,7 @@ def test_stage_events_records_nothing_outside_its_block():
 def test_kernel_sequence_averages_each_launch_position_over_the_steps():
     """One step's kernels in launch order, each position's device time averaged over the steps; host
     events ignored; steps that launched different kernels give no sequence."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from dsv41_decode import kernel_sequence
+    from benchmarks.dsv41_decode import kernel_sequence
 
     gpu = [("_hc_kernel", 0, 6), ("_hc_kernel", 10, 20), ("gemm", 21, 25),
            ("_hc_kernel", 100, 108), ("_hc_kernel", 110, 122), ("gemm", 122, 128)]  # fmt: skip
@@ -198,10 +195,9 @@ def test_kernel_sequence_averages_each_launch_position_over_the_steps():
 
 
 def test_the_timeline_cuts_kernels_into_replays_in_start_order():
-    """benchmarks/dsv41_timeline.py: kernel events of several replays (any order) -> one list per replay of
+    """benchmarks.dsv41_timeline: kernel events of several replays (any order) -> one list per replay of
     (name, start, end), sorted by start; a trailing partial replay is dropped."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from dsv41_timeline import replays_of
+    from benchmarks.dsv41_timeline import replays_of
 
     gpu = [("a", 0, 4), ("b", 2, 9), ("a", 20, 23), ("b", 21, 30), ("a", 40, 41)]
     events = [_event(n, s, e, device="cuda") for n, s, e in reversed(gpu)]
@@ -214,7 +210,8 @@ def test_the_timeline_cuts_kernels_into_replays_in_start_order():
 
 def test_unknown_launch_variants_are_refused():
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dry-run", "--tokens", "1", "--variants", "pdl,fast"],
+        [*COMMAND, "--dry-run", "--tokens", "1", "--variants", "pdl,fast"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,

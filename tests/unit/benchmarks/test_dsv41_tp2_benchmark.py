@@ -1,4 +1,4 @@
-"""benchmarks/dsv41_tp2.py's orchestration on the CPU (--dry-run: two gloo ranks, tiny dims, eager steps).
+"""`python -m benchmarks dsv41_tp2`: its orchestration on the CPU (--dry-run: two gloo ranks, tiny dims, eager steps).
 
 The GPU run is unattended on a machine with two GPUs; this keeps the launcher, the ranks' lockstep
 (checks, captures and timing in one order on both ranks), the gathers and the report working in CI.
@@ -18,12 +18,13 @@ from gpumatrix import register
 
 register(on=("cpu",), est_time=12)
 
-SCRIPT = REPO_ROOT / "benchmarks" / "dsv41_tp2.py"
+ROOT = REPO_ROOT
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, "-m", "benchmarks", "dsv41_tp2", *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,

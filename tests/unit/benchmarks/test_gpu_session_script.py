@@ -60,7 +60,7 @@ def _session(tmp_path: Path, args: list[str], env: dict[str, str]) -> subprocess
             "mismatch       rc=0   FAILED (expected exit 2)",
         ),
         (
-            {"FAKE_MATCH_1": "lease_log.py", "FAKE_EXIT_1": "1"},
+            {"FAKE_MATCH_1": "benchmarks lease_log", "FAKE_EXIT_1": "1"},
             1,
             "lease-log      rc=1   FAILED (expected exit 0)",
         ),
@@ -100,7 +100,7 @@ def test_gpu_session_steps(tmp_path: Path, args: list[str], ran: list[str], left
     assert all(f"{name} " in summary for name in ran), summary
     assert not any(f"{name} " in summary for name in left_out), summary
     if "bench-tp2" in ran:
-        assert "benchmarks/dsv41_tp2.py" in done.stdout
+        assert "-m benchmarks dsv41_tp2" in done.stdout
 
 
 def test_gpu_session_refuses_an_unknown_option(tmp_path: Path) -> None:

@@ -1,30 +1,24 @@
-"""benchmarks/lease_log.py: the check gpu_session.sh runs on real lease logs, on made-up logs."""
+"""benchmarks.lease_log (`python -m benchmarks lease_log`): the check gpu_session.sh runs on real lease logs, on made-up logs."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from repo_paths import REPO_ROOT
 
 from gpumatrix import register
 
 register(on=("cpu",), est_time=1)
 
-SCRIPT = REPO_ROOT / "benchmarks" / "lease_log.py"
 A, B = "GPU-aaaa", "GPU-bbbb"
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lease_log", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.lease_log")
 
 
 def _log(path: Path, leases: list[tuple[str, list[str], float, float]]) -> Path:

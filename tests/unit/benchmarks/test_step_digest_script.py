@@ -1,4 +1,4 @@
-"""benchmarks/step_digest.py on the CPU (--dry-run): the digests repeat, and a changed bit is named."""
+"""`python -m benchmarks step_digest` on the CPU (--dry-run): the digests repeat, and a changed bit is named."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from gpumatrix import register
 
 register(on=("cpu",), est_time=20)
 
-SCRIPT = REPO_ROOT / "benchmarks" / "step_digest.py"
+ROOT = REPO_ROOT
 
 
 def _digest(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--dry-run", "--tokens", "1,3", *args],
+        [sys.executable, "-m", "benchmarks", "step_digest", "--dry-run", "--tokens", "1,3", *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,

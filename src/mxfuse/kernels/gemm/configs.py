@@ -120,7 +120,7 @@ class GemmConfig:
 
 def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
     """The configuration where the table has none, shaped like the H200 sweeps' winners
-    (benchmarks/RESULTS.md, "MXFP8 GEMM"):
+    (benchmarks/log/mxfp8-gemm.md):
 
     * m <= 4: the stream kernel, 4 weight rows per program, each row's 2048-byte step spread over the
       program's 128 threads, split-K only where 4-row programs would fill the GPU less than twice

@@ -11,7 +11,7 @@
 Both run their K range through the family's one K-loop, ``mainloop.mxfp8_mainloop``.
 
 ``SWAP_AB`` puts weight rows in the MMA's M slot. K may be split over programs (``mxfuse.kernels.splitk``). Measured on
-an H200 (benchmarks/RESULTS.md, "MXFP8 GEMM"): both are bound by the promotion each K step waits for,
+an H200 (benchmarks/log/mxfp8-gemm.md): both are bound by the promotion each K step waits for,
 0.2-0.9x of bf16 cuBLAS.
 """
 

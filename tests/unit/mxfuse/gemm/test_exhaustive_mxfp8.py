@@ -1,14 +1,13 @@
-"""benchmarks/exhaustive_mxfp8.py on the values where its rules can go wrong, and against the reference."""
+"""benchmarks.exhaustive_mxfp8 (`python -m benchmarks exhaustive_mxfp8`) on the values where its rules can go wrong, and against the reference."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from types import ModuleType
 
 import numpy as np
 import pytest
 import torch
-from repo_paths import REPO_ROOT
 
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
@@ -16,16 +15,11 @@ from mxfuse.formats import quantize_mxfp8_reference
 
 register(on=("cpu",), est_time=6)
 
-SCRIPT = REPO_ROOT / "benchmarks" / "exhaustive_mxfp8.py"
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("exhaustive_mxfp8", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.exhaustive_mxfp8")
 
 
 def _windows(centres: list[int], half: int) -> list[tuple[int, int]]:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 
 import pytest
-from repo_paths import REPO_ROOT
 
 from gpumatrix import register
 from mxfuse.kernels.gemm import configs as mc
@@ -148,12 +146,7 @@ def test_the_default_rule_gives_valid_configs(m, n, k):
 
 
 def _sweep():
-    path = REPO_ROOT / "benchmarks" / "mxfp8_gemm_sweep.py"
-    spec = importlib.util.spec_from_file_location("mxfp8_gemm_sweep", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(sys.modules[spec.name])
-    return sys.modules[spec.name]
+    return importlib.import_module("benchmarks.mxfp8_gemm_sweep")
 
 
 @pytest.mark.parametrize(("n", "k"), SHAPES)
@@ -188,10 +181,7 @@ def test_sweep_plan_screens_defaults_first_and_its_table_is_readable():
 
 
 def test_a_sweeps_table_merges_shape_by_shape():
-    path = REPO_ROOT / "benchmarks" / "merge_gemm_table.py"
-    spec = importlib.util.spec_from_file_location("merge_gemm_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("benchmarks.merge_gemm_table")
     old = _table(
         {"7168x16384": [{"m_max": 4, "config": _fold()}], "1792x5120": [{"m_max": 1, "config": _fold()}]}
     )

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-from repo_paths import REPO_ROOT
 
+from benchmarks.hc_boundary_sweep import candidates, table_entries
 from gpumatrix import register
 from mxfuse.kernels.hc import HcConfig, choose_config, default_config
 from mxfuse.kernels.hc import config as hc_config
 
 register(on=("cpu",), est_time=3)
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from hc_boundary_sweep import candidates, table_entries  # noqa: E402
 
 ONE_ROW = HcConfig(1, 64, 1, 1, 32, 0, 4, 1, "fma", 1)
 BLOCK16 = HcConfig(16, 16, 2, 16, 32, 0, 4, 2, "dot", 1)
