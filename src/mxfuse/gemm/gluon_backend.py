@@ -70,15 +70,17 @@ class _GluonBackend:
     def measured_win(self, device: torch.device, n: int, k: int) -> Availability:
         """Whether the checked-in table says this kernel beats the Triton kernels on ``device`` for an
         ``[n, k]`` weight: the one condition under which ``auto`` may choose it."""
-        from mxfuse.kernels.gemm.gluon_launch import GLUON_TABLE_FILE, measured_gluon_win
+        from mxfuse.kernels.gemm.gluon_launch import GLUON_TABLE_FILE, gluon_table, measured_gluon_win
         from mxfuse.kernels.gemm.launch import device_facts
 
-        name, _ = device_facts(device)
-        if measured_gluon_win(name, n, k) is None:
+        # The device's name is read only when some device has an entry for the shape.
+        listed = any((n, k) in shapes for shapes in gluon_table().values())
+        name = device_facts(device)[0] if listed else None
+        if not listed or measured_gluon_win(name, n, k) is None:
             return Availability(
                 False,
                 f"not chosen automatically: {GLUON_TABLE_FILE} has no measured win for [N, K] = [{n}, {k}] "
-                f"on {name or device.type} (name backend='gluon' to use it)",
+                f"on {name or device} (name backend='gluon' to use it)",
             )
         return Availability(True, f"{GLUON_TABLE_FILE} measured it faster for [{n}, {k}] on {name}")
 

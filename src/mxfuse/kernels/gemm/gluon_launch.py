@@ -45,6 +45,7 @@ __all__ = [
     "default_gluon_config",
     "gluon_table",
     "launch_gluon_decode",
+    "launch_gluon_prep",
     "measured_gluon_win",
     "parse_gluon_table",
     "weight_in_window",
@@ -222,6 +223,19 @@ def _buffers(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, torch.
     return _BUFFERS[key]
 
 
+def launch_gluon_prep(ops: GluonOperands, a16: torch.Tensor, skip: torch.Tensor) -> None:
+    """The first launch alone (``gluon_prep``): ``a16`` bf16 ``[M, K]`` and ``skip`` int32 ``[M]`` written,
+    and ``ops.out``'s rows of flagged tokens. Runs under the Triton interpreter too."""
+    a, w_q, w_scale_t, out = ops.a, ops.w_q, ops.w_scale_t, ops.out
+    m, k = a.shape
+    n = w_q.shape[0]
+    gluon_prep_kernel[(m,)](
+        a.data, a.scale_bytes(), a16, skip, w_q, w_scale_t, out, m, n, k,
+        -(-m // 4) * 4, -(-(k // 32) // 4),
+        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=32, BLOCK_FN=64, num_warps=4,
+    )  # fmt: skip
+
+
 def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None) -> GluonConfig | None:
     """The two launches (module docstring) into ``ops.out``; the configuration run (None for M = 0).
     ``config`` overrides ``choose_gluon_config`` (the sweep times candidates through it)."""
@@ -240,11 +254,7 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
         config = choose_gluon_config(m, n, k, device_name=name, num_sms=sms)
     cfg = config
     a16, skip = _buffers(out.device, m, k)
-    gluon_prep_kernel[(m,)](
-        a.data, a.scale_bytes(), a16, skip, w_q, w_scale_t, out, m, n, k,
-        -(-m // 4) * 4, -(-(k // 32) // 4),
-        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=32, BLOCK_FN=64, num_warps=4,
-    )  # fmt: skip
+    launch_gluon_prep(ops, a16, skip)
 
     steps = triton.cdiv(k, cfg.block_k)
     split = max(1, min(cfg.split_k, steps))

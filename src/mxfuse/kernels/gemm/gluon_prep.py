@@ -51,7 +51,7 @@ def _exact_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, n_groups, rows4, 
             sa = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT)).to(tl.int32)
             w = tl.load(w_ptr + cols[:, None].to(tl.int64) * K + g * 32 + j[None, :], mask=col_ok[:, None],
                         other=0.0).to(tl.float32)  # fmt: skip
-            sw = tl.load(ws_ptr + g.to(tl.int64) * N + cols, mask=col_ok, other=127).to(tl.int32)
+            sw = tl.load(ws_ptr + g * N + cols, mask=col_ok, other=127).to(tl.int32)  # < N * K / 32
             part = tl.sum(w * a[None, :], axis=1)
             f1, f2 = pow2_product(sw, tl.zeros([1], tl.int32) + sa)
             acc += (part[:, None] * f1) * f2
