@@ -1,12 +1,15 @@
-"""Time the Triton MXFP8 GEMM against bf16 cuBLAS on one GPU, with the byte floor, in one run.
+"""Time the MXFP8 GEMM backends against bf16 and FP8 cuBLAS on one GPU, with the byte floor, in one run.
 
-    python -m benchmarks mxfp8_gemm [--sweep] [--ms 1,4,...] [--json PATH]
+    python -m benchmarks mxfp8_gemm [--sweep] [--ms 1,4,...] [--backends triton,gluon,bf16,fp8] [--json PATH]
 
 Shapes (N, K): DeepSeek-V4.1-Flash wqkv_a (1792, 5120), wo_b under TP4 (5120, 2048) and DP4 (5120, 8192);
 V4-Pro wqkv_a (2048, 7168), wo_b (7168, 16384). M in {1, 4, 16, 64, 256, 2048}.
   * ``triton``: ``mxfp8_gemm`` on the triton backend (deepgemm activation scales, the producers' default),
     writing into a preallocated output;
+  * ``gluon``: ``mxfp8_gemm`` on the gluon backend (sm_90 only; the Gluon decode kernel), same operands;
   * ``bf16``: ``torch.mm(x, w.t(), out=...)`` on bf16 copies of the same weights (cuBLAS);
+  * ``fp8``: ``torch._scaled_mm`` on E4M3 copies with one fp32 scale per tensor (FP8 cuBLAS: what a Hopper
+    user runs instead; the activation padded to a multiple of 16 rows, as cuBLAS's FP8 GEMM wants);
   * ``floor``: weight + activation + output bytes at the copy bandwidth measured in the same run.
 Weights are rotated through enough copies that every call reads them from HBM (cold, as in a decode step
 where the layers before evicted them). Each variant is one CUDA graph of many calls; medians of 15
@@ -44,6 +47,7 @@ SHAPES = {
     "pro wo_b": (7168, 16384),
 }
 MS = (1, 4, 16, 64, 256, 2048)
+BACKENDS = ("triton", "gluon", "bf16", "fp8")  # bf16 is the baseline every ratio is taken against
 
 
 def sweep_configs(m: int, n: int, k: int) -> list[GemmConfig]:
@@ -76,20 +80,38 @@ def sweep_configs(m: int, n: int, k: int) -> list[GemmConfig]:
     return out
 
 
-def make_problem(m: int, n: int, k: int):
-    """The GEMM problem [M, K] x [N, K]^T: rotated weight sets (MXFP8 prepared for the Triton backend, and
-    the bf16 copy) that stream past the L2, and one activation (bf16, and its MXFP8 pair in DeepGEMM's
-    scale layout)."""
+def make_problem(m: int, n: int, k: int, backends: tuple[str, ...]):
+    """The GEMM problem [M, K] x [N, K]^T: rotated weight sets (``{variant: weight}``: MXFP8 prepared per
+    backend, bf16, per-tensor E4M3) that stream past the L2, and one activation (``{"pair", "bf16", "fp8"}``:
+    the MXFP8 pair in DeepGEMM's scale layout, bf16, per-tensor E4M3)."""
     sets = rotation_count(n * k * 2)  # bf16 bytes: the larger of the two streams
     weights = []
     for i in range(sets):
         gen = torch.Generator(device="cuda").manual_seed(100 + i)
         w = torch.randn(n, k, generator=gen, device="cuda", dtype=torch.bfloat16)
-        weights.append((prepare_mxfp8_weight(w, backend="triton"), w))
+        entry = {"triton": prepare_mxfp8_weight(w, backend="triton"), "bf16": w}
+        if "gluon" in backends:
+            entry["gluon"] = prepare_mxfp8_weight(w, backend="gluon")
+        if "fp8" in backends:
+            entry["fp8"] = _per_tensor_fp8(w)
+        weights.append(entry)
     gen = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(m, k, generator=gen, device="cuda", dtype=torch.bfloat16)
-    pair = quantize_mxfp8(x, scale_layout="deepgemm")
-    return weights, x, pair
+    act = {"pair": quantize_mxfp8(x, scale_layout="deepgemm"), "bf16": x}
+    if "fp8" in backends:
+        act["fp8"] = _per_tensor_fp8(torch.cat([x, x.new_zeros((-m) % 16, k)]))  # rows padded to 16
+    return weights, act
+
+
+def _per_tensor_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """E4M3 copy of ``x`` and its one fp32 scale (amax / 448), as FP8 cuBLAS users quantize."""
+    scale = (x.float().abs().amax() / 448.0).clamp(min=1e-12)
+    return (x.float() / scale).to(torch.float8_e4m3fn), scale.reshape(())
+
+
+def _fp8_mm(x8, w8, out) -> None:
+    (xq, xs), (wq, ws) = x8, w8
+    torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16, out=out)
 
 
 def floor_us(m: int, n: int, k: int, bandwidth: float) -> float:
@@ -98,7 +120,7 @@ def floor_us(m: int, n: int, k: int, bandwidth: float) -> float:
 
 
 def check(weights, pair, m: int, n: int, config: GemmConfig | None) -> float:
-    w = weights[0][0]
+    w = weights[0]["triton"]
     want = mxfp8_gemm(pair, w, backend="torch")
     got = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
     _launch(pair, w, got, config)
@@ -110,22 +132,47 @@ def _launch(pair, w, out, config):
     launch_mxfp8_gemm(pair, w.qweight, w.scale, out, config=config, w_scale_rows=w.scale_e8m0)
 
 
-def measure(name: str, m: int, n: int, k: int, bandwidth: float, *, sweep: bool, rounds: int = 3) -> dict:
-    weights, x, pair = make_problem(m, n, k)
+def check_backend(weights, pair, m: int, n: int, backend: str) -> float:
+    w = weights[0][backend]
+    want = mxfp8_gemm(pair, w, backend="torch")
+    got = mxfp8_gemm(pair, w, backend=backend)
+    torch.cuda.synchronize()
+    return calc_diff(got.float(), want.float())
+
+
+def measure(
+    name: str,
+    m: int,
+    n: int,
+    k: int,
+    bandwidth: float,
+    *,
+    sweep: bool,
+    backends: tuple[str, ...],
+    rounds: int = 3,
+) -> dict:
+    weights, act = make_problem(m, n, k, backends)
+    pair, x = act["pair"], act["bf16"]
     row: dict[str, object] = {"shape": name, "M": m, "N": n, "K": k, "sets": len(weights)}
     row["default_config"] = str(choose_config(m, n, k))
     row["calc_diff"] = check(weights, pair, m, n, None)
     if not row["calc_diff"] <= 1e-5:
         raise SystemExit(f"{name} M={m}: triton differs from the torch backend: calc_diff {row['calc_diff']}")
+    if "gluon" in backends:
+        row["gluon_calc_diff"] = check_backend(weights, pair, m, n, "gluon")
+        if not row["gluon_calc_diff"] <= 1e-5:
+            raise SystemExit(f"{name} M={m}: gluon differs from the torch backend: {row['gluon_calc_diff']}")
     outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in weights]
+    out16 = [torch.empty(m + (-m) % 16, n, dtype=torch.bfloat16, device="cuda") for _ in weights]
+    make = {
+        "triton": lambda w, o, o16: functools.partial(mxfp8_gemm, pair, w["triton"], out=o, backend="triton"),
+        "gluon": lambda w, o, o16: functools.partial(mxfp8_gemm, pair, w["gluon"], out=o, backend="gluon"),
+        "bf16": lambda w, o, o16: functools.partial(torch.mm, x, w["bf16"].t(), out=o),
+        "fp8": lambda w, o, o16: functools.partial(_fp8_mm, act.get("fp8"), w.get("fp8"), o16),
+    }
     variants = {
-        "triton": [
-            functools.partial(mxfp8_gemm, pair, w, out=o, backend="triton")
-            for (w, _), o in zip(weights, outs, strict=True)
-        ],
-        "bf16": [
-            functools.partial(torch.mm, x, wb.t(), out=o) for (_, wb), o in zip(weights, outs, strict=True)
-        ],
+        v: [make[v](w, o, o16) for w, o, o16 in zip(weights, outs, out16, strict=True)]
+        for v in ("triton", "bf16", *backends)
     }
     times: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(rounds):
@@ -140,8 +187,8 @@ def measure(name: str, m: int, n: int, k: int, bandwidth: float, *, sweep: bool,
             try:
                 diff = check(weights, pair, m, n, cfg)
                 fns = [
-                    functools.partial(_launch, pair, w, o, cfg)
-                    for (w, _), o in zip(weights, outs, strict=True)
+                    functools.partial(_launch, pair, w["triton"], o, cfg)
+                    for w, o in zip(weights, outs, strict=True)
                 ]
                 us = bench_us(fns, target_ms=8.0, replays=7)
             except Exception as exc:  # a configuration the compiler refuses is skipped, not fatal
@@ -163,15 +210,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sweep", action="store_true", help="also time candidate launch configurations")
     parser.add_argument("--ms", default=",".join(map(str, MS)), help="comma-separated M values")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names")
+    parser.add_argument(
+        "--backends",
+        default="triton,bf16,fp8",
+        help=f"comma-separated variants to time beside triton and bf16, from {','.join(BACKENDS)}",
+    )
     parser.add_argument("--json", default=None, help="write every number here (default: $OUT or reports/)")
     args = parser.parse_args(argv)
+    backends = tuple(dict.fromkeys(b for b in args.backends.split(",") if b))
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        parser.error(f"--backends: unknown {sorted(unknown)}; choose from {','.join(BACKENDS)}")
     torch.manual_seed(0)
     bandwidth = copy_bandwidth()
     rows = []
     for name in args.shapes.split(","):
         n, k = SHAPES[name]
         for m in map(int, args.ms.split(",")):
-            row = measure(name, m, n, k, bandwidth, sweep=args.sweep)
+            row = measure(name, m, n, k, bandwidth, sweep=args.sweep, backends=backends)
             rows.append(row)
             print(json.dumps({key: v for key, v in row.items() if key != "sweep"}), flush=True)
     meta = {
@@ -185,13 +241,15 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"\n{meta}")
-    head = f"{'shape':<14}{'M':>5}{'bf16 us':>9}{'triton':>9}{'x bf16':>8}{'floor':>8}{'% floor':>8}"
-    print(head + ("  best (sweep)" if args.sweep else ""))
+    shown = [v for v in ("triton", *backends) if v != "bf16"]
+    shown = list(dict.fromkeys(shown))
+    head = f"{'shape':<14}{'M':>5}{'bf16 us':>9}" + "".join(f"{v:>9}{'x bf16':>8}" for v in shown)
+    print(head + f"{'floor':>8}{'% floor':>8}" + ("  best (sweep)" if args.sweep else ""))
     for r in rows:
-        line = (
-            f"{r['shape']:<14}{r['M']:>5}{r['bf16_us']:>9.2f}{r['triton_us']:>9.2f}"
-            f"{r['bf16_us'] / r['triton_us']:>8.2f}{r['floor_us']:>8.2f}{100 * r['floor_us'] / r['triton_us']:>7.0f}%"
-        )
+        line = f"{r['shape']:<14}{r['M']:>5}{r['bf16_us']:>9.2f}"
+        line += "".join(f"{r[v + '_us']:>9.2f}{r['bf16_us'] / r[v + '_us']:>8.2f}" for v in shown)
+        best = min(r[v + "_us"] for v in shown if v != "fp8")  # ours: the faster MXFP8 backend
+        line += f"{r['floor_us']:>8.2f}{100 * r['floor_us'] / best:>7.0f}%"
         if args.sweep and "best_us" in r:
             line += f"  {r['best_us']:.2f} ({r['bf16_us'] / r['best_us']:.2f}x) {r['best_config']}"
         print(line)

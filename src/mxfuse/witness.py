@@ -44,6 +44,7 @@ PATHS: dict[str, str] = {
     # MXFP8 GEMM backends (mxfuse.gemm): a pair was consumed by this backend
     "gemm.torch": "dequantize + fp32 matmul (the reference backend)",
     "gemm.triton": "the Triton MXFP8 GEMM",
+    "gemm.gluon": "the Gluon decode MXFP8 GEMM (sm_90: weights to bf16 in registers, swap-AB wgmma)",
     "gemm.deepgemm": "DeepGEMM fp8_gemm_nt, packed UE8M0, gran_k 32",
     "gemm.flashinfer": "FlashInfer mm_mxfp8, 128x4 swizzled scales",
     # The MXFP8-input linear (mxfuse.layers)

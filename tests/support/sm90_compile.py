@@ -9,6 +9,11 @@ function, a layout the sm_90 lowering refuses) then show in CPU CI instead of on
 CPU tensors: each ``kernel[grid](...)`` call is compiled for sm_90 from its actual argument types and
 constexpr values instead of being launched. Run it in a child process (``run_in_child``): the replacement
 is global.
+
+Gluon kernels (``@gluon.jit``, a ``JITFunction`` too) go through the same path with Gluon's AST source;
+a TMA tensor descriptor argument (``triton.experimental.gluon.nvidia.hopper.TensorDescriptor``, built on a
+CPU tensor) is typed as the launcher would type it, ``tensordesc<dtype[block], NVMMASharedLayout(...)>``
+(``mangle_type``), so a kernel reading through TMA compiles to cubin here too.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import JITFunction, mangle_type
 
 __all__ = ["SM90", "compile_launches", "run_in_child"]
 
@@ -44,6 +50,8 @@ _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl
 
 
 def _argument_type(name: str, value: object) -> str:
+    if type(value).__name__ == "TensorDescriptor":  # a TMA descriptor: its block, dtype and smem layout
+        return mangle_type(value)
     if isinstance(value, torch.Tensor):
         return "*" + _POINTER_TYPES[value.dtype]
     if isinstance(value, bool):
@@ -83,7 +91,8 @@ def _compile(fn: JITFunction, args: tuple, kwargs: dict, done: list[str], keep: 
             signature[param.name] = _argument_type(param.name, value)
             if _divisible_by_16(value) and not param.do_not_specialize:
                 attrs[(index,)] = [["tt.divisibility", 16]]
-    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=SM90, options=options)
+    source = GluonASTSource if fn.is_gluon() else ASTSource
+    compiled = triton.compile(source(fn, signature, constexprs, attrs), target=SM90, options=options)
     done.append(fn.__name__)
     if keep is not None:
         keep.append((fn.__name__, compiled))

@@ -8,11 +8,14 @@ backend         devices                   activation scales   weight shape
 ==============  ========================  ==================  =========================================
 ``deepgemm``    sm_100, sm_103            ``deepgemm``        N % 8 == 0
 ``flashinfer``  sm_100/103/107/110/12x    ``swizzled_128x4``  N, K >= 128, N % 32 == 0
+``gluon``       sm_90                     all three           any (weight scale bytes in [10, 246])
 ``triton``      sm_89+                    all three           any
 ``torch``       any, CPU included         all three           any
 ==============  ========================  ==================  =========================================
 
-K is always a multiple of 32. ``deepgemm`` needs DeepGEMM >= 2 (built from source) and ``flashinfer``
+K is always a multiple of 32. ``auto`` takes ``gluon`` only where its measured table names the device and
+shape (``auto_rule``; the table is empty until a GPU sweep fills it), and hands a call on a weight
+prepared for it to ``triton`` (same weight layout) at an M the table does not name. ``deepgemm`` needs DeepGEMM >= 2 (built from source) and ``flashinfer``
 needs ``flashinfer-python`` (``pip install 'mxfuse[blackwell]'``); both are imported only when a device
 qualifies. ``torch`` (dequantize + fp32 matmul) is the oracle every other backend is tested against.
 See ``mxfuse.gemm.api`` and each ``*_backend`` module for the rules and their sources.
@@ -23,6 +26,7 @@ from __future__ import annotations
 from mxfuse.gemm.api import (
     AUTO_ORDER,
     BACKENDS,
+    auto_rule,
     backend_status,
     mxfp8_gemm,
     prepare_mxfp8_weight,
@@ -35,6 +39,7 @@ __all__ = [
     "AUTO_ORDER",
     "BACKENDS",
     "Availability",
+    "auto_rule",
     "MxWeight",
     "backend_status",
     "expand_block_scales",

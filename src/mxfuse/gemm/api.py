@@ -1,8 +1,9 @@
 """``mxfp8_gemm`` and ``prepare_mxfp8_weight``: one call, several backends, each saying whether it can run.
 
 ``backend="auto"`` takes the first backend in ``AUTO_ORDER`` that runs on the device and accepts the weight's
-shape: DeepGEMM (sm_100/sm_103), FlashInfer (sm_100+/sm_120), the Triton kernel (sm_89+), and the torch
-reference, which runs anywhere. The choice is made once, when the weight is prepared (its scales are laid
+shape: DeepGEMM (sm_100/sm_103), FlashInfer (sm_100+/sm_120), the Gluon decode kernel (sm_90, only where
+its measured table says it wins: ``auto_rule``), the Triton kernel (sm_89+), and the torch reference,
+which runs anywhere. The choice is made once, when the weight is prepared (its scales are laid
 out for that backend); every ``mxfp8_gemm`` call emits a witness record ``gemm.<backend>`` with the reason
 and the backends passed over with theirs.
 """
@@ -17,6 +18,7 @@ from mxfuse.formats import MxTensor, ScaleLayout, ScaleRounding, as_mxtensor
 from mxfuse.gemm.backend import Availability, Backend
 from mxfuse.gemm.deepgemm_backend import DEEPGEMM
 from mxfuse.gemm.flashinfer_backend import FLASHINFER
+from mxfuse.gemm.gluon_backend import GLUON
 from mxfuse.gemm.torch_backend import TORCH
 from mxfuse.gemm.triton_backend import TRITON
 from mxfuse.gemm.weights import MxWeight, quantize_weight
@@ -25,6 +27,7 @@ from mxfuse.witness import emit
 __all__ = [
     "AUTO_ORDER",
     "BACKENDS",
+    "auto_rule",
     "backend_status",
     "mxfp8_gemm",
     "prepare_mxfp8_weight",
@@ -32,14 +35,19 @@ __all__ = [
 ]
 
 # Every backend by name. AUTO_ORDER is the order "auto" tries them: the vendor libraries first (hardware
-# block-scaled MMA), then our Triton kernel, then the torch reference, which always runs.
+# block-scaled MMA), then our Gluon kernel (only where measured faster: auto_rule), our Triton kernel,
+# and the torch reference, which always runs.
 BACKENDS: dict[str, Backend] = {
     "deepgemm": DEEPGEMM,
     "flashinfer": FLASHINFER,
+    "gluon": GLUON,
     "triton": TRITON,
     "torch": TORCH,
 }
-AUTO_ORDER: tuple[str, ...] = ("deepgemm", "flashinfer", "triton", "torch")
+AUTO_ORDER: tuple[str, ...] = ("deepgemm", "flashinfer", "gluon", "triton", "torch")
+# Backends that read a weight prepared for another one (the same scale layout, K-group-major): auto
+# hands a call from the first to the second where the first has no measured win at the call's M.
+_HANDOFF = {"gluon": "triton"}
 
 
 def _backend(name: object, *, argument: str = "backend") -> Backend:
@@ -91,13 +99,32 @@ def backend_status(
     return status
 
 
+def auto_rule(name: str, device: torch.device | str, *, n: int | None, k: int | None) -> Availability:
+    """Whether ``auto`` may take backend ``name`` (already known to run here) for an ``[n, k]`` weight.
+
+    The rule: ``gluon`` is taken automatically only where its checked-in table
+    (``mxfuse/kernels/gemm/gluon_configs.json``, written by a GPU sweep) names the device and ``[n, k]``:
+    until it has been measured faster there, it runs only when asked for by name. Every other backend
+    that runs here may be taken.
+    """
+    if name != "gluon":
+        return Availability(True, "")
+    if n is None or k is None:
+        return Availability(
+            False, "not chosen automatically without the weight's [N, K] (its table is per shape)"
+        )
+    return GLUON.measured_win(_canonical(device), n, k)
+
+
 def select_backend(
     device: torch.device | str, *, n: int | None = None, k: int | None = None
 ) -> tuple[str, dict[str, str]]:
     """The first backend in ``AUTO_ORDER`` that runs on ``device`` (and accepts an ``[n, k]`` weight, when
-    given), and why each earlier one was passed over."""
+    given) and that ``auto_rule`` lets ``auto`` take, and why each earlier one was passed over."""
     passed_over: dict[str, str] = {}
     for name, status in backend_status(device, n=n, k=k).items():
+        if status.ok:
+            status = auto_rule(name, device, n=n, k=k)
         if status.ok:
             return name, passed_over
         passed_over[name] = status.reason
@@ -118,7 +145,8 @@ def prepare_mxfp8_weight(
     (``[ceil(N/32), K/32]``, expanded per row). ``backend="auto"`` takes the first backend in ``AUTO_ORDER``
     that runs on ``weight.device`` and accepts ``[N, K]`` (the ones passed over are kept, with their
     reasons, in ``MxWeight.passed_over``). Naming a backend that cannot run here raises
-    ``MxfuseUnavailableError`` with its reason; one that cannot take this shape, ``ValueError``.
+    ``MxfuseUnavailableError`` with its reason; one that cannot take this shape, or these values (the
+    ``gluon`` backend's scale window), ``ValueError``.
     """
     from mxfuse import MxfuseUnavailableError
 
@@ -129,6 +157,10 @@ def prepare_mxfp8_weight(
     passed_over: dict[str, str] = {}
     if backend == "auto":
         backend, passed_over = select_backend(q.device, n=n, k=k)
+        values = _supports_weight(backend, q, s)
+        if not values.ok:  # only gluon checks values; the next one in AUTO_ORDER reads the same weight
+            passed_over[backend] = values.reason
+            backend = _HANDOFF[backend]
     impl = _backend(backend)
     status = _status(impl.name, _canonical(q.device))
     if not status.ok:
@@ -138,8 +170,18 @@ def prepare_mxfp8_weight(
         raise ValueError(
             f"weight of shape [N, K] = [{n}, {k}] cannot be used by backend {impl.name!r}: {shape.reason}"
         )
+    values = _supports_weight(impl.name, q, s)
+    if not values.ok:
+        raise ValueError(f"weight (its scale bytes) cannot be used by backend {impl.name!r}: {values.reason}")
     operand = MxTensor(q, s, ScaleLayout.E8M0, None if weight.dtype == torch.float8_e4m3fn else rounding)
     return MxWeight(operand, impl.weight_scale(s, n=n, k=k), impl.name, tuple(passed_over.items()))
+
+
+def _supports_weight(name: str, q: torch.Tensor, s: torch.Tensor) -> Availability:
+    """The value rule of a backend that has one (``gluon``: its scale window); every other takes any."""
+    if name == "gluon":
+        return GLUON.supports_weight(q, s)
+    return Availability(True, "")
 
 
 def mxfp8_gemm(
@@ -176,7 +218,7 @@ def mxfp8_gemm(
     else:
         _check_out(out, m=m, n=w.n, device=w.device)
 
-    name, reason, passed_over = _choose(backend, w, a.scale_layout)
+    name, reason, passed_over = _choose(backend, w, a.scale_layout, m=m)
     if out.numel():  # M or N may be 0: nothing to compute, and some libraries refuse empty launches
         BACKENDS[name].run(a, w, out)
     # After the launch (a refused call leaves no record), on the host: once per capture under CUDA graphs.
@@ -184,11 +226,16 @@ def mxfp8_gemm(
     return out
 
 
-def _choose(backend: str, w: MxWeight, layout: ScaleLayout) -> tuple[str, str, dict[str, str]]:
+def _choose(backend: str, w: MxWeight, layout: ScaleLayout, *, m: int) -> tuple[str, str, dict[str, str]]:
     """(backend name, reason, passed over) for one call; ValueError for an impossible explicit choice."""
     if backend == "auto":
         passed_over = dict(w.passed_over)
         prepared = _backend(w.backend, argument="w.backend")
+        if prepared.name in _HANDOFF:
+            why = _handoff_reason(prepared.name, w, m)
+            if why:
+                prepared = _backend(_HANDOFF[prepared.name])
+                passed_over[w.backend] = why
         status = _status(prepared.name, _canonical(w.device))
         why = ""
         if not status.ok:
@@ -211,6 +258,18 @@ def _choose(backend: str, w: MxWeight, layout: ScaleLayout) -> tuple[str, str, d
 
         raise MxfuseUnavailableError(f"backend {impl.name!r} cannot run on {w.device}: {status.reason}")
     return impl.name, f"backend={impl.name!r} was asked for", {}
+
+
+def _handoff_reason(name: str, w: MxWeight, m: int) -> str:
+    """Why ``auto`` hands a call on a weight prepared for ``name`` to ``_HANDOFF[name]`` ("" to keep it):
+    the Gluon kernel runs automatically only at the M its table measured it faster."""
+    from mxfuse.kernels.gemm.gluon_launch import GLUON_TABLE_FILE, measured_gluon_win
+    from mxfuse.kernels.gemm.launch import device_facts
+
+    device_name, _ = device_facts(w.device)
+    if measured_gluon_win(device_name, w.n, w.k, m) is None:
+        return f"{GLUON_TABLE_FILE} has no measured win at M = {m} for [{w.n}, {w.k}] on {device_name or w.device.type}"
+    return ""
 
 
 def _check_out(out: object, *, m: int, n: int, device: torch.device) -> None:

@@ -2,7 +2,7 @@
 
 A backend is a small module-level object with:
 
-* ``name``: ``"torch" | "triton" | "deepgemm" | "flashinfer"``;
+* ``name``: ``"torch" | "triton" | "gluon" | "deepgemm" | "flashinfer"``;
 * ``activation_layouts``: the scale layouts of ``a`` it reads (``ScaleLayout`` values). The first one is
   the layout a producer should write for it;
 * ``available(device) -> Availability``: whether it can run on ``device`` here, and why not. It decides from

@@ -22,6 +22,9 @@ thresholds and the measurements behind them). The kernels:
 * ``fold`` (``fold``): 16-bit tensor-core dots with every scale folded into the operands, one
   accumulator, scaled once after the loop.
 
+Beside them, for sm_90 only, the Gluon decode kernel (``gluon_decode``, host side ``gluon_launch``, run by
+the ``gluon`` backend): weights converted to bf16 in registers as wgmma's A operand, no promotion.
+
 Every kernel may split K over programs; the partials are summed in split order by the last program to
 arrive (``mxfuse.kernels.splitk``): one launch, no float atomics, the same bits on every run.
 """

@@ -10,7 +10,8 @@ own size. NaN must sit exactly where the oracle has it. Outputs are poisoned bef
 unwritten element cannot pass. ``mxfp8_operands`` adds a 32x32-block checkpoint weight whose small rows
 are E4M3 subnormal codes, and subnormal, zero and tiny tokens: a kernel that flushes subnormals fails.
 
-On an H200 the backends here are ``triton`` and ``torch``; ``deepgemm`` and ``flashinfer`` cases report
+On an H200 the backends here are ``gluon`` (named: ``auto`` does not take it until its measured table
+names a shape), ``triton`` and ``torch``; ``deepgemm`` and ``flashinfer`` cases report
 why they cannot run (they run on b200/gb300/5090 when those libraries are installed; the files
 test_mxfp8_gemm_deepgemm.py and test_mxfp8_gemm_flashinfer.py require them there and run the vendor
 backends' tests, written once in tests/support/vendor_gemm.py).
@@ -162,9 +163,19 @@ def test_extreme_scale_bytes_whose_products_stay_finite(name):
     a_bytes = torch.tensor([0, 1, 253, 254], dtype=torch.int32, device="cuda").repeat(k // 128)
     as_ = a_bytes.to(torch.uint8).repeat(m, 1)
     ws = (254 - a_bytes).to(torch.uint8).repeat(n, 1)
+    if name == "gluon":
+        # Its bf16 weight conversion is exact for scale bytes in [10, 246]: such a weight is refused by
+        # name (auto passes over it). The activation's extreme bytes take its exact fallback rows: here
+        # every row of a in-window weight (bytes 127) meets bytes 0, 1, 20 and 30.
+        with pytest.raises(ValueError, match=r"cannot be used by backend 'gluon': .*outside \[10, 246\]"):
+            prepare_mxfp8_weight(wq, ws, backend=name)
+        a_bytes = torch.tensor([0, 1, 20, 30], dtype=torch.int32, device="cuda").repeat(k // 128)
+        as_ = a_bytes.to(torch.uint8).repeat(m, 1)
+        as_[3] = 127  # one row inside the window: the Gluon kernel's, beside fallback rows
+        ws = torch.full_like(ws, 127)
     w = prepare_mxfp8_weight(wq, ws, backend=name)
     pair = activation_pair(aq, as_, BACKENDS[name].activation_layouts[0])
-    out = mxfp8_gemm(pair, w, out=_poisoned(m, n))
+    out = mxfp8_gemm(pair, w, out=_poisoned(m, n), backend=name)
     assert torch.isfinite(out).all()
     assert_gemm_matches_float64(out, aq, as_, wq, ws, name=f"{name} out")
 
@@ -211,11 +222,11 @@ def test_cuda_graph_capture_and_replay(name):
     aq, as_ = _activation(m, k, seed=7)
     q_buf, s_buf = activation_pair(aq, as_, BACKENDS[name].activation_layouts[0])
     out = _poisoned(m, n)
-    mxfp8_gemm((q_buf, s_buf), w, out=out)  # compile and allocate workspaces outside the capture
+    mxfp8_gemm((q_buf, s_buf), w, out=out, backend=name)  # compile and allocate outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with witness.capture() as records, torch.cuda.graph(graph):
-        got = mxfp8_gemm((q_buf, s_buf), w, out=out)
+        got = mxfp8_gemm((q_buf, s_buf), w, out=out, backend=name)
     assert got is out and [r["path"] for r in records] == [f"gemm.{name}"]
     for seed in (8, 9):
         aq, as_ = _activation(m, k, seed=seed)
@@ -331,8 +342,9 @@ def test_auto_takes_a_fast_backend_on_this_gpu_and_says_so():
     name, passed_over = select_backend("cuda", n=7168, k=16384)
     if capability >= (8, 9):
         assert name != "torch", f"no fast backend on sm_{capability[0]}{capability[1]}: {passed_over}"
-    if capability[0] == 9:  # Hopper: never DeepGEMM (its MXFP8 path is sm_100 only)
+    if capability[0] == 9:  # Hopper: never DeepGEMM (its MXFP8 path is sm_100 only); gluon only by table
         assert name == "triton" and "sm_90" in passed_over["deepgemm"]
+        assert "not chosen automatically" in passed_over["gluon"]
     w = prepare_mxfp8_weight(*_codes(7168, 16384))
     aq, as_ = _activation(4, 16384, seed=12)
     with witness.capture() as records:

@@ -43,7 +43,7 @@ def test_the_repository_declares_exactly_the_witness_names_mxfuse_emits():
 
 # (path, classes it must be exercised on): the registrations of the tests about each path decide these
 # (the kernel tests are registered for h100, b200, gb300 and 5090; DeepGEMM's for b200 and gb300;
-# FlashInfer's for b200, gb300 and 5090; the references and the fallback run in the CPU suite).
+# FlashInfer's for b200, gb300 and 5090; the Gluon backend's kernel tests run on h100; the references and the fallback run in the CPU suite).
 GPU = ("h100", "b200", "gb300", "5090")
 REQUIRED = [
     ("hc.boundary.kernel.pair", GPU),
@@ -52,6 +52,7 @@ REQUIRED = [
     ("hc.boundary.unfused", GPU),
     ("gemm.torch", ("cpu", *GPU)),
     ("gemm.triton", GPU),
+    ("gemm.gluon", ("h100",)),
     ("gemm.deepgemm", ("b200", "gb300")),
     ("gemm.flashinfer", ("b200", "gb300", "5090")),
     ("linear.pair_consumed", ("cpu", *GPU)),

@@ -126,11 +126,12 @@ def test_auto_on_sm90_with_deep_gemm_installed_picks_the_next_backend(
     monkeypatch, fake_deep_gemm, fake_flashinfer
 ):
     _pretend(monkeypatch, (9, 0))
-    assert AUTO_ORDER == ("deepgemm", "flashinfer", "triton", "torch")
+    assert AUTO_ORDER == ("deepgemm", "flashinfer", "gluon", "triton", "torch")
     name, passed_over = select_backend(CUDA0, n=7168, k=16384)
     assert name == "triton"
     assert "sm_100 and sm_103 only; this device is sm_90" in passed_over["deepgemm"]
     assert "this device is sm_90" in passed_over["flashinfer"]
+    assert "not chosen automatically" in passed_over["gluon"]  # its measured table is empty
     assert fake_deep_gemm.calls == [] and fake_flashinfer.calls == []
 
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The Gluon decode GEMM's first device pass in one call (an H100/H200): a smoke check of the kernel against
+# the torch backend (each launch variant, so a wrong one shows by name before any long run), the GEMM
+# correctness tests on the gluon backend through the GPU job (`gpumatrix run --runner 1-gpu-h100 ... -- -k
+# gluon`), then the benchmark at M = 1, 4, 16, 64 on the issue's five shapes with gluon, triton, bf16 and
+# FP8 cuBLAS in the same run. One log ($OUT/gluon.log), the JSON of each step in $OUT (or ./reports).
+# Exits 1 if a step failed.
+# Usage: bash benchmarks/gluon_gemm_check.sh [seconds for the whole pass, default 570]
+set -u
+out=${OUT:-reports}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+export OUT=$out PYTHONUNBUFFERED=1
+budget=${1:-570}
+start=$SECONDS
+left() { echo $((budget - (SECONDS - start))); }
+log=$out/gluon.log
+python3 -m pip install -q --no-deps --no-build-isolation -e ./packaging/gpumatrix -e . >>"$log" 2>&1 \
+  || { echo "editable install failed; using PYTHONPATH"; export PYTHONPATH=$PWD/src PYTEST_PLUGINS=gpumatrix.plugin; }
+status=0
+run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass's budget
+  local name=$1 limit=$2; shift 2
+  [ "$(left)" -lt "$limit" ] && limit=$(left)
+  [ "$limit" -le 10 ] && { echo "=== $name: skipped (no time left)"; return; }
+  echo "=== $name (up to ${limit}s): $*" | tee -a "$log"
+  timeout "$limit" "$@" >"$out/step.log" 2>&1; local rc=$?
+  cat "$out/step.log" >>"$log" && tail -n 40 "$out/step.log" && rm -f "$out/step.log"
+  [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
+}
+# Each variant of the kernel (overlap on/off, split-K or not, token tiles 8..64, two token tiles) on one
+# shape against the torch backend: relative error and NaN count per launch.
+run smoke 120 python3 - <<'EOF'
+import torch
+from gpumatrix.compare import calc_diff
+from mxfuse.gemm import mxfp8_gemm, prepare_mxfp8_weight
+from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig, GluonOperands, launch_gluon_decode
+torch.manual_seed(0)
+n, k = 5120, 2048
+w = prepare_mxfp8_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16), backend="gluon")
+bad = 0
+for m in (1, 4, 16, 64, 100):
+    a = quantize_mxfp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), scale_layout="deepgemm")
+    want = mxfp8_gemm(a, w, backend="torch").float()
+    bt = next(t for t in (8, 16, 32, 64) if t >= min(m, 64))
+    for cfg in (None, GluonConfig(64, bt, 128, 1, 4, True), GluonConfig(64, bt, 128, 4, 4, True),
+                GluonConfig(64, bt, 128, 4, 4, False), GluonConfig(64, bt, 128, 3, 2, True),
+                GluonConfig(128, bt, 128, 2, 3, True), GluonConfig(64, bt, 64, 2, 4, True)):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ran = launch_gluon_decode(GluonOperands(a, w.qweight, w.scale, out), config=cfg)
+        torch.cuda.synchronize()
+        diff = calc_diff(out.float().nan_to_num(1e30), want)
+        nans = int(torch.isnan(out).sum())
+        ok = diff <= 1e-5 and nans == 0
+        bad += not ok
+        print(f"{'ok ' if ok else 'BAD'} m={m:<4} calc_diff={diff:.2e} nan={nans:<6} {ran}", flush=True)
+raise SystemExit(1 if bad else 0)
+EOF
+# The GEMM correctness tests (float64, row-local NaN, subnormals, extreme scales, graphs, repeatability)
+# on the gluon backend, as the GPU job runs them.
+echo tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py >"$out/gluon-tests.txt"
+run tests 240 gpumatrix run --runner 1-gpu-h100 --tests-file "$out/gluon-tests.txt" \
+  --report "$out/gluon-tests.json" --junit-xml "$out/gluon-tests.xml" -- -k gluon
+# gluon beside triton, bf16 cuBLAS and FP8 cuBLAS; the table printed last.
+run bench 200 python3 -m benchmarks mxfp8_gemm --ms 1,4,16,64 \
+  --shapes "v41 wqkv_a,v41 wo_b tp4,pro wqkv_a,v41 wo_b dp4,pro wo_b" --backends triton,gluon,bf16,fp8 \
+  --json "$out/mxfp8_gemm_gluon.json"
+exit $status

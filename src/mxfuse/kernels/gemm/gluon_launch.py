@@ -1,0 +1,274 @@
+"""Host side of the Gluon decode GEMM (``gluon_decode``, sm_90a): its configuration, the measured table, the
+two launches.
+
+``launch_gluon_decode(ops)`` runs, on one stream:
+
+1. ``gluon_prep_kernel`` (Triton): the activation dequantized to bf16 (exact inside the scale window
+   ``[W_LO, W_HI]``), a per-token flag, and the exact fallback for flagged tokens (``gluon_prep``);
+2. ``mxfp8_gluon_decode_kernel`` (Gluon): TMA ring, weights converted to bf16 in registers, async wgmma,
+   split-K summed in split order by the last split to arrive.
+
+The weight's own scale bytes must lie in the window wherever its codes are nonzero (or be 0xFF): that is
+checked once, on the host, when a weight is prepared for the ``gluon`` backend (``weight_in_window``);
+the backend refuses other weights, and the automatic route passes over it for them.
+
+Configurations are data: ``gluon_configs.json`` beside this file holds, per device and ``[N, K]``, the
+M buckets where a GPU sweep measured this kernel faster than the Triton kernels, with the configuration
+it measured (``GluonConfig`` fields). It is empty until such a sweep has run; ``mxfuse.gemm`` never picks
+this kernel automatically for a shape the table does not name. Where a call names the backend and the
+table has no entry, ``default_gluon_config`` gives the launch (no autotuning at run time).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+
+import torch
+import triton
+
+from mxfuse.formats import MxTensor
+from mxfuse.kernels.gemm.gluon_prep import W_HI, W_LO, gluon_prep_kernel
+from mxfuse.kernels.gemm.launch import device_facts
+from mxfuse.kernels.mxfp8 import LAYOUT_CODE
+from mxfuse.kernels.splitk import split_workspace
+
+__all__ = [
+    "GLUON_TABLE_FILE",
+    "W_HI",
+    "W_LO",
+    "GluonConfig",
+    "GluonOperands",
+    "choose_gluon_config",
+    "default_gluon_config",
+    "gluon_table",
+    "launch_gluon_decode",
+    "launch_gluon_prep",
+    "measured_gluon_win",
+    "parse_gluon_table",
+    "weight_in_window",
+]
+
+GLUON_TABLE_FILE = "gluon_configs.json"
+_TOKEN_TILES = (8, 16, 32, 64)  # wgmma's N: a multiple of 8; 64 keeps the fp32 accumulator at 32 registers
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """One launch of the Gluon decode kernel: ``block_n`` weight rows per program (64 per warpgroup,
+    ``num_warps = block_n / 16``), ``block_t`` tokens (wgmma's N: 8, 16, 32 or 64), ``block_k`` K per
+    step (128: one 128-byte TMA row of E4M3), ``split_k`` programs along K, ``num_stages`` ring slots,
+    ``overlap``: convert step i while step i - 1's wgmma runs."""
+
+    block_n: int = 64
+    block_t: int = 16
+    block_k: int = 128
+    split_k: int = 1
+    num_stages: int = 4
+    overlap: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("block_n", "block_t", "block_k", "split_k", "num_stages"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GluonConfig.{name} must be an int >= 1; got {value!r}")
+        if self.block_n not in (64, 128):
+            raise ValueError(
+                f"GluonConfig.block_n must be 64 or 128 (one or two warpgroups); got {self.block_n}"
+            )
+        if self.block_t not in _TOKEN_TILES:
+            raise ValueError(f"GluonConfig.block_t must be one of {_TOKEN_TILES}; got {self.block_t}")
+        if self.block_k not in (64, 128):
+            raise ValueError(f"GluonConfig.block_k must be 64 or 128; got {self.block_k}")
+        if self.num_stages < 2:
+            raise ValueError(f"GluonConfig.num_stages must be >= 2; got {self.num_stages}")
+        if not isinstance(self.overlap, bool):
+            raise ValueError(f"GluonConfig.overlap must be a bool; got {self.overlap!r}")
+
+    @property
+    def num_warps(self) -> int:
+        return self.block_n // 16
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, eq=False)
+class GluonOperands:
+    """The tensors of one launch, validated by ``mxfuse.gemm``: ``a`` (an ``[M, K]`` MxTensor, scales in
+    any layout), ``w_q`` E4M3 ``[N, K]`` contiguous, ``w_scale_t`` uint8 ``[K/32, N]`` (K-group-major, as
+    the Triton kernels read it), ``out`` bf16 ``[M, N]`` contiguous."""
+
+    a: MxTensor
+    w_q: torch.Tensor
+    w_scale_t: torch.Tensor
+    out: torch.Tensor
+
+
+def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GluonConfig:
+    """The launch where the table has none: the smallest token tile holding ``m`` (at most 64), one
+    warpgroup of 64 weight rows, and split-K until about two programs per SM, each split keeping at
+    least 4 steps of 128 K (the plain probe's best cells split into two to four waves; to be replaced
+    by the sweep's table)."""
+    block_t = next((t for t in _TOKEN_TILES if t >= m), _TOKEN_TILES[-1])
+    tiles = triton.cdiv(n, 64) * triton.cdiv(m, block_t)
+    steps = triton.cdiv(k, 128)
+    split = 1
+    while tiles * split < 2 * num_sms and split < 16 and steps // (split * 2) >= 4:
+        split *= 2
+    return GluonConfig(64, block_t, 128, split, 4, True)
+
+
+def parse_gluon_table(
+    data: object, *, source: str
+) -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]]:
+    """``{device: {(n, k): [(m_max, config), ...]}}``; ValueError naming ``source`` and the entry."""
+    if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("devices"), dict):
+        raise ValueError(f"{source}: expected an object with 'format': 1 and 'devices'")
+    known = {f.name for f in fields(GluonConfig)}
+    table: dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]] = {}
+    for device, entry in data["devices"].items():
+        shapes = entry.get("shapes") if isinstance(entry, dict) else None
+        if not isinstance(shapes, dict):
+            raise ValueError(f"{source}: devices[{device!r}] needs a 'shapes' object")
+        table[device] = {}
+        for shape, buckets in shapes.items():
+            where = f"{source}: devices[{device!r}].shapes[{shape!r}]"
+            try:
+                n, k = (int(v) for v in shape.split("x"))
+            except ValueError:
+                raise ValueError(f"{where}: the key must be 'NxK'") from None
+            if not isinstance(buckets, list) or not buckets:
+                raise ValueError(f"{where}: expected a non-empty list of {{'m_max', 'config'}}")
+            parsed = []
+            for i, bucket in enumerate(buckets):
+                cfg = bucket.get("config") if isinstance(bucket, dict) else None
+                m_max = bucket.get("m_max") if isinstance(bucket, dict) else None
+                if (
+                    isinstance(m_max, bool)
+                    or not isinstance(m_max, int)
+                    or not isinstance(cfg, dict)
+                    or set(cfg) - known
+                ):
+                    raise ValueError(
+                        f"{where}[{i}]: needs an int 'm_max' and 'config' with GluonConfig fields"
+                    )
+                try:
+                    parsed.append((m_max, GluonConfig(**cfg)))
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"{where}[{i}]: {exc}") from None
+            if [b[0] for b in parsed] != sorted({b[0] for b in parsed}):
+                raise ValueError(f"{where}: m_max must increase strictly")
+            table[device][(n, k)] = parsed
+    return table
+
+
+@functools.cache
+def gluon_table() -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]]:
+    """The checked-in table (``gluon_configs.json``), parsed once."""
+    text = resources.files("mxfuse.kernels.gemm").joinpath(GLUON_TABLE_FILE).read_text()
+    return parse_gluon_table(json.loads(text), source=GLUON_TABLE_FILE)
+
+
+def measured_gluon_win(device_name: str | None, n: int, k: int, m: int | None = None) -> GluonConfig | None:
+    """The measured configuration where the table says the Gluon kernel wins for ``device_name`` and
+    ``[n, k]`` (at ``m`` tokens when given: ``m`` within a bucket; without ``m``: any bucket), else None."""
+    buckets = gluon_table().get(device_name or "", {}).get((n, k))
+    if not buckets:
+        return None
+    if m is None:
+        return buckets[0][1]
+    return next((c for m_max, c in buckets if m <= m_max), None)
+
+
+def choose_gluon_config(
+    m: int, n: int, k: int, *, device_name: str | None = None, num_sms: int = 132
+) -> GluonConfig:
+    """The table's configuration for this device, ``[n, k]`` and ``m``, else ``default_gluon_config``."""
+    return measured_gluon_win(device_name, n, k, m) or default_gluon_config(m, n, k, num_sms=num_sms)
+
+
+def weight_in_window(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> tuple[bool, str]:
+    """Whether every 32-block of an E4M3 weight ``[N, K]`` with row-major scale bytes ``[N, K/32]``
+    converts to bf16 exactly in the kernel: its byte in ``[W_LO, W_HI]``, or 0xFF (NaN), or all its
+    codes zero. Reads the tensors on the host once (a weight is prepared once)."""
+    n, k = w_q.shape
+    s = scale_e8m0.to(torch.int32)
+    nonzero = (w_q.view(torch.uint8).view(n, k // 32, 32) & 0x7F).amax(dim=2) != 0
+    bad = nonzero & (s != 255) & ((s < W_LO) | (s > W_HI))
+    count = int(bad.sum())
+    if count == 0:
+        return True, f"every nonzero block's scale byte is in [{W_LO}, {W_HI}] or 0xFF"
+    lo, hi = int(s[bad].min()), int(s[bad].max())
+    return False, (
+        f"{count} blocks with nonzero codes have scale bytes outside [{W_LO}, {W_HI}] (from {lo} to {hi}): "
+        "their bf16 conversion would not be exact"
+    )
+
+
+# The bf16 activation and the per-token flags, per (device, M, K): written by the first launch of a call,
+# read by its second, in stream order. Never freed (CUDA graphs keep the pointers).
+_BUFFERS: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _buffers(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (device, m, k)
+    if key not in _BUFFERS:
+        _BUFFERS[key] = (
+            torch.empty((m, k), dtype=torch.bfloat16, device=device),
+            torch.zeros((m,), dtype=torch.int32, device=device),
+        )
+    return _BUFFERS[key]
+
+
+def launch_gluon_prep(ops: GluonOperands, a16: torch.Tensor, skip: torch.Tensor) -> None:
+    """The first launch alone (``gluon_prep``): ``a16`` bf16 ``[M, K]`` and ``skip`` int32 ``[M]`` written,
+    and ``ops.out``'s rows of flagged tokens. Runs under the Triton interpreter too."""
+    a, w_q, w_scale_t, out = ops.a, ops.w_q, ops.w_scale_t, ops.out
+    m, k = a.shape
+    n = w_q.shape[0]
+    gluon_prep_kernel[(m,)](
+        a.data, a.scale_bytes(), a16, skip, w_q, w_scale_t, out, m, n, k,
+        -(-m // 4) * 4, -(-(k // 32) // 4),
+        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=32, BLOCK_FN=64, num_warps=4,
+    )  # fmt: skip
+
+
+def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None) -> GluonConfig | None:
+    """The two launches (module docstring) into ``ops.out``; the configuration run (None for M = 0).
+    ``config`` overrides ``choose_gluon_config`` (the sweep times candidates through it)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from mxfuse.kernels.gemm.gluon_decode import mxfp8_gluon_decode_kernel
+
+    a, w_q, w_scale_t, out = ops.a, ops.w_q, ops.w_scale_t, ops.out
+    m, k = a.shape
+    n = w_q.shape[0]
+    if m == 0:
+        return None
+    if config is None:
+        name, sms = device_facts(out.device)
+        config = choose_gluon_config(m, n, k, device_name=name, num_sms=sms)
+    cfg = config
+    a16, skip = _buffers(out.device, m, k)
+    launch_gluon_prep(ops, a16, skip)
+
+    steps = triton.cdiv(k, cfg.block_k)
+    split = max(1, min(cfg.split_k, steps))
+    split = triton.cdiv(steps, triton.cdiv(steps, split))  # no empty split
+    w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, cfg.block_k], gl.float8e4nv)
+    a_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_t, cfg.block_k], gl.bfloat16)
+    w_desc = TensorDescriptor.from_tensor(w_q, [cfg.block_n, cfg.block_k], w_layout)
+    a_desc = TensorDescriptor.from_tensor(a16, [cfg.block_t, cfg.block_k], a_layout)
+    grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_t), split)
+    tiles = grid[0] * grid[1]
+    work, counters = split_workspace(out.device, tiles * split * cfg.block_n * cfg.block_t, tiles)
+    mxfp8_gluon_decode_kernel[grid](
+        w_desc, a_desc, w_scale_t, out, work, counters, skip, m, n, k,
+        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k, SPLIT_K=split,
+        NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, num_warps=cfg.num_warps,
+    )  # fmt: skip
+    return cfg

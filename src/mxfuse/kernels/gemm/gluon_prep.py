@@ -1,0 +1,103 @@
+"""The first launch of the Gluon decode GEMM (Triton, device code): each token's activation dequantized
+to bf16 once per call, and the exact fallback for tokens whose scales leave bf16's exact window.
+
+One program per token row ``t`` of ``a`` (E4M3 ``[M, K]``, scales in any of the three layouts):
+
+* ``a16[t, k] = bf16(code * 2**(s - 127))``. Exact when the block's scale byte ``s`` lies in the window
+  ``[W_LO, W_HI]``: an E4M3 value has 4 significant bits and lies in ``[2**-9, 448]``, so every nonzero
+  product is a normal bf16 (``2**(W_LO - 136) >= 2**-126``, ``448 * 2**(W_HI - 127) < 2**128``);
+  ``s = 0xFF`` gives NaN (the NaN reaches exactly this token's outputs through the GEMM); a block of
+  zero codes is exact (zero) whatever its byte.
+* ``skip[t] = 1`` when any other block of the row leaves the window. Such a token is then computed here,
+  exactly: ``out[t, n] = sum over groups g, in K order, of (sum of the 32 code products, fp32, a fixed
+  tree) * 2**(sa - 127) * 2**(sw - 127)`` with the two powers of two applied as two exact fp32 factors
+  (``decode.pow2_product``: their product may leave fp32 while the scaled sum does not). That is the
+  rule of the Triton stream kernel; it is slow (one program streams the whole weight for its token) and
+  only runs for extreme scale bytes (below 10 or above 246), which real activations do not have. The
+  Gluon kernel does not store rows with ``skip[t] != 0``, so the two launches never write one element
+  twice, in any order.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mxfuse.kernels.gemm.decode import act_scale_offsets, pow2_product
+
+__all__ = ["W_HI", "W_LO", "gluon_prep_kernel"]
+
+# The scale bytes whose E4M3 blocks convert to bf16 exactly (module docstring).
+W_LO = 10
+W_HI = 246
+
+
+@triton.jit
+def _in_window(s, codes_nonzero):
+    return (s == 255) | ((s >= 10) & (s <= 246)) | (codes_nonzero == 0)
+
+
+@triton.jit
+def _exact_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, n_groups, rows4, n_k4,
+               A_LAYOUT: tl.constexpr, BLOCK_FN: tl.constexpr):  # fmt: skip
+    """out[t, :] computed exactly (module docstring), BLOCK_FN weight rows at a time."""
+    j = tl.arange(0, 32)
+    for n0 in range(0, N, BLOCK_FN):
+        cols = n0 + tl.arange(0, BLOCK_FN)
+        col_ok = cols < N
+        acc = tl.zeros([BLOCK_FN, 1], tl.float32)
+        for g in range(0, n_groups):
+            a = tl.load(a_row + g * 32 + j).to(tl.float32)
+            sa = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT)).to(tl.int32)
+            w = tl.load(w_ptr + cols[:, None].to(tl.int64) * K + g * 32 + j[None, :], mask=col_ok[:, None],
+                        other=0.0).to(tl.float32)  # fmt: skip
+            sw = tl.load(ws_ptr + g * N + cols, mask=col_ok, other=127).to(tl.int32)  # < N * K / 32
+            part = tl.sum(w * a[None, :], axis=1)
+            f1, f2 = pow2_product(sw, tl.zeros([1], tl.int32) + sa)
+            acc += (part[:, None] * f1) * f2
+        tl.store(out_row + cols[:, None], acc.to(tl.bfloat16), mask=col_ok[:, None])
+
+
+@triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
+def gluon_prep_kernel(
+    a_ptr,  # E4M3 [M, K] contiguous
+    as_ptr,  # uint8 view of a's scale storage
+    a16_ptr,  # bf16 [M, K]: written
+    skip_ptr,  # int32 [M]: written, 1 where the row left the window
+    w_ptr,  # E4M3 [N, K] contiguous (read for fallback rows only)
+    ws_ptr,  # uint8 [K/32, N]: the weight's scales, K-group-major
+    out_ptr,  # bf16 [M, N]: fallback rows written here
+    M,
+    N,
+    K,
+    rows4,  # align(M, 4): deepgemm word stride
+    n_k4,  # align(K/32, 4) / 4: swizzled tile stride
+    A_LAYOUT: tl.constexpr,
+    BLOCK_G: tl.constexpr,  # 32-wide groups per step of the dequantization
+    BLOCK_FN: tl.constexpr,  # weight rows per step of the fallback
+):
+    t = tl.program_id(0)
+    n_groups = K // 32
+    a_row = a_ptr + t.to(tl.int64) * K
+    a16_row = a16_ptr + t.to(tl.int64) * K
+    gi = tl.arange(0, BLOCK_G)
+    j = tl.arange(0, 32)
+    bad = tl.zeros([BLOCK_G], tl.int32)
+    for g0 in range(0, n_groups, BLOCK_G):
+        g = g0 + gi
+        g_ok = g < n_groups
+        s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
+        s = s.to(tl.int32)
+        offs = g[:, None] * 32 + j[None, :]
+        codes = tl.load(a_row + offs, mask=g_ok[:, None], other=0.0)
+        nonzero = tl.max((codes.to(tl.uint8, bitcast=True) & 0x7F).to(tl.int32), axis=1)
+        bad = tl.maximum(bad, tl.where(_in_window(s, nonzero), 0, 1))
+        bits = tl.where(s == 255, 0x7FC00000, s << 23)
+        factor = bits.to(tl.float32, bitcast=True)
+        value = codes.to(tl.float32) * factor[:, None]
+        tl.store(a16_row + offs, value.to(tl.bfloat16), mask=g_ok[:, None])
+    flagged = tl.max(bad, axis=0)
+    tl.store(skip_ptr + t, flagged)
+    if flagged != 0:
+        _exact_row(a_row, as_ptr, w_ptr, ws_ptr, out_ptr + t.to(tl.int64) * N, t, N, K, n_groups, rows4,
+                   n_k4, A_LAYOUT, BLOCK_FN)  # fmt: skip

@@ -1,0 +1,392 @@
+"""The Gluon decode GEMM on CPU: it compiles for sm_90a through its real launcher, its first launch computes
+what it must (Triton interpreter), and the ``gluon`` backend is chosen only by the rules.
+
+* Compilation (``sm90_compile``): the launcher runs on CPU tensors in a child process, each launch
+  compiled for sm_90 instead, the Gluon kernel with its TMA descriptors typed as the launcher types them.
+  The PTX must hold register-A bf16 wgmma (``wgmma.mma_async ... .bf16.bf16``) and no float atomics (the
+  split-K ticket is an integer atomic). Gluon has no interpreter: the kernel's numerics are checked on
+  the GPU (tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py runs every backend, this one included).
+* The first launch (``gluon_prep``, Triton) under the interpreter: the bf16 activation is bit for bit
+  ``bf16(code * 2**(s - 127))`` inside the scale window, tokens with a block outside it are flagged, and
+  their rows are computed exactly (float64 oracle, row- and element-local).
+* Routing: ``auto`` never takes ``gluon`` while its measured table is empty, takes it where the table
+  names the shape, hands calls at an M the table does not name to ``triton``; weights outside the
+  window are refused by name or passed over by ``auto``; an unavailable device raises the same error
+  as every other backend.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from interpreter import run_interpreted
+from mxfp8_gemm_cases import RTOL_VS_BF16, assert_gemm_matches_float64, random_codes, random_scales
+from sm90_compile import run_in_child
+
+import mxfuse.gemm.backend as gemm_backend
+from gpumatrix import register
+from gpumatrix.compare import assert_same_bits
+from mxfuse import MxfuseUnavailableError, witness
+from mxfuse.formats import scale_to_layout
+from mxfuse.gemm import (
+    AUTO_ORDER,
+    auto_rule,
+    backend_status,
+    mxfp8_gemm,
+    prepare_mxfp8_weight,
+    select_backend,
+)
+from mxfuse.gemm import api as gemm_api
+from mxfuse.gemm.backend import Availability
+from mxfuse.gemm.gluon_backend import GLUON
+from mxfuse.gemm.triton_backend import TRITON
+from mxfuse.kernels.gemm import gluon_launch
+from mxfuse.kernels.gemm import launch as gemm_launch
+from mxfuse.kernels.gemm.gluon_launch import (
+    GluonConfig,
+    default_gluon_config,
+    gluon_table,
+    parse_gluon_table,
+    weight_in_window,
+)
+
+register(on=("cpu",), est_time=90)
+
+CUDA0 = torch.device("cuda", 0)
+
+# --- compilation for sm_90a --------------------------------------------------------------------------
+
+_COMPILE = """
+import json, re, torch
+from sm90_compile import compile_launches
+from mxfuse.formats import MxTensor, quantize_mxfp8_reference
+from mxfuse.gemm.weights import quantize_weight
+from mxfuse.kernels.gemm import weight_scale_kgroup_major
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig, GluonOperands, launch_gluon_decode
+torch.manual_seed(0)
+keep = []
+def run():
+    wq, ws = quantize_weight(torch.randn(200, 1056))  # N not a multiple of 64, K of 128
+    wst = weight_scale_kgroup_major(ws)
+    cases = [(1, "deepgemm", None), (16, "e8m0", None), (64, "swizzled_128x4", None), (70, "deepgemm", None),
+             (4, "deepgemm", GluonConfig(64, 8, 128, 1, 2, False)), (32, "e8m0", GluonConfig(128, 32, 64, 3, 3, True))]
+    for m, layout, config in cases:
+        a = MxTensor(*quantize_mxfp8_reference(torch.randn(m, 1056), scale_layout=layout), layout)
+        launch_gluon_decode(GluonOperands(a, wq, wst, torch.empty(m, 200, dtype=torch.bfloat16)), config=config)
+compiled = compile_launches(run, keep=keep)
+atomic = re.compile(r"^\\s*(@!?%p\\d+\\s+)?(atom|red)\\.")
+report = []
+for name, kernel in keep:
+    ptx = kernel.asm["ptx"]
+    report.append({
+        "name": name,
+        "target": ".target sm_90a" in ptx,
+        "cubin": len(kernel.asm.get("cubin", b"")) > 0,
+        "wgmma": [line.strip() for line in ptx.splitlines() if "wgmma.mma_async" in line][:1],
+        "atomics": [line.strip() for line in ptx.splitlines() if atomic.match(line)],
+    })
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list[dict]:
+    done = run_in_child(_COMPILE)
+    assert done.returncode == 0, f"sm_90 compilation failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_both_launches_compile_for_sm90a_to_cubin(compiled):
+    assert [k["name"] for k in compiled] == ["gluon_prep_kernel", "mxfp8_gluon_decode_kernel"] * 6
+    assert all(k["target"] and k["cubin"] for k in compiled)
+
+
+def test_the_gluon_kernel_multiplies_with_register_a_bf16_wgmma(compiled):
+    for kernel in compiled:
+        if kernel["name"] == "mxfp8_gluon_decode_kernel":
+            (line,) = kernel["wgmma"]
+            assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n(8|16|32|64)k16\.f32\.bf16\.bf16", line)
+            assert re.search(r"\{(%r\d+,){3}%r\d+\}, %rd", line), f"A operand not from registers: {line}"
+
+
+def test_no_float_atomics_only_the_integer_split_ticket(compiled):
+    for kernel in compiled:
+        for line in kernel["atomics"]:
+            assert not re.search(r"\.(f16|bf16|f32|f64)\b", line), f"{kernel['name']}: {line}"
+    split = [k for k in compiled if k["name"] == "mxfp8_gluon_decode_kernel" and k["atomics"]]
+    assert split, "the split-K launches take an arrival ticket"
+    assert all(any(re.search(r"atom\..*add\.(u32|s32)", line) for line in k["atomics"]) for k in split)
+
+
+# --- the first launch, interpreted ------------------------------------------------------------------
+
+_PREP = """
+import sys, torch
+from mxfuse.formats import MxTensor
+from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_prep
+from mxfuse.kernels.gemm.gluon_prep import gluon_prep_kernel
+cases = torch.load(sys.argv[1])
+results = {"interpreted": type(gluon_prep_kernel).__name__}
+for key, (a_q, a_scale, layout, w_q, w_scale_t) in cases.items():
+    m, k = a_q.shape
+    out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
+    a16 = torch.full((m, k), float("nan"), dtype=torch.bfloat16)
+    skip = torch.full((m,), -1, dtype=torch.int32)
+    launch_gluon_prep(GluonOperands(MxTensor(a_q, a_scale, layout), w_q, w_scale_t, out), a16, skip)
+    results[key] = (a16, skip, out)
+torch.save(results, sys.argv[2])
+"""
+M, N, K = 6, 37, 384
+
+
+def _prep_operands(layout: str, *, extreme: bool):
+    aq, sa = random_codes(M, K, seed=1, limit=1.75), random_scales(M, K, seed=2)
+    wq, sw = random_codes(N, K, seed=3, limit=1.75), random_scales(N, K, seed=4)
+    if extreme:
+        # Rows 1 and 3 pair with the weight's bytes so that every block product is 2**0 (finite), except
+        # row 1's block 2, which leaves the window from below (byte 9): both rows are computed exactly.
+        sw[:, :] = torch.tensor([254, 253, 1, 0], dtype=torch.uint8).repeat(K // 128)
+        sa[1, :] = sa[3, :] = torch.tensor([0, 1, 253, 254], dtype=torch.uint8).repeat(K // 128)
+        sa[1, 2] = 9
+        sa[4, 5] = 0xFF  # NaN block: in the window's sense (it reaches its row through the GEMM)
+        aq.view(torch.uint8)[5, 64:96] = 0
+        sa[5, 2] = 0  # a zero block under byte 0 is exact
+    return aq, sa, wq, sw
+
+
+def _prep_cases() -> dict:
+    cases = {}
+    for layout in ("e8m0", "deepgemm", "swizzled_128x4"):
+        for extreme in (False, True):
+            aq, sa, wq, sw = _prep_operands(layout, extreme=extreme)
+            cases[(layout, extreme)] = (
+                aq,
+                scale_to_layout(sa, scale_layout=layout),
+                layout,
+                wq,
+                sw.t().contiguous(),
+            )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def prepped(tmp_path_factory):
+    return run_interpreted(tmp_path_factory, "gluon_prep_interpret", _PREP, _prep_cases)
+
+
+@pytest.mark.parametrize("layout", ["e8m0", "deepgemm", "swizzled_128x4"])
+@pytest.mark.parametrize("extreme", [False, True], ids=["window", "extreme"])
+def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, layout, extreme):
+    assert prepped["interpreted"] == "InterpretedFunction"
+    a16, skip, out = prepped[(layout, extreme)]
+    aq, sa, wq, sw = _prep_operands(layout, extreme=extreme)
+    flagged = [1, 3] if extreme else []
+    assert skip.tolist() == [int(i in flagged) for i in range(M)]
+    factors = torch.exp2(sa.to(torch.float64) - 127).repeat_interleave(32, dim=1)
+    factors[sa.repeat_interleave(32, dim=1) == 255] = float("nan")
+    expected = (aq.to(torch.float64) * factors).to(torch.bfloat16)
+    rows = [i for i in range(M) if i not in flagged]
+    nan = torch.isnan(expected[rows])
+    assert torch.equal(torch.isnan(a16[rows]), nan), "NaN exactly in the NaN blocks"
+    assert_same_bits(
+        torch.where(nan, 0, a16[rows].view(torch.int16)),
+        torch.where(nan, 0, expected[rows].view(torch.int16)),
+        name="bf16 activation",
+    )
+    assert torch.isnan(out[rows].float()).all(), "unflagged rows are the Gluon kernel's to write"
+    if flagged:
+        assert_gemm_matches_float64(
+            out[flagged], aq[flagged], sa[flagged], wq, sw, name="exact rows", rtol=RTOL_VS_BF16
+        )  # the interpreter truncates to bf16: a whole step
+        assert torch.isfinite(out[3].float()).all()
+
+
+# --- routing ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backend_status():
+    gemm_api._status.cache_clear()
+    yield
+    gemm_api._status.cache_clear()
+
+
+def _pretend_sm90(monkeypatch) -> None:
+    """Every device reports sm_90 and, to the launch table, no name (the CPU's answer)."""
+    monkeypatch.setattr(gemm_backend, "cuda_capability", lambda device: (9, 0))
+    monkeypatch.setattr(gemm_launch, "device_facts", lambda device: (None, 132))
+
+
+def _table(monkeypatch, entries: dict) -> None:
+    """The measured table, replaced: ``{(n, k): [(m_max, config)]}`` for the device this test runs on (no
+    name: the CPU, whose ``device_facts`` name is None, reads the entry ``""``) and for cuda:0 here."""
+    monkeypatch.setattr(gluon_launch, "gluon_table", lambda: {"": entries})
+
+
+def test_the_checked_in_table_is_empty_so_auto_never_takes_gluon():
+    assert gluon_table() == {}
+    assert AUTO_ORDER.index("gluon") < AUTO_ORDER.index("triton")
+
+
+def test_auto_passes_over_gluon_on_sm90_until_the_table_names_the_shape(monkeypatch):
+    _pretend_sm90(monkeypatch)
+    assert backend_status(CUDA0, n=7168, k=16384)["gluon"].ok  # it runs here, by name
+    name, passed_over = select_backend(CUDA0, n=7168, k=16384)
+    assert name == "triton"
+    assert "not chosen automatically" in passed_over["gluon"]
+    assert "name backend='gluon'" in passed_over["gluon"]
+    name, passed_over = select_backend(CUDA0)
+    assert name == "triton" and "without the weight's [N, K]" in passed_over["gluon"]
+    _table(monkeypatch, {(7168, 16384): [(64, GluonConfig())]})
+    assert select_backend(CUDA0, n=7168, k=16384)[0] == "gluon"
+    assert select_backend(CUDA0, n=5120, k=8192)[0] == "triton"
+    assert auto_rule("triton", CUDA0, n=None, k=None).ok
+
+
+@pytest.mark.parametrize(
+    ("capability", "reason"), [((8, 9), "this device is sm_89"), ((10, 0), "this device is sm_100")]
+)
+def test_gluon_runs_on_sm90_only(monkeypatch, capability, reason):
+    monkeypatch.setattr(gemm_backend, "cuda_capability", lambda device: capability)
+    status = backend_status(CUDA0)["gluon"]
+    assert not status.ok and reason in status.reason
+
+
+def test_gluon_is_unavailable_when_its_module_does_not_import(monkeypatch):
+    _pretend_sm90(monkeypatch)
+    monkeypatch.setitem(__import__("sys").modules, "triton.experimental.gluon.language.nvidia.hopper", None)
+    status = backend_status(CUDA0)["gluon"]
+    assert (
+        not status.ok
+        and "triton.experimental.gluon.language.nvidia.hopper is not importable" in status.reason
+    )
+
+
+def test_naming_gluon_where_it_cannot_run_raises_the_unavailable_error():
+    wq, ws = random_codes(64, 256, seed=1), random_scales(64, 256, seed=2)
+    with pytest.raises(MxfuseUnavailableError, match=r"backend 'gluon' cannot run on cpu: .*CUDA sm_90"):
+        prepare_mxfp8_weight(wq, ws, backend="gluon")
+
+
+def _runs_here(monkeypatch, *backends) -> None:
+    """``backends`` report that they run on every device (the CPU included): prepare-time rules only."""
+    for backend in backends:
+        monkeypatch.setattr(type(backend), "available", lambda self, device: Availability(True, "pretend"))
+
+
+def test_a_weight_prepared_for_gluon_then_run_where_it_cannot(monkeypatch):
+    wq, ws = random_codes(64, 256, seed=1), random_scales(64, 256, seed=2)
+    with monkeypatch.context() as patch:
+        _runs_here(patch, GLUON)
+        w = prepare_mxfp8_weight(wq, ws, backend="gluon")
+    gemm_api._status.cache_clear()
+    assert w.backend == "gluon" and w.scale.shape == (256 // 32, 64)  # K-group-major, as triton reads it
+    pair = (random_codes(3, 256, seed=5), random_scales(3, 256, seed=6))
+    with pytest.raises(MxfuseUnavailableError, match=r"backend 'gluon' cannot run on cpu"):
+        mxfp8_gemm(pair, w, backend="gluon")
+
+
+@pytest.mark.parametrize(
+    ("label", "byte", "codes_zero", "ok"),
+    [
+        ("in the window", 10, False, True),
+        ("top of the window", 246, False, True),
+        ("below", 9, False, False),
+        ("above", 247, False, False),
+        ("NaN block", 255, False, True),
+        ("zero block under byte 0", 0, True, True),
+        ("byte 0 with codes", 0, False, False),
+    ],
+)
+def test_weight_window(label, byte, codes_zero, ok):
+    wq, ws = random_codes(8, 128, seed=7, limit=100.0), random_scales(8, 128, seed=8)
+    ws[3, 2] = byte
+    if codes_zero:
+        wq.view(torch.uint8)[3, 64:96] = 0
+    got, why = weight_in_window(wq, ws)
+    assert got is ok, f"{label}: {why}"
+    assert GLUON.supports_weight(wq, ws).ok is ok
+
+
+def test_weights_outside_the_window_are_refused_by_name_and_passed_over_by_auto(monkeypatch):
+    wq, ws = random_codes(64, 256, seed=1), random_scales(64, 256, seed=2)
+    ws[5, 1] = 250
+    _pretend_sm90(monkeypatch)
+    _runs_here(monkeypatch, GLUON, TRITON)
+    with pytest.raises(
+        ValueError, match=r"weight \(its scale bytes\) cannot be used by backend 'gluon': .*250"
+    ):
+        prepare_mxfp8_weight(wq, ws, backend="gluon")
+    _table(monkeypatch, {(64, 256): [(64, GluonConfig())]})
+    assert prepare_mxfp8_weight(wq, random_scales(64, 256, seed=2)).backend == "gluon"
+    w = prepare_mxfp8_weight(wq, ws)
+    assert w.backend == "triton" and "outside [10, 246]" in dict(w.passed_over)["gluon"]
+
+
+def test_auto_hands_a_call_outside_the_measured_m_to_triton(monkeypatch):
+    wq, ws = random_codes(64, 256, seed=1), random_scales(64, 256, seed=2)
+    _table(monkeypatch, {(64, 256): [(16, GluonConfig())]})
+    with monkeypatch.context() as patch:
+        _runs_here(patch, GLUON)
+        w = prepare_mxfp8_weight(wq, ws)
+    gemm_api._status.cache_clear()
+    assert w.backend == "gluon"
+    for m, record in ((4, "gluon cannot run here"), (32, "no measured win at M = 32")):
+        pair = (random_codes(m, 256, seed=m), random_scales(m, 256, seed=m + 1))
+        with witness.capture() as records:
+            mxfp8_gemm(pair, w)  # neither runs on this CPU: the torch backend does, and says why
+        assert records[-1]["path"] == "gemm.torch"
+        assert record in json.dumps(records[-1]["passed_over"])
+
+
+# --- configurations -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "block_t", "split"),
+    [(1, 7168, 16384, 8, 4), (16, 1792, 5120, 16, 8), (64, 5120, 2048, 64, 4), (5, 64, 128, 8, 1)],
+)
+def test_default_config(m, n, k, block_t, split):
+    cfg = default_gluon_config(m, n, k)
+    assert (cfg.block_t, cfg.split_k, cfg.block_n, cfg.num_warps) == (block_t, split, 64, 4)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"format": 2, "devices": {}}, r"'format': 1"),
+        ({"format": 1, "devices": {"H": {"shapes": {"7x": []}}}}, r"the key must be 'NxK'"),
+        (
+            {"format": 1, "devices": {"H": {"shapes": {"8x32": [{"m_max": 4, "config": {"bogus": 1}}]}}}},
+            r"\[0\]",
+        ),
+        (
+            {"format": 1, "devices": {"H": {"shapes": {"8x32": [{"m_max": 4, "config": {"block_t": 12}}]}}}},
+            r"block_t",
+        ),
+        (
+            {
+                "format": 1,
+                "devices": {
+                    "H": {"shapes": {"8x32": [{"m_max": 4, "config": {}}, {"m_max": 4, "config": {}}]}}
+                },
+            },
+            r"m_max must increase",
+        ),
+    ],
+)
+def test_bad_tables_name_the_entry(data, match):
+    with pytest.raises(ValueError, match=match):
+        parse_gluon_table(data, source="t.json")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("block_n", 32), ("block_t", 24), ("block_k", 256), ("num_stages", 1), ("overlap", 1)],
+)
+def test_bad_configs_name_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"GluonConfig\.{field}"):
+        GluonConfig(**{field: value})
