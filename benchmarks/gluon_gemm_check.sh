@@ -7,25 +7,7 @@
 # Exits 1 if a step failed.
 # Usage: bash benchmarks/gluon_gemm_check.sh [seconds for the whole pass, default 570]
 set -u
-out=${OUT:-reports}
-mkdir -p "$out" && out=$(cd "$out" && pwd)
-export OUT=$out PYTHONUNBUFFERED=1
-budget=${1:-570}
-start=$SECONDS
-left() { echo $((budget - (SECONDS - start))); }
-log=$out/gluon.log
-python3 -m pip install -q --no-deps --no-build-isolation -e ./packaging/gpumatrix -e . >>"$log" 2>&1 \
-  || { echo "editable install failed; using PYTHONPATH"; export PYTHONPATH=$PWD/src PYTEST_PLUGINS=gpumatrix.plugin; }
-status=0
-run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass's budget
-  local name=$1 limit=$2; shift 2
-  [ "$(left)" -lt "$limit" ] && limit=$(left)
-  [ "$limit" -le 10 ] && { echo "=== $name: skipped (no time left)"; return; }
-  echo "=== $name (up to ${limit}s): $*" | tee -a "$log"
-  timeout "$limit" "$@" >"$out/step.log" 2>&1; local rc=$?
-  cat "$out/step.log" >>"$log" && tail -n 40 "$out/step.log" && rm -f "$out/step.log"
-  [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
-}
+. "$(dirname "$0")/device_pass.sh" gluon.log "${1:-570}" 40
 # Each variant of the kernel (overlap on/off, split-K or not, token tiles 8..64, two token tiles) on one
 # shape against the torch backend: relative error and NaN count per launch.
 run smoke 120 python3 - <<'EOF'

@@ -6,25 +6,7 @@
 # and each step's JSON in $OUT (or ./reports). Exits 1 if a step failed.
 # Usage: bash benchmarks/speed_gpu_run.sh [seconds for the whole pass, default 570]
 set -u
-out=${OUT:-reports}
-mkdir -p "$out" && out=$(cd "$out" && pwd)
-export OUT=$out PYTHONUNBUFFERED=1
-budget=${1:-570}
-start=$SECONDS
-left() { echo $((budget - (SECONDS - start))); }
-log=$out/pass.log
-python3 -m pip install -q --no-deps --no-build-isolation -e ./packaging/gpumatrix -e . >>"$log" 2>&1 \
-  || { echo "editable install failed; using PYTHONPATH"; export PYTHONPATH=$PWD/src PYTEST_PLUGINS=gpumatrix.plugin; }
-status=0
-run() {  # run NAME SECONDS COMMAND...: at most SECONDS, and never past the pass's budget
-  local name=$1 limit=$2; shift 2
-  [ "$(left)" -lt "$limit" ] && limit=$(left)
-  [ "$limit" -le 10 ] && { echo "=== $name: skipped (no time left)"; return; }
-  echo "=== $name (up to ${limit}s): $*" | tee -a "$log"
-  timeout "$limit" "$@" >"$out/step.log" 2>&1; local rc=$?
-  cat "$out/step.log" >>"$log" && tail -n 30 "$out/step.log" && rm -f "$out/step.log"
-  [ $rc = 0 ] || { echo "=== $name: exit $rc"; status=1; }
-}
+. "$(dirname "$0")/device_pass.sh" pass.log "${1:-570}" 30
 # The GPU tests as users run them: the runner's whole slice, its workers and compile cache chosen by gpumatrix.
 run tests 300 gpumatrix run --runner 1-gpu-h100 --report "$out/gpu-job.json" --junit-xml "$out/gpu-job.xml"
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.

@@ -22,10 +22,13 @@ import functools
 import json
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
+from typing import TypeVar
 
 import triton
 
 from mxfuse.kernels.splitk import split_for
+
+C = TypeVar("C")  # a launch-configuration dataclass
 
 __all__ = [
     "KINDS",
@@ -148,14 +151,15 @@ def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GemmConfig:
 
 
 def parse_table(
-    data: object, *, source: str
-) -> dict[str, dict[tuple[int, int], list[tuple[int, GemmConfig]]]]:
-    """``{device: {(n, k): [(m_max, config), ...]}}`` from a table's JSON; ValueError naming ``source``
-    and the entry for anything malformed."""
+    data: object, *, source: str, config_type: type[C] = GemmConfig
+) -> dict[str, dict[tuple[int, int], list[tuple[int, C]]]]:
+    """``{device: {(n, k): [(m_max, config), ...]}}`` from a table's JSON, each config a ``config_type``
+    (a frozen dataclass that checks its own fields: ``GemmConfig``, or the Gluon kernel's
+    ``GluonConfig``); ValueError naming ``source`` and the entry for anything malformed."""
     if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("devices"), dict):
         raise ValueError(f"{source}: expected an object with 'format': 1 and 'devices'")
-    known = {f.name for f in fields(GemmConfig)}
-    table: dict[str, dict[tuple[int, int], list[tuple[int, GemmConfig]]]] = {}
+    known = {f.name for f in fields(config_type)}
+    table: dict[str, dict[tuple[int, int], list[tuple[int, C]]]] = {}
     for device, entry in data["devices"].items():
         shapes = entry.get("shapes") if isinstance(entry, dict) else None
         if not isinstance(shapes, dict):
@@ -173,12 +177,17 @@ def parse_table(
             for i, bucket in enumerate(buckets):
                 cfg = bucket.get("config") if isinstance(bucket, dict) else None
                 m_max = bucket.get("m_max") if isinstance(bucket, dict) else None
-                if not isinstance(m_max, int) or not isinstance(cfg, dict) or set(cfg) - known:
+                if (
+                    isinstance(m_max, bool)
+                    or not isinstance(m_max, int)
+                    or not isinstance(cfg, dict)
+                    or set(cfg) - known
+                ):
                     raise ValueError(
-                        f"{where}[{i}]: needs an int 'm_max' and 'config' with GemmConfig fields"
+                        f"{where}[{i}]: needs an int 'm_max' and 'config' with {config_type.__name__} fields"
                     )
                 try:
-                    parsed.append((m_max, GemmConfig(**cfg)))
+                    parsed.append((m_max, config_type(**cfg)))
                 except (TypeError, ValueError) as exc:
                     raise ValueError(f"{where}[{i}]: {exc}") from None
             if [b[0] for b in parsed] != sorted({b[0] for b in parsed}):

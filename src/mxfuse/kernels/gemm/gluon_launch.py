@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from importlib import resources
 
 import torch
 import triton
 
 from mxfuse.formats import MxTensor
+from mxfuse.kernels.gemm.configs import parse_table
 from mxfuse.kernels.gemm.gluon_prep import W_HI, W_LO, gluon_prep_kernel
 from mxfuse.kernels.gemm.launch import device_facts
 from mxfuse.kernels.mxfp8 import LAYOUT_CODE
@@ -124,45 +125,9 @@ def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Gluon
 def parse_gluon_table(
     data: object, *, source: str
 ) -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]]:
-    """``{device: {(n, k): [(m_max, config), ...]}}``; ValueError naming ``source`` and the entry."""
-    if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("devices"), dict):
-        raise ValueError(f"{source}: expected an object with 'format': 1 and 'devices'")
-    known = {f.name for f in fields(GluonConfig)}
-    table: dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]] = {}
-    for device, entry in data["devices"].items():
-        shapes = entry.get("shapes") if isinstance(entry, dict) else None
-        if not isinstance(shapes, dict):
-            raise ValueError(f"{source}: devices[{device!r}] needs a 'shapes' object")
-        table[device] = {}
-        for shape, buckets in shapes.items():
-            where = f"{source}: devices[{device!r}].shapes[{shape!r}]"
-            try:
-                n, k = (int(v) for v in shape.split("x"))
-            except ValueError:
-                raise ValueError(f"{where}: the key must be 'NxK'") from None
-            if not isinstance(buckets, list) or not buckets:
-                raise ValueError(f"{where}: expected a non-empty list of {{'m_max', 'config'}}")
-            parsed = []
-            for i, bucket in enumerate(buckets):
-                cfg = bucket.get("config") if isinstance(bucket, dict) else None
-                m_max = bucket.get("m_max") if isinstance(bucket, dict) else None
-                if (
-                    isinstance(m_max, bool)
-                    or not isinstance(m_max, int)
-                    or not isinstance(cfg, dict)
-                    or set(cfg) - known
-                ):
-                    raise ValueError(
-                        f"{where}[{i}]: needs an int 'm_max' and 'config' with GluonConfig fields"
-                    )
-                try:
-                    parsed.append((m_max, GluonConfig(**cfg)))
-                except (TypeError, ValueError) as exc:
-                    raise ValueError(f"{where}[{i}]: {exc}") from None
-            if [b[0] for b in parsed] != sorted({b[0] for b in parsed}):
-                raise ValueError(f"{where}: m_max must increase strictly")
-            table[device][(n, k)] = parsed
-    return table
+    """``{device: {(n, k): [(m_max, config), ...]}}``; ValueError naming ``source`` and the entry (the
+    Triton GEMM's table reader, with ``GluonConfig`` entries)."""
+    return parse_table(data, source=source, config_type=GluonConfig)
 
 
 @functools.cache

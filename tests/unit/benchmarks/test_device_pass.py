@@ -1,0 +1,66 @@
+"""benchmarks/device_pass.sh, the shared part of the device passes: each step bounded by its own limit and
+by what is left of the pass's budget, its output in the log, a failed or timed-out step failing the pass."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from repo_paths import REPO_ROOT
+
+from gpumatrix import register
+
+register(on=("cpu",), est_time=5)
+
+PASS = REPO_ROOT / "benchmarks" / "device_pass.sh"
+
+
+def _pass(tmp_path: Path, body: str, budget: int = 60) -> subprocess.CompletedProcess[str]:
+    """Run a pass script that sources device_pass.sh, with a python3 that installs nothing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text('#!/bin/sh\necho "python3 $*"\n')
+    fake.chmod(0o755)
+    script = tmp_path / "pass.sh"
+    script.write_text(f"set -u\n. {PASS} pass.log {budget} 5\n{body}\necho status=$status\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+    return subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+
+
+def test_steps_run_in_order_and_their_output_reaches_the_log(tmp_path: Path) -> None:
+    done = _pass(tmp_path, "run one 20 echo first\nrun two 20 echo second")
+    assert done.returncode == 0, done.stderr
+    assert "status=0" in done.stdout
+    log = (tmp_path / "out" / "pass.log").read_text()
+    assert "python3 -m pip install" in log  # the checkout is installed first
+    assert log.index("first") < log.index("second")
+    assert "=== one (up to 20s): echo first" in log
+
+
+def test_a_failed_step_fails_the_pass_and_the_next_step_still_runs(tmp_path: Path) -> None:
+    done = _pass(tmp_path, "run bad 20 false\nrun after 20 echo after")
+    assert "=== bad: exit 1" in done.stdout
+    assert "after" in (tmp_path / "out" / "pass.log").read_text()
+    assert "status=1" in done.stdout
+
+
+def test_a_step_past_its_limit_is_stopped_and_fails(tmp_path: Path) -> None:
+    done = _pass(tmp_path, "run slow 11 sleep 30")
+    assert "=== slow: exit 124" in done.stdout
+    assert "status=1" in done.stdout
+
+
+def test_a_step_never_runs_past_the_budget(tmp_path: Path) -> None:
+    done = _pass(tmp_path, "run big 500 echo big", budget=40)
+    assert "=== big (up to 40s)" in done.stdout or "=== big (up to 39s)" in done.stdout
+
+
+def test_a_step_with_no_time_left_is_skipped_and_said(tmp_path: Path) -> None:
+    done = _pass(tmp_path, "run none 500 echo none", budget=5)
+    assert "=== none: skipped (no time left)" in done.stdout
+    assert "none" not in (tmp_path / "out" / "pass.log").read_text().replace("pip install", "")
+    assert "status=0" in done.stdout
