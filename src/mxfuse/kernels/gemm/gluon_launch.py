@@ -13,10 +13,14 @@ checked once, on the host, when a weight is prepared for the ``gluon`` backend (
 the backend refuses other weights, and the automatic route passes over it for them.
 
 Configurations are data: ``gluon_configs.json`` beside this file holds, per device and ``[N, K]``, the
-M buckets where a GPU sweep measured this kernel faster than the Triton kernels, with the configuration
-it measured (``GluonConfig`` fields). It is empty until such a sweep has run; ``mxfuse.gemm`` never picks
-this kernel automatically for a shape the table does not name. Where a call names the backend and the
-table has no entry, ``default_gluon_config`` gives the launch (no autotuning at run time).
+M buckets where a GPU sweep (``benchmarks/mxfp8_gemm_sweep.py --kernel gluon``) measured this kernel
+faster than the Triton kernel, with the configuration it measured (``GluonConfig`` fields). The Triton
+table's format, with one more bucket key: ``m_min`` (default: the previous bucket's ``m_max`` + 1, or 1),
+so that a bucket covers ``[m_min, m_max]`` and the Triton kernel keeps the M between buckets (a sweep
+that finds it faster at M = 1 and 4 but slower at 16 writes ``{"m_min": 5, "m_max": 16}``). M outside
+every bucket is not this kernel's. The table is empty until such a sweep has run; ``mxfuse.gemm`` never
+picks this kernel automatically for a shape the table does not name. Where a call names the backend and
+the table has no entry, ``default_gluon_config`` gives the launch (no autotuning at run time).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ __all__ = [
     "GLUON_TABLE_FILE",
     "W_HI",
     "W_LO",
+    "GluonBuckets",
     "GluonConfig",
     "GluonOperands",
     "choose_gluon_config",
@@ -122,16 +127,37 @@ def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Gluon
     return GluonConfig(64, block_t, 128, split, 4, True)
 
 
-def parse_gluon_table(
-    data: object, *, source: str
-) -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]]:
-    """``{device: {(n, k): [(m_max, config), ...]}}``; ValueError naming ``source`` and the entry (the
-    Triton GEMM's table reader, with ``GluonConfig`` entries)."""
-    return parse_table(data, source=source, config_type=GluonConfig)
+GluonBuckets = dict[str, dict[tuple[int, int], list[tuple[int, int, GluonConfig]]]]
+
+
+def parse_gluon_table(data: object, *, source: str) -> GluonBuckets:
+    """``{device: {(n, k): [(m_min, m_max, config), ...]}}``, buckets in increasing M and disjoint;
+    ValueError naming ``source`` and the entry (the Triton GEMM's table reader with ``GluonConfig``
+    entries, then each bucket's ``m_min``)."""
+    parsed = parse_table(data, source=source, config_type=GluonConfig)
+    table: GluonBuckets = {}
+    for device, shapes in parsed.items():
+        table[device] = {}
+        for key, raw in data["devices"][device]["shapes"].items():  # type: ignore[index]
+            n, k = (int(v) for v in key.split("x"))
+            if key != f"{n}x{k}":
+                raise ValueError(f"{source}: devices[{device!r}].shapes[{key!r}]: write the key as '{n}x{k}'")
+            ranges, low = [], 1
+            for i, ((m_max, config), bucket) in enumerate(zip(shapes[(n, k)], raw, strict=True)):
+                m_min = bucket.get("m_min", low)
+                if isinstance(m_min, bool) or not isinstance(m_min, int) or not low <= m_min <= m_max:
+                    raise ValueError(
+                        f"{source}: devices[{device!r}].shapes[{key!r}][{i}]: 'm_min' must be an int from "
+                        f"{low} (past the previous bucket) to m_max = {m_max}; got {m_min!r}"
+                    )
+                ranges.append((m_min, m_max, config))
+                low = m_max + 1
+            table[device][(n, k)] = ranges
+    return table
 
 
 @functools.cache
-def gluon_table() -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]]:
+def gluon_table() -> GluonBuckets:
     """The checked-in table (``gluon_configs.json``), parsed once."""
     text = resources.files("mxfuse.kernels.gemm").joinpath(GLUON_TABLE_FILE).read_text()
     return parse_gluon_table(json.loads(text), source=GLUON_TABLE_FILE)
@@ -139,13 +165,14 @@ def gluon_table() -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig
 
 def measured_gluon_win(device_name: str | None, n: int, k: int, m: int | None = None) -> GluonConfig | None:
     """The measured configuration where the table says the Gluon kernel wins for ``device_name`` and
-    ``[n, k]`` (at ``m`` tokens when given: ``m`` within a bucket; without ``m``: any bucket), else None."""
+    ``[n, k]`` (at ``m`` tokens when given: ``m`` within a bucket's ``[m_min, m_max]``; without ``m``:
+    any bucket), else None."""
     buckets = gluon_table().get(device_name or "", {}).get((n, k))
     if not buckets:
         return None
     if m is None:
-        return buckets[0][1]
-    return next((c for m_max, c in buckets if m <= m_max), None)
+        return buckets[0][2]
+    return next((c for m_min, m_max, c in buckets if m_min <= m <= m_max), None)
 
 
 def choose_gluon_config(
