@@ -49,11 +49,13 @@ __all__ = [
     "GluonOperands",
     "choose_gluon_config",
     "default_gluon_config",
+    "effective_split_k",
     "gluon_table",
     "launch_gluon_decode",
     "launch_gluon_prep",
     "measured_gluon_win",
     "parse_gluon_table",
+    "token_tile",
     "weight_in_window",
 ]
 
@@ -113,12 +115,25 @@ class GluonOperands:
     out: torch.Tensor
 
 
+def token_tile(m: int) -> int:
+    """The smallest token tile (``GluonConfig.block_t``) holding ``m`` tokens; 64 above 64."""
+    return next((t for t in _TOKEN_TILES if t >= m), _TOKEN_TILES[-1])
+
+
+def effective_split_k(config: GluonConfig, k: int) -> int:
+    """The split-K count a launch of ``config`` runs at reduction length ``k``: at most one split per
+    ``block_k`` step, and no empty split (6 steps asked for 4 splits run as 3 of 2 steps)."""
+    steps = triton.cdiv(k, config.block_k)
+    split = max(1, min(config.split_k, steps))
+    return triton.cdiv(steps, triton.cdiv(steps, split))
+
+
 def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GluonConfig:
     """The launch where the table has none: the smallest token tile holding ``m`` (at most 64), one
     warpgroup of 64 weight rows, and split-K until about two programs per SM, each split keeping at
     least 4 steps of 128 K (the plain probe's best cells split into two to four waves; to be replaced
     by the sweep's table)."""
-    block_t = next((t for t in _TOKEN_TILES if t >= m), _TOKEN_TILES[-1])
+    block_t = token_tile(m)
     tiles = triton.cdiv(n, 64) * triton.cdiv(m, block_t)
     steps = triton.cdiv(k, 128)
     split = 1
@@ -248,9 +263,7 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
     a16, skip = _buffers(out.device, m, k)
     launch_gluon_prep(ops, a16, skip)
 
-    steps = triton.cdiv(k, cfg.block_k)
-    split = max(1, min(cfg.split_k, steps))
-    split = triton.cdiv(steps, triton.cdiv(steps, split))  # no empty split
+    split = effective_split_k(cfg, k)
     w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, cfg.block_k], gl.float8e4nv)
     a_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_t, cfg.block_k], gl.bfloat16)
     w_desc = TensorDescriptor.from_tensor(w_q, [cfg.block_n, cfg.block_k], w_layout)
