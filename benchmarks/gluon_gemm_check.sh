@@ -3,8 +3,11 @@
 # the torch backend (each launch variant, so a wrong one shows by name before any long run), the GEMM
 # correctness tests on the gluon backend through the GPU job (`gpumatrix run --runner 1-gpu-h100 ... -- -k
 # gluon`), then the benchmark at M = 1, 4, 16, 64 on the issue's five shapes with gluon, triton, bf16 and
-# FP8 cuBLAS in the same run. One log ($OUT/gluon.log), the JSON of each step in $OUT (or ./reports).
-# Exits 1 if a step failed.
+# FP8 cuBLAS in the same run, then, with what is left of the pass, the Gluon sweep (`mxfp8_gemm_sweep --kernel
+# gluon`): its table $OUT/gluon_configs_sweep.json lists only the (shape, M) where Gluon's median beat the
+# Triton kernel's chosen configuration in the same rounds (merge it with `python -m benchmarks
+# merge_gemm_table $OUT/gluon_configs_sweep.json --kernel gluon`). One log ($OUT/gluon.log), the JSON of each
+# step in $OUT (or ./reports). Exits 1 if a step failed.
 # Usage: bash benchmarks/gluon_gemm_check.sh [seconds for the whole pass, default 570]
 set -u
 . "$(dirname "$0")/device_pass.sh" gluon.log "${1:-570}" 40
@@ -46,4 +49,14 @@ run tests 240 gpumatrix run --runner 1-gpu-h100 --tests-file "$out/gluon-tests.t
 run bench 200 python3 -m benchmarks mxfp8_gemm --ms 1,4,16,64 \
   --shapes "v41 wqkv_a,v41 wo_b tp4,pro wqkv_a,v41 wo_b dp4,pro wo_b" --backends triton,gluon,bf16,fp8 \
   --json "$out/mxfp8_gemm_gluon.json"
+# The sweep: its own budget ends 45 s before the step's limit (the first interleaved round of every problem
+# always runs, then the JSON and the table are written); under a minute left, it is skipped.
+sweep_s=$(($(left) - 45))
+if [ "$sweep_s" -ge 60 ]; then
+  run sweep $((sweep_s + 45)) python3 -m benchmarks mxfp8_gemm_sweep --kernel gluon --budget-s "$sweep_s" \
+    --shapes "v41 wqkv_a,v41 wo_b tp4,pro wqkv_a,v41 wo_b dp4,pro wo_b" --ms 1,4,16,64 \
+    --json "$out/gluon_gemm_sweep.json" --table "$out/gluon_configs_sweep.json"
+else
+  echo "=== sweep: skipped (${sweep_s}s left for it)" | tee -a "$log"
+fi
 exit $status

@@ -24,6 +24,9 @@ the default and the two fastest candidates are timed again in three interleaved 
 final rounds. Kernels are compiled first by ``--compile-workers`` child processes into Triton's disk
 cache (compile time counts against the budget).
 
+``--kernel gluon`` sweeps the Gluon decode kernel instead (``benchmarks/gluon_gemm_sweep.py``: its own
+candidates and table, the same problems, checks and timer; M 1, 4, 16, 64 by default).
+
 Writes ``$OUT/mxfp8_gemm_sweep.json`` (every check and time; ``reports/`` without ``$OUT``) and
 ``$OUT/mxfp8_gemm_configs.json``: the fastest checked configuration per (device, shape, M bucket) in the
 format of ``src/mxfuse/kernels/gemm/configs.json``, to be merged there by hand. Prints a short
@@ -62,6 +65,7 @@ from mxfuse.kernels.gemm.configs import GemmConfig, choose_config, parse_table
 
 SMOKE_SHAPES = {"smoke a": (128, 512), "smoke b": (192, 256)}
 SMOKE_MS = (1, 16, 64)
+GLUON_MS = (1, 4, 16, 64)  # the Gluon decode kernel's M buckets (issue 38: decode M <= 64)
 LAYOUT = "deepgemm"  # the activation scale layout the producers write by default
 MAX_DIFF = 1e-5
 CONFIRM_SHARE = 0.2  # of the budget, kept for the final interleaved rounds
@@ -271,16 +275,18 @@ def close_to(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, bool]:
     return calc_diff(o, r), ok
 
 
-def check(p: Problem, config: GemmConfig | None, device: str) -> dict:
+def check(p: Problem, config, device: str, *, launcher=None) -> dict:
     """Against the torch backend, and the same bits twice. (The interpreter truncates to bf16 where the
-    GPU rounds: its calc_diff is a little larger.)"""
+    GPU rounds: its calc_diff is a little larger.) ``launcher(p, i, config)`` runs the kernel into
+    ``p.outs[i]`` (default ``launch``: the Triton kernels)."""
+    launcher = launcher or launch
     max_diff = MAX_DIFF if device == "cuda" else 10 * MAX_DIFF
     p.outs[0].fill_(float("nan"))
-    launch(p, 0, config)
+    launcher(p, 0, config)
     sync(device)
     first = p.outs[0].clone()
     diff, ok = close_to(first, p.ref)
-    launch(p, 0, config)
+    launcher(p, 0, config)
     sync(device)
     same = torch.equal(first.view(torch.int16), p.outs[0].view(torch.int16))
     return {"calc_diff": diff, "close": ok, "repeatable": same, "ok": ok and same and diff <= max_diff}
@@ -337,13 +343,15 @@ def time_us(fns, device: str, *, target_ms: float, replays: int) -> float:
     return (time.perf_counter() - start) * 1e6 / len(fns)
 
 
-def calls(p: Problem, variant: str | GemmConfig | None) -> list:
+def calls(p: Problem, variant, *, launcher=None) -> list:
+    """One call per rotated weight set: ``"bf16"`` (cuBLAS), else ``launcher(p, i, variant)`` (default
+    ``launch``: the Triton kernels at configuration ``variant``)."""
     if variant == "bf16":
         return [
             functools.partial(torch.mm, p.x, wb.t(), out=o)
             for wb, o in zip(p.bf16_weights, p.outs, strict=True)
         ]
-    return [functools.partial(launch, p, i, variant) for i in range(len(p.weights))]
+    return [functools.partial(launcher or launch, p, i, variant) for i in range(len(p.weights))]
 
 
 def context_alive(device: str) -> bool:
@@ -442,7 +450,7 @@ def precompile(args, shapes: dict, ms: tuple[int, ...], deadline: float) -> floa
             "--max-tier",
             str(args.max_tier),
         ]
-        cmd += ["--cpu-smoke"] if args.cpu_smoke else []
+        cmd += ["--kernel", args.kernel] + (["--cpu-smoke"] if args.cpu_smoke else [])
         procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO_ROOT))
     for proc in procs:
         try:
@@ -482,6 +490,25 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="also merge the winners into this table (the checked-in one: the buckets swept replace theirs)",
     )
+    parser.add_argument(
+        "--kernel",
+        choices=("triton", "gluon"),
+        default="triton",
+        help="sweep the Triton kernels (their table) or the Gluon decode kernel (the Gluon table: "
+        "benchmarks/gluon_gemm_sweep.py)",
+    )
+    parser.add_argument(
+        "--triton-table",
+        default=None,
+        help="--kernel gluon: a Triton sweep's table of this pass, not yet merged: its configurations "
+        "are timed too, and Gluon must beat the faster Triton configuration",
+    )
+    parser.add_argument(
+        "--min-speedup",
+        type=float,
+        default=1.0,
+        help="--kernel gluon: write a bucket only where Triton's median / Gluon's exceeds this",
+    )
     parser.add_argument("--compile-worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes under the Triton interpreter")
     args = parser.parse_args(argv)
@@ -489,9 +516,14 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if args.cpu_smoke else "cuda"
     all_shapes = SMOKE_SHAPES if args.cpu_smoke else SHAPES
     shapes = {s: all_shapes[s] for s in (args.shapes.split(",") if args.shapes else all_shapes)}
-    ms = tuple(int(v) for v in args.ms.split(",")) if args.ms else (SMOKE_MS if args.cpu_smoke else MS)
+    default_ms = GLUON_MS if args.kernel == "gluon" else MS
+    ms = tuple(int(v) for v in args.ms.split(",")) if args.ms else (SMOKE_MS if args.cpu_smoke else default_ms)
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
     device_name = torch.cuda.get_device_properties(0).name if device == "cuda" else None
+    if args.kernel == "gluon":
+        from benchmarks.gluon_gemm_sweep import run_gluon_sweep
+
+        return run_gluon_sweep(args, shapes, ms, device=device, num_sms=num_sms, device_name=device_name)
     if args.compile_worker is not None:
         compile_worker(
             args.compile_worker, args.compile_workers, shapes, ms, num_sms, args.max_tier, device, device_name
@@ -499,15 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     deadline = t0 + args.budget_s
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter smoke run)",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": sys.version.split()[0],
-        "sms": num_sms,
-        "budget_s": args.budget_s,
-    }
+    env = run_env(device, num_sms, args.budget_s)
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
     if args.compile_workers is None:
         args.compile_workers = 8 if device == "cuda" else 0
@@ -653,6 +677,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{failed} screened configurations failed to compile or check (see the JSON)")
     print(f"JSON: {json_path}\ntable: {table_path}")
     return 0
+
+
+def run_env(device: str, num_sms: int, budget_s: float) -> dict:
+    """What a sweep's results were measured on: date, device, versions, SM count, budget."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter smoke run)",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": sys.version.split()[0],
+        "sms": num_sms,
+        "budget_s": budget_s,
+    }
 
 
 def _same(row: dict, variant, default: GemmConfig) -> bool:

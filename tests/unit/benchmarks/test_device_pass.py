@@ -64,3 +64,37 @@ def test_a_step_with_no_time_left_is_skipped_and_said(tmp_path: Path) -> None:
     assert "=== none: skipped (no time left)" in done.stdout
     assert "none" not in (tmp_path / "out" / "pass.log").read_text().replace("pip install", "")
     assert "status=0" in done.stdout
+
+
+def _gluon_pass(tmp_path: Path, budget: int) -> subprocess.CompletedProcess[str]:
+    """benchmarks/gluon_gemm_check.sh with a python3 and a gpumatrix that print their arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("python3", "gpumatrix"):
+        fake = bin_dir / tool
+        fake.write_text(f'#!/bin/sh\necho "{tool} $*"\n')
+        fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+    script = REPO_ROOT / "benchmarks" / "gluon_gemm_check.sh"
+    return subprocess.run(
+        ["bash", str(script), str(budget)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+
+
+def test_the_gluon_pass_checks_benchmarks_then_sweeps_within_its_budget(tmp_path: Path) -> None:
+    done = _gluon_pass(tmp_path, 570)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "out" / "gluon.log").read_text()
+    steps = [line.split(" (up to")[0] for line in log.splitlines() if line.startswith("=== ")]
+    assert steps == ["=== smoke", "=== tests", "=== bench", "=== sweep"]
+    sweep = next(line for line in log.splitlines() if line.startswith("=== sweep"))
+    limit = int(sweep.split("(up to ")[1].split("s)")[0])
+    budget = int(sweep.split("--budget-s ")[1].split()[0])
+    assert limit <= 570 and budget == limit - 45  # the sweep writes its table before the step is stopped
+    assert "--kernel gluon" in sweep and f"--table {tmp_path / 'out' / 'gluon_configs_sweep.json'}" in sweep
+
+
+def test_the_gluon_pass_skips_the_sweep_when_under_a_minute_is_left(tmp_path: Path) -> None:
+    done = _gluon_pass(tmp_path, 100)
+    assert "=== sweep: skipped" in done.stdout
+    assert "mxfp8_gemm_sweep" not in (tmp_path / "out" / "gluon.log").read_text()

@@ -204,11 +204,18 @@ def config_table() -> dict[str, dict[tuple[int, int], list[tuple[int, GemmConfig
 
 
 def choose_config(
-    m: int, n: int, k: int, *, device_name: str | None = None, num_sms: int = 132
+    m: int,
+    n: int,
+    k: int,
+    *,
+    device_name: str | None = None,
+    num_sms: int = 132,
+    table: dict[str, dict[tuple[int, int], list[tuple[int, GemmConfig]]]] | None = None,
 ) -> GemmConfig:
     """The table's configuration for ``device_name`` and an ``[m, k] x [n, k]`` product, else
-    ``default_config``."""
-    buckets = config_table().get(device_name or "", {}).get((n, k))
+    ``default_config``. ``table``: a parsed table to read instead of the checked-in one (a sweep's new
+    table, before it is merged)."""
+    buckets = (config_table() if table is None else table).get(device_name or "", {}).get((n, k))
     if buckets:
         config = next((c for m_max, c in buckets if m <= m_max), buckets[-1][1])
         if config.kind not in ("gemv", "stream") or m <= config.block_m:  # all M rows in one program

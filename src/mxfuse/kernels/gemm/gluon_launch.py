@@ -13,10 +13,14 @@ checked once, on the host, when a weight is prepared for the ``gluon`` backend (
 the backend refuses other weights, and the automatic route passes over it for them.
 
 Configurations are data: ``gluon_configs.json`` beside this file holds, per device and ``[N, K]``, the
-M buckets where a GPU sweep measured this kernel faster than the Triton kernels, with the configuration
-it measured (``GluonConfig`` fields). It is empty until such a sweep has run; ``mxfuse.gemm`` never picks
-this kernel automatically for a shape the table does not name. Where a call names the backend and the
-table has no entry, ``default_gluon_config`` gives the launch (no autotuning at run time).
+M buckets where a GPU sweep (``benchmarks/mxfp8_gemm_sweep.py --kernel gluon``) measured this kernel
+faster than the Triton kernel, with the configuration it measured (``GluonConfig`` fields). The Triton
+table's format, with one more bucket key: ``m_min`` (default: the previous bucket's ``m_max`` + 1, or 1),
+so that a bucket covers ``[m_min, m_max]`` and the Triton kernel keeps the M between buckets (a sweep
+that finds it faster at M = 1 and 4 but slower at 16 writes ``{"m_min": 5, "m_max": 16}``). M outside
+every bucket is not this kernel's. The table is empty until such a sweep has run; ``mxfuse.gemm`` never
+picks this kernel automatically for a shape the table does not name. Where a call names the backend and
+the table has no entry, ``default_gluon_config`` gives the launch (no autotuning at run time).
 """
 
 from __future__ import annotations
@@ -40,15 +44,18 @@ __all__ = [
     "GLUON_TABLE_FILE",
     "W_HI",
     "W_LO",
+    "GluonBuckets",
     "GluonConfig",
     "GluonOperands",
     "choose_gluon_config",
     "default_gluon_config",
+    "effective_split_k",
     "gluon_table",
     "launch_gluon_decode",
     "launch_gluon_prep",
     "measured_gluon_win",
     "parse_gluon_table",
+    "token_tile",
     "weight_in_window",
 ]
 
@@ -108,12 +115,25 @@ class GluonOperands:
     out: torch.Tensor
 
 
+def token_tile(m: int) -> int:
+    """The smallest token tile (``GluonConfig.block_t``) holding ``m`` tokens; 64 above 64."""
+    return next((t for t in _TOKEN_TILES if t >= m), _TOKEN_TILES[-1])
+
+
+def effective_split_k(config: GluonConfig, k: int) -> int:
+    """The split-K count a launch of ``config`` runs at reduction length ``k``: at most one split per
+    ``block_k`` step, and no empty split (6 steps asked for 4 splits run as 3 of 2 steps)."""
+    steps = triton.cdiv(k, config.block_k)
+    split = max(1, min(config.split_k, steps))
+    return triton.cdiv(steps, triton.cdiv(steps, split))
+
+
 def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GluonConfig:
     """The launch where the table has none: the smallest token tile holding ``m`` (at most 64), one
     warpgroup of 64 weight rows, and split-K until about two programs per SM, each split keeping at
     least 4 steps of 128 K (the plain probe's best cells split into two to four waves; to be replaced
     by the sweep's table)."""
-    block_t = next((t for t in _TOKEN_TILES if t >= m), _TOKEN_TILES[-1])
+    block_t = token_tile(m)
     tiles = triton.cdiv(n, 64) * triton.cdiv(m, block_t)
     steps = triton.cdiv(k, 128)
     split = 1
@@ -122,16 +142,37 @@ def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Gluon
     return GluonConfig(64, block_t, 128, split, 4, True)
 
 
-def parse_gluon_table(
-    data: object, *, source: str
-) -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]]:
-    """``{device: {(n, k): [(m_max, config), ...]}}``; ValueError naming ``source`` and the entry (the
-    Triton GEMM's table reader, with ``GluonConfig`` entries)."""
-    return parse_table(data, source=source, config_type=GluonConfig)
+GluonBuckets = dict[str, dict[tuple[int, int], list[tuple[int, int, GluonConfig]]]]
+
+
+def parse_gluon_table(data: object, *, source: str) -> GluonBuckets:
+    """``{device: {(n, k): [(m_min, m_max, config), ...]}}``, buckets in increasing M and disjoint;
+    ValueError naming ``source`` and the entry (the Triton GEMM's table reader with ``GluonConfig``
+    entries, then each bucket's ``m_min``)."""
+    parsed = parse_table(data, source=source, config_type=GluonConfig)
+    table: GluonBuckets = {}
+    for device, shapes in parsed.items():
+        table[device] = {}
+        for key, raw in data["devices"][device]["shapes"].items():  # type: ignore[index]
+            n, k = (int(v) for v in key.split("x"))
+            if key != f"{n}x{k}":
+                raise ValueError(f"{source}: devices[{device!r}].shapes[{key!r}]: write the key as '{n}x{k}'")
+            ranges, low = [], 1
+            for i, ((m_max, config), bucket) in enumerate(zip(shapes[(n, k)], raw, strict=True)):
+                m_min = bucket.get("m_min", low)
+                if isinstance(m_min, bool) or not isinstance(m_min, int) or not low <= m_min <= m_max:
+                    raise ValueError(
+                        f"{source}: devices[{device!r}].shapes[{key!r}][{i}]: 'm_min' must be an int from "
+                        f"{low} (past the previous bucket) to m_max = {m_max}; got {m_min!r}"
+                    )
+                ranges.append((m_min, m_max, config))
+                low = m_max + 1
+            table[device][(n, k)] = ranges
+    return table
 
 
 @functools.cache
-def gluon_table() -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig]]]]:
+def gluon_table() -> GluonBuckets:
     """The checked-in table (``gluon_configs.json``), parsed once."""
     text = resources.files("mxfuse.kernels.gemm").joinpath(GLUON_TABLE_FILE).read_text()
     return parse_gluon_table(json.loads(text), source=GLUON_TABLE_FILE)
@@ -139,13 +180,14 @@ def gluon_table() -> dict[str, dict[tuple[int, int], list[tuple[int, GluonConfig
 
 def measured_gluon_win(device_name: str | None, n: int, k: int, m: int | None = None) -> GluonConfig | None:
     """The measured configuration where the table says the Gluon kernel wins for ``device_name`` and
-    ``[n, k]`` (at ``m`` tokens when given: ``m`` within a bucket; without ``m``: any bucket), else None."""
+    ``[n, k]`` (at ``m`` tokens when given: ``m`` within a bucket's ``[m_min, m_max]``; without ``m``:
+    any bucket), else None."""
     buckets = gluon_table().get(device_name or "", {}).get((n, k))
     if not buckets:
         return None
     if m is None:
-        return buckets[0][1]
-    return next((c for m_max, c in buckets if m <= m_max), None)
+        return buckets[0][2]
+    return next((c for m_min, m_max, c in buckets if m_min <= m <= m_max), None)
 
 
 def choose_gluon_config(
@@ -221,9 +263,7 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
     a16, skip = _buffers(out.device, m, k)
     launch_gluon_prep(ops, a16, skip)
 
-    steps = triton.cdiv(k, cfg.block_k)
-    split = max(1, min(cfg.split_k, steps))
-    split = triton.cdiv(steps, triton.cdiv(steps, split))  # no empty split
+    split = effective_split_k(cfg, k)
     w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, cfg.block_k], gl.float8e4nv)
     a_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_t, cfg.block_k], gl.bfloat16)
     w_desc = TensorDescriptor.from_tensor(w_q, [cfg.block_n, cfg.block_k], w_layout)

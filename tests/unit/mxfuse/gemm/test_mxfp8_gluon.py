@@ -221,7 +221,7 @@ def _pretend_sm90(monkeypatch) -> None:
 
 
 def _table(monkeypatch, entries: dict) -> None:
-    """The measured table, replaced: ``{(n, k): [(m_max, config)]}`` for the device this test runs on (no
+    """The measured table, replaced: ``{(n, k): [(m_min, m_max, config)]}`` for the device this test runs on (no
     name: the CPU, whose ``device_facts`` name is None, reads the entry ``""``) and for cuda:0 here."""
     monkeypatch.setattr(gluon_launch, "gluon_table", lambda: {"": entries})
 
@@ -240,7 +240,7 @@ def test_auto_passes_over_gluon_on_sm90_until_the_table_names_the_shape(monkeypa
     assert "name backend='gluon'" in passed_over["gluon"]
     name, passed_over = select_backend(CUDA0)
     assert name == "triton" and "without the weight's [N, K]" in passed_over["gluon"]
-    _table(monkeypatch, {(7168, 16384): [(64, GluonConfig())]})
+    _table(monkeypatch, {(7168, 16384): [(1, 64, GluonConfig())]})
     assert select_backend(CUDA0, n=7168, k=16384)[0] == "gluon"
     assert select_backend(CUDA0, n=5120, k=8192)[0] == "triton"
     assert auto_rule("triton", CUDA0, n=None, k=None).ok
@@ -320,7 +320,7 @@ def test_weights_outside_the_window_are_refused_by_name_and_passed_over_by_auto(
         ValueError, match=r"weight \(its scale bytes\) cannot be used by backend 'gluon': .*250"
     ):
         prepare_mxfp8_weight(wq, ws, backend="gluon")
-    _table(monkeypatch, {(64, 256): [(64, GluonConfig())]})
+    _table(monkeypatch, {(64, 256): [(1, 64, GluonConfig())]})
     assert prepare_mxfp8_weight(wq, random_scales(64, 256, seed=2)).backend == "gluon"
     w = prepare_mxfp8_weight(wq, ws)
     assert w.backend == "triton" and "outside [10, 246]" in dict(w.passed_over)["gluon"]
@@ -328,7 +328,7 @@ def test_weights_outside_the_window_are_refused_by_name_and_passed_over_by_auto(
 
 def test_auto_hands_a_call_outside_the_measured_m_to_triton(monkeypatch):
     wq, ws = random_codes(64, 256, seed=1), random_scales(64, 256, seed=2)
-    _table(monkeypatch, {(64, 256): [(16, GluonConfig())]})
+    _table(monkeypatch, {(64, 256): [(1, 16, GluonConfig())]})
     with monkeypatch.context() as patch:
         _runs_here(patch, GLUON)
         w = prepare_mxfp8_weight(wq, ws)
@@ -381,6 +381,67 @@ def test_default_config(m, n, k, block_t, split):
 def test_bad_tables_name_the_entry(data, match):
     with pytest.raises(ValueError, match=match):
         parse_gluon_table(data, source="t.json")
+
+
+def _buckets(*buckets: dict) -> dict:
+    return {"format": 1, "devices": {"H": {"shapes": {"64x256": list(buckets)}}}}
+
+
+@pytest.mark.parametrize(
+    ("buckets", "match"),
+    [
+        (({"m_min": 0, "m_max": 4, "config": {}},), r"'m_min' must be an int from 1 .* got 0"),
+        (({"m_min": 5, "m_max": 4, "config": {}},), r"from 1 .* to m_max = 4; got 5"),
+        (({"m_min": True, "m_max": 4, "config": {}},), r"got True"),
+        (
+            ({"m_max": 4, "config": {}}, {"m_min": 4, "m_max": 16, "config": {}}),
+            r"\[1\]: 'm_min' must be an int from 5 \(past the previous bucket\)",
+        ),
+    ],
+    ids=["zero", "above m_max", "bool", "overlaps the previous bucket"],
+)
+def test_bad_lower_bounds_name_the_bucket(buckets, match):
+    with pytest.raises(ValueError, match=match):
+        parse_gluon_table(_buckets(*buckets), source="t.json")
+
+
+def test_a_shape_key_is_written_one_way():
+    data = {"format": 1, "devices": {"H": {"shapes": {"064x256": [{"m_max": 4, "config": {}}]}}}}
+    with pytest.raises(ValueError, match=r"write the key as '64x256'"):
+        parse_gluon_table(data, source="t.json")
+
+
+WINS = [  # (id, m, expected: the bucket's block_t, or None for "not gluon's")
+    ("below the first bucket", 1, None),
+    ("the first bucket's lower edge", 5, 16),
+    ("inside the first bucket", 9, 16),
+    ("between buckets", 20, None),
+    ("the second bucket", 33, 64),
+    ("above every bucket", 65, None),
+]
+
+
+@pytest.mark.parametrize(("m", "block_t"), [c[1:] for c in WINS], ids=[c[0] for c in WINS])
+def test_a_bucket_covers_m_min_to_m_max_and_nothing_else(monkeypatch, m, block_t):
+    table = parse_gluon_table(
+        _buckets(
+            {"m_min": 5, "m_max": 16, "config": {"block_t": 16}},
+            {"m_min": 33, "m_max": 64, "config": {"block_t": 64}},
+        ),
+        source="t.json",
+    )
+    assert [(lo, hi) for lo, hi, _ in table["H"][(64, 256)]] == [(5, 16), (33, 64)]
+    monkeypatch.setattr(gluon_launch, "gluon_table", lambda: table)
+    got = gluon_launch.measured_gluon_win("H", 64, 256, m)
+    assert (got.block_t if got else None) == block_t
+    assert gluon_launch.measured_gluon_win("H", 64, 256) == GluonConfig(block_t=16)  # any bucket
+
+
+def test_without_m_min_a_bucket_starts_past_the_previous_one():
+    table = parse_gluon_table(
+        _buckets({"m_max": 4, "config": {}}, {"m_max": 16, "config": {}}), source="t.json"
+    )
+    assert [(lo, hi) for lo, hi, _ in table["H"][(64, 256)]] == [(1, 4), (5, 16)]
 
 
 @pytest.mark.parametrize(
