@@ -159,9 +159,17 @@ def measure(
     if not row["calc_diff"] <= 1e-5:
         raise SystemExit(f"{name} M={m}: triton differs from the torch backend: calc_diff {row['calc_diff']}")
     if "gluon" in backends:
-        row["gluon_calc_diff"] = check_backend(weights, pair, m, n, "gluon")
-        if not row["gluon_calc_diff"] <= 1e-5:
-            raise SystemExit(f"{name} M={m}: gluon differs from the torch backend: {row['gluon_calc_diff']}")
+        # A wrong or refused gluon result is recorded and not timed; the other variants are still measured.
+        try:
+            row["gluon_calc_diff"] = check_backend(weights, pair, m, n, "gluon")
+        except Exception as exc:
+            row["gluon_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        else:
+            if not row["gluon_calc_diff"] <= 1e-5:
+                row["gluon_error"] = f"differs from the torch backend: calc_diff {row['gluon_calc_diff']}"
+        if "gluon_error" in row:
+            print(f"{name} M={m}: gluon not timed: {row['gluon_error']}", flush=True)
+            backends = tuple(b for b in backends if b != "gluon")
     outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in weights]
     out16 = [torch.empty(m + (-m) % 16, n, dtype=torch.bfloat16, device="cuda") for _ in weights]
     make = {
@@ -247,8 +255,13 @@ def main(argv: list[str] | None = None) -> None:
     print(head + f"{'floor':>8}{'% floor':>8}" + ("  best (sweep)" if args.sweep else ""))
     for r in rows:
         line = f"{r['shape']:<14}{r['M']:>5}{r['bf16_us']:>9.2f}"
-        line += "".join(f"{r[v + '_us']:>9.2f}{r['bf16_us'] / r[v + '_us']:>8.2f}" for v in shown)
-        best = min(r[v + "_us"] for v in shown if v != "fp8")  # ours: the faster MXFP8 backend
+        line += "".join(
+            f"{r[v + '_us']:>9.2f}{r['bf16_us'] / r[v + '_us']:>8.2f}"
+            if v + "_us" in r
+            else f"{'failed':>17}"
+            for v in shown
+        )
+        best = min(r[v + "_us"] for v in shown if v != "fp8" and v + "_us" in r)  # ours: the faster MXFP8 one
         line += f"{r['floor_us']:>8.2f}{100 * r['floor_us'] / best:>7.0f}%"
         if args.sweep and "best_us" in r:
             line += f"  {r['best_us']:.2f} ({r['bf16_us'] / r['best_us']:.2f}x) {r['best_config']}"

@@ -54,7 +54,7 @@ class Plot:
     source: str = field(default="")
 
 
-class _Reader:
+class DataFile:
     """Field access into one data file that fails with the file and the field's path."""
 
     def __init__(self, path: Path) -> None:
@@ -97,7 +97,7 @@ class _Reader:
         return f"{date}, {gpu}, torch {torch_v}, Triton {triton_v}, copy bandwidth {bandwidth / 1e12:.2f} TB/s"
 
 
-def _table(reader: _Reader, rows: list[dict], *, x: str, group: str | None, curves: dict[str, str]) -> list[Panel]:
+def _table(reader: DataFile, rows: list[dict], *, x: str, group: str | None, curves: dict[str, str]) -> list[Panel]:
     """Rows -> one panel per value of ``group``: x ascending, one curve per (label, field)."""
     keys = sorted({r.get(group) for r in rows}) if group else [None]
     panels = []
@@ -112,7 +112,7 @@ def _table(reader: _Reader, rows: list[dict], *, x: str, group: str | None, curv
     return panels
 
 
-def _gemm(reader: _Reader) -> Plot:
+def _gemm(reader: DataFile) -> Plot:
     env = reader.get(reader.doc, "env")
     problems = reader.get(reader.doc, "problems")
     if not isinstance(problems, dict) or not problems:
@@ -137,7 +137,23 @@ def _gemm(reader: _Reader) -> Plot:
     return Plot("mxfp8_gemm", "MXFP8 GEMM, per weight shape", "M (rows)", tuple(panels), reader.run("env", bandwidth))
 
 
-def _hc_boundary(reader: _Reader) -> Plot:
+def gemm_benchmark(reader: DataFile) -> Plot:
+    """The GEMM benchmark's file (``python -m benchmarks mxfp8_gemm --json``: ``meta`` and one row per shape
+    and M): one panel per shape, time against M for each backend the run timed (``triton_us``, and
+    ``gluon_us`` where every row has it), bf16 cuBLAS, the FP8 cuBLAS anchor (``fp8_us``,
+    per-tensor scales) where every row has it, and the byte floor. To draw it, pin the file in ``PLOTS``."""
+    rows = reader.rows()
+    named = {"Triton MXFP8": "triton_us", "Gluon MXFP8": "gluon_us", "bf16 cuBLAS (torch.mm)": "bf16_us",
+             "FP8 cuBLAS, per-tensor scales (torch._scaled_mm)": "fp8_us", "byte floor": "floor_us"}  # fmt: skip
+    always = ("triton_us", "bf16_us", "floor_us")
+    curves = {label: key for label, key in named.items() if key in always or all(key in r for r in rows)}
+    panels = [Panel(p.title.removeprefix("shape = "), p.xs, p.curves)
+              for p in _table(reader, rows, x="M", group="shape", curves=curves)]  # fmt: skip
+    bandwidth = reader.number(reader.get(reader.doc, "meta"), "copy_bandwidth_GBps", where="meta") * 1e9
+    return Plot("mxfp8_gemm", "MXFP8 GEMM, per weight shape", "M (rows)", tuple(panels), reader.run("meta", bandwidth))
+
+
+def _hc_boundary(reader: DataFile) -> Plot:
     curves = {"fused boundary": "fused_us", "unfused chain": "unfused_us", "torch.compile (fp32)": "compiled_us",
               "byte floor": "floor_us"}  # fmt: skip
     panels = _table(reader, reader.rows(), x="T", group="H", curves=curves)
@@ -146,7 +162,7 @@ def _hc_boundary(reader: _Reader) -> Plot:
                 reader.run("env", bandwidth))  # fmt: skip
 
 
-def _grouped_wo_a(reader: _Reader) -> Plot:
+def _grouped_wo_a(reader: DataFile) -> Plot:
     curves = {"fused (epilogue writes the pair)": "fused_us", "unfused (+ quantize)": "unfused_us",
               "bf16 (same kernel)": "kernel_bf16_us", "bf16 torch.einsum": "einsum_bf16_us",
               "byte floor": "floor_us"}  # fmt: skip
@@ -155,7 +171,7 @@ def _grouped_wo_a(reader: _Reader) -> Plot:
     return Plot("grouped_wo_a", "grouped wo_a projection", "T (tokens)", tuple(panels), reader.run("env", bandwidth))
 
 
-def _attention(reader: _Reader) -> Plot:
+def _attention(reader: DataFile) -> Plot:
     curves = {"split-KV kernel": "kernel", "PyTorch SDPA": "sdpa", "byte floor": "floor_us"}
     panels = _table(reader, reader.rows(), x="tokens", group="length", curves=curves)
     bandwidth = reader.number(reader.doc, "bandwidth")
@@ -164,7 +180,7 @@ def _attention(reader: _Reader) -> Plot:
     return Plot("attention", "MQA decode attention (64 heads, head_dim 512)", "T (sequences)", tuple(panels), run)
 
 
-def _decode_step(reader: _Reader) -> Plot:
+def _decode_step(reader: DataFile) -> Plot:
     rows = reader.rows()
     flat = [
         {"tokens": r.get("tokens"), **{f"us_{k}": v for k, v in dict(reader.get(r, "us", where=f"rows[{i}]")).items()},
@@ -180,7 +196,7 @@ def _decode_step(reader: _Reader) -> Plot:
 
 
 # op -> (data file, reader). The latest checked-in run of each op.
-PLOTS: dict[str, tuple[str, Callable[[_Reader], Plot]]] = {
+PLOTS: dict[str, tuple[str, Callable[[DataFile], Plot]]] = {
     "mxfp8_gemm": ("mxfp8_gemm_sweep_2026-12-02c.json", _gemm),
     "hc_boundary": ("hc_boundary_2026-12-02f.json", _hc_boundary),
     "grouped_wo_a": ("grouped_wo_a_2026-12-02e.json", _grouped_wo_a),
@@ -192,7 +208,7 @@ PLOTS: dict[str, tuple[str, Callable[[_Reader], Plot]]] = {
 def read_plot(op: str, data_dir: Path = DATA) -> Plot:
     """What op ``op``'s PNG shows, read from its data file; ``PlotDataError`` names a missing field."""
     name, read = PLOTS[op]
-    plot = read(_Reader(data_dir / name))
+    plot = read(DataFile(data_dir / name))
     return Plot(plot.op, plot.title, plot.x_label, plot.panels, plot.run, source=f"benchmarks/data/{name}")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from repo_paths import REPO_ROOT
 
-from benchmarks.plot import PLOTS
+from benchmarks.plot import PLOTS, DataFile, draw, gemm_benchmark
 from gpumatrix import register
 
 register(on=("cpu",), est_time=15)
@@ -75,3 +75,42 @@ def test_a_bad_data_file_is_an_error_naming_file_and_field(tmp_path: Path, op: s
     assert "Traceback" not in done.stderr
     assert name in done.stderr and repr(field) in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _gemm_benchmark_file(path: Path, *, gluon_rows: int) -> Path:
+    """A file as `python -m benchmarks mxfp8_gemm --backends triton,gluon,bf16,fp8 --json` writes it: two
+    shapes, three M each; gluon timed on the first ``gluon_rows`` rows only (a failed check is not timed)."""
+    rows = []
+    for shape, scale in (("v41 wqkv_a", 1.0), ("pro wo_b", 6.0)):
+        for m in (1, 16, 64):
+            row = {"shape": shape, "M": m, "N": 1, "K": 1, "triton_us": 5.0 * scale + m / 8,
+                   "bf16_us": 9.0 * scale, "fp8_us": 6.0 * scale, "floor_us": 2.0 * scale}  # fmt: skip
+            if len(rows) < gluon_rows:
+                row["gluon_us"] = 4.0 * scale
+            else:
+                row["gluon_error"] = "differs from the torch backend: calc_diff 0.5"
+            rows.append(row)
+    meta = {"date": "2026-12-04", "gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0",
+            "copy_bandwidth_GBps": 4240.0}  # fmt: skip
+    path.write_text(json.dumps({"meta": meta, "rows": rows}))
+    return path
+
+
+def test_the_gemm_benchmark_file_draws_each_backend_and_the_fp8_anchor(tmp_path: Path) -> None:
+    plot = gemm_benchmark(DataFile(_gemm_benchmark_file(tmp_path / "g.json", gluon_rows=6)))
+    assert [p.title for p in plot.panels] == ["pro wo_b", "v41 wqkv_a"]
+    wqkv = plot.panels[1]
+    assert wqkv.xs == (1, 16, 64)
+    assert wqkv.curves["Triton MXFP8"] == (5.125, 7.0, 13.0)
+    assert wqkv.curves["Gluon MXFP8"] == (4.0, 4.0, 4.0)
+    assert wqkv.curves["FP8 cuBLAS, per-tensor scales (torch._scaled_mm)"] == (6.0, 6.0, 6.0)
+    assert wqkv.curves["byte floor"] == (2.0, 2.0, 2.0)
+    assert "4.24 TB/s" in plot.run
+    width, height = _png_size(draw(plot, tmp_path / "out"))
+    assert width >= 600 and height >= 300
+
+
+def test_a_backend_some_rows_lack_is_left_out_not_drawn_as_zero(tmp_path: Path) -> None:
+    plot = gemm_benchmark(DataFile(_gemm_benchmark_file(tmp_path / "g.json", gluon_rows=4)))
+    assert all("Gluon MXFP8" not in p.curves for p in plot.panels)
+    assert all("Triton MXFP8" in p.curves for p in plot.panels)
