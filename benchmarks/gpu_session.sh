@@ -40,6 +40,8 @@ step detect 0 gm detect
 [ $one_gpu = 1 ] && step run-1gpu 0 env CUDA_VISIBLE_DEVICES=0 python3 -c 'from gpumatrix.cli import main; main()' run --runner 1-gpu-h100 --junit-xml "$out/junit-1gpu.xml" --report "$out/report-1gpu.json"
 # On 2 GPUs this picks 2-gpu-h100: its 2-GPU files (the lease test, the V4.1 TP=2 step), 2 xdist workers.
 step run-auto 0 env GPUMATRIX_LEASE_LOG="$out/leases-auto.jsonl" python3 -c 'from gpumatrix.cli import main; main()' run --runner auto --junit-xml "$out/junit-2gpu.xml" --report "$out/report-2gpu.json"
+# The GPU tests ran above through `gpumatrix run`. These two steps check the leases on the other path
+# users take, a kernel developer's local `pytest` (serial and `-n 2`), where the plugin alone keeps them.
 step leases-n0 0 python3 -m pytest -q -p no:cacheprovider tests/kernels/gpumatrix/running/test_gpu_leases.py tests/e2e/gpumatrix/running/test_gpu_leases_multi.py -n 0
 step leases-n2 0 env GPUMATRIX_LEASE_LOG="$out/leases-n2.jsonl" python3 -m pytest -q -p no:cacheprovider tests/kernels/gpumatrix/running/test_gpu_leases.py tests/e2e/gpumatrix/running/test_gpu_leases_multi.py -n 2
 step lease-log 0 python3 -m benchmarks lease_log "$out/leases-auto.jsonl" "$out/leases-n2.jsonl" --need test_dsv41_tp2.py=2 --need test_gpu_leases_multi.py=2
