@@ -62,7 +62,7 @@ def test_a_step_never_runs_past_the_budget(tmp_path: Path) -> None:
 def test_a_step_with_no_time_left_is_skipped_and_said(tmp_path: Path) -> None:
     done = _pass(tmp_path, "run none 500 echo none", budget=5)
     assert "=== none: skipped (no time left)" in done.stdout
-    assert "none" not in (tmp_path / "out" / "pass.log").read_text().replace("pip install", "")
+    assert "=== none (up to" not in (tmp_path / "out" / "pass.log").read_text()  # never started
     assert "status=0" in done.stdout
 
 
