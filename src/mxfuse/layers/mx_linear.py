@@ -297,7 +297,7 @@ class MxLinear(nn.Module):
             raise LayerNotReadyError(f"{self.site}: nothing to process; call load_weights(...) first")
         device = self._device
         n, k = self.out_features, self.in_features
-        consumer = consuming_backend(device, self._status_fn(device))
+        consumer = consuming_backend(device, self._status_fn(device), n=n, k=k)
         fact, reason, layout = self._decide(consumer, n=n, k=k)
 
         native = loaded.scale is not None
