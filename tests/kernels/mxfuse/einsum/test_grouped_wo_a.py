@@ -33,7 +33,7 @@ from mxfuse.formats import MxTensor, as_mxtensor, quantize_mxfp8_reference
 register(
     on=("h100", "b200", "gb300", "5090"),
     gpus=1,
-    est_time={"h100": 291, "b200": 150, "gb300": 150, "5090": 150},
+    est_time={"h100": 184, "b200": 150, "gb300": 150, "5090": 150},
 )
 
 _kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
