@@ -106,12 +106,13 @@ def test_a_file_disabled_on_a_class_costs_that_runner_nothing_but_stays_in_a_sha
     long = registry.get("tests/k/test_long.py")
     assert (file_seconds(long, "h100"), file_seconds(long, "b200")) == (0.0, 2000.0)
     plans = {plan.runner.label: plan for plan in plan_matrix(MATRIX, registry)}
-    (h100_shard,) = plans["1-gpu-h100"].shards  # 1,500 s of work, the disabled file along for its report
+    # 1,500 worker-seconds over 8 slots, the disabled file along for its report (0 s)
+    (h100_shard,) = plans["1-gpu-h100"].shards
     assert (h100_shard.files, h100_shard.est_time) == (
         ("tests/k/test_long.py", "tests/k/test_short.py"),
-        1500.0,
+        187.5,
     )
-    assert [s.est_time for s in plans["4-gpu-b200"].shards] == [2000.0, 1500.0]  # 3,500 s > 2,880 s
+    assert [s.est_time for s in plans["4-gpu-b200"].shards] == [3500.0 / 32]  # both count on 4 x 8 slots
 
 
 # -- suites in list and matrix ------------------------------------------------------------------------------------
