@@ -42,9 +42,10 @@ raise SystemExit(1 if bad else 0)
 EOF
 # The GEMM correctness tests (float64, row-local NaN, subnormals, extreme scales, graphs, repeatability)
 # on the gluon backend, as the GPU job runs them.
-echo tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py >"$out/gluon-tests.txt"
-run tests 240 gpumatrix run --runner 1-gpu-h100 --tests-file "$out/gluon-tests.txt" \
-  --report "$out/gluon-tests.json" --junit-xml "$out/gluon-tests.xml" -- -k gluon
+echo tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py >"$scratch/gluon-tests.txt"
+run tests 240 gpumatrix run --runner 1-gpu-h100 --tests-file "$scratch/gluon-tests.txt" \
+  --report "$out/gluon-tests.json" --junit-xml "$scratch/gluon-tests.xml" --html "$scratch/gluon-tests.html" \
+  -- -k gluon
 # gluon beside triton, bf16 cuBLAS and FP8 cuBLAS; the table printed last.
 run bench 200 python3 -m benchmarks mxfp8_gemm --ms 1,4,16,64 \
   --shapes "v41 wqkv_a,v41 wo_b tp4,pro wqkv_a,v41 wo_b dp4,pro wo_b" --backends triton,gluon,bf16,fp8 \
@@ -59,4 +60,5 @@ if [ "$sweep_s" -ge 60 ]; then
 else
   echo "=== sweep: skipped (${sweep_s}s left for it)" | tee -a "$log"
 fi
+finish
 exit $status
