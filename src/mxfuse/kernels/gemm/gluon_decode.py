@@ -2,42 +2,47 @@
 promotion (device code; the host side is ``gluon_launch``).
 
 ``out[M, N] = deq(a) @ deq(w).T`` for a few tokens (the regime is M <= 64; any M runs, one token tile of
-``BLOCK_T`` after another). The product is computed transposed, ``acc[n, t] = sum_k W[n, k] * A[t, k]``:
+``BLOCK_T`` after another). The product is computed transposed, ``acc[n, t] = sum_k W[n, k] * A[t, k]``,
+128 K per step:
 
-* the weight tile (``BLOCK_N`` = 64 rows per warpgroup, ``BLOCK_K`` of K) is wgmma's A operand: its E4M3
-  bytes arrive by TMA in shared memory, are loaded into registers in the A-operand layout
-  (``DotOperandLayout(0, parent=NVMMADistributedLayout([3, 0]), k_width=2)``), converted to fp32,
-  multiplied by ``2**(s - 127)`` of their 32-block and rounded to bf16. That is exact: an E4M3 value has
-  4 significant bits, and for scale bytes in the window ``[W_LO, W_HI]`` (``gluon_launch``) every nonzero
-  product is a normal bf16; a 0xFF byte gives NaN;
+* the weight tile (``BLOCK_N`` = 64 rows per warpgroup) is wgmma's A operand. Its E4M3 bytes arrive by
+  TMA in shared memory; each thread loads 32 contiguous bytes, one whole 32-group, of two rows (two
+  16-byte loads per row, ``LOAD``), so that it needs one scale byte per row and step, and converts them
+  four at a time (``_CVT_ASM``: a byte-permute and integer arithmetic that give ``e4m3 * 2**-120`` as
+  bf16 bits, then two exact bf16x2 multiplies, by ``2**120`` and by the block's ``2**(s - 127)``). That
+  is exact: an E4M3 value has 4 significant bits, and for scale bytes in the window ``[W_LO, W_HI]``
+  (``gluon_launch``) every nonzero product is a normal bf16; a 0xFF byte gives NaN;
+* the operand's K order. wgmma's A layout (``DotOperandLayout(0, NVMMA v3, k_width=2)``) gives lane
+  ``4 r + c`` the columns ``2c, 2c + 1, 2c + 8, 2c + 9`` of each 16-wide slice; the loaded registers hold
+  physical columns ``32 c .. 32 c + 31`` instead. The converted tile is relabelled, without moving a
+  register (a reshape to 7 index bits, ``OPERAND_ORDER``, a reshape back), so that operand column ``l``
+  holds physical column ``phys(l) = l0 + 2 l3 + 4 l4 + 8 l5 + 16 l6 + 32 l1 + 64 l2`` of the step, and the
+  activation is written in the same order (``gluon_prep.operand_column``): the dot product pairs the
+  same K on both sides, in another order;
 * the tokens are wgmma's N (``BLOCK_T`` = 8, 16, 32 or 64): their bf16 rows, dequantized once per call by
-  ``gluon_prep`` (exact, same window), arrive by TMA and are read K-major from shared memory (the
-  transposed view of a ``[BLOCK_T, BLOCK_K]`` tile);
+  ``gluon_prep`` (exact, same window, each 128 K in the operand order, zeros past K), arrive by TMA and
+  are read K-major from shared memory (the transposed view of a ``[BLOCK_T, 128]`` tile);
 * one fp32 accumulator, bf16 x bf16 products (exact in fp32), no per-32 promotion at all.
 
-Summation order: within a ``BLOCK_K`` step the tensor core's (16 K per wgmma instruction, in K order);
-steps in K order within a split; splits in split order 0, 1, ..., S-1, summed by the last split to arrive
-at the tile (an int32 ticket, acq_rel at GPU scope; partials through a workspace, never float atomics),
-as ``mxfuse.kernels.splitk.device`` does for the Triton kernels. The same bits on every run.
+Summation order: within a step the tensor core's (16 operand columns per wgmma instruction, in the
+operand's K order); steps in K order within a split; splits in split order 0, 1, ..., S-1, summed by the
+last split to arrive at the tile (an int32 ticket, acq_rel at GPU scope; partials through a workspace,
+never float atomics), as ``mxfuse.kernels.splitk.device`` does for the Triton kernels. The same bits on
+every run.
 
-NaN: a NaN weight block (or E4M3 NaN code) makes its weight row's bf16 values NaN, which reach exactly the
-outputs of that row (column n of ``out``); a NaN activation block reaches exactly its token's row. Tokens
-whose activation scales leave the window (``skip_ptr[t] != 0``) were computed exactly by ``gluon_prep``:
-this kernel does not store them.
+NaN: a NaN weight block makes its weight row's bf16 values NaN, which reach exactly the outputs of that
+row (column n of ``out``). The conversion does not look for E4M3 NaN codes: a weight prepared for this
+backend carries scale byte 0xFF on every block that holds one (``gluon_launch.gluon_weight_scale``),
+which reaches the same outputs. A NaN activation block reaches exactly its token's row. Tokens whose
+activation scales leave the window (``skip_ptr[t] != 0``) were computed exactly by ``gluon_prep``: this
+kernel does not store them.
 
-Pipeline (one warpgroup, no warp specialization yet): a ``NUM_STAGES`` ring of (weight, activation)
-tiles filled by TMA, one mbarrier per stage. Step i waits for its stage, converts its weight tile while
-the wgmma of step i - 1 still runs (``OVERLAP``: ``warpgroup_mma(is_async=True)`` then
-``warpgroup_mma_wait(num_outstanding=1)``; the register operand of step i - 1 is kept alive through that
-wait), then refills the stage step i - 1 used with step i + NUM_STAGES - 1. ``OVERLAP=False`` waits for
-each wgmma before the next conversion (the conservative variant, kept to compare on the GPU).
-
-Where it can be made faster (measure first): the scale bytes are gathered per element (32x redundant L1
-reads; a [BLOCK_N, BLOCK_K / 32] load broadcast in registers would do), the E4M3 -> bf16 conversion goes
-through fp32 (a byte-permute conversion in registers, as Marlin-family kernels do, avoids it), a
-warp-specialized TMA producer (``gl.warp_specialize``) would run ahead of the conversion, two consumer
-warpgroups would keep the tensor core busy while one converts, and the split-K reduction could move to
-a cluster (DSMEM) instead of a global workspace.
+Pipeline (one warpgroup per 64 rows, no warp specialization): a ``NUM_STAGES`` ring of (weight,
+activation) tiles filled by TMA, one mbarrier per stage, every stage in flight; the scale bytes of step
+i + 1 are loaded while step i converts. Each step's wgmma is waited for before the next conversion: a
+register-operand wgmma still in flight would have its registers overwritten by the next step's
+conversion (ptxas does not keep them, triton-lang/triton#9433), so the tensor core's work overlaps the
+conversion of the other programs resident on the SM, not this program's.
 """
 
 from __future__ import annotations
@@ -66,25 +71,70 @@ def _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, step, k_begin, off_n, off_
     tma.async_copy_global_to_shared(a_desc, [off_t, k], bar, a_bufs.index(s), pred=pred)
 
 
+# E4M3 bytes -> bf16 pairs times their block's factor, four bytes per instance. Byte b becomes the bf16
+# bits ``(b & 0x7F) << 4 | (b & 0x80) << 8``, which is exactly ``e4m3(b) * 2**-120`` (a normal code's
+# exponent field lands in bf16's, a subnormal code becomes the bf16 subnormal of the same ratio): ``prmt``
+# spreads two bytes into the low bytes of two 16-bit lanes, ``t + 15 * (t & 0x80)`` moves the sign from
+# bit 7 to bit 11, the shift by 4 places it at bit 15. Two exact bf16x2 multiplies follow: by 2**120
+# (0x7B80), which gives the E4M3 value itself, a normal bf16, and by the block's ``2**(s - 127)`` ($3,
+# $4), a power of two whose product is a normal bf16 for every byte in the window (NaN for 0xFF).
+_CVT_ASM = gl.constexpr("""
+{
+.reg .b32 u, g, c;
+mov.b32 c, 0x7B807B80;
+prmt.b32 u, $2, 0, 0x4140;
+and.b32 g, u, 0x00800080;
+mad.lo.u32 u, g, 15, u;
+shl.b32 u, u, 4;
+mul.rn.bf16x2 u, u, c;
+mul.rn.bf16x2 $0, u, $3;
+prmt.b32 u, $2, 0, 0x4342;
+and.b32 g, u, 0x00800080;
+mad.lo.u32 u, g, 15, u;
+shl.b32 u, u, 4;
+mul.rn.bf16x2 u, u, c;
+mul.rn.bf16x2 $1, u, $4;
+}
+""")
+
+
+# The relabelling of a step's 128 physical K (split into 7 bits, most significant first, after the row
+# dimension) into the operand's K order: l6..l0 = p4 p3 p2 p1 p6 p5 p0 (module docstring).
+OPERAND_ORDER = gl.constexpr([0, 3, 4, 5, 6, 1, 2, 7])
+
+
 @gluon.jit
-def _weight_bf16(w_buf, ws_ptr, rows, kk, k0, N, K, w_layout: gl.constexpr):
-    """The weight tile in shared memory as bf16 in wgmma's A-operand layout, each element times its
-    block's ``2**(s - 127)`` (exact inside the scale window; byte 0xFF gives NaN)."""
-    codes = w_buf.load(w_layout)
-    k = k0 + kk
-    ok = (rows[:, None] < N) & (k[None, :] < K)
-    s = gl.load(ws_ptr + (k[None, :] // 32).to(gl.int64) * N + rows[:, None], mask=ok, other=127)
-    s = s.to(gl.int32)
-    bits = gl.where(s == 255, 0x7FC00000, s << 23)
-    factor = bits.to(gl.float32, bitcast=True)
-    return (codes.to(gl.float32) * factor).to(gl.bfloat16)
+def _block_factor(ws_ptr, rows, groups, N, n_groups):
+    """``bf16(2**(s - 127))`` per (weight row, 32-group), NaN for byte 0xFF; groups past K read 127."""
+    ok = (rows[:, None] < N) & (groups[None, :] < n_groups)
+    s = gl.load(ws_ptr + groups[None, :].to(gl.int64) * N + rows[:, None], mask=ok, other=127).to(gl.int32)
+    bits = gl.where(s == 255, 0x7FC0, s << 7).to(gl.int16)
+    return bits.to(gl.bfloat16, bitcast=True)
+
+
+@gluon.jit
+def _weight_operand(w_buf, factor, BLOCK_N: gl.constexpr, LOAD: gl.constexpr, CODES3: gl.constexpr,
+                    w_layout: gl.constexpr):  # fmt: skip
+    """The weight tile in shared memory as wgmma's bf16 A operand, its columns in the kernel's K order.
+
+    Each thread loads 32 contiguous E4M3 bytes (one whole 32-group) of two rows (``LOAD``), converts them
+    with its block's factor (``_CVT_ASM``), and the result is relabelled, without moving a register, from
+    physical K ``p`` to the operand's K ``l`` (``phys(l)``, module docstring)."""
+    codes = gl.convert_layout(gl.reshape(w_buf.load(LOAD), [BLOCK_N, 4, 32]), CODES3, assert_trivial=True)
+    w = gl.inline_asm_elementwise(
+        _CVT_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(factor, 2)], dtype=gl.bfloat16, is_pure=True, pack=4
+    )
+    # [n, c, j] with c = K bits 5-6 and j = K bits 0-4 (p6 p5 | p4 p3 p2 p1 p0) -> [n, l6 .. l0].
+    bits = gl.reshape(w, [BLOCK_N, 2, 2, 2, 2, 2, 2, 2])
+    logical = gl.reshape(gl.permute(bits, OPERAND_ORDER.value), [BLOCK_N, 128])
+    return gl.convert_layout(logical, w_layout)
 
 
 @gluon.jit
 def mxfp8_gluon_decode_kernel(
-    w_desc,  # TMA descriptor: E4M3 [N, K], block [BLOCK_N, BLOCK_K]
-    a_desc,  # TMA descriptor: bf16 [M, K] (the dequantized activation), block [BLOCK_T, BLOCK_K]
-    ws_ptr,  # uint8 [K/32, N]: the weight's scale bytes, K-group-major
+    w_desc,  # TMA descriptor: E4M3 [N, K], block [BLOCK_N, 128]
+    a_desc,  # TMA descriptor: bf16 [M, Kp] (the dequantized activation, K permuted per 128), block [BLOCK_T, 128]
+    ws_ptr,  # uint8 [K/32, N]: the weight's scale bytes, K-group-major (NaN codes folded to 0xFF)
     out_ptr,  # bf16 [M, N]
     work_ptr,  # fp32 split-K partials [tiles, SPLIT_K, BLOCK_N, BLOCK_T]
     cnt_ptr,  # int32 arrival counters, one per tile, zero between launches
@@ -94,11 +144,12 @@ def mxfp8_gluon_decode_kernel(
     K,
     BLOCK_N: gl.constexpr,
     BLOCK_T: gl.constexpr,
-    BLOCK_K: gl.constexpr,
     SPLIT_K: gl.constexpr,
     NUM_STAGES: gl.constexpr,
-    OVERLAP: gl.constexpr,
+    LOAD: gl.constexpr,  # the codes' register layout: 32 contiguous bytes of two rows per thread
+    CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
 ):
+    BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
     pid_n = gl.program_id(0)
     pid_t = gl.program_id(1)
@@ -109,13 +160,15 @@ def mxfp8_gluon_decode_kernel(
     per_split = gl.cdiv(steps, SPLIT_K)
     k_begin = pid_k * per_split
     n_steps = gl.minimum(per_split, steps - k_begin)  # >= 1: the launcher keeps every split non-empty
+    n_groups = K // 32
 
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_T, 16]
     )
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    rows = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, w_layout))
-    kk = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, w_layout))
+    scale_layout: gl.constexpr = gl.SliceLayout(2, CODES3)
+    rows = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, scale_layout))
+    quads = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
 
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
@@ -123,27 +176,27 @@ def mxfp8_gluon_decode_kernel(
     for b in gl.static_range(NUM_STAGES):
         mbarrier.init(bars.index(b), count=1)
 
-    for j in gl.static_range(NUM_STAGES - 1):
+    for j in gl.static_range(NUM_STAGES):
         _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, j, k_begin, off_n, off_t, j < n_steps,
                     BLOCK_K, NUM_STAGES)  # fmt: skip
 
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
-    held = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, layout=w_layout)  # the in-flight wgmma's operand
+    # The scale bytes run one step ahead of their use, so that their load latency hides behind a step.
+    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, n_groups)
     for i in range(n_steps):
         stage = i % NUM_STAGES
+        factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, n_groups)
         mbarrier.wait(bars.index(stage), (i // NUM_STAGES) & 1)
-        w = _weight_bf16(w_bufs.index(stage), ws_ptr, rows, kk, (k_begin + i) * BLOCK_K, N, K, w_layout)
+        w = _weight_operand(w_bufs.index(stage), factor, BLOCK_N, LOAD, CODES3, w_layout)
         acc = warpgroup_mma(w, a_bufs.index(stage).permute((1, 0)), acc, is_async=True)
-        if OVERLAP:
-            # Step i - 1's wgmma is done: its registers and its stage may be reused.
-            acc, held = warpgroup_mma_wait(num_outstanding=1, deps=(acc, held))
-            held = w
-        else:
-            acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))
-        gl.thread_barrier()  # every warp has read the stage step i - 1 used before TMA refills it
-        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, i + NUM_STAGES - 1, k_begin, off_n, off_t,
-                    i + NUM_STAGES - 1 < n_steps, BLOCK_K, NUM_STAGES)  # fmt: skip
-    acc, held = warpgroup_mma_wait(num_outstanding=0, deps=(acc, held))
+        # Waited for before the next step converts: ptxas does not keep an in-flight wgmma's register
+        # operand from being overwritten (triton-lang/triton#9433), so the overlap comes from the other
+        # programs on the SM, not from this one.
+        acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))
+        gl.thread_barrier()  # every warp has read this stage (codes and, through the wgmma, tokens)
+        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, i + NUM_STAGES, k_begin, off_n, off_t,
+                    i + NUM_STAGES < n_steps, BLOCK_K, NUM_STAGES)  # fmt: skip
+        factor = factor_next
     for b in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(bars.index(b))
 

@@ -33,6 +33,15 @@ W_HI = 246
 
 
 @triton.jit
+def operand_column(k):
+    """Where the decode kernel's wgmma reads physical column ``k`` of a 128-wide step: the operand's K
+    order (``gluon_decode``), ``l = p0 + 2 p5 + 4 p6 + 8 p1 + 16 p2 + 32 p3 + 64 p4`` for the bits ``p`` of
+    ``k mod 128``."""
+    p = k % 128
+    return k - p + ((p & 1) | ((p >> 4) & 6) | ((p << 2) & 120))
+
+
+@triton.jit
 def _in_window(s, codes_nonzero):
     return (s == 255) | ((s >= 10) & (s <= 246)) | (codes_nonzero == 0)
 
@@ -62,7 +71,7 @@ def _exact_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, n_groups, rows4, 
 def gluon_prep_kernel(
     a_ptr,  # E4M3 [M, K] contiguous
     as_ptr,  # uint8 view of a's scale storage
-    a16_ptr,  # bf16 [M, K]: written
+    a16_ptr,  # bf16 [M, k_padded]: written, each 128 K in the Gluon kernel's operand order
     skip_ptr,  # int32 [M]: written, 1 where the row left the window
     w_ptr,  # E4M3 [N, K] contiguous (read for fallback rows only)
     ws_ptr,  # uint8 [K/32, N]: the weight's scales, K-group-major
@@ -72,6 +81,7 @@ def gluon_prep_kernel(
     K,
     rows4,  # align(M, 4): deepgemm word stride
     n_k4,  # align(K/32, 4) / 4: swizzled tile stride
+    k_padded,  # K rounded up to 128: a16's row length (zeros past K)
     A_LAYOUT: tl.constexpr,
     BLOCK_G: tl.constexpr,  # 32-wide groups per step of the dequantization
     BLOCK_FN: tl.constexpr,  # weight rows per step of the fallback
@@ -79,11 +89,11 @@ def gluon_prep_kernel(
     t = tl.program_id(0)
     n_groups = K // 32
     a_row = a_ptr + t.to(tl.int64) * K
-    a16_row = a16_ptr + t.to(tl.int64) * K
+    a16_row = a16_ptr + t.to(tl.int64) * k_padded
     gi = tl.arange(0, BLOCK_G)
     j = tl.arange(0, 32)
     bad = tl.zeros([BLOCK_G], tl.int32)
-    for g0 in range(0, n_groups, BLOCK_G):
+    for g0 in range(0, k_padded // 32, BLOCK_G):
         g = g0 + gi
         g_ok = g < n_groups
         s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
@@ -95,7 +105,7 @@ def gluon_prep_kernel(
         bits = tl.where(s == 255, 0x7FC00000, s << 23)
         factor = bits.to(tl.float32, bitcast=True)
         value = codes.to(tl.float32) * factor[:, None]
-        tl.store(a16_row + offs, value.to(tl.bfloat16), mask=g_ok[:, None])
+        tl.store(a16_row + operand_column(offs), value.to(tl.bfloat16), mask=(g < k_padded // 32)[:, None])
     flagged = tl.max(bad, axis=0)
     tl.store(skip_ptr + t, flagged)
     if flagged != 0:
