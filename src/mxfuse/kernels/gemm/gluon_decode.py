@@ -49,85 +49,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+
+from mxfuse.kernels.gemm.gluon_mainloop import gluon_decode_mainloop
 
 __all__ = ["mxfp8_gluon_decode_kernel"]
-
-
-@gluon.jit
-def _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, step, k_begin, off_n, off_t, pred,
-                BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr):  # fmt: skip
-    """TMA the weight and activation tiles of ``step`` (counted from the split's first) into its stage."""
-    s = step % NUM_STAGES
-    k = (k_begin + step) * BLOCK_K
-    bar = bars.index(s)
-    mbarrier.expect(bar, w_desc.block_type.nbytes + a_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(w_desc, [off_n, k], bar, w_bufs.index(s), pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [off_t, k], bar, a_bufs.index(s), pred=pred)
-
-
-# E4M3 bytes -> bf16 pairs times their block's factor, four bytes per instance. Byte b becomes the bf16
-# bits ``(b & 0x7F) << 4 | (b & 0x80) << 8``, which is exactly ``e4m3(b) * 2**-120`` (a normal code's
-# exponent field lands in bf16's, a subnormal code becomes the bf16 subnormal of the same ratio): ``prmt``
-# spreads two bytes into the low bytes of two 16-bit lanes, ``t + 15 * (t & 0x80)`` moves the sign from
-# bit 7 to bit 11, the shift by 4 places it at bit 15. Two exact bf16x2 multiplies follow: by 2**120
-# (0x7B80), which gives the E4M3 value itself, a normal bf16, and by the block's ``2**(s - 127)`` ($3,
-# $4), a power of two whose product is a normal bf16 for every byte in the window (NaN for 0xFF).
-_CVT_ASM = gl.constexpr("""
-{
-.reg .b32 u, g, c;
-mov.b32 c, 0x7B807B80;
-prmt.b32 u, $2, 0, 0x4140;
-and.b32 g, u, 0x00800080;
-mad.lo.u32 u, g, 15, u;
-shl.b32 u, u, 4;
-mul.rn.bf16x2 u, u, c;
-mul.rn.bf16x2 $0, u, $3;
-prmt.b32 u, $2, 0, 0x4342;
-and.b32 g, u, 0x00800080;
-mad.lo.u32 u, g, 15, u;
-shl.b32 u, u, 4;
-mul.rn.bf16x2 u, u, c;
-mul.rn.bf16x2 $1, u, $4;
-}
-""")
-
-
-# The relabelling of a step's 128 physical K (split into 7 bits, most significant first, after the row
-# dimension) into the operand's K order: l6..l0 = p4 p3 p2 p1 p6 p5 p0 (module docstring).
-OPERAND_ORDER = gl.constexpr([0, 3, 4, 5, 6, 1, 2, 7])
-
-
-@gluon.jit
-def _block_factor(ws_ptr, rows, groups, N, n_groups):
-    """``bf16(2**(s - 127))`` per (weight row, 32-group), NaN for byte 0xFF; groups past K read 127."""
-    ok = (rows[:, None] < N) & (groups[None, :] < n_groups)
-    s = gl.load(ws_ptr + groups[None, :].to(gl.int64) * N + rows[:, None], mask=ok, other=127).to(gl.int32)
-    bits = gl.where(s == 255, 0x7FC0, s << 7).to(gl.int16)
-    return bits.to(gl.bfloat16, bitcast=True)
-
-
-@gluon.jit
-def _weight_operand(w_buf, factor, BLOCK_N: gl.constexpr, LOAD: gl.constexpr, CODES3: gl.constexpr,
-                    w_layout: gl.constexpr):  # fmt: skip
-    """The weight tile in shared memory as wgmma's bf16 A operand, its columns in the kernel's K order.
-
-    Each thread loads 32 contiguous E4M3 bytes (one whole 32-group) of two rows (``LOAD``), converts them
-    with its block's factor (``_CVT_ASM``), and the result is relabelled, without moving a register, from
-    physical K ``p`` to the operand's K ``l`` (``phys(l)``, module docstring)."""
-    codes = gl.convert_layout(gl.reshape(w_buf.load(LOAD), [BLOCK_N, 4, 32]), CODES3, assert_trivial=True)
-    w = gl.inline_asm_elementwise(
-        _CVT_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(factor, 2)], dtype=gl.bfloat16, is_pure=True, pack=4
-    )
-    # [n, c, j] with c = K bits 5-6 and j = K bits 0-4 (p6 p5 | p4 p3 p2 p1 p0) -> [n, l6 .. l0].
-    bits = gl.reshape(w, [BLOCK_N, 2, 2, 2, 2, 2, 2, 2])
-    logical = gl.reshape(gl.permute(bits, OPERAND_ORDER.value), [BLOCK_N, 128])
-    return gl.convert_layout(logical, w_layout)
 
 
 @gluon.jit
@@ -150,7 +75,6 @@ def mxfp8_gluon_decode_kernel(
     CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
 ):
     BLOCK_K: gl.constexpr = 128
-    NUM_WARPS: gl.constexpr = gl.num_warps()
     pid_n = gl.program_id(0)
     pid_t = gl.program_id(1)
     pid_k = gl.program_id(2)
@@ -160,45 +84,10 @@ def mxfp8_gluon_decode_kernel(
     per_split = gl.cdiv(steps, SPLIT_K)
     k_begin = pid_k * per_split
     n_steps = gl.minimum(per_split, steps - k_begin)  # >= 1: the launcher keeps every split non-empty
-    n_groups = K // 32
 
-    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_T, 16]
-    )
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    scale_layout: gl.constexpr = gl.SliceLayout(2, CODES3)
-    rows = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, scale_layout))
-    quads = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
-
-    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(NUM_STAGES):
-        mbarrier.init(bars.index(b), count=1)
-
-    for j in gl.static_range(NUM_STAGES):
-        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, j, k_begin, off_n, off_t, j < n_steps,
-                    BLOCK_K, NUM_STAGES)  # fmt: skip
-
-    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
-    # The scale bytes run one step ahead of their use, so that their load latency hides behind a step.
-    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, n_groups)
-    for i in range(n_steps):
-        stage = i % NUM_STAGES
-        factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, n_groups)
-        mbarrier.wait(bars.index(stage), (i // NUM_STAGES) & 1)
-        w = _weight_operand(w_bufs.index(stage), factor, BLOCK_N, LOAD, CODES3, w_layout)
-        acc = warpgroup_mma(w, a_bufs.index(stage).permute((1, 0)), acc, is_async=True)
-        # Waited for before the next step converts: ptxas does not keep an in-flight wgmma's register
-        # operand from being overwritten (triton-lang/triton#9433), so the overlap comes from the other
-        # programs on the SM, not from this one.
-        acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))
-        gl.thread_barrier()  # every warp has read this stage (codes and, through the wgmma, tokens)
-        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, i + NUM_STAGES, k_begin, off_n, off_t,
-                    i + NUM_STAGES < n_steps, BLOCK_K, NUM_STAGES)  # fmt: skip
-        factor = factor_next
-    for b in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(bars.index(b))
+    acc = gluon_decode_mainloop(w_desc, a_desc, ws_ptr, off_n, off_n, off_t, 0, N, K, k_begin, n_steps,
+                                BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3)  # fmt: skip
+    mma_layout: gl.constexpr = acc.type.layout
 
     # acc[n, t] is out[t, n]; tokens the fallback computed are not stored.
     n_idx = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma_layout))

@@ -44,7 +44,7 @@ from mxfuse.gemm import api as gemm_api
 from mxfuse.gemm.backend import Availability
 from mxfuse.gemm.gluon_backend import GLUON
 from mxfuse.gemm.triton_backend import TRITON
-from mxfuse.kernels.gemm import gluon_decode, gluon_launch
+from mxfuse.kernels.gemm import gluon_launch, gluon_mainloop
 from mxfuse.kernels.gemm import launch as gemm_launch
 from mxfuse.kernels.gemm.gluon_launch import (
     GluonConfig,
@@ -146,9 +146,9 @@ K_RAGGED = 352  # not a multiple of the kernel's 128-wide step: the activation r
 
 def operand_columns(k: int) -> torch.Tensor:
     """Where each physical column of the activation lands in the bf16 row the decode kernel reads: the
-    kernel's relabelling of a step (``gluon_decode.OPERAND_ORDER``: a reshape of the step's 128 columns to
+    kernel's relabelling of a step (``gluon_mainloop.OPERAND_ORDER``: a reshape of the step's 128 columns to
     [4, 32], then to 7 bits, most significant first, permuted) applied to the column numbers themselves."""
-    order = [d - 1 for d in gluon_decode.OPERAND_ORDER.value[1:]]  # without the row dimension
+    order = [d - 1 for d in gluon_mainloop.OPERAND_ORDER.value[1:]]  # without the row dimension
     step = torch.arange(128).reshape(4, 32).reshape([2] * 7).permute(order).reshape(128)
     where = torch.empty(128, dtype=torch.long)
     where[step] = torch.arange(128)  # operand column l holds physical column step[l]
