@@ -51,6 +51,7 @@ __all__ = [
     "choose_gluon_config",
     "default_gluon_config",
     "effective_split_k",
+    "fold_nan_codes",
     "gluon_table",
     "gluon_weight_scale",
     "launch_gluon_decode",
@@ -233,17 +234,23 @@ def weight_in_window(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> tuple[bool,
     )
 
 
-def gluon_weight_scale(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> torch.Tensor:
-    """The scale bytes the decode kernel reads: K-group-major uint8 ``[K/32, N]`` (the Triton kernels'
-    layout, so that a call the table hands to them reads the same tensor), with the byte of every block
-    that holds an E4M3 NaN code (0x7F or 0xFF) set to 0xFF. The kernel's conversion does not look for NaN
-    codes; a NaN scale makes the whole block NaN, which reaches exactly the outputs the NaN code reaches
-    (every token's output of that weight row). Other bytes are copied unchanged."""
-    from mxfuse.kernels.gemm import weight_scale_kgroup_major
-
+def fold_nan_codes(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> torch.Tensor:
+    """Row-major uint8 ``[N, K/32]`` scale bytes of an E4M3 weight ``[N, K]`` with the byte of every block
+    that holds an E4M3 NaN code (0x7F or 0xFF) set to 0xFF, the others unchanged (a new tensor). The
+    Gluon mainloop's conversion does not look for NaN codes; a NaN scale makes the whole block NaN, which
+    reaches exactly the outputs the NaN code reaches (every token's output of that weight row)."""
     n, k = w_q.shape
     has_nan = ((w_q.view(torch.uint8).view(n, k // 32, 32) & 0x7F) == 0x7F).any(dim=2)
-    return weight_scale_kgroup_major(torch.where(has_nan, 255, scale_e8m0.to(torch.uint8)).to(torch.uint8))
+    return torch.where(has_nan, 255, scale_e8m0.to(torch.uint8)).to(torch.uint8)
+
+
+def gluon_weight_scale(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> torch.Tensor:
+    """The scale bytes the decode kernel reads: K-group-major uint8 ``[K/32, N]`` (the Triton kernels'
+    layout, so that a call the table hands to them reads the same tensor), NaN-code blocks at 0xFF
+    (``fold_nan_codes``)."""
+    from mxfuse.kernels.gemm import weight_scale_kgroup_major
+
+    return weight_scale_kgroup_major(fold_nan_codes(w_q, scale_e8m0))
 
 
 # The bf16 activation and the per-token flags, per (device, M, K): written by the first launch of a call,

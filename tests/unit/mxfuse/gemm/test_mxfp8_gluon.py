@@ -23,7 +23,13 @@ import re
 import pytest
 import torch
 from interpreter import run_interpreted
-from mxfp8_gemm_cases import RTOL_VS_BF16, assert_gemm_matches_float64, random_codes, random_scales
+from mxfp8_gemm_cases import (
+    RTOL_VS_BF16,
+    assert_gemm_matches_float64,
+    gluon_operand_columns,
+    random_codes,
+    random_scales,
+)
 from sm90_compile import run_in_child
 
 import mxfuse.gemm.backend as gemm_backend
@@ -44,7 +50,7 @@ from mxfuse.gemm import api as gemm_api
 from mxfuse.gemm.backend import Availability
 from mxfuse.gemm.gluon_backend import GLUON
 from mxfuse.gemm.triton_backend import TRITON
-from mxfuse.kernels.gemm import gluon_launch, gluon_mainloop
+from mxfuse.kernels.gemm import gluon_launch
 from mxfuse.kernels.gemm import launch as gemm_launch
 from mxfuse.kernels.gemm.gluon_launch import (
     GluonConfig,
@@ -144,18 +150,6 @@ M, N, K = 6, 37, 384
 K_RAGGED = 352  # not a multiple of the kernel's 128-wide step: the activation row is padded with zeros
 
 
-def operand_columns(k: int) -> torch.Tensor:
-    """Where each physical column of the activation lands in the bf16 row the decode kernel reads: the
-    kernel's relabelling of a step (``gluon_mainloop.OPERAND_ORDER``: a reshape of the step's 128 columns to
-    [4, 32], then to 7 bits, most significant first, permuted) applied to the column numbers themselves."""
-    order = [d - 1 for d in gluon_mainloop.OPERAND_ORDER.value[1:]]  # without the row dimension
-    step = torch.arange(128).reshape(4, 32).reshape([2] * 7).permute(order).reshape(128)
-    where = torch.empty(128, dtype=torch.long)
-    where[step] = torch.arange(128)  # operand column l holds physical column step[l]
-    steps = -(-k // 128)
-    return (torch.arange(steps)[:, None] * 128 + where[None, :]).reshape(-1)[:k]
-
-
 def _prep_operands(layout: str, *, extreme: bool, k: int = K):
     aq, sa = random_codes(M, k, seed=1, limit=1.75), random_scales(M, k, seed=2)
     wq, sw = random_codes(N, k, seed=3, limit=1.75), random_scales(N, k, seed=4)
@@ -208,7 +202,7 @@ def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, lay
     # In the decode kernel's operand order, zeros past K up to the 128-wide step.
     assert a16.shape == (M, -(-k // 128) * 128)
     expected = torch.zeros(M, a16.shape[1], dtype=torch.bfloat16)
-    expected[:, operand_columns(k)] = dequantized
+    expected[:, gluon_operand_columns(k)] = dequantized
     rows = [i for i in range(M) if i not in flagged]
     nan = torch.isnan(expected[rows])
     assert torch.equal(torch.isnan(a16[rows]), nan), "NaN exactly in the NaN blocks"
@@ -229,7 +223,7 @@ def test_the_operand_order_is_a_permutation_within_each_step():
     """Each 128-wide step's columns stay in their step, all of them once, and each thread's 32-group
     (physical columns 32c .. 32c + 31) lands on the operand columns wgmma gives lane c (2c, 2c + 1,
     2c + 8, 2c + 9 of every 16-wide slice)."""
-    cols = operand_columns(256)
+    cols = gluon_operand_columns(256)
     assert sorted(cols.tolist()) == list(range(256))
     assert torch.equal(cols // 128, torch.arange(256) // 128)
     for c in range(4):
