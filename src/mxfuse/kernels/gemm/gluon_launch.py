@@ -59,6 +59,7 @@ __all__ = [
     "measured_gluon_win",
     "operand_layouts",
     "padded_k",
+    "prep_chunks",
     "parse_gluon_table",
     "token_tile",
     "weight_in_window",
@@ -253,31 +254,54 @@ def gluon_weight_scale(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> torch.Ten
     return weight_scale_kgroup_major(fold_nan_codes(w_q, scale_e8m0))
 
 
-# The bf16 activation and the per-token flags, per (device, M, K): written by the first launch of a call,
-# read by its second, in stream order. Never freed (CUDA graphs keep the pointers).
-_BUFFERS: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+# The bf16 activation, the per-token flags, and the first launch's per-chunk flags and arrival tickets,
+# per (device, M, K): written by the first launch of a call, read by its second, in stream order. Never
+# freed (CUDA graphs keep the pointers); the tickets are zero between launches.
+_BUFFERS: dict[tuple[torch.device, int, int], tuple[torch.Tensor, ...]] = {}
+PREP_GROUPS = 32  # 32-wide groups per program of the first launch: 1024 K
 
 
-def _buffers(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def prep_chunks(k: int) -> int:
+    """Programs per token row in the first launch: ``padded_k(k) / 32`` groups, ``PREP_GROUPS`` each."""
+    return -(-(padded_k(k) // 32) // PREP_GROUPS)
+
+
+def _buffers(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, ...]:
     key = (device, m, k)
     if key not in _BUFFERS:
         _BUFFERS[key] = (
             torch.empty((m, padded_k(k)), dtype=torch.bfloat16, device=device),
             torch.zeros((m,), dtype=torch.int32, device=device),
+            torch.zeros((m, prep_chunks(k)), dtype=torch.int32, device=device),
+            torch.zeros((m,), dtype=torch.int32, device=device),
         )
     return _BUFFERS[key]
 
 
-def launch_gluon_prep(ops: GluonOperands, a16: torch.Tensor, skip: torch.Tensor) -> None:
-    """The first launch alone (``gluon_prep``): ``a16`` bf16 ``[M, K]`` and ``skip`` int32 ``[M]`` written,
-    and ``ops.out``'s rows of flagged tokens. Runs under the Triton interpreter too."""
+def launch_gluon_prep(
+    ops: GluonOperands,
+    a16: torch.Tensor,
+    skip: torch.Tensor,
+    flags: torch.Tensor | None = None,
+    tickets: torch.Tensor | None = None,
+) -> None:
+    """The first launch alone (``gluon_prep``): ``a16`` bf16 ``[M, padded_k(K)]`` and ``skip`` int32 ``[M]``
+    written, and ``ops.out``'s rows of flagged tokens. ``flags`` (int32 ``[M, prep_chunks(K)]``) and
+    ``tickets`` (int32 ``[M]``, zeros, left zero) are made here when not given. Runs under the Triton
+    interpreter too."""
     a, w_q, w_scale_t, out = ops.a, ops.w_q, ops.w_scale_t, ops.out
     m, k = a.shape
     n = w_q.shape[0]
-    gluon_prep_kernel[(m,)](
-        a.data, a.scale_bytes(), a16, skip, w_q, w_scale_t, out, m, n, k,
+    chunks = prep_chunks(k)
+    if flags is None:
+        flags = torch.zeros((m, chunks), dtype=torch.int32, device=a16.device)
+    if tickets is None:
+        tickets = torch.zeros((m,), dtype=torch.int32, device=a16.device)
+    gluon_prep_kernel[(m, chunks)](
+        a.data, a.scale_bytes(), a16, skip, flags, tickets, w_q, w_scale_t, out, m, n, k,
         -(-m // 4) * 4, -(-(k // 32) // 4), a16.shape[1],
-        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=32, BLOCK_FN=64, num_warps=4,
+        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=PREP_GROUPS,
+        CHUNKS_POW2=triton.next_power_of_2(chunks), BLOCK_FN=64, num_warps=4,
     )  # fmt: skip
 
 
@@ -298,8 +322,8 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
         name, sms = device_facts(out.device)
         config = choose_gluon_config(m, n, k, device_name=name, num_sms=sms)
     cfg = config
-    a16, skip = _buffers(out.device, m, k)
-    launch_gluon_prep(ops, a16, skip)
+    a16, skip, flags, tickets = _buffers(out.device, m, k)
+    launch_gluon_prep(ops, a16, skip, flags, tickets)
 
     split = effective_split_k(cfg, k)
     w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, 128], gl.float8e4nv)

@@ -133,7 +133,7 @@ def test_no_float_atomics_only_the_integer_split_ticket(compiled):
 _PREP = """
 import sys, torch
 from mxfuse.formats import MxTensor
-from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_prep, padded_k
+from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_prep, padded_k, prep_chunks
 from mxfuse.kernels.gemm.gluon_prep import gluon_prep_kernel
 cases = torch.load(sys.argv[1])
 results = {"interpreted": type(gluon_prep_kernel).__name__}
@@ -142,12 +142,17 @@ for key, (a_q, a_scale, layout, w_q, w_scale_t) in cases.items():
     out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
     a16 = torch.full((m, padded_k(k)), float("nan"), dtype=torch.bfloat16)
     skip = torch.full((m,), -1, dtype=torch.int32)
-    launch_gluon_prep(GluonOperands(MxTensor(a_q, a_scale, layout), w_q, w_scale_t, out), a16, skip)
-    results[key] = (a16, skip, out)
+    flags = torch.full((m, prep_chunks(k)), -1, dtype=torch.int32)
+    tickets = torch.zeros((m,), dtype=torch.int32)
+    ops = GluonOperands(MxTensor(a_q, a_scale, layout), w_q, w_scale_t, out)
+    launch_gluon_prep(ops, a16, skip, flags, tickets)
+    results[key] = (a16, skip, out, tickets)
 torch.save(results, sys.argv[2])
 """
 M, N, K = 6, 37, 384
 K_RAGGED = 352  # not a multiple of the kernel's 128-wide step: the activation row is padded with zeros
+K_CHUNKS = 2176  # 68 groups: three programs per row (1024 K each, the last one short)
+CASE_K = {False: K, True: K, "ragged": K_RAGGED, "chunks": K_CHUNKS}
 
 
 def _prep_operands(layout: str, *, extreme: bool, k: int = K):
@@ -162,16 +167,21 @@ def _prep_operands(layout: str, *, extreme: bool, k: int = K):
         sa[4, 5] = 0xFF  # NaN block: in the window's sense (it reaches its row through the GEMM)
         aq.view(torch.uint8)[5, 64:96] = 0
         sa[5, 2] = 0  # a zero block under byte 0 is exact
+    if k == K_CHUNKS:
+        # Rows flagged from their first and from their last program's chunk: the row's last program to
+        # arrive (whichever it is) must see both.
+        sa[2, 5] = 5
+        sa[4, 67] = 3
     return aq, sa, wq, sw
 
 
 def _prep_cases() -> dict:
     cases = {}
     for layout in ("e8m0", "deepgemm", "swizzled_128x4"):
-        for extreme in (False, True, "ragged"):
-            aq, sa, wq, sw = _prep_operands(
-                layout, extreme=extreme is True, k=K_RAGGED if extreme == "ragged" else K
-            )
+        for extreme in (False, True, "ragged", "chunks"):
+            if extreme == "chunks" and layout != "e8m0":
+                continue
+            aq, sa, wq, sw = _prep_operands(layout, extreme=extreme is True, k=CASE_K[extreme])
             cases[(layout, extreme)] = (
                 aq,
                 scale_to_layout(sa, scale_layout=layout),
@@ -187,15 +197,28 @@ def prepped(tmp_path_factory):
     return run_interpreted(tmp_path_factory, "gluon_prep_interpret", _PREP, _prep_cases)
 
 
-@pytest.mark.parametrize("layout", ["e8m0", "deepgemm", "swizzled_128x4"])
-@pytest.mark.parametrize("extreme", [False, True, "ragged"], ids=["window", "extreme", "ragged-k"])
+@pytest.mark.parametrize(
+    ("layout", "extreme"),
+    [
+        *(
+            (layout, extreme)
+            for layout in ("e8m0", "deepgemm", "swizzled_128x4")
+            for extreme in (False, True, "ragged")
+        ),
+        ("e8m0", "chunks"),
+    ],
+    ids=lambda v: {False: "window", True: "extreme", "ragged": "ragged-k", "chunks": "three-chunks"}.get(
+        v, v
+    ),
+)
 def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, layout, extreme):
     assert prepped["interpreted"] == "InterpretedFunction"
-    a16, skip, out = prepped[(layout, extreme)]
-    k = K_RAGGED if extreme == "ragged" else K
+    a16, skip, out, tickets = prepped[(layout, extreme)]
+    k = CASE_K[extreme]
     aq, sa, wq, sw = _prep_operands(layout, extreme=extreme is True, k=k)
-    flagged = [1, 3] if extreme is True else []
+    flagged = {True: [1, 3], "chunks": [2, 4]}.get(extreme, [])
     assert skip.tolist() == [int(i in flagged) for i in range(M)]
+    assert tickets.tolist() == [0] * M, "every row's last program resets its ticket"
     factors = torch.exp2(sa.to(torch.float64) - 127).repeat_interleave(32, dim=1)
     factors[sa.repeat_interleave(32, dim=1) == 255] = float("nan")
     dequantized = (aq.to(torch.float64) * factors).to(torch.bfloat16)
@@ -216,7 +239,7 @@ def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, lay
         assert_gemm_matches_float64(
             out[flagged], aq[flagged], sa[flagged], wq, sw, name="exact rows", rtol=RTOL_VS_BF16
         )  # the interpreter truncates to bf16: a whole step
-        assert torch.isfinite(out[3].float()).all()
+        assert torch.isfinite(out[flagged[1]].float()).all()
 
 
 def test_the_operand_order_is_a_permutation_within_each_step():
