@@ -29,7 +29,8 @@ for m in (1, 4, 16, 64, 100):
     want = mxfp8_gemm(a, w, backend="torch").float()
     bt = next(t for t in (8, 16, 32, 64) if t >= min(m, 64))
     for cfg in (None, GluonConfig(64, bt, 128, 1, 4), GluonConfig(64, bt, 128, 4, 4),
-                GluonConfig(64, bt, 128, 3, 2), GluonConfig(128, bt, 128, 2, 3), GluonConfig(64, bt, 128, 2, 6)):
+                GluonConfig(64, bt, 128, 3, 2), GluonConfig(128, bt, 128, 2, 3), GluonConfig(64, bt, 128, 2, 6),
+                GluonConfig(64, bt, 128, 4, 4, False, True), GluonConfig(128, bt, 128, 2, 3, False, True)):
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         ran = launch_gluon_decode(GluonOperands(a, w.qweight, w.scale, out), config=cfg)
         torch.cuda.synchronize()

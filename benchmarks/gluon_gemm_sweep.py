@@ -66,7 +66,7 @@ from mxfuse.kernels.gemm.gluon_launch import (
 __all__ = ["Outcome", "candidates", "run_gluon_sweep", "split_choices", "wins_table"]
 
 DESIGN = GluonConfig()  # the design (64 rows, 128 K, 4 slots): tier 0, the rest by distance
-TIERED_FIELDS = ("block_n", "num_stages")
+TIERED_FIELDS = ("block_n", "num_stages", "producer")
 
 Launcher = Callable[[sweep.Problem, int, GluonConfig], object]  # runs a configuration into p.outs[i]
 
@@ -98,18 +98,20 @@ def split_choices(config: GluonConfig, m: int, n: int, k: int, *, num_sms: int) 
 
 def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GluonConfig]]:
     """(tier, configuration) in screening order, each once: the launcher's default (``default_gluon_config``)
-    and every combination of 64/128 weight rows and 4/3/6/2 ring slots at the split counts of
+    and every combination of a TMA producer partition or none, 64/128 weight rows and 4/3/6/2 ring slots
+    at the split counts of
     ``split_choices``, with the token tile holding ``m`` (``token_tile``). A configuration's tier is how
     many of ``TIERED_FIELDS`` differ from ``DESIGN``, so a short budget screens the design at every split
     first."""
     block_t = token_tile(m)
     default = default_gluon_config(m, n, k, num_sms=num_sms)
     found = [dataclasses.replace(default, split_k=effective_split_k(default, k))]
-    for block_n in (64, 128):
-        for stages in (4, 3, 6, 2):
-            base = GluonConfig(block_n, block_t, 128, 1, stages)
-            for split in split_choices(base, m, n, k, num_sms=num_sms):
-                found.append(dataclasses.replace(base, split_k=split))
+    for producer in (False, True):
+        for block_n in (64, 128):
+            for stages in (4, 3, 6, 2):
+                base = GluonConfig(block_n, block_t, 128, 1, stages, False, producer)
+                for split in split_choices(base, m, n, k, num_sms=num_sms):
+                    found.append(dataclasses.replace(base, split_k=split))
     out = {}
     for config in found:
         tier = min(3, sum(getattr(config, f) != getattr(DESIGN, f) for f in TIERED_FIELDS))

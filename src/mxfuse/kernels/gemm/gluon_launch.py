@@ -66,7 +66,11 @@ __all__ = [
 ]
 
 GLUON_TABLE_FILE = "gluon_configs.json"
-_TOKEN_TILES = (8, 16, 32, 64)  # wgmma's N: a multiple of 8; 64 keeps the fp32 accumulator at 32 registers
+_TOKEN_TILES = (8, 16, 32, 64)
+# Registers per thread for a launch with the producer partition: the kernel has num_warps + 4 warps, the
+# worker's warpgroup is cut to 24, the converting warps get the rest (about 100 at 4 warps): 4 programs of
+# 4 + 4 warps fit an SM's 64K registers.
+PRODUCER_MAXNREG = 64  # wgmma's N: a multiple of 8; 64 keeps the fp32 accumulator at 32 registers
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,10 @@ class GluonConfig:
     ``overlap``: False only. Converting step i while step i - 1's register-operand wgmma runs needs
     ptxas to keep that wgmma's operand registers until its wait, which it does not
     (triton-lang/triton#9433: the next step's conversion may overwrite them); the kernel waits for each
-    step's wgmma and gets its overlap from the other programs resident on the SM."""
+    step's wgmma and gets its overlap from the other programs resident on the SM. ``producer``: a
+    one-warp worker partition (``gl.warp_specialize``) issues the TMA and the converting warps only wait
+    on the slots' mbarriers (no CTA-wide barrier per step); the launch then caps registers at
+    ``PRODUCER_MAXNREG`` per thread (the worker's warpgroup keeps 24)."""
 
     block_n: int = 64
     block_t: int = 16
@@ -85,6 +92,7 @@ class GluonConfig:
     split_k: int = 1
     num_stages: int = 4
     overlap: bool = False
+    producer: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_t", "block_k", "split_k", "num_stages"):
@@ -104,6 +112,8 @@ class GluonConfig:
             )
         if self.num_stages < 2:
             raise ValueError(f"GluonConfig.num_stages must be >= 2; got {self.num_stages}")
+        if not isinstance(self.producer, bool):
+            raise ValueError(f"GluonConfig.producer must be a bool; got {self.producer!r}")
         if self.overlap is not False:
             raise ValueError(
                 f"GluonConfig.overlap must be False (an in-flight register-operand wgmma's registers are "
@@ -337,7 +347,8 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
     mxfp8_gluon_decode_kernel[grid](
         w_desc, a_desc, w_scale_t, out, work, counters, skip, m, n, k,
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, SPLIT_K=split, NUM_STAGES=cfg.num_stages,
-        LOAD=load, CODES3=codes3, num_warps=cfg.num_warps,
+        LOAD=load, CODES3=codes3, PRODUCER=cfg.producer, num_warps=cfg.num_warps,
+        **({"maxnreg": PRODUCER_MAXNREG} if cfg.producer else {}),
     )  # fmt: skip
     return cfg
 

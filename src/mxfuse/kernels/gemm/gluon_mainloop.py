@@ -27,6 +27,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -125,8 +126,12 @@ def gluon_decode_mainloop(
     NUM_STAGES: gl.constexpr,
     LOAD: gl.constexpr,  # the codes' register layout: 32 contiguous bytes of two rows per thread
     CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
+    PRODUCER: gl.constexpr = False,  # a 1-warp TMA partition (gl.warp_specialize) fills the ring
 ):
     """The tile's fp32 accumulator ``[BLOCK_N, BLOCK_T]`` over the split's steps (module docstring)."""
+    if PRODUCER:
+        return _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N, K, k_begin, n_steps,
+                                     BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3)  # fmt: skip
     BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
     n_groups = K // 32
@@ -168,3 +173,71 @@ def gluon_decode_mainloop(
     for b in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(bars.index(b))
     return acc
+
+
+@gluon.jit
+def _producer(w_desc, a_desc, w_bufs, a_bufs, ready, empty, w_row, a_row, a_col, k_begin, n_steps,
+              NUM_STAGES: gl.constexpr):  # fmt: skip
+    """The TMA partition (one warp): step i's tiles into slot i % NUM_STAGES once the consumers have freed
+    it (``empty``; mbarriers start with their previous phase complete, so the first round does not wait)."""
+    for i in range(n_steps):
+        s = i % NUM_STAGES
+        mbarrier.wait(empty.index(s), ((i // NUM_STAGES) & 1) ^ 1)
+        _issue_step(w_desc, a_desc, w_bufs, a_bufs, ready, i, k_begin, w_row, a_row, a_col, True, NUM_STAGES)
+
+
+@gluon.jit
+def _consumer(w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_steps, BLOCK_N: gl.constexpr,
+              BLOCK_T: gl.constexpr, NUM_STAGES: gl.constexpr, LOAD: gl.constexpr, CODES3: gl.constexpr):  # fmt: skip
+    """The converting partition (the kernel's warps): wait for a slot, convert, wgmma, wait for it, free the
+    slot. No CTA-wide barrier in the loop: the slots' mbarriers order everything."""
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    n_groups = K // 32
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_T, 16]
+    )
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    scale_layout: gl.constexpr = gl.SliceLayout(2, CODES3)
+    rows = s_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, scale_layout))
+    quads = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
+    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
+    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, n_groups)
+    for i in range(n_steps):
+        s = i % NUM_STAGES
+        factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, n_groups)
+        mbarrier.wait(ready.index(s), (i // NUM_STAGES) & 1)
+        w = _weight_operand(w_bufs.index(s), factor, BLOCK_N, LOAD, CODES3, w_layout)
+        acc = warpgroup_mma(w, a_bufs.index(s).permute((1, 0)), acc, is_async=True)
+        acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))  # see the mainloop's own loop
+        fence_async_shared()  # this slot's shared reads are ordered before the TMA that refills it
+        mbarrier.arrive(empty.index(s), count=1)
+        factor = factor_next
+    return (acc,)  # a partition returns a tuple of its results
+
+
+@gluon.jit
+def _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N, K, k_begin, n_steps,
+                          BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          LOAD: gl.constexpr, CODES3: gl.constexpr):  # fmt: skip
+    """``gluon_decode_mainloop`` with the TMA issued by a one-warp worker partition."""
+    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, 128], w_desc.layout)
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, 128], a_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(b), count=1)
+        mbarrier.init(empty.index(b), count=1)
+    results = gl.warp_specialize(
+        [
+            (_consumer, (w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_steps, BLOCK_N, BLOCK_T,
+                         NUM_STAGES, LOAD, CODES3)),
+            (_producer, (w_desc, a_desc, w_bufs, a_bufs, ready, empty, w_row, a_row, a_col, k_begin, n_steps,
+                         NUM_STAGES)),
+        ],
+        [1],
+        [24],
+    )  # fmt: skip
+    for b in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(ready.index(b))
+        mbarrier.invalidate(empty.index(b))
+    return results[0]

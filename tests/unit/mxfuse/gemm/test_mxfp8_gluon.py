@@ -79,7 +79,9 @@ def run():
     wq, ws = quantize_weight(torch.randn(200, 1056))  # N not a multiple of 64, K of 128
     wst = weight_scale_kgroup_major(ws)
     cases = [(1, "deepgemm", None), (16, "e8m0", None), (64, "swizzled_128x4", None), (70, "deepgemm", None),
-             (4, "deepgemm", GluonConfig(64, 8, 128, 1, 2)), (32, "e8m0", GluonConfig(128, 32, 128, 3, 6))]
+             (4, "deepgemm", GluonConfig(64, 8, 128, 1, 2)), (32, "e8m0", GluonConfig(128, 32, 128, 3, 6)),
+             (16, "deepgemm", GluonConfig(64, 16, 128, 4, 4, False, True)),
+             (64, "e8m0", GluonConfig(128, 64, 128, 1, 3, False, True))]
     for m, layout, config in cases:
         a = MxTensor(*quantize_mxfp8_reference(torch.randn(m, 1056), scale_layout=layout), layout)
         launch_gluon_decode(GluonOperands(a, wq, wst, torch.empty(m, 200, dtype=torch.bfloat16)), config=config)
@@ -107,7 +109,7 @@ def compiled() -> list[dict]:
 
 
 def test_both_launches_compile_for_sm90a_to_cubin(compiled):
-    assert [k["name"] for k in compiled] == ["gluon_prep_kernel", "mxfp8_gluon_decode_kernel"] * 6
+    assert [k["name"] for k in compiled] == ["gluon_prep_kernel", "mxfp8_gluon_decode_kernel"] * 8
     assert all(k["target"] and k["cubin"] for k in compiled)
 
 
