@@ -6,7 +6,8 @@
 A configuration is ``block_n,block_t,split_k,num_stages,producer`` (``GluonConfig``, 128-wide K). The first
 form prepares the shape's weight for ``gluon`` and launches the two kernels ``--calls`` times (the first
 compiles), so that ``ncu --kernel-name regex:gluon --launch-skip 2 ...`` profiles warm launches. The second
-times each configuration, the first launch alone (the activation's dequantization) and bf16 cuBLAS with
+checks each configuration against the torch backend (calc_diff <= 1e-5, else it is reported WRONG and not
+timed), times it, the first launch alone (the activation's dequantization) and bf16 cuBLAS with
 ``benchmarks.timing.bench_us`` (CUDA graphs, weights rotating past the L2), and prints microseconds: a
 quick comparison inside a device pass, not the benchmark of record (``benchmarks/mxfp8_gemm.py``).
 """
@@ -62,9 +63,19 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.synchronize()
         print(f"{args.shape} M={args.m}: {ran}")
         return
+    from gpumatrix.compare import calc_diff
+    from mxfuse.gemm import mxfp8_gemm
+
+    want = mxfp8_gemm(a, weights[0], backend="torch").float()
     rows = []
     for text in args.time.split(";"):
         config = parse_config(text)
+        out.fill_(float("nan"))
+        launch_gluon_decode(GluonOperands(a, weights[0].qweight, weights[0].scale, out), config=config)
+        diff = calc_diff(out.float().nan_to_num(1e30), want)
+        if not diff <= 1e-5:
+            rows.append((f"{text} WRONG (calc_diff {diff:.1e})", float("nan")))
+            continue
         fns = [
             (lambda w=w, c=config: launch_gluon_decode(GluonOperands(a, w.qweight, w.scale, out), config=c))
             for w in weights
