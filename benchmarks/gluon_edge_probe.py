@@ -32,13 +32,17 @@ cases = (
     ("group 0 at 160", 160, 127, False, 100, 151),
     ("group 0 at 140", 140, 127, False, 100, 151),
 )
+cases += tuple((f"{name}, group 0 clamped", *rest) for name, *rest in cases[:4])
 for name, w0, w1, nan_code, a_lo, a_hi in cases:
+    clamp = name.endswith("clamped")
     g = torch.Generator(device="cuda").manual_seed(11)
     a = (torch.rand(m, k, generator=g, device="cuda") * 3.5 - 1.75).to(torch.float8_e4m3fn)
     w = (torch.rand(n, k, generator=g, device="cuda") * 3.5 - 1.75).to(torch.float8_e4m3fn)
     sa = torch.randint(a_lo, a_hi, (m, k // 32), generator=g, device="cuda").to(torch.uint8)
     sw = torch.randint(100, 151, (n, k // 32), generator=g, device="cuda").to(torch.uint8)
     sw[:, 0], sw[:, 1] = w0, w1
+    if clamp:
+        sa[:, 0] = sa[:, 0].clamp(max=108)
     if nan_code:
         w.view(torch.uint8)[5, 40] = 0x7F
     pair = MxTensor(a, scale_to_layout(sa, scale_layout="deepgemm"), "deepgemm")

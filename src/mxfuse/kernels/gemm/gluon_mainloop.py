@@ -27,7 +27,6 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -189,8 +188,12 @@ def _producer(w_desc, a_desc, w_bufs, a_bufs, ready, empty, w_row, a_row, a_col,
 @gluon.jit
 def _consumer(w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_steps, BLOCK_N: gl.constexpr,
               BLOCK_T: gl.constexpr, NUM_STAGES: gl.constexpr, LOAD: gl.constexpr, CODES3: gl.constexpr):  # fmt: skip
-    """The converting partition (the kernel's warps): wait for a slot, convert, wgmma, wait for it, free the
-    slot. No CTA-wide barrier in the loop: the slots' mbarriers order everything."""
+    """The converting partition (the kernel's warps), two steps per iteration: step i converted and its
+    wgmma issued, then step i + 1 converted while that wgmma runs and its own issued, then both waited
+    for and their slots freed. Nothing is in flight across the loop's back edge, where ptxas would not
+    keep a register operand alive (triton-lang/triton#9433); inside the iteration the two operands are
+    distinct values that ptxas keeps, or waits for. No CTA-wide barrier: the slots' mbarriers order the
+    shared memory (an mbarrier arrive releases the partition's earlier reads)."""
     NUM_WARPS: gl.constexpr = gl.num_warps()
     n_groups = K // 32
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -201,17 +204,31 @@ def _consumer(w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_step
     rows = s_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, scale_layout))
     quads = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
-    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, n_groups)
-    for i in range(n_steps):
-        s = i % NUM_STAGES
-        factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, n_groups)
-        mbarrier.wait(ready.index(s), (i // NUM_STAGES) & 1)
-        w = _weight_operand(w_bufs.index(s), factor, BLOCK_N, LOAD, CODES3, w_layout)
-        acc = warpgroup_mma(w, a_bufs.index(s).permute((1, 0)), acc, is_async=True)
-        acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))  # see the mainloop's own loop
-        fence_async_shared()  # this slot's shared reads are ordered before the TMA that refills it
-        mbarrier.arrive(empty.index(s), count=1)
-        factor = factor_next
+    f0 = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, n_groups)
+    f1 = _block_factor(ws_ptr, rows, (k_begin + 1) * 4 + quads, N, n_groups)
+    for i in range(0, n_steps, 2):
+        s0 = i % NUM_STAGES
+        s1 = (i + 1) % NUM_STAGES
+        # The next pair's scale bytes, loaded a pair ahead.
+        g0 = _block_factor(ws_ptr, rows, (k_begin + i + 2) * 4 + quads, N, n_groups)
+        g1 = _block_factor(ws_ptr, rows, (k_begin + i + 3) * 4 + quads, N, n_groups)
+        mbarrier.wait(ready.index(s0), (i // NUM_STAGES) & 1)
+        if i + 1 < n_steps:
+            w0 = _weight_operand(w_bufs.index(s0), f0, BLOCK_N, LOAD, CODES3, w_layout)
+            acc = warpgroup_mma(w0, a_bufs.index(s0).permute((1, 0)), acc, is_async=True)
+            mbarrier.wait(ready.index(s1), ((i + 1) // NUM_STAGES) & 1)
+            w1 = _weight_operand(w_bufs.index(s1), f1, BLOCK_N, LOAD, CODES3, w_layout)
+            acc = warpgroup_mma(w1, a_bufs.index(s1).permute((1, 0)), acc, is_async=True)
+            acc, w0, w1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w0, w1))
+            mbarrier.arrive(empty.index(s0), count=1)
+            mbarrier.arrive(empty.index(s1), count=1)
+        else:  # the split's last step when it has an odd count
+            w0 = _weight_operand(w_bufs.index(s0), f0, BLOCK_N, LOAD, CODES3, w_layout)
+            acc = warpgroup_mma(w0, a_bufs.index(s0).permute((1, 0)), acc, is_async=True)
+            acc, w0 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w0))
+            mbarrier.arrive(empty.index(s0), count=1)
+        f0 = g0
+        f1 = g1
     return (acc,)  # a partition returns a tuple of its results
 
 

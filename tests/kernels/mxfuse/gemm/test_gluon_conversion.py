@@ -49,17 +49,17 @@ def test_every_code_at_every_window_byte_converts_exactly():
     scale = bytes_.repeat_interleave(256)
     # Each group of four codes shares one factor (a 32-group shares its byte in the kernel).
     factor_bits = torch.where(scale == 255, 0x7FC0, scale << 7).to(torch.int16)
-    out = torch.empty(codes.numel(), dtype=torch.bfloat16, device="cuda")
-    _convert_kernel[(codes.numel() // 1024,)](
-        codes.cuda().view(torch.float8_e4m3fn), factor_bits.cuda().view(torch.bfloat16), out, BLOCK=1024
+    out = torch.full((codes.numel(),), float("nan"), dtype=torch.bfloat16, device="cuda")
+    block = 256  # one scale byte per program: the grid covers every code
+    _convert_kernel[(codes.numel() // block,)](
+        codes.cuda().view(torch.float8_e4m3fn), factor_bits.cuda().view(torch.bfloat16), out, BLOCK=block
     )
-    e4m3 = codes.view(torch.float8_e4m3fn).to(torch.float64)
-    want = (e4m3 * torch.exp2(scale.to(torch.float64) - 127)).to(torch.bfloat16)
-    nan = torch.isnan(e4m3) | (scale == 255)
     got = out.cpu()
-    assert torch.equal(torch.isnan(got) | nan, torch.isnan(got) | torch.isnan(want)), "NaN where expected"
-    keep = ~nan
-    for byte in bytes_.tolist():
-        rows = keep & (scale == byte)
-        assert_same_bits(got[rows].view(torch.int16), want[rows].view(torch.int16), name=f"scale byte {byte}")
-    assert torch.isnan(got[scale == 255]).all(), "byte 0xFF: NaN"
+    e4m3 = codes.view(torch.float8_e4m3fn).to(torch.float64)
+    # Byte 0xFF: every code NaN (the kernel's NaN factor). E4M3 NaN codes at other bytes are not the
+    # conversion's to handle (a prepared weight carries byte 0xFF on their blocks): left out.
+    assert torch.isnan(got[scale == 255]).all(), "byte 0xFF: NaN for every code"
+    for byte in bytes_[:-1].tolist():
+        rows = (scale == byte) & ~torch.isnan(e4m3)
+        want = (e4m3[rows] * 2.0 ** (byte - 127)).to(torch.bfloat16)
+        assert_same_bits(got[rows].view(torch.int16), want.view(torch.int16), name=f"scale byte {byte}")
