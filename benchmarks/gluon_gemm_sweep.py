@@ -135,7 +135,8 @@ def plan(
 
 def short(config: GluonConfig) -> str:
     c = config
-    return f"gluon {c.block_n}x{c.block_t}x{c.block_k} split {c.split_k} s{c.num_stages}"
+    producer = " producer" if c.producer else ""
+    return f"gluon {c.block_n}x{c.block_t}x{c.block_k} split {c.split_k} s{c.num_stages}{producer}"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -332,8 +332,17 @@ def _table(monkeypatch, entries: dict) -> None:
     monkeypatch.setattr(gluon_launch, "gluon_table", lambda: {"": entries})
 
 
-def test_the_checked_in_table_is_empty_so_auto_never_takes_gluon():
-    assert gluon_table() == {}
+def test_the_checked_in_table_holds_decode_buckets_measured_on_named_devices():
+    """What a sweep wrote: per device name, [N, K] keys with disjoint M buckets inside the decode regime
+    (M <= 64), each with a configuration the launcher accepts; a device the table does not name (this
+    CPU's, None) gets nothing from it, so ``auto`` passes over ``gluon`` there."""
+    table = gluon_table()
+    assert "" not in table and None not in table
+    for shapes in table.values():
+        for (n, k), buckets in shapes.items():
+            assert n > 0 and k > 0 and k % 128 == 0
+            assert all(1 <= lo <= hi <= 64 and isinstance(c, GluonConfig) for lo, hi, c in buckets)
+    assert gluon_launch.measured_gluon_win(None, 7168, 16384) is None
     assert AUTO_ORDER.index("gluon") < AUTO_ORDER.index("triton")
 
 
