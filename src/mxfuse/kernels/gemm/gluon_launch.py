@@ -160,16 +160,16 @@ def effective_split_k(config: GluonConfig, k: int) -> int:
 
 def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GluonConfig:
     """The launch where the table has none: the smallest token tile holding ``m`` (at most 64), one
-    warpgroup of 64 weight rows, and split-K until about two programs per SM, each split keeping at
-    least 4 steps of 128 K (the plain probe's best cells split into two to four waves; to be replaced
-    by the sweep's table)."""
+    warpgroup of 64 weight rows with the TMA producer partition, 4 slots, and split-K until about two
+    programs per SM, each split keeping at least 4 steps of 128 K (the configuration the 2026-12-05 H200
+    sweep chose for most buckets)."""
     block_t = token_tile(m)
     tiles = triton.cdiv(n, 64) * triton.cdiv(m, block_t)
     steps = triton.cdiv(k, 128)
     split = 1
     while tiles * split < 2 * num_sms and split < 16 and steps // (split * 2) >= 4:
         split *= 2
-    return GluonConfig(64, block_t, 128, split, 4, False)
+    return GluonConfig(64, block_t, 128, split, 4, False, True)
 
 
 GluonBuckets = dict[str, dict[tuple[int, int], list[tuple[int, int, GluonConfig]]]]
