@@ -24,6 +24,7 @@ ROUTINES: dict[str, str] = {
     "dsv41_tp2": "the decode step on one GPU (TP=1) and two (TP=2, NCCL) (2 GPUs; --dry-run on CPU)",
     "exhaustive_mxfp8": "the quantize kernel's integer rules checked on every input they can see (CPU)",
     "fold_sass_stats": "registers, spills and SASS per weight byte of the fold GEMM candidates (CPU, sm_90 cubins)",
+    "gluon_profile": "one shape of the Gluon decode GEMM for a profiler, or its configurations timed against bf16 (GPU)",
     "gpu_job": "the GPU job `gpumatrix run --runner LABEL`, timed cold and warm (GPU)",
     "grouped_wo_a": "the grouped wo_a projection: fused epilogue vs separate quantize vs bf16 (GPU)",
     "hc_boundary": "the fused mHC boundary against its baselines and the byte floor (GPU)",
@@ -53,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="Run one benchmark routine (from the repository root).",
-        epilog="routines (`python -m benchmarks ROUTINE --help` for each one's options):\n" + routine_listing(),
+        epilog="routines (`python -m benchmarks ROUTINE --help` for each one's options):\n"
+        + routine_listing(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("routine", metavar="ROUTINE", help="a routine below, or `list`")
