@@ -28,6 +28,7 @@ from mxfuse.kernels.gemm.gluon_launch import (
     launch_gluon_decode,
     launch_gluon_prep,
     padded_k,
+    prep_chunks,
 )
 
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append((text, bench_us(fns)))
     a16 = torch.empty(args.m, padded_k(k), device="cuda", dtype=torch.bfloat16)
     skip = torch.zeros(args.m, device="cuda", dtype=torch.int32)
-    flags = torch.zeros(args.m, -(-padded_k(k) // 1024), device="cuda", dtype=torch.int32)
+    flags = torch.zeros(args.m, prep_chunks(k), device="cuda", dtype=torch.int32)
     tickets = torch.zeros(args.m, device="cuda", dtype=torch.int32)
     prep = [
         (lambda w=w: launch_gluon_prep(GluonOperands(a, w.qweight, w.scale, out), a16, skip, flags, tickets))

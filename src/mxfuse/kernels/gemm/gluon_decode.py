@@ -32,7 +32,7 @@ every run.
 
 NaN: a NaN weight block makes its weight row's bf16 values NaN, which reach exactly the outputs of that
 row (column n of ``out``). The conversion does not look for E4M3 NaN codes: a weight prepared for this
-backend carries scale byte 0xFF on every block that holds one (``gluon_launch.gluon_weight_scale``),
+backend carries scale byte 0xFF on every block that holds one (``mxfuse.gemm.api.FOLDS_NAN_CODES``),
 which reaches the same outputs. A NaN activation block reaches exactly its token's row. Tokens whose
 activation scales leave the window (``skip_ptr[t] != 0``) were computed exactly by ``gluon_prep``: this
 kernel does not store them.

@@ -297,17 +297,24 @@ def test_the_raw_bits_are_e4m3_times_two_to_minus_120():
     assert torch.equal(torch.signbit(value[finite]), torch.signbit(e4m3[finite]))  # -0 stays -0
 
 
-def test_blocks_with_nan_codes_carry_scale_byte_255_for_the_kernel():
+def test_blocks_with_nan_codes_carry_scale_byte_255_for_the_kernel(monkeypatch):
+    """``gluon_weight_scale`` and the weight ``prepare_mxfp8_weight`` makes for the gluon backend (the path
+    layers take) fold NaN-code blocks to 0xFF; the operand keeps the original bytes, other backends too."""
     wq, ws = random_codes(8, 128, seed=3), random_scales(8, 128, seed=4)
     wq.view(torch.uint8)[2, 70] = 0x7F
     wq.view(torch.uint8)[6, 5] = 0xFF
-    got = gluon_launch.gluon_weight_scale(wq, ws)
     want = ws.clone()
     want[2, 2] = want[6, 0] = 255
+    got = gluon_launch.gluon_weight_scale(wq, ws)
     assert_same_bits(got, want.t().contiguous(), name="kernel scale bytes")
     assert got.shape == (4, 8) and got.is_contiguous()
-    w = prepare_mxfp8_weight(wq, ws, backend="torch")
+    _pretend_sm90(monkeypatch)
+    _runs_here(monkeypatch, GLUON, TRITON)
+    w = prepare_mxfp8_weight(wq, ws, backend="gluon")
+    assert_same_bits(w.scale, want.t().contiguous(), name="prepared gluon scale bytes")
     assert_same_bits(w.scale_e8m0, ws, name="the original bytes are kept")
+    w = prepare_mxfp8_weight(wq, ws, backend="triton")
+    assert_same_bits(w.scale, ws.t().contiguous(), name="other backends' bytes are not folded")
 
 
 # --- routing ----------------------------------------------------------------------------------------
