@@ -25,7 +25,8 @@ outputs of that row (column n of ``out``); a NaN activation block reaches exactl
 whose activation scales leave the window (``skip_ptr[t] != 0``) were computed exactly by ``gluon_prep``:
 this kernel does not store them.
 
-Pipeline (one warpgroup, no warp specialization yet): a ``NUM_STAGES`` ring of (weight, activation)
+Pipeline (``gluon_mainloop.gluon_decode_mainloop``, shared with the Gluon grouped wo_a; one warpgroup, no
+warp specialization yet): a ``NUM_STAGES`` ring of (weight, activation)
 tiles filled by TMA, one mbarrier per stage. Step i waits for its stage, converts its weight tile while
 the wgmma of step i - 1 still runs (``OVERLAP``: ``warpgroup_mma(is_async=True)`` then
 ``warpgroup_mma_wait(num_outstanding=1)``; the register operand of step i - 1 is kept alive through that
@@ -44,40 +45,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+
+from mxfuse.kernels.gemm.gluon_mainloop import gluon_decode_mainloop
 
 __all__ = ["mxfp8_gluon_decode_kernel"]
-
-
-@gluon.jit
-def _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, step, k_begin, off_n, off_t, pred,
-                BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr):  # fmt: skip
-    """TMA the weight and activation tiles of ``step`` (counted from the split's first) into its stage."""
-    s = step % NUM_STAGES
-    k = (k_begin + step) * BLOCK_K
-    bar = bars.index(s)
-    mbarrier.expect(bar, w_desc.block_type.nbytes + a_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(w_desc, [off_n, k], bar, w_bufs.index(s), pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [off_t, k], bar, a_bufs.index(s), pred=pred)
-
-
-@gluon.jit
-def _weight_bf16(w_buf, ws_ptr, rows, kk, k0, N, K, w_layout: gl.constexpr):
-    """The weight tile in shared memory as bf16 in wgmma's A-operand layout, each element times its
-    block's ``2**(s - 127)`` (exact inside the scale window; byte 0xFF gives NaN)."""
-    codes = w_buf.load(w_layout)
-    k = k0 + kk
-    ok = (rows[:, None] < N) & (k[None, :] < K)
-    s = gl.load(ws_ptr + (k[None, :] // 32).to(gl.int64) * N + rows[:, None], mask=ok, other=127)
-    s = s.to(gl.int32)
-    bits = gl.where(s == 255, 0x7FC00000, s << 23)
-    factor = bits.to(gl.float32, bitcast=True)
-    return (codes.to(gl.float32) * factor).to(gl.bfloat16)
 
 
 @gluon.jit
@@ -99,7 +70,6 @@ def mxfp8_gluon_decode_kernel(
     NUM_STAGES: gl.constexpr,
     OVERLAP: gl.constexpr,
 ):
-    NUM_WARPS: gl.constexpr = gl.num_warps()
     pid_n = gl.program_id(0)
     pid_t = gl.program_id(1)
     pid_k = gl.program_id(2)
@@ -110,42 +80,9 @@ def mxfp8_gluon_decode_kernel(
     k_begin = pid_k * per_split
     n_steps = gl.minimum(per_split, steps - k_begin)  # >= 1: the launcher keeps every split non-empty
 
-    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_T, 16]
-    )
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    rows = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, w_layout))
-    kk = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, w_layout))
-
-    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(NUM_STAGES):
-        mbarrier.init(bars.index(b), count=1)
-
-    for j in gl.static_range(NUM_STAGES - 1):
-        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, j, k_begin, off_n, off_t, j < n_steps,
-                    BLOCK_K, NUM_STAGES)  # fmt: skip
-
-    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
-    held = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, layout=w_layout)  # the in-flight wgmma's operand
-    for i in range(n_steps):
-        stage = i % NUM_STAGES
-        mbarrier.wait(bars.index(stage), (i // NUM_STAGES) & 1)
-        w = _weight_bf16(w_bufs.index(stage), ws_ptr, rows, kk, (k_begin + i) * BLOCK_K, N, K, w_layout)
-        acc = warpgroup_mma(w, a_bufs.index(stage).permute((1, 0)), acc, is_async=True)
-        if OVERLAP:
-            # Step i - 1's wgmma is done: its registers and its stage may be reused.
-            acc, held = warpgroup_mma_wait(num_outstanding=1, deps=(acc, held))
-            held = w
-        else:
-            acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))
-        gl.thread_barrier()  # every warp has read the stage step i - 1 used before TMA refills it
-        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, i + NUM_STAGES - 1, k_begin, off_n, off_t,
-                    i + NUM_STAGES - 1 < n_steps, BLOCK_K, NUM_STAGES)  # fmt: skip
-    acc, held = warpgroup_mma_wait(num_outstanding=0, deps=(acc, held))
-    for b in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(bars.index(b))
+    acc = gluon_decode_mainloop(w_desc, a_desc, ws_ptr, off_n, off_n, off_t, 0, N, K, k_begin, n_steps,
+                                BLOCK_N, BLOCK_T, BLOCK_K, NUM_STAGES, OVERLAP)  # fmt: skip
+    mma_layout: gl.constexpr = acc.type.layout
 
     # acc[n, t] is out[t, n]; tokens the fallback computed are not stored.
     n_idx = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma_layout))
