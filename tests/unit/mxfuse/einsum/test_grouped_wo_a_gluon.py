@@ -9,6 +9,8 @@
   storage, padding included, against ``quantize_mxfp8_reference`` of the bf16-rounded values, for every
   layout, both roundings, both tile widths and T that does and does not fill a tile.
 * Routing (``choose_wo_a_kernel``, pure): a table of cases; and the entry's refusals on the CPU.
+* The first launch (``gluon_prep``, Triton) under the interpreter: the bf16 activation bit for bit, the
+  out-of-window token flagged and its z computed per group (within the interpreter's truncating bf16 step).
 
 The kernel's numerics run on the GPU: tests/kernels/mxfuse/einsum/test_grouped_wo_a.py.
 """
@@ -270,3 +272,70 @@ def test_default_config(t, k, block_t, block_k):
     config = default_wo_a_gluon_config(t, 8, 1024, k)
     assert (config.block_t, config.block_k, config.block_n) == (block_t, block_k, 64)
     check_wo_a_gluon_config(config, groups=8, n=1024, k=k)
+
+
+# --- the first launch, interpreted ------------------------------------------------------------------
+
+_PREP = """
+import sys, torch
+from mxfuse.einsum import prepare_wo_a_weight
+from mxfuse.formats import MxTensor
+from mxfuse.kernels.grouped_wo_a.gluon_launch import launch_wo_a_gluon_prep
+from mxfuse.kernels.grouped_wo_a.gluon_prep import wo_a_gluon_prep_kernel
+(a_q, a_s, layout, w_q, w_s) = torch.load(sys.argv[1])
+w = prepare_wo_a_weight(w_q, w_s)
+t, gk = a_q.shape
+a16 = torch.full((t, gk), float("nan"), dtype=torch.bfloat16)
+skip = torch.full((t,), -1, dtype=torch.int32)
+exact = torch.full((t, w.groups * w.n), float("nan"), dtype=torch.bfloat16)
+launch_wo_a_gluon_prep(MxTensor(a_q, a_s, layout), w, a16, skip, exact)
+torch.save({"interpreted": type(wo_a_gluon_prep_kernel).__name__, "out": (a16, skip, exact)}, sys.argv[2])
+"""
+PREP_T, PREP_G, PREP_R, PREP_K = 4, 2, 128, 64
+
+
+def _prep_case():
+    g = torch.Generator().manual_seed(5)
+    a_codes = (torch.randn(PREP_T, PREP_G * PREP_K, generator=g) * 8).to(torch.float8_e4m3fn)
+    a_scale = torch.randint(118, 136, (PREP_T, PREP_G * PREP_K // 32), generator=g, dtype=torch.int32)
+    a_scale[2, 3] = 250  # token 2, group 1's second block: outside the window, the product stays finite
+    w_codes = (torch.randn(PREP_G * PREP_R, PREP_K, generator=g) * 8).to(torch.float8_e4m3fn)
+    w_scale = torch.full((PREP_G * PREP_R, PREP_K // 32), 100, dtype=torch.int32)
+    return a_codes, a_scale.to(torch.uint8), w_codes, w_scale.to(torch.uint8)
+
+
+@pytest.fixture(scope="module")
+def prepped(tmp_path_factory):
+    from interpreter import run_interpreted
+
+    a_codes, a_scale, w_codes, w_scale = _prep_case()
+    return run_interpreted(
+        tmp_path_factory,
+        "wo_a_gluon_prep_interpret",
+        _PREP,
+        lambda: (
+            a_codes,
+            a_scale,
+            "e8m0",
+            w_codes.view(PREP_G, PREP_R, PREP_K),
+            w_scale.view(PREP_G, PREP_R, -1),
+        ),
+    )
+
+
+def test_prep_flags_the_out_of_window_token_and_computes_its_z_exactly(prepped):
+    assert prepped["interpreted"] == "InterpretedFunction"
+    a16, skip, exact = prepped["out"]
+    a_codes, a_scale, w_codes, w_scale = _prep_case()
+    assert skip.tolist() == [0, 0, 1, 0]
+    a64 = a_codes.double() * torch.exp2(a_scale.double() - 127).repeat_interleave(32, dim=1)
+    w64 = w_codes.double() * torch.exp2(w_scale.double() - 127).repeat_interleave(32, dim=1)
+    rows = [0, 1, 3]
+    assert_same_bits(a16[rows].view(torch.int16), a64[rows].to(torch.bfloat16).view(torch.int16), name="a16")
+    z64 = torch.einsum("gk,gdk->gd", a64[2].view(PREP_G, PREP_K), w64.view(PREP_G, PREP_R, PREP_K)).reshape(
+        -1
+    )
+    # The interpreter's fp32 -> bf16 cast truncates: within one bf16 step of float64.
+    got = exact[2].double()
+    assert torch.all((got - z64).abs() <= z64.abs() * 2.0**-7 + 1e-30), "exact z of the flagged token"
+    assert torch.isnan(exact[rows].float()).all(), "unflagged tokens' rows are the Gluon kernel's"
