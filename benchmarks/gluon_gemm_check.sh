@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Gluon decode GEMM's first device pass in one call (an H100/H200): a smoke check of the kernel against
-# the torch backend (each launch variant, so a wrong one shows by name before any long run), the GEMM
+# The Gluon decode GEMM's device pass in one call (an H100/H200): a smoke check of the kernel against
+# the torch backend (each launch variant, so a wrong one shows by name before any long run), the sweep's
+# edge problem per token tile and split (the first pass's sweep failed it at 64-token tiles), the GEMM
 # correctness tests on the gluon backend through the GPU job (`gpumatrix run --runner 1-gpu-h100 ... -- -k
 # gluon`), then the benchmark at M = 1, 4, 16, 64 on the issue's five shapes with gluon, triton, bf16 and
 # FP8 cuBLAS in the same run, then, with what is left of the pass, the Gluon sweep (`mxfp8_gemm_sweep --kernel
@@ -40,11 +41,42 @@ for m in (1, 4, 16, 64, 100):
         print(f"{'ok ' if ok else 'BAD'} m={m:<4} calc_diff={diff:.2e} nan={nans:<6} {ran}", flush=True)
 raise SystemExit(1 if bad else 0)
 EOF
+# The sweep's edge check (a 16-row problem: weight scale bytes at the window's edges, a NaN block, a zero
+# row, rows outside the window, copies of row 0) for each token tile, split and weight-row tile, by row
+# kind, so that a failing launch names its case.
+run edge 90 python3 - <<'EOF'
+import torch
+from benchmarks.gluon_gemm_sweep import edge_problem, gluon_launch
+from gpumatrix.compare import calc_diff
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig
+bad = 0
+for block_t in (8, 16, 32, 64):
+    for split in (1, 4):
+        for block_n in (64, 128):
+            cfg = GluonConfig(block_n, block_t, 128, split, 4, True)
+            p = edge_problem(16, 256, 2048, "cuda")
+            p.outs[0].fill_(float("nan"))
+            gluon_launch(p, 0, cfg)
+            torch.cuda.synchronize()
+            out, ref = p.outs[0].float(), p.ref.float()
+            kinds = {"row0": [0], "outside": [1], "nan": [2], "zero": [3], "copies": list(range(4, 16))}
+            parts = []
+            for kind, rows in kinds.items():
+                o, r = out[rows], ref[rows]
+                same_nan = torch.equal(torch.isnan(o), torch.isnan(r))
+                d = calc_diff(o.nan_to_num(0.0), r.nan_to_num(0.0))
+                ok = same_nan and d <= 1e-5
+                parts.append(f"{kind}:" + ("ok" if ok else f"BAD(diff={d:.1e},nan_match={same_nan})"))
+                bad += not ok
+            print(f"block_n={block_n} block_t={block_t} split={split}: " + " ".join(parts), flush=True)
+raise SystemExit(1 if bad else 0)
+EOF
 # The GEMM correctness tests (float64, row-local NaN, subnormals, extreme scales, graphs, repeatability)
 # on the gluon backend, as the GPU job runs them.
-echo tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py >"$out/gluon-tests.txt"
-run tests 240 gpumatrix run --runner 1-gpu-h100 --tests-file "$out/gluon-tests.txt" \
-  --report "$out/gluon-tests.json" --junit-xml "$out/gluon-tests.xml" -- -k gluon
+echo tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py >"$scratch/gluon-tests.txt"
+run tests 240 gpumatrix run --runner 1-gpu-h100 --tests-file "$scratch/gluon-tests.txt" \
+  --report "$out/gluon-tests.json" --junit-xml "$scratch/gluon-tests.xml" --html "$scratch/gluon-tests.html" \
+  -- -k gluon
 # gluon beside triton, bf16 cuBLAS and FP8 cuBLAS; the table printed last.
 run bench 200 python3 -m benchmarks mxfp8_gemm --ms 1,4,16,64 \
   --shapes "v41 wqkv_a,v41 wo_b tp4,pro wqkv_a,v41 wo_b dp4,pro wo_b" --backends triton,gluon,bf16,fp8 \
@@ -59,4 +91,5 @@ if [ "$sweep_s" -ge 60 ]; then
 else
   echo "=== sweep: skipped (${sweep_s}s left for it)" | tee -a "$log"
 fi
+finish
 exit $status

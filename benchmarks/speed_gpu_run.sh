@@ -8,7 +8,8 @@
 set -u
 . "$(dirname "$0")/device_pass.sh" pass.log "${1:-570}" 30
 # The GPU tests as users run them: the runner's whole slice, its workers and compile cache chosen by gpumatrix.
-run tests 300 gpumatrix run --runner 1-gpu-h100 --report "$out/gpu-job.json" --junit-xml "$out/gpu-job.xml"
+run tests 300 gpumatrix run --runner 1-gpu-h100 --report "$out/gpu-job.json" --junit-xml "$scratch/gpu-job.xml" \
+  --html "$scratch/gpu-job.html"
 # The step checks fused == unfused bit for bit and the witnesses before it times anything.
 run step 110 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
   --variants pdl,base --json "$out/dsv41_decode.json"
@@ -17,4 +18,5 @@ run step_tp4 50 python3 -m benchmarks dsv41_decode --config flash-tp4 --tokens 1
 # Each kernel's start and end inside a graph replay at T = 1, per launch variant (if time is left).
 run timeline 30 python3 -m benchmarks dsv41_timeline --tokens 1 --variants pdl,base --replays 11 \
   --json "$out/dsv41_timeline.json"
+finish
 exit $status

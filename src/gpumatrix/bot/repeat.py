@@ -109,10 +109,11 @@ def within_budget(
     groups: Sequence[RunnerGroup], registry: Registry, matrix: Matrix, *, repeat: int
 ) -> tuple[tuple[RunnerGroup, ...], tuple[Refusal, ...]]:
     """The groups whose N runs fit their runner's time budget (a job runs them as one shard), and a refusal
-    for each that does not: N times the registered estimates of its files on the runner's class, against
-    the budget the shard planner uses (`gpumatrix.running.shard.budget_seconds`). A run cut off by its timeout
-    would leave no report, and no verdict."""
-    from gpumatrix.running.shard import budget_seconds
+    for each that does not: N times the registered estimates of its files on the runner's class, as the wall
+    time the shard planner counts (their share of the runner's GPUs x `workers_per_gpu`), against its budget
+    (`gpumatrix.running.shard.budget_seconds`). A run cut off by its timeout would leave no report, and no
+    verdict."""
+    from gpumatrix.running.shard import budget_seconds, parallelism_of
 
     kept: list[RunnerGroup] = []
     refusals: list[Refusal] = []
@@ -120,16 +121,20 @@ def within_budget(
         runner = matrix.runner(group.label)
         files = dict.fromkeys(test.partition("::")[0] for test in group.tests)
         registered = [registration for path in files if (registration := registry.get(path)) is not None]
-        seconds = repeat * sum(r.estimate_for(runner.gpu_class) for r in registered) if runner else 0.0
-        if runner is None or seconds <= budget_seconds(runner):
+        if runner is None:
+            kept.append(group)
+            continue
+        slots = parallelism_of(matrix, runner)
+        seconds = repeat * sum(slots.wall_seconds(r, r.estimate_for(runner.gpu_class)) for r in registered)
+        if seconds <= budget_seconds(runner):
             kept.append(group)
             continue
         refusals.append(
             Refusal(
                 f"--repeat {repeat} --runner {group.label}",
                 f"{repeat} runs of {', '.join(files)} are estimated at {seconds:.0f} s on {group.label}, over "
-                f"its budget of {budget_seconds(runner):.0f} s (est_time against the job's timeout): ask for "
-                "fewer runs or tests",
+                f"its budget of {budget_seconds(runner):.0f} s (est_time over its {slots.slots} test slot(s), "
+                "against the job's timeout): ask for fewer runs or tests",
             )
         )
     return tuple(kept), tuple(refusals)

@@ -106,7 +106,7 @@ def estimate(
     """Propose each test file's est_time from the durations measured in JSON reports.
 
     The proposal is the 90th percentile (nearest rank) of a file's samples, one per report in which
-    it ran, rounded up to a second; registrations off it by more than 2x are flagged. Exit 0: this
+    it ran, rounded to the nearest second; registrations off it by more than 2x are flagged. Exit 0: this
     proposes, it does not judge (a report that contradicts itself or is of a refused run exits 1). With
     --write, each registration further than --tolerance from its proposal gets it, per class, as a
     literal edit of its est_time= (exit 1 if a file could not be edited).

@@ -252,7 +252,7 @@ def render_matrix(console: Console, plans: Sequence[ShardPlan], *, suite: str | 
     from rich.table import Table
 
     table = Table(title=f"runner x shard matrix, suite {terminal(suite or 'all')}")
-    for column in ("runner", "shard", "files", "est. s", "budget s"):
+    for column in ("runner", "shard", "files", "est. wall s", "budget s"):
         table.add_column(column, justify="left" if column == "runner" else "right")
     for plan in plans:
         for shard in plan.shards:

@@ -6,9 +6,10 @@ Every report in which a file ran at least one test is one sample for the report'
 registration estimates a file per class (`Registration.estimate_for`). Reports are those `gpumatrix
 coverage` accepts, read the same way (`gpumatrix.report`), and a report given twice is one sample, as it
 is one report there; durations are bounded there (at most a week), so no proposal is absurd. The proposal is the 90th
-percentile of the samples (nearest rank), rounded up to a whole second: the planner packs shards
-against a time budget, so a file's slow day matters more than its typical one, and with few
-samples the nearest rank is simply the slowest. A registration off the proposal by more than 2x
+percentile of the samples (nearest rank), rounded to the nearest whole second (half up, at least 1):
+the planner packs shards against a time budget, so a file's slow day matters more than its typical
+one, and with few samples the nearest rank is simply the slowest. (Rounding up instead would make a
+file of 1.01 s an estimate of 2 s, twice what was measured.) A registration off the proposal by more than 2x
 either way is flagged.
 """
 
@@ -61,7 +62,7 @@ class FileEstimate:
 
     @property
     def proposed(self) -> int | None:
-        return max(1, math.ceil(self.p90)) if self.p90 is not None else None
+        return max(1, math.floor(self.p90 + 0.5)) if self.p90 is not None else None
 
     @property
     def off(self) -> bool:

@@ -41,11 +41,11 @@ from gpumatrix.running.outputs import (
 )
 from gpumatrix.running.pytest_failure import explain_no_report
 from gpumatrix.running.session import SessionPlan, declared_paths, resolve_workers_per_gpu
+from gpumatrix.running.shard import Durations, Parallelism, parallelism_of, parse_shard_spec, split_shards
 
 if TYPE_CHECKING:
     from gpumatrix.flaky.history import PassRecord
     from gpumatrix.hardware.detection import Hardware
-    from gpumatrix.running.shard import Durations
 
 __all__ = [
     "RunError",
@@ -219,11 +219,12 @@ def select_files(
     tests_file: Path | None,
     runner: Runner,
     durations: Durations | None = None,
+    parallelism: Parallelism | None = None,
 ) -> list[str]:
-    """The pytest targets of this run: the runner's slice, one shard of it, or an explicit list."""
+    """The pytest targets of this run: the runner's slice, one shard of it (packed as `gpumatrix matrix`
+    packs it: the same `parallelism`, `parallelism_of` the matrix's runner), or an explicit list."""
     from gpumatrix.bounds import MAX_TESTS_FILE_BYTES
     from gpumatrix.regular_files import read_regular
-    from gpumatrix.running.shard import parse_shard_spec, split_shards
 
     slice_paths = {f.path for f in files}
     if tests_file is not None:
@@ -254,7 +255,10 @@ def select_files(
         index, count = parse_shard_spec(shard, max_shards=runner.max_shards)
     except ValueError as exc:
         raise RunError(str(exc)) from exc
-    return list(split_shards(files, count, gpu_class=runner.gpu_class, durations=durations)[index - 1].files)
+    shards = split_shards(
+        files, count, gpu_class=runner.gpu_class, durations=durations, parallelism=parallelism or Parallelism()
+    )
+    return list(shards[index - 1].files)
 
 
 def evaluate_report(
@@ -353,6 +357,7 @@ def plan_run(root: Path, options: RunOptions, *, environ: Mapping[str, str] | No
         tests_file=options.tests_file,
         runner=runner,
         durations=options.durations,
+        parallelism=parallelism_of(matrix, runner),
     )
     reports_dir = root / "reports"
     junit = (options.junit_xml or reports_dir / f"junit-{runner.label}.xml").resolve()

@@ -9,6 +9,13 @@ For a fixed shard count LPT's longest shard is within 4/3 of the optimum (Graham
 tests check that bound against brute force. Given measured `durations` (seconds by class and file,
 from `gpumatrix.estimate.proposals`), a file is packed by its measured seconds on the runner's class where
 there are some; `gpumatrix matrix` and `gpumatrix run --shard` must be given the same ones to agree.
+
+Estimates are worker-seconds (what one pytest worker spends on the file), but a GPU runner runs its GPUs
+times `workers_per_gpu` tests at once, so a shard's wall time is its files' share of those slots: a file
+whose tests share a GPU takes one slot for its seconds, a `gpu="exclusive"` file a whole GPU's slots, and
+an N-GPU file N whole GPUs (`Parallelism.wall_seconds`). Files are packed by that share and the budget
+is compared with its sum. The parallelism comes from `ci/matrix.yaml` alone (not from the environment
+override `gpumatrix run` also honours), so a matrix job and its `--shard` run pack alike.
 """
 
 from __future__ import annotations
@@ -19,17 +26,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpumatrix.bounds import MAX_SHARDS
-from gpumatrix.config import DEFAULT_SUITE, Matrix, Runner
+from gpumatrix.config import CPU_CLASS, DEFAULT_SUITE, Matrix, Runner
 from gpumatrix.registry.model import Registration, Registry
 
 __all__ = [
     "BUDGET_FRACTION",
     "Durations",
+    "Parallelism",
     "Shard",
     "ShardPlan",
     "budget_seconds",
     "file_seconds",
     "lpt_pack",
+    "parallelism_of",
     "parse_shard_spec",
     "split_shards",
     "plan_runner",
@@ -47,7 +56,41 @@ _DIGITS_RE = re.compile(rf"[0-9]{{1,{len(str(MAX_SHARDS))}}}")
 class Shard:
     index: int  # 1-based, as `--shard I/N` spells it
     files: tuple[str, ...]
-    est_time: float
+    est_time: float  # estimated wall seconds on the runner (`Parallelism.wall_seconds` of its files)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """The tests a runner runs at once: `gpus` GPUs, each shared by `per_gpu` tests (1, 1: one at a time)."""
+
+    gpus: int = 1
+    per_gpu: int = 1
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1 or self.per_gpu < 1:
+            raise ValueError(f"Parallelism needs gpus >= 1 and per_gpu >= 1, got {self.gpus} and {self.per_gpu}")
+
+    @property
+    def slots(self) -> int:
+        return self.gpus * self.per_gpu
+
+    def wall_seconds(self, registration: Registration, seconds: float) -> float:
+        """The wall time `seconds` of the file's worker time take: its share of the runner's slots. A test
+        of one shared GPU holds one slot; an exclusive test a whole GPU (`per_gpu` slots); an N-GPU test N
+        whole GPUs. A test wanting more than the runner has is counted as taking all of it."""
+        if registration.gpus > 1 or registration.exclusive:
+            held = max(registration.gpus, 1) * self.per_gpu
+        else:
+            held = 1
+        return seconds * min(held, self.slots) / self.slots
+
+
+def parallelism_of(matrix: Matrix, runner: Runner) -> Parallelism:
+    """The runner's parallelism as `ci/matrix.yaml` sets it: its GPUs times `workers_per_gpu` (a CPU
+    runner's worker count is its CPUs, unknown when planning: counted as one)."""
+    if runner.gpu_class == CPU_CLASS or runner.gpus < 1:
+        return Parallelism()
+    return Parallelism(runner.gpus, matrix.workers_per_gpu(runner.gpu_class, runner).count)
 
 
 @dataclass(frozen=True)
@@ -104,14 +147,18 @@ def split_shards(
     *,
     gpu_class: str | None = None,
     durations: Durations | None = None,
+    parallelism: Parallelism = Parallelism(),
 ) -> tuple[Shard, ...]:
     """`files` packed into `count` shards (LPT); shard I is what `gpumatrix run --shard I/count` runs.
 
     The one split behind both `gpumatrix matrix` and `gpumatrix run --shard`, so a matrix job and
     the run it starts agree on its files; `gpu_class` is the runner's, whose estimates (or measured
-    `durations`) it packs by. A shard may be empty when there are fewer files than shards.
+    `durations`) it packs by, each as its wall share under `parallelism` (`parallelism_of` the runner).
+    A shard may be empty when there are fewer files than shards.
     """
-    bins = lpt_pack([(f.path, file_seconds(f, gpu_class, durations)) for f in files], count)
+    bins = lpt_pack(
+        [(f.path, parallelism.wall_seconds(f, file_seconds(f, gpu_class, durations))) for f in files], count
+    )
     return tuple(
         Shard(index=i + 1, files=tuple(sorted(name for name, _ in b)), est_time=sum(t for _, t in b))
         for i, b in enumerate(bins)
@@ -124,14 +171,17 @@ def plan_runner(
     *,
     suite: str | None = DEFAULT_SUITE,
     durations: Durations | None = None,
+    parallelism: Parallelism = Parallelism(),
 ) -> ShardPlan:
     """The fewest shards (<= max_shards) whose longest shard fits the runner's budget, by the
-    estimates of the runner's class; `suite` only labels the plan."""
+    estimates of the runner's class as wall time under `parallelism`; `suite` only labels the plan."""
     budget = budget_seconds(runner)
     # More shards than files cannot shorten the longest shard (and would leave some empty).
     most = max(1, min(runner.max_shards, len(files)))
     for count in range(1, most + 1):
-        shards = split_shards(files, count, gpu_class=runner.gpu_class, durations=durations)
+        shards = split_shards(
+            files, count, gpu_class=runner.gpu_class, durations=durations, parallelism=parallelism
+        )
         longest = max(shard.est_time for shard in shards)
         if longest <= budget or count == most:
             return ShardPlan(runner=runner, shards=shards, over_budget=longest > budget, suite=suite)
@@ -150,7 +200,11 @@ def plan_matrix(
     for runner in matrix.runners:
         files = registry.for_runner(runner.label, suite=suite)
         if files:
-            plans.append(plan_runner(runner, files, suite=suite, durations=durations))
+            plans.append(
+                plan_runner(
+                    runner, files, suite=suite, durations=durations, parallelism=parallelism_of(matrix, runner)
+                )
+            )
     return plans
 
 

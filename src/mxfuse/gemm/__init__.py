@@ -26,6 +26,7 @@ from __future__ import annotations
 from mxfuse.gemm.api import (
     AUTO_ORDER,
     BACKENDS,
+    VALUE_RULES,
     auto_rule,
     backend_status,
     mxfp8_gemm,
@@ -33,11 +34,12 @@ from mxfuse.gemm.api import (
     select_backend,
 )
 from mxfuse.gemm.backend import Availability
-from mxfuse.gemm.weights import MxWeight, expand_block_scales
+from mxfuse.gemm.weights import MxWeight, expand_block_scales, tensor_versions
 
 __all__ = [
     "AUTO_ORDER",
     "BACKENDS",
+    "VALUE_RULES",
     "Availability",
     "auto_rule",
     "MxWeight",
@@ -46,4 +48,5 @@ __all__ = [
     "mxfp8_gemm",
     "prepare_mxfp8_weight",
     "select_backend",
+    "tensor_versions",
 ]

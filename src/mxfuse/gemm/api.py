@@ -21,12 +21,17 @@ from mxfuse.gemm.flashinfer_backend import FLASHINFER
 from mxfuse.gemm.gluon_backend import GLUON
 from mxfuse.gemm.torch_backend import TORCH
 from mxfuse.gemm.triton_backend import TRITON
-from mxfuse.gemm.weights import MxWeight, quantize_weight
+from mxfuse.gemm.weights import MxWeight, quantize_weight, tensor_versions
 from mxfuse.witness import emit
+
+# Backends whose kernels take only some weight values: checked when a weight is prepared for them, and
+# refused by ``mxfp8_gemm`` once written in place after that (``MxWeight.checked``).
+VALUE_RULES = ("gluon",)
 
 __all__ = [
     "AUTO_ORDER",
     "BACKENDS",
+    "VALUE_RULES",
     "auto_rule",
     "backend_status",
     "mxfp8_gemm",
@@ -174,7 +179,9 @@ def prepare_mxfp8_weight(
     if not values.ok:
         raise ValueError(f"weight (its scale bytes) cannot be used by backend {impl.name!r}: {values.reason}")
     operand = MxTensor(q, s, ScaleLayout.E8M0, None if weight.dtype == torch.float8_e4m3fn else rounding)
-    return MxWeight(operand, impl.weight_scale(s, n=n, k=k), impl.name, tuple(passed_over.items()))
+    packed = impl.weight_scale(s, n=n, k=k)
+    checked = tensor_versions(q, packed) if impl.name in VALUE_RULES else None
+    return MxWeight(operand, packed, impl.name, tuple(passed_over.items()), checked)
 
 
 def _supports_weight(name: str, q: torch.Tensor, s: torch.Tensor) -> Availability:
@@ -182,6 +189,20 @@ def _supports_weight(name: str, q: torch.Tensor, s: torch.Tensor) -> Availabilit
     if name == "gluon":
         return GLUON.supports_weight(q, s)
     return Availability(True, "")
+
+
+def _check_unchanged(name: str, w: MxWeight) -> None:
+    """ValueError when backend ``name`` checks weight values and ``w``'s were written in place after the
+    check (``MxWeight.checked``): its kernel would read unchecked values. Host-only: no device read."""
+    if name not in VALUE_RULES or w.checked is None:
+        return
+    now = tensor_versions(w.qweight, w.scale)
+    if now is not None and now != w.checked:
+        raise ValueError(
+            f"w: its tensors were written in place after its values were checked for backend {name!r} "
+            f"(version counters {w.checked} then, {now} now); prepare the weight again "
+            "(prepare_mxfp8_weight), which checks the new values"
+        )
 
 
 def mxfp8_gemm(
@@ -219,6 +240,7 @@ def mxfp8_gemm(
         _check_out(out, m=m, n=w.n, device=w.device)
 
     name, reason, passed_over = _choose(backend, w, a.scale_layout, m=m)
+    _check_unchanged(name, w)
     if out.numel():  # M or N may be 0: nothing to compute, and some libraries refuse empty launches
         BACKENDS[name].run(a, w, out)
     # After the launch (a refused call leaves no record), on the host: once per capture under CUDA graphs.

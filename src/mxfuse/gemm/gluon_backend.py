@@ -13,7 +13,8 @@ Rules:
   K bytes, K % 32 == 0), so any N.
 * ``supports_weight``: every 32-block with nonzero codes has a scale byte in ``[W_LO, W_HI]`` or 0xFF,
   so that its bf16 conversion is exact (``gluon_launch.weight_in_window``, checked once when the weight
-  is prepared). Activations outside the window are handled per call, exactly (``gluon_prep``).
+  is prepared; ``mxfp8_gemm`` refuses it once written in place since: ``MxWeight.checked``). Activations
+  outside the window are handled per call, exactly (``gluon_prep``).
 * The automatic route takes it only where the measured table (``gluon_configs.json``) names the device
   and ``[N, K]`` (``measured_win``); the table is empty until a GPU sweep fills it.
 """

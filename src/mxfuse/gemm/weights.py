@@ -26,7 +26,14 @@ from mxfuse.formats import (
     quantize_mxfp8_reference,
 )
 
-__all__ = ["CHECKPOINT_BLOCKS", "MxWeight", "expand_block_scales", "quantize_weight", "weight_scale_bytes"]
+__all__ = [
+    "CHECKPOINT_BLOCKS",
+    "MxWeight",
+    "expand_block_scales",
+    "quantize_weight",
+    "tensor_versions",
+    "weight_scale_bytes",
+]
 
 # Scale blocks a native checkpoint may carry: one scale per (rows x 32 K).
 CHECKPOINT_BLOCKS = ((1, 32), (32, 32))
@@ -42,13 +49,18 @@ class MxWeight:
     ``passed_over``: ``(backend, reason)`` for each backend ``auto`` tried before ``backend`` when the weight
     was prepared (empty when a backend was named); ``mxfp8_gemm`` repeats them in its witness record.
     The tensors are plain storage: a layer that reloads weights copies into them in place, so that CUDA
-    graphs captured against them read the new values.
+    graphs captured against them read the new values, and prepares them again (``MxLinear``).
+    ``checked``: for a backend whose kernels take only some values (``gluon``: its scale window), the
+    version counters (``tensor_versions``) of ``qweight`` and ``scale`` when those values were checked;
+    ``mxfp8_gemm`` refuses the weight on that backend once either has been changed in place since. None:
+    nothing to re-check (any values run), or tensors that keep no counter (made under inference mode).
     """
 
     operand: MxTensor
     scale: torch.Tensor
     backend: str
     passed_over: tuple[tuple[str, str], ...] = ()
+    checked: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         mx = self.operand
@@ -72,6 +84,10 @@ class MxWeight:
             for p in self.passed_over
         ):
             raise TypeError("MxWeight.passed_over must be a tuple of (backend, reason) string pairs")
+        if self.checked is not None and not (
+            isinstance(self.checked, tuple) and len(self.checked) == 2 and all(type(v) is int for v in self.checked)
+        ):
+            raise TypeError(f"MxWeight.checked must be None or a pair of ints; got {self.checked!r}")
 
     @property
     def qweight(self) -> torch.Tensor:
@@ -94,6 +110,15 @@ class MxWeight:
     @property
     def device(self) -> torch.device:
         return self.operand.device
+
+
+def tensor_versions(*tensors: torch.Tensor) -> tuple[int, ...] | None:
+    """The in-place version counters of ``tensors`` (each in-place write bumps its tensor's), or None when
+    one keeps none (an inference tensor)."""
+    try:
+        return tuple(t._version for t in tensors)
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return None
 
 
 def weight_scale_bytes(scale: torch.Tensor, *, argument: str = "scale") -> torch.Tensor:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mxfuse.gemm import BACKENDS, Availability
+from mxfuse.gemm import BACKENDS, Availability, auto_rule
 from mxfuse.layers.context import ForwardContext, ForwardMode
 
 __all__ = [
@@ -59,15 +59,27 @@ class Consumer:
         return self.backend is not None
 
 
-def consuming_backend(device: torch.device | str, status: Mapping[str, Availability]) -> Consumer:
+def consuming_backend(
+    device: torch.device | str,
+    status: Mapping[str, Availability],
+    *,
+    n: int | None = None,
+    k: int | None = None,
+) -> Consumer:
     """The first backend in ``status`` (``mxfuse.gemm.backend_status(device)``: AUTO_ORDER) that is
-    available and counts as a consumer on ``device``; None with every backend's reason otherwise.
+    available, that ``auto`` may take for an ``[n, k]`` weight (``mxfuse.gemm.auto_rule``: ``gluon`` only
+    where its measured table names the shape) and that counts as a consumer on ``device``; None with every
+    backend's reason otherwise. The same choice ``select_backend`` makes, so a layer never runs a kernel by
+    name that ``auto`` would pass over.
 
-    Pure: ``device`` is only read for its type, so tests pass ``torch.device("cuda", 0)`` without a GPU.
+    Pure apart from ``auto_rule``'s table: ``device`` is only read for its type, so tests pass
+    ``torch.device("cuda", 0)`` without a GPU.
     """
     device = torch.device(device)
     passed_over: list[str] = []
     for name, availability in status.items():
+        if availability.ok:
+            availability = auto_rule(name, device, n=n, k=k)
         if not availability.ok:
             passed_over.append(f"{name}: {availability.reason}")
         elif name == "torch" and device.type != "cpu":
@@ -75,7 +87,7 @@ def consuming_backend(device: torch.device | str, status: Mapping[str, Availabil
                 f"torch: does not count on {device.type} (dequantize + fp32 matmul is slower than the bf16 path)"
             )
         else:
-            return Consumer(name, f"{name}: {availability.reason}")
+            return Consumer(name, f"{name}: {status[name].reason}")
     if not passed_over:
         return Consumer(None, f"no MXFP8 GEMM backend is registered for {device}")
     return Consumer(None, f"no backend on {device} consumes an MXFP8 pair ({'; '.join(passed_over)})")

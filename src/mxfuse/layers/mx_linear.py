@@ -81,12 +81,14 @@ from mxfuse.formats import (
 )
 from mxfuse.gemm import (
     BACKENDS,
+    VALUE_RULES,
     Availability,
     MxWeight,
     backend_status,
     expand_block_scales,
     mxfp8_gemm,
     prepare_mxfp8_weight,
+    tensor_versions,
 )
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.layers.context import ForwardContext, resolve_forward_context
@@ -295,7 +297,7 @@ class MxLinear(nn.Module):
             raise LayerNotReadyError(f"{self.site}: nothing to process; call load_weights(...) first")
         device = self._device
         n, k = self.out_features, self.in_features
-        consumer = consuming_backend(device, self._status_fn(device))
+        consumer = consuming_backend(device, self._status_fn(device), n=n, k=k)
         fact, reason, layout = self._decide(consumer, n=n, k=k)
 
         native = loaded.scale is not None
@@ -479,7 +481,9 @@ class MxLinear(nn.Module):
         valid until the next processing."""
         packed = self.weight_scale_packed if self.weight_scale_packed is not None else self.weight_scale
         operand = MxTensor(self.weight, self.weight_scale, ScaleLayout.E8M0)
-        return MxWeight(operand, packed, self._weight_backend)
+        # The values were checked when prepared, just before they were committed here.
+        checked = tensor_versions(self.weight, packed) if self._weight_backend in VALUE_RULES else None
+        return MxWeight(operand, packed, self._weight_backend, checked=checked)
 
     def _mxfp8(self, x: MxTensor) -> torch.Tensor:
         if self._mx_weight is None:  # the gate says yes only when the fact is True, which prepares MXFP8

@@ -62,7 +62,7 @@ def test_a_step_never_runs_past_the_budget(tmp_path: Path) -> None:
 def test_a_step_with_no_time_left_is_skipped_and_said(tmp_path: Path) -> None:
     done = _pass(tmp_path, "run none 500 echo none", budget=5)
     assert "=== none: skipped (no time left)" in done.stdout
-    assert "none" not in (tmp_path / "out" / "pass.log").read_text().replace("pip install", "")
+    assert "=== none (up to" not in (tmp_path / "out" / "pass.log").read_text()  # never started
     assert "status=0" in done.stdout
 
 
@@ -85,8 +85,8 @@ def test_the_gluon_pass_checks_benchmarks_then_sweeps_within_its_budget(tmp_path
     done = _gluon_pass(tmp_path, 570)
     assert done.returncode == 0, done.stdout + done.stderr
     log = (tmp_path / "out" / "gluon.log").read_text()
-    steps = [line.split(" (up to")[0] for line in log.splitlines() if line.startswith("=== ")]
-    assert steps == ["=== smoke", "=== tests", "=== bench", "=== sweep"]
+    steps = [line.split(" (up to")[0] for line in log.splitlines() if line.startswith("=== ") and "(up to" in line]
+    assert steps == ["=== smoke", "=== edge", "=== tests", "=== bench", "=== sweep"]
     sweep = next(line for line in log.splitlines() if line.startswith("=== sweep"))
     limit = int(sweep.split("(up to ")[1].split("s)")[0])
     budget = int(sweep.split("--budget-s ")[1].split()[0])
@@ -98,3 +98,27 @@ def test_the_gluon_pass_skips_the_sweep_when_under_a_minute_is_left(tmp_path: Pa
     done = _gluon_pass(tmp_path, 100)
     assert "=== sweep: skipped" in done.stdout
     assert "mxfp8_gemm_sweep" not in (tmp_path / "out" / "gluon.log").read_text()
+
+
+def test_finish_warns_when_more_files_than_a_device_machine_returns(tmp_path: Path) -> None:
+    body = 'for i in 1 2 3 4 5 6 7 8; do echo x >"$out/f$i.json"; done\nfinish'
+    done = _pass(tmp_path, body)  # pass.log plus 8 files: 9
+    assert f"=== warning: {tmp_path / 'out'} holds 9 files; a device machine returns at most 8:" in done.stdout
+    assert str(tmp_path / "out" / "f8.json") in done.stdout
+
+
+def test_finish_counts_the_files_when_they_fit(tmp_path: Path) -> None:
+    done = _pass(tmp_path, 'echo x >"$out/one.json"\necho y >"$scratch/side.xml"\nfinish')
+    assert f"=== {tmp_path / 'out'} holds 2 file(s)" in done.stdout  # the log and one.json; scratch apart
+    assert "warning" not in done.stdout
+
+
+def test_the_gluon_pass_keeps_its_side_files_out_of_the_returned_folder(tmp_path: Path) -> None:
+    done = _gluon_pass(tmp_path, 570)
+    log = (tmp_path / "out" / "gluon.log").read_text()
+    tests = next(line for line in log.splitlines() if line.startswith("=== tests"))
+    out = tmp_path / "out"
+    assert f"--report {out / 'gluon-tests.json'}" in tests
+    for side in ("--tests-file ", "--junit-xml ", "--html "):
+        assert side in tests and f"{side}{out}" not in tests
+    assert f"=== {out} holds" in done.stdout and "warning" not in done.stdout

@@ -10,7 +10,8 @@ two launches.
 
 The weight's own scale bytes must lie in the window wherever its codes are nonzero (or be 0xFF): that is
 checked once, on the host, when a weight is prepared for the ``gluon`` backend (``weight_in_window``);
-the backend refuses other weights, and the automatic route passes over it for them.
+the backend refuses other weights, and the automatic route passes over it for them. A prepared weight
+written in place afterwards is refused by ``mxfp8_gemm`` until prepared again (``MxWeight.checked``).
 
 Configurations are data: ``gluon_configs.json`` beside this file holds, per device and ``[N, K]``, the
 M buckets where a GPU sweep (``benchmarks/mxfp8_gemm_sweep.py --kernel gluon``) measured this kernel

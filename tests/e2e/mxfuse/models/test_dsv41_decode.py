@@ -36,7 +36,7 @@ from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, StepOutputs, load_su
 register(
     on=("h100", "b200", "gb300", "5090"),
     gpus=1,
-    est_time={"h100": 116, "b200": 170, "gb300": 170, "5090": 170},
+    est_time={"h100": 89, "b200": 170, "gb300": 170, "5090": 170},
 )
 
 FLASH, TP4 = CONFIGS["flash"], CONFIGS["flash-tp4"]

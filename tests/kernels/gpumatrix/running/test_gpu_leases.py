@@ -16,7 +16,7 @@ import pytest
 
 from gpumatrix import register
 
-register(on=("h100",), gpus=1, est_time=42, gpu="exclusive")  # about leases: it holds its GPU alone
+register(on=("h100",), gpus=1, est_time=23, gpu="exclusive")  # about leases: it holds its GPU alone
 
 
 def _leased() -> list[str]:

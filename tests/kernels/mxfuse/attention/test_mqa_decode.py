@@ -23,7 +23,7 @@ from mxfuse.kernels import quantize_mxfp8
 register(
     on=("h100", "b200", "gb300", "5090"),
     gpus=1,
-    est_time={"h100": 28, "b200": 150, "gb300": 150, "5090": 150},
+    est_time={"h100": 22, "b200": 150, "gb300": 150, "5090": 150},
 )
 
 LENGTHS = (1, 7, 64, 1000, 4096, 32768)

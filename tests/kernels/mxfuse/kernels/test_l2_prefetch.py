@@ -16,7 +16,7 @@ from gpumatrix.compare import assert_same_bits
 from mxfuse.kernels.l2_prefetch import MODES, L2Prefetcher, launch_prefetch_l2
 
 register(
-    on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 3, "b200": 20, "gb300": 20, "5090": 20}
+    on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 1, "b200": 20, "gb300": 20, "5090": 20}
 )
 
 

@@ -15,7 +15,7 @@ from gpumatrix.compare import assert_same_bits, assert_ulp_close
 from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows
 
 register(
-    on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 3, "b200": 20, "gb300": 20, "5090": 20}
+    on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 2, "b200": 20, "gb300": 20, "5090": 20}
 )
 
 

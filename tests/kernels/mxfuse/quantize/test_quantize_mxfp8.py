@@ -25,7 +25,7 @@ from mxfuse.kernels.quantize.launch import launch_quantize
 register(
     on=("h100", "b200", "gb300", "5090"),
     gpus=1,
-    est_time={"h100": 31, "b200": 120, "gb300": 120, "5090": 120},
+    est_time={"h100": 22, "b200": 120, "gb300": 120, "5090": 120},
 )
 
 LAYOUTS = ("e8m0", "deepgemm", "swizzled_128x4")

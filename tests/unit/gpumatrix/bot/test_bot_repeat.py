@@ -89,18 +89,29 @@ def test_a_repeat_that_cannot_fit_the_job_is_refused() -> None:
     registry = build_registry(
         {
             K: register_call('on=("h100",), est_time=30'),
-            SLOW: register_call('on=("h100",), est_time=600'),
+            SLOW: register_call('on=("h100",), est_time=1200'),
         },
         MATRIX,
     )
     groups = (RunnerGroup("1-gpu-h100", (K,)), RunnerGroup("1-gpu-h100", (f"{K}::test_a", SLOW)))
-    kept, refused = within_budget(groups, registry, MATRIX, repeat=20)  # 600 s and 12,600 s against 2160 s
+    # 1-gpu-h100 runs 8 tests at a time (workers_per_gpu of the h100 class): 20 x 30 / 8 = 75 s, and
+    # 20 x 1,230 / 8 = 3,075 s against 2,160 s.
+    kept, refused = within_budget(groups, registry, MATRIX, repeat=20)
     assert kept == (groups[0],)
     assert [r.message for r in refused] == [
-        f"20 runs of {K}, {SLOW} are estimated at 12600 s on 1-gpu-h100, over its budget of 2160 s "
-        "(est_time against the job's timeout): ask for fewer runs or tests"
+        f"20 runs of {K}, {SLOW} are estimated at 3075 s on 1-gpu-h100, over its budget of 2160 s "
+        "(est_time over its 8 test slot(s), against the job's timeout): ask for fewer runs or tests"
     ]
-    assert within_budget(groups[:1], registry, MATRIX, repeat=72) == (groups[:1], ())  # 2160 s: just fits
+    assert within_budget(groups[:1], registry, MATRIX, repeat=576) == (groups[:1], ())  # 2160 s: just fits
+    assert within_budget(groups[:1], registry, MATRIX, repeat=577)[0] == ()
+
+
+def test_an_exclusive_file_repeats_on_the_whole_gpu() -> None:
+    registry = build_registry({SLOW: register_call('on=("h100",), est_time=120, gpu="exclusive"')}, MATRIX)
+    group = RunnerGroup("1-gpu-h100", (SLOW,))
+    assert within_budget((group,), registry, MATRIX, repeat=18) == ((group,), ())  # 2,160 s
+    _, (refusal,) = within_budget((group,), registry, MATRIX, repeat=19)
+    assert "estimated at 2280 s on 1-gpu-h100" in refusal.message
 
 
 def _document(counts: dict[str, tuple[int, int]], repeat: int = 20) -> bytes:

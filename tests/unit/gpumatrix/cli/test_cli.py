@@ -110,7 +110,7 @@ def test_a_bad_matrix_is_drawn_alike_by_every_command(tmp_path):
 
 
 def test_matrix_json_packs_runner_shards(tmp_path):
-    files = {f"tests/k/test_{i}.py": registered('("h100", "b200")', est_time=1500) for i in range(3)}
+    files = {f"tests/k/test_{i}.py": registered('("h100", "b200")', est_time=12000) for i in range(3)}
     files["tests/u/test_cpu.py"] = registered('("cpu",)', est_time=5)
     make_tree(tmp_path, files)
     result = invoke("matrix", "--json", "--root", str(tmp_path))
@@ -119,15 +119,16 @@ def test_matrix_json_packs_runner_shards(tmp_path):
     by_runner: dict[str, list[dict]] = {}
     for entry in include:
         by_runner.setdefault(entry["runner"], []).append(entry)
-    # 1-gpu-h100: 45 min x 0.8 = 2160 s budget; 3 x 1500 s needs 3 shards. 4-gpu-b200: 2880 s -> 2 shards.
+    # Worker-seconds over the runner's slots (GPUs x 8 tests a GPU). 1-gpu-h100: 12,000 / 8 = 1,500 s a file,
+    # 45 min x 0.8 = 2,160 s budget: 3 shards. 4-gpu-b200: 375 s a file against 2,880 s: 1 shard.
     assert [(e["shard"], e["shards"]) for e in by_runner["1-gpu-h100"]] == [(1, 3), (2, 3), (3, 3)]
-    assert [(e["shard"], e["shards"]) for e in by_runner["4-gpu-b200"]] == [(1, 2), (2, 2)]
+    assert [(e["shard"], e["shards"]) for e in by_runner["4-gpu-b200"]] == [(1, 1)]
     assert by_runner["cpu"] == [
         {"runner": "cpu", "runs_on": ["ubuntu-latest"], "shard": 1, "shards": 1, "timeout_minutes": 60}
     ]
     assert set(by_runner) == {"cpu", "1-gpu-h100", "4-gpu-b200"}
     only = json.loads(invoke("matrix", "--json", "--runner", "4-gpu-b200", "--root", str(tmp_path)).output)
-    assert [e["runner"] for e in only["include"]] == ["4-gpu-b200", "4-gpu-b200"]
+    assert [e["runner"] for e in only["include"]] == ["4-gpu-b200"]
 
 
 def test_list_json_and_unknown_runner(tmp_path):

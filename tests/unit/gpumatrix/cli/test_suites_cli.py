@@ -46,20 +46,22 @@ def _invoke(*args: str, env: dict[str, str] | None = None):
 
 # -- the shard planner: each runner's own estimates ---------------------------------------------------------------
 
-# Three kernel files: 1,500 s each on an H100 and 500 s on a B200; GB300 is left to the fallback (the largest).
-PER_CLASS = _file('on=("h100", "b200", "gb300"), est_time={"h100": 1500, "b200": 500}')
+# Three kernel files of 12,000 worker-seconds each on an H100 and 4,000 on a B200; GB300 is left to the
+# fallback (the largest). Their tests share a GPU: 8 at a time (`workers_per_gpu` of the h100 class and the
+# default), so a file's wall share is its seconds over the runner's GPUs x 8 slots.
+PER_CLASS = _file('on=("h100", "b200", "gb300"), est_time={"h100": 12000, "b200": 4000}')
 
 
 def test_each_runner_is_planned_with_the_estimates_of_its_class() -> None:
     registry = build_registry({f"tests/k/test_{i}.py": PER_CLASS for i in range(3)}, MATRIX)
     plans = {plan.runner.label: plan for plan in plan_matrix(MATRIX, registry)}
-    # 1-gpu-h100: budget 45 min x 0.8 = 2,160 s; 4,500 s of work needs 3 shards of 1,500 s.
+    # 1-gpu-h100: 8 slots, 1,500 s of wall each; budget 45 min x 0.8 = 2,160 s: 4,500 s needs 3 shards.
     assert [shard.est_time for shard in plans["1-gpu-h100"].shards] == [1500.0, 1500.0, 1500.0]
-    # 4-gpu-b200: budget 2,880 s; 1,500 s of work fits one shard.
-    assert [shard.est_time for shard in plans["4-gpu-b200"].shards] == [1500.0]
-    # 4-gpu-gb300 (no estimate of its own: 1,500 s each): 4,500 s, at most 2 shards, over budget.
-    assert [shard.est_time for shard in plans["4-gpu-gb300"].shards] == [3000.0, 1500.0]
-    assert plans["4-gpu-gb300"].over_budget and not plans["4-gpu-b200"].over_budget
+    # 4-gpu-b200: 32 slots, 125 s each: one shard.
+    assert [shard.est_time for shard in plans["4-gpu-b200"].shards] == [375.0]
+    # 4-gpu-gb300 (no estimate of its own: 12,000 s each): 32 slots, 375 s each.
+    assert [shard.est_time for shard in plans["4-gpu-gb300"].shards] == [1125.0]
+    assert not plans["4-gpu-gb300"].over_budget and not plans["4-gpu-b200"].over_budget
     assert budget_seconds(B200) == 2880.0
 
 
@@ -67,7 +69,7 @@ def test_the_matrix_command_shards_each_runner_by_its_class(tmp_path: Path) -> N
     _tree(tmp_path, {f"tests/k/test_{i}.py": PER_CLASS for i in range(3)})
     include = json.loads(_invoke("matrix", "--json", "--root", str(tmp_path)).output)["include"]
     shards = {entry["runner"]: entry["shards"] for entry in include}
-    assert shards == {"1-gpu-h100": 3, "4-gpu-b200": 1, "4-gpu-gb300": 2}
+    assert shards == {"1-gpu-h100": 3, "4-gpu-b200": 1, "4-gpu-gb300": 1}
 
 
 def test_run_shard_splits_as_the_matrix_does_by_the_runners_class() -> None:
@@ -104,12 +106,13 @@ def test_a_file_disabled_on_a_class_costs_that_runner_nothing_but_stays_in_a_sha
     long = registry.get("tests/k/test_long.py")
     assert (file_seconds(long, "h100"), file_seconds(long, "b200")) == (0.0, 2000.0)
     plans = {plan.runner.label: plan for plan in plan_matrix(MATRIX, registry)}
-    (h100_shard,) = plans["1-gpu-h100"].shards  # 1,500 s of work, the disabled file along for its report
+    # 1,500 worker-seconds over 8 slots, the disabled file along for its report (0 s)
+    (h100_shard,) = plans["1-gpu-h100"].shards
     assert (h100_shard.files, h100_shard.est_time) == (
         ("tests/k/test_long.py", "tests/k/test_short.py"),
-        1500.0,
+        187.5,
     )
-    assert [s.est_time for s in plans["4-gpu-b200"].shards] == [2000.0, 1500.0]  # 3,500 s > 2,880 s
+    assert [s.est_time for s in plans["4-gpu-b200"].shards] == [3500.0 / 32]  # both count on 4 x 8 slots
 
 
 # -- suites in list and matrix ------------------------------------------------------------------------------------

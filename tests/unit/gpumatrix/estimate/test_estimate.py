@@ -41,8 +41,10 @@ def test_percentile_refuses_bad_input(samples, q):
 
 # (registered, samples, proposed, off)
 CASES = [
-    (40, (30.2,), 31, False),
-    (40, (10.0, 12.0, 80.5), 81, True),  # over 2x the registration: the slow sample decides
+    (40, (30.2,), 30, False),  # the nearest second
+    (40, (10.0, 12.0, 80.5), 81, True),  # over 2x the registration: the slow sample decides; half up
+    (2, (1.009,), 1, False),  # 1.009 s is 1 s, not 2 (twice the measurement)
+    (3, (1.009,), 1, True),
     (40, (19.0,), 19, True),  # under half the registration
     (40, (20.0,), 20, False),  # exactly half is not "more than 2x"
     (1, (0.01,), 1, False),  # never below a second

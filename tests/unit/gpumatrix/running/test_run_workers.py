@@ -13,11 +13,13 @@ from gpumatrix_trees import MATRIX_YAML, registered, write_tree
 
 from gpumatrix import UsageError, register
 from gpumatrix.cli import main
+from gpumatrix.commands.tree import load_tree
 from gpumatrix.config import Runner, WorkersPerGpu, parse_matrix
 from gpumatrix.hardware.detection import Hardware
 from gpumatrix.running.compile_cache import CacheUse, compile_cache, kernel_entries
 from gpumatrix.running.run import RunOptions, choose_workers, plan_run
 from gpumatrix.running.session import resolve_workers_per_gpu
+from gpumatrix.running.shard import plan_matrix
 
 register(on=("cpu",), est_time=20)
 
@@ -97,6 +99,39 @@ def test_a_gpu_run_shares_the_gpu_and_points_the_compilers_at_the_cache(tmp_path
     assert plan.compile_cache is not None and plan.compile_cache.triton_dir == tmp_path / "cache" / "triton"
     if plan.workers.parallel:
         assert f"--numprocesses={plan.workers.arg}" in plan.command and "--dist=worksteal" in plan.command
+
+
+def test_run_shard_runs_the_files_the_matrix_planned_for_a_shared_gpu(tmp_path: Path) -> None:
+    """`gpumatrix run --shard I/N` packs by wall time as `gpumatrix matrix` does (6 tests a GPU here), even
+    when this machine's own override asks for another number of tests a GPU."""
+    body = "def test_k():\n    pass\n"
+    exclusive = f'from gpumatrix import register\nregister(on=("h100",), est_time=1200, gpu="exclusive")\n\n{body}'
+    files = {f"tests/kernels/test_s{i}.py": registered(("h100",), est_time=3000, body=body) for i in range(3)}
+    files["tests/kernels/test_x.py"] = exclusive
+    h100_runner = "{label: 1-gpu-h100, class: h100, gpus: 1, runs_on: [gpu-h100], timeout_minutes: 30}"
+    assert h100_runner in _SHARING
+    sharded = _SHARING.replace(h100_runner, h100_runner[:-1] + ", max_shards: 4}")
+    root = write_tree(tmp_path / "repo", files, matrix=sharded)
+    matrix, registry = load_tree(root)
+    (plan,) = [p for p in plan_matrix(matrix, registry) if p.runner.label == "1-gpu-h100"]
+    # 500 s of wall a shared file (3,000 / 6), 1,200 s the exclusive one, budget 1,440 s: 3 shards. Packed
+    # one test a GPU (the override below), the shared files would be 3,000 s each and packed otherwise.
+    assert [(s.files, s.est_time) for s in plan.shards] == [
+        (("tests/kernels/test_x.py",), 1200.0),
+        (("tests/kernels/test_s0.py", "tests/kernels/test_s2.py"), 1000.0),
+        (("tests/kernels/test_s1.py",), 500.0),
+    ]
+    environ = {
+        "GPUMATRIX_HARDWARE": "1xh100",
+        "GPUMATRIX_CACHE_DIR": str(tmp_path / "cache"),
+        "GPUMATRIX_WORKERS_PER_GPU": "1",
+        "PATH": "",
+    }
+    ran = [
+        plan_run(root, RunOptions(label="1-gpu-h100", shard=f"{i}/{plan.count}"), environ=environ).targets
+        for i in (1, 2, 3)
+    ]
+    assert [tuple(targets) for targets in ran] == [shard.files for shard in plan.shards]
 
 
 def test_every_option_of_the_pytest_command_is_one_argument(tmp_path: Path) -> None:

@@ -9,9 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumatrix import register
-from gpumatrix.config import Runner
+from gpumatrix.config import DEFAULT_WORKERS_PER_GPU, Runner
 from gpumatrix.registry.model import Registration
-from gpumatrix.running.shard import budget_seconds, lpt_pack, parse_shard_spec, plan_runner, split_shards
+from gpumatrix.running.shard import (
+    Parallelism,
+    budget_seconds,
+    lpt_pack,
+    parallelism_of,
+    parse_shard_spec,
+    plan_runner,
+    split_shards,
+)
 
 register(on=("cpu",), est_time=8)
 
@@ -140,3 +148,91 @@ def test_parse_shard_spec(spec, expected):
 def test_parse_shard_spec_rejects(spec):
     with pytest.raises(ValueError, match="--shard must be I/N"):
         parse_shard_spec(spec)
+
+
+# -- wall time: a runner runs GPUs x workers_per_gpu tests at once ----------------------------------------------
+
+
+def _registration(path: str, seconds: float, *, gpus: int = 1, exclusive: bool = False) -> Registration:
+    return Registration(path, 1, ("h100",), gpus, seconds, ("r",), exclusive=exclusive)
+
+
+# (id, gpus, per_gpu, file gpus, exclusive, worker-seconds, expected wall seconds)
+WALL = [
+    ("one-slot-of-one", 1, 1, 1, False, 80.0, 80.0),
+    ("shared-one-of-eight", 1, 8, 1, False, 80.0, 10.0),
+    ("shared-one-of-sixteen", 2, 8, 1, False, 80.0, 5.0),
+    ("exclusive-holds-its-gpu", 1, 8, 1, True, 80.0, 80.0),
+    ("exclusive-one-of-two-gpus", 2, 8, 1, True, 80.0, 40.0),
+    ("two-gpu-test-on-two-gpus", 2, 8, 2, False, 80.0, 80.0),
+    ("two-gpu-test-on-four-gpus", 4, 8, 2, False, 80.0, 40.0),
+    ("wants-more-than-the-runner-has", 1, 8, 4, False, 80.0, 80.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "per_gpu", "file_gpus", "exclusive", "seconds", "wall"), [r[1:] for r in WALL], ids=[r[0] for r in WALL]
+)
+def test_wall_seconds_is_the_files_share_of_the_runners_slots(gpus, per_gpu, file_gpus, exclusive, seconds, wall):
+    registration = _registration("tests/t/test_a.py", seconds, gpus=file_gpus, exclusive=exclusive)
+    assert Parallelism(gpus, per_gpu).wall_seconds(registration, seconds) == wall
+
+
+@pytest.mark.parametrize(("gpus", "per_gpu"), [(0, 8), (1, 0), (-1, 1)])
+def test_parallelism_refuses_an_empty_runner(gpus, per_gpu):
+    with pytest.raises(ValueError, match="Parallelism needs gpus >= 1 and per_gpu >= 1"):
+        Parallelism(gpus, per_gpu)
+
+
+def test_a_shared_gpu_fits_more_work_in_a_shard():
+    # 3 x 1,200 worker-seconds: 3,600 s alone is over a 10-minute runner's 480 s even in 3 shards, but 8 tests
+    # at a time make each file 150 s of wall: 450 s, one shard.
+    files = [_registration(f"tests/t/test_{i}.py", 1200.0) for i in range(3)]
+    alone = plan_runner(_runner(10, 3), files)
+    shared = plan_runner(_runner(10, 3), files, parallelism=Parallelism(1, 8))
+    assert (alone.count, alone.over_budget) == (3, True)
+    assert (shared.count, shared.over_budget, [s.est_time for s in shared.shards]) == (1, False, [450.0])
+
+
+def test_an_exclusive_file_is_packed_by_the_whole_gpu_it_holds():
+    # Shared: 400 / 8 = 50 s each. The exclusive file holds the GPU: 300 s. LPT puts it alone.
+    files = [
+        _registration("tests/t/test_a.py", 400.0),
+        _registration("tests/t/test_b.py", 400.0),
+        _registration("tests/t/test_x.py", 300.0, exclusive=True),
+    ]
+    shards = split_shards(files, 2, parallelism=Parallelism(1, 8))
+    assert [(s.files, s.est_time) for s in shards] == [
+        (("tests/t/test_x.py",), 300.0),
+        (("tests/t/test_a.py", "tests/t/test_b.py"), 100.0),
+    ]
+    # One worker at a time, the exclusive file is the shortest: 400 -> A, 400 -> B, 300 -> A.
+    assert [s.files for s in split_shards(files, 2)] == [
+        ("tests/t/test_a.py", "tests/t/test_x.py"),
+        ("tests/t/test_b.py",),
+    ]
+
+
+def test_parallelism_of_reads_the_matrix_not_the_environment(tmp_path, monkeypatch):
+    from gpumatrix.config import load_matrix
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        "classes:\n"
+        "  cpu: {description: no GPU, compute_capability: []}\n"
+        "  h100: {description: Hopper, compute_capability: ['9.0'], workers_per_gpu: 4}\n"
+        "  b200: {description: Blackwell, compute_capability: ['10.0']}\n"
+        "runners:\n"
+        "  - {label: cpu, class: cpu, gpus: 0, runs_on: [x], timeout_minutes: 10}\n"
+        "  - {label: 1-gpu-h100, class: h100, gpus: 1, runs_on: [x], timeout_minutes: 10}\n"
+        "  - {label: 2-gpu-h100, class: h100, gpus: 2, runs_on: [x], timeout_minutes: 10, workers_per_gpu: 2}\n"
+        "  - {label: 4-gpu-b200, class: b200, gpus: 4, runs_on: [x], timeout_minutes: 10}\n"
+    )
+    monkeypatch.setenv("GPUMATRIX_WORKERS_PER_GPU", "1")
+    matrix = load_matrix(path)
+    assert [parallelism_of(matrix, runner) for runner in matrix.runners] == [
+        Parallelism(1, 1),  # a CPU runner's workers are its CPUs, unknown when planning
+        Parallelism(1, 4),  # its class's
+        Parallelism(2, 2),  # its own
+        Parallelism(4, DEFAULT_WORKERS_PER_GPU),
+    ]

@@ -33,6 +33,7 @@ from mxfuse import MxfuseUnavailableError, witness
 from mxfuse.formats import scale_to_layout
 from mxfuse.gemm import (
     AUTO_ORDER,
+    MxWeight,
     auto_rule,
     backend_status,
     mxfp8_gemm,
@@ -287,6 +288,50 @@ def test_a_weight_prepared_for_gluon_then_run_where_it_cannot(monkeypatch):
     pair = (random_codes(3, 256, seed=5), random_scales(3, 256, seed=6))
     with pytest.raises(MxfuseUnavailableError, match=r"backend 'gluon' cannot run on cpu"):
         mxfp8_gemm(pair, w, backend="gluon")
+
+
+def test_a_gluon_weight_written_in_place_after_its_check_is_refused(monkeypatch):
+    """The window is checked when the weight is prepared; a weight written in place afterwards is refused on
+    the ``gluon`` backend (its kernel would read values nobody checked), the other backends still take it."""
+    wq, ws = random_codes(64, 256, seed=1), random_scales(64, 256, seed=2)
+    _runs_here(monkeypatch, GLUON)
+    ran = []
+    monkeypatch.setattr(type(GLUON), "run", lambda self, a, w, out: ran.append(out.shape))
+    w = prepare_mxfp8_weight(wq, ws, backend="gluon")
+    assert w.checked is not None
+    pair = (random_codes(3, 256, seed=5), random_scales(3, 256, seed=6))
+    mxfp8_gemm(pair, w, backend="gluon")
+    assert ran == [(3, 64)]
+    before = w.scale.clone()
+    w.scale[1, 5] = 250  # out of the window, written where the kernel reads it
+    with pytest.raises(ValueError, match=r"w: its tensors were written in place after its values were checked"):
+        mxfp8_gemm(pair, w, backend="gluon")
+    assert ran == [(3, 64)]  # nothing launched
+    w.scale.copy_(before)  # the old values again: still unchecked writes, still refused
+    with pytest.raises(ValueError, match=r"prepare the weight again \(prepare_mxfp8_weight\)"):
+        mxfp8_gemm(pair, w, backend="gluon")
+    w.qweight.view(torch.uint8)[0, 0] ^= 1
+    assert mxfp8_gemm(pair, w, backend="torch").shape == (3, 64)  # any values: no check
+    again = prepare_mxfp8_weight(w.qweight, w.scale_e8m0, backend="gluon")
+    mxfp8_gemm(pair, again, backend="gluon")
+    assert ran == [(3, 64), (3, 64)]
+
+
+def test_a_weight_without_version_counters_is_not_rechecked(monkeypatch):
+    wq, ws = random_codes(64, 256, seed=1), random_scales(64, 256, seed=2)
+    _runs_here(monkeypatch, GLUON)
+    monkeypatch.setattr(type(GLUON), "run", lambda self, a, w, out: None)
+    with torch.inference_mode():
+        w = prepare_mxfp8_weight(wq.clone(), ws.clone(), backend="gluon")
+    assert w.checked is None  # inference tensors keep no counter
+    mxfp8_gemm((random_codes(2, 256, seed=5), random_scales(2, 256, seed=6)), w, backend="gluon")
+
+
+@pytest.mark.parametrize("checked", [(1,), (1, 2, 3), ("1", 2), (1.0, 2), [1, 2]])
+def test_mxweight_checked_must_be_a_pair_of_ints(checked):
+    w = prepare_mxfp8_weight(random_codes(8, 64, seed=1), random_scales(8, 64, seed=2), backend="torch")
+    with pytest.raises(TypeError, match="MxWeight.checked must be None or a pair of ints"):
+        MxWeight(w.operand, w.scale, w.backend, checked=checked)
 
 
 @pytest.mark.parametrize(

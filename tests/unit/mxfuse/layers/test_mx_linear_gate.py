@@ -17,6 +17,7 @@ from mxfuse.layers import (
     Consumer,
     ForwardContext,
     ForwardMode,
+    MxLinear,
     consuming_backend,
     current_forward_context,
     forward_context,
@@ -222,6 +223,37 @@ def test_consuming_backend_per_device(device, status, backend, fragments):
     assert consumer.backend == backend and bool(consumer) == (backend is not None)
     for fragment in fragments:
         assert fragment in consumer.reason
+
+
+@pytest.mark.parametrize("shape", [None, (1792, 5120)], ids=["no shape", "an unmeasured shape"])
+def test_a_layer_takes_gluon_only_where_auto_would(shape):
+    """Hopper with the Gluon kernel available: while its measured table does not name the weight's shape,
+    the layer's consumer is the Triton kernel, as ``select_backend`` picks (a layer never runs a kernel
+    by name that ``auto`` passes over)."""
+    status = {"gluon": Availability(True, "Gluon wgmma and TMA on sm_90"), "triton": OK, "torch": OK}
+    n, k = shape if shape else (None, None)
+    consumer = consuming_backend(torch.device("cuda", 0), status, n=n, k=k)
+    assert consumer.backend == "triton" and consumer.reason == "triton: available"
+
+
+def test_a_layer_on_hopper_prepares_its_weight_for_triton_not_gluon(monkeypatch):
+    """The whole processing on a pretend sm_90 (the CPU tensors stand in): the weight is prepared for the
+    backend ``auto`` picks."""
+    from mxfuse.gemm import api as gemm_api
+    from mxfuse.gemm.gluon_backend import GLUON
+    from mxfuse.gemm.triton_backend import TRITON
+
+    status = {"gluon": Availability(True, "pretend"), "triton": Availability(True, "pretend"), "torch": OK}
+    for backend in (GLUON, TRITON):
+        monkeypatch.setattr(type(backend), "available", lambda self, device: Availability(True, "pretend"))
+    gemm_api._status.cache_clear()
+    try:
+        layer = MxLinear(256, 64, mxfp8_input=True, name="hopper", backend_status=lambda device: status)
+        layer.load_weights(torch.randn(64, 256, dtype=torch.bfloat16))
+        result = layer.process_weights_after_loading()
+    finally:
+        gemm_api._status.cache_clear()
+    assert (result.backend, result.weight_backend) == ("triton", "triton")
 
 
 def test_a_device_without_a_consumer_lists_every_backend_passed_over():
