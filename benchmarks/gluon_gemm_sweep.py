@@ -8,7 +8,7 @@ this takes), on the Gluon kernel (``mxfuse.kernels.gemm.gluon_launch``). For eve
     (``choose_config``: the checked-in table, else the default rule) and, with ``--triton-table``, at the
     configuration of a Triton sweep's table from the same pass (what Triton runs once that is merged);
   * Gluon candidates (``candidates``): token tile from M, 64 or 128 weight rows, 64 or 128 K per step,
-    split-K for about 1, 2 and 4 waves, 2 to 4 ring slots, overlap on and off, screened in tiers (the
+    split-K for about 1, 2 and 4 waves, 2 to 6 ring slots, screened in tiers (the
     probe's design first). Each is checked before it is timed: against the torch backend (the GPU tests'
     closeness rule, calc_diff <= 1e-5), the same bits twice, and once per configuration on a small
     problem with activation scale bytes outside the kernel's window (the exact rows), a NaN block, a zero
@@ -49,13 +49,15 @@ from benchmarks.support import REPO_ROOT, routine_command
 from mxfuse.formats import MxTensor, scale_to_layout
 from mxfuse.gemm import mxfp8_gemm
 from mxfuse.gemm.weights import MxWeight
-from mxfuse.kernels.gemm import weight_scale_kgroup_major
 from mxfuse.kernels.gemm.configs import GemmConfig, choose_config, parse_table
 from mxfuse.kernels.gemm.gluon_launch import (
+    W_HI,
+    W_LO,
     GluonConfig,
     GluonOperands,
     default_gluon_config,
     effective_split_k,
+    gluon_weight_scale,
     launch_gluon_decode,
     parse_gluon_table,
     token_tile,
@@ -63,8 +65,8 @@ from mxfuse.kernels.gemm.gluon_launch import (
 
 __all__ = ["Outcome", "candidates", "run_gluon_sweep", "split_choices", "wins_table"]
 
-DESIGN = GluonConfig()  # the probe's design (64 rows, 128 K, 4 slots, overlap): tier 0, the rest by distance
-TIERED_FIELDS = ("block_n", "block_k", "num_stages", "overlap")
+DESIGN = GluonConfig()  # the design (64 rows, 128 K, 4 slots): tier 0, the rest by distance
+TIERED_FIELDS = ("block_n", "num_stages")
 
 Launcher = Callable[[sweep.Problem, int, GluonConfig], object]  # runs a configuration into p.outs[i]
 
@@ -96,20 +98,18 @@ def split_choices(config: GluonConfig, m: int, n: int, k: int, *, num_sms: int) 
 
 def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GluonConfig]]:
     """(tier, configuration) in screening order, each once: the launcher's default (``default_gluon_config``)
-    and every combination of 64/128 weight rows, 64/128 K per step, 4/3/2 ring slots and overlap on/off at
-    the split counts of ``split_choices``, with the token tile holding ``m`` (``token_tile``). A
-    configuration's tier is how many of ``TIERED_FIELDS`` differ from ``DESIGN`` (at most 3), so a short
-    budget screens the probe's design at every split first."""
+    and every combination of 64/128 weight rows and 4/3/6/2 ring slots at the split counts of
+    ``split_choices``, with the token tile holding ``m`` (``token_tile``). A configuration's tier is how
+    many of ``TIERED_FIELDS`` differ from ``DESIGN``, so a short budget screens the design at every split
+    first."""
     block_t = token_tile(m)
     default = default_gluon_config(m, n, k, num_sms=num_sms)
     found = [dataclasses.replace(default, split_k=effective_split_k(default, k))]
     for block_n in (64, 128):
-        for block_k in (128, 64):
-            for stages in (4, 3, 2):
-                for overlap in (True, False):
-                    base = GluonConfig(block_n, block_t, block_k, 1, stages, overlap)
-                    for split in split_choices(base, m, n, k, num_sms=num_sms):
-                        found.append(dataclasses.replace(base, split_k=split))
+        for stages in (4, 3, 6, 2):
+            base = GluonConfig(block_n, block_t, 128, 1, stages)
+            for split in split_choices(base, m, n, k, num_sms=num_sms):
+                found.append(dataclasses.replace(base, split_k=split))
     out = {}
     for config in found:
         tier = min(3, sum(getattr(config, f) != getattr(DESIGN, f) for f in TIERED_FIELDS))
@@ -133,10 +133,7 @@ def plan(
 
 def short(config: GluonConfig) -> str:
     c = config
-    return (
-        f"gluon {c.block_n}x{c.block_t}x{c.block_k} split {c.split_k} s{c.num_stages}"
-        f"{' overlap' if c.overlap else ''}"
-    )
+    return f"gluon {c.block_n}x{c.block_t}x{c.block_k} split {c.split_k} s{c.num_stages}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -157,7 +154,7 @@ def torch_stand_in(p: sweep.Problem, i: int, config: GluonConfig) -> None:
 @functools.cache
 def edge_problem(m: int, n: int, k: int, device: str) -> sweep.Problem:
     """A small problem whose weight the Gluon backend takes (scale bytes 100..150, K groups 0 and 1 at
-    the window's edges 246 and 10) and whose activation is not ordinary: values at most 1.75 with bytes
+    the window's edges 246 and 10, a NaN code in row 5) and whose activation is not ordinary: values at most 1.75 with bytes
     100..150, row 1 with a block at byte 0 and one at 254 (outside the window: the exact rows), row 2 a
     NaN block, row 3 zero, rows 4.. copies of row 0."""
     g = torch.Generator(device=device).manual_seed(11)
@@ -167,11 +164,12 @@ def edge_problem(m: int, n: int, k: int, device: str) -> sweep.Problem:
     sw = torch.randint(100, 151, (n, k // 32), generator=g, device=device).to(torch.uint8)
     a[4:], sa[4:] = a[0], sa[0]
     sa[1, 0], sa[1, 1] = 0, 254
-    sw[:, 0], sw[:, 1] = 246, 10  # the window's edges: row 1's two blocks come to 2**-8 and 2**10, finite
+    sw[:, 0], sw[:, 1] = W_HI, W_LO  # the window's edges: row 1's two blocks come to 2**-8 and 2**10
+    w.view(torch.uint8)[5, 40] = 0x7F  # an E4M3 NaN code: output column 5 NaN for every token
     sa[2, 3] = 0xFF
     a.view(torch.uint8)[3] = 0
     pair = MxTensor(a, scale_to_layout(sa, scale_layout=sweep.LAYOUT), sweep.LAYOUT)
-    weight = MxWeight(MxTensor(w, sw, "e8m0"), weight_scale_kgroup_major(sw), "gluon")
+    weight = MxWeight(MxTensor(w, sw, "e8m0"), gluon_weight_scale(w, sw), "gluon")
     ref = mxfp8_gemm(pair, weight, backend="torch")
     out = torch.empty(m, n, dtype=torch.bfloat16, device=device)
     return sweep.Problem("edge", m, n, k, [weight], [], torch.empty(0), pair, ref, [out])

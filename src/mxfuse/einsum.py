@@ -43,7 +43,7 @@ from mxfuse.formats import (
 from mxfuse.gemm.backend import import_optional
 from mxfuse.gemm.weights import quantize_weight
 from mxfuse.kernels import quantize_mxfp8
-from mxfuse.kernels.gemm.gluon_launch import GluonConfig, weight_in_window
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig, fold_nan_codes, weight_in_window
 from mxfuse.kernels.gemm.launch import device_facts
 from mxfuse.kernels.grouped_wo_a import (
     TICKETS,
@@ -186,7 +186,9 @@ def prepare_wo_a_weight(
         # Blocks of 32 rows never straddle groups (R % 128 == 0), so group-major flattening keeps them.
         flat_scale = scale.reshape(g * scale.shape[1], scale.shape[2])
     q, s = quantize_weight(weight.reshape(g * n, k), flat_scale, rounding=rounding)
-    storage = s.view(g, n, k // BLOCK_SIZE).transpose(1, 2).contiguous()
+    # Blocks holding an E4M3 NaN code carry byte 0xFF (the same outputs: NaN in that row's z for every
+    # token): the Gluon kernel's conversion relies on it (gemm.gluon_launch.fold_nan_codes).
+    storage = fold_nan_codes(q, s).view(g, n, k // BLOCK_SIZE).transpose(1, 2).contiguous()
     tickets = torch.zeros(TICKETS, dtype=torch.int32, device=q.device)
     in_window, why = weight_in_window(q, s)  # read once, here: the Gluon kernel needs exact bf16 weights
     return WoAWeight(q.view(g, n, k), storage, tickets, in_window, why)

@@ -38,6 +38,7 @@ __all__ = [
     "assert_gemm_close",
     "assert_gemm_matches_float64",
     "e4m3_codes",
+    "gluon_operand_columns",
     "random_codes",
     "random_scales",
     "reference_f64",
@@ -160,3 +161,17 @@ def assert_gemm_matches_float64(
         equal_nan=equal_nan,
         name=f"{name} (element-local, in units of sum |products|)",
     )
+
+
+def gluon_operand_columns(k: int) -> torch.Tensor:
+    """Where each physical column of the activation lands in the bf16 row the decode kernel reads: the
+    kernel's relabelling of a step (``OPERAND_ORDER``: a reshape of the step's 128 columns to
+    [4, 32], then to 7 bits, most significant first, permuted) applied to the column numbers themselves."""
+    from mxfuse.kernels.gemm.gluon_mainloop import OPERAND_ORDER
+
+    order = [d - 1 for d in OPERAND_ORDER.value[1:]]  # without the row dimension
+    step = torch.arange(128).reshape(4, 32).reshape([2] * 7).permute(order).reshape(128)
+    where = torch.empty(128, dtype=torch.long)
+    where[step] = torch.arange(128)  # operand column l holds physical column step[l]
+    steps = -(-k // 128)
+    return (torch.arange(steps)[:, None] * 128 + where[None, :]).reshape(-1)[:k]

@@ -75,7 +75,7 @@ class Parallelism:
         return self.gpus * self.per_gpu
 
     def wall_seconds(self, registration: Registration, seconds: float) -> float:
-        """The wall time `seconds` of the file's worker time take: its share of the runner's slots. A test
+        """The wall time that `seconds` of the file's worker time take: their share of the runner's slots. A test
         of one shared GPU holds one slot; an exclusive test a whole GPU (`per_gpu` slots); an N-GPU test N
         whole GPUs. A test wanting more than the runner has is counted as taking all of it."""
         if registration.gpus > 1 or registration.exclusive:

@@ -179,7 +179,7 @@ def prepare_mxfp8_weight(
     if not values.ok:
         raise ValueError(f"weight (its scale bytes) cannot be used by backend {impl.name!r}: {values.reason}")
     operand = MxTensor(q, s, ScaleLayout.E8M0, None if weight.dtype == torch.float8_e4m3fn else rounding)
-    packed = impl.weight_scale(s, n=n, k=k)
+    packed = impl.weight_scale(s, n=n, k=k, qweight=q)
     checked = tensor_versions(q, packed) if impl.name in VALUE_RULES else None
     return MxWeight(operand, packed, impl.name, tuple(passed_over.items()), checked)
 

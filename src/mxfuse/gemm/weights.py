@@ -85,7 +85,9 @@ class MxWeight:
         ):
             raise TypeError("MxWeight.passed_over must be a tuple of (backend, reason) string pairs")
         if self.checked is not None and not (
-            isinstance(self.checked, tuple) and len(self.checked) == 2 and all(type(v) is int for v in self.checked)
+            isinstance(self.checked, tuple)
+            and len(self.checked) == 2
+            and all(type(v) is int for v in self.checked)
         ):
             raise TypeError(f"MxWeight.checked must be None or a pair of ints; got {self.checked!r}")
 

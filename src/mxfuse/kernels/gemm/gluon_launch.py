@@ -51,10 +51,14 @@ __all__ = [
     "choose_gluon_config",
     "default_gluon_config",
     "effective_split_k",
+    "fold_nan_codes",
     "gluon_table",
+    "gluon_weight_scale",
     "launch_gluon_decode",
     "launch_gluon_prep",
     "measured_gluon_win",
+    "operand_layouts",
+    "padded_k",
     "parse_gluon_table",
     "token_tile",
     "weight_in_window",
@@ -68,15 +72,18 @@ _TOKEN_TILES = (8, 16, 32, 64)  # wgmma's N: a multiple of 8; 64 keeps the fp32 
 class GluonConfig:
     """One launch of the Gluon decode kernel: ``block_n`` weight rows per program (64 per warpgroup,
     ``num_warps = block_n / 16``), ``block_t`` tokens (wgmma's N: 8, 16, 32 or 64), ``block_k`` K per
-    step (128: one 128-byte TMA row of E4M3), ``split_k`` programs along K, ``num_stages`` ring slots,
-    ``overlap``: convert step i while step i - 1's wgmma runs."""
+    step (128 only: one 128-byte TMA row of E4M3, the span of the operand's K order), ``split_k`` programs along K, ``num_stages`` ring slots,
+    ``overlap``: False only. Converting step i while step i - 1's register-operand wgmma runs needs
+    ptxas to keep that wgmma's operand registers until its wait, which it does not
+    (triton-lang/triton#9433: the next step's conversion may overwrite them); the kernel waits for each
+    step's wgmma and gets its overlap from the other programs resident on the SM."""
 
     block_n: int = 64
     block_t: int = 16
     block_k: int = 128
     split_k: int = 1
     num_stages: int = 4
-    overlap: bool = True
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_t", "block_k", "split_k", "num_stages"):
@@ -89,12 +96,18 @@ class GluonConfig:
             )
         if self.block_t not in _TOKEN_TILES:
             raise ValueError(f"GluonConfig.block_t must be one of {_TOKEN_TILES}; got {self.block_t}")
-        if self.block_k not in (64, 128):
-            raise ValueError(f"GluonConfig.block_k must be 64 or 128; got {self.block_k}")
+        if self.block_k != 128:
+            raise ValueError(
+                f"GluonConfig.block_k must be 128 (the kernel's operand K order is defined per 128); "
+                f"got {self.block_k}"
+            )
         if self.num_stages < 2:
             raise ValueError(f"GluonConfig.num_stages must be >= 2; got {self.num_stages}")
-        if not isinstance(self.overlap, bool):
-            raise ValueError(f"GluonConfig.overlap must be a bool; got {self.overlap!r}")
+        if self.overlap is not False:
+            raise ValueError(
+                f"GluonConfig.overlap must be False (an in-flight register-operand wgmma's registers are "
+                f"not protected from the next step's conversion: triton-lang/triton#9433); got {self.overlap!r}"
+            )
 
     @property
     def num_warps(self) -> int:
@@ -114,6 +127,11 @@ class GluonOperands:
     w_q: torch.Tensor
     w_scale_t: torch.Tensor
     out: torch.Tensor
+
+
+def padded_k(k: int) -> int:
+    """The bf16 activation's row length: K rounded up to the kernel's 128-wide steps."""
+    return -(-k // 128) * 128
 
 
 def token_tile(m: int) -> int:
@@ -140,7 +158,7 @@ def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Gluon
     split = 1
     while tiles * split < 2 * num_sms and split < 16 and steps // (split * 2) >= 4:
         split *= 2
-    return GluonConfig(64, block_t, 128, split, 4, True)
+    return GluonConfig(64, block_t, 128, split, 4, False)
 
 
 GluonBuckets = dict[str, dict[tuple[int, int], list[tuple[int, int, GluonConfig]]]]
@@ -211,9 +229,28 @@ def weight_in_window(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> tuple[bool,
         return True, f"every nonzero block's scale byte is in [{W_LO}, {W_HI}] or 0xFF"
     lo, hi = int(s[bad].min()), int(s[bad].max())
     return False, (
-        f"{count} blocks with nonzero codes have scale bytes outside [{W_LO}, {W_HI}] (from {lo} to {hi}): "
-        "their bf16 conversion would not be exact"
+        f"{count} blocks with nonzero codes have scale bytes outside [{W_LO}, {W_HI}] (from {lo} to "
+        f"{hi}): their bf16 conversion would not be exact"
     )
+
+
+def fold_nan_codes(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> torch.Tensor:
+    """Row-major uint8 ``[N, K/32]`` scale bytes of an E4M3 weight ``[N, K]`` with the byte of every block
+    that holds an E4M3 NaN code (0x7F or 0xFF) set to 0xFF, the others unchanged (a new tensor). The
+    Gluon mainloop's conversion does not look for NaN codes; a NaN scale makes the whole block NaN, which
+    reaches exactly the outputs the NaN code reaches (every token's output of that weight row)."""
+    n, k = w_q.shape
+    has_nan = ((w_q.view(torch.uint8).view(n, k // 32, 32) & 0x7F) == 0x7F).any(dim=2)
+    return torch.where(has_nan, 255, scale_e8m0.to(torch.uint8)).to(torch.uint8)
+
+
+def gluon_weight_scale(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> torch.Tensor:
+    """The scale bytes the decode kernel reads: K-group-major uint8 ``[K/32, N]`` (the Triton kernels'
+    layout, so that a call the table hands to them reads the same tensor), NaN-code blocks at 0xFF
+    (``fold_nan_codes``)."""
+    from mxfuse.kernels.gemm import weight_scale_kgroup_major
+
+    return weight_scale_kgroup_major(fold_nan_codes(w_q, scale_e8m0))
 
 
 # The bf16 activation and the per-token flags, per (device, M, K): written by the first launch of a call,
@@ -225,7 +262,7 @@ def _buffers(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, torch.
     key = (device, m, k)
     if key not in _BUFFERS:
         _BUFFERS[key] = (
-            torch.empty((m, k), dtype=torch.bfloat16, device=device),
+            torch.empty((m, padded_k(k)), dtype=torch.bfloat16, device=device),
             torch.zeros((m,), dtype=torch.int32, device=device),
         )
     return _BUFFERS[key]
@@ -239,7 +276,7 @@ def launch_gluon_prep(ops: GluonOperands, a16: torch.Tensor, skip: torch.Tensor)
     n = w_q.shape[0]
     gluon_prep_kernel[(m,)](
         a.data, a.scale_bytes(), a16, skip, w_q, w_scale_t, out, m, n, k,
-        -(-m // 4) * 4, -(-(k // 32) // 4),
+        -(-m // 4) * 4, -(-(k // 32) // 4), a16.shape[1],
         A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=32, BLOCK_FN=64, num_warps=4,
     )  # fmt: skip
 
@@ -265,16 +302,44 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
     launch_gluon_prep(ops, a16, skip)
 
     split = effective_split_k(cfg, k)
-    w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, cfg.block_k], gl.float8e4nv)
-    a_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_t, cfg.block_k], gl.bfloat16)
-    w_desc = TensorDescriptor.from_tensor(w_q, [cfg.block_n, cfg.block_k], w_layout)
-    a_desc = TensorDescriptor.from_tensor(a16, [cfg.block_t, cfg.block_k], a_layout)
+    w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, 128], gl.float8e4nv)
+    a_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_t, 128], gl.bfloat16)
+    w_desc = TensorDescriptor.from_tensor(w_q, [cfg.block_n, 128], w_layout)
+    a_desc = TensorDescriptor.from_tensor(a16, [cfg.block_t, 128], a_layout)
+    load, codes3 = operand_layouts(cfg.num_warps)
     grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_t), split)
     tiles = grid[0] * grid[1]
     work, counters = split_workspace(out.device, tiles * split * cfg.block_n * cfg.block_t, tiles)
     mxfp8_gluon_decode_kernel[grid](
         w_desc, a_desc, w_scale_t, out, work, counters, skip, m, n, k,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k, SPLIT_K=split,
-        NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, num_warps=cfg.num_warps,
+        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, SPLIT_K=split, NUM_STAGES=cfg.num_stages,
+        LOAD=load, CODES3=codes3, num_warps=cfg.num_warps,
     )  # fmt: skip
     return cfg
+
+
+@functools.cache
+def operand_layouts(num_warps: int) -> tuple[object, object]:
+    """The register layouts the decode kernel loads its weight codes in (``LOAD``, ``[BLOCK_N, 128]``) and
+    views them as (``CODES3``, ``[BLOCK_N, 4, 32]``): lane ``4 r + c`` of warp ``w`` holds the 32 bytes
+    ``32 c .. 32 c + 31`` (one whole 32-group) of rows ``16 w + r`` and ``16 w + r + 8``, registers in byte
+    order, so that each row is two 16-byte shared-memory loads."""
+    from triton.experimental.gluon import language as gl
+
+    rows = 16 * num_warps
+    warps = [[16 << i, 0] for i in range(num_warps.bit_length() - 1)]
+    load = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [8, 0]],
+        lane_bases=[[0, 32], [0, 64], [1, 0], [2, 0], [4, 0]],
+        warp_bases=warps,
+        block_bases=[],
+        shape=[rows, 128],
+    )
+    codes3 = gl.DistributedLinearLayout(
+        reg_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 0, 8], [0, 0, 16], [8, 0, 0]],
+        lane_bases=[[0, 1, 0], [0, 2, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+        warp_bases=[[w, 0, 0] for w, _ in warps],
+        block_bases=[],
+        shape=[rows, 4, 32],
+    )
+    return load, codes3

@@ -1,14 +1,15 @@
 """The Gluon MXFP8 family's one mainloop for Hopper (sm_90a): swap-AB, the weight converted to bf16 in
 registers as wgmma's A operand, bf16 activation tiles by TMA as B, one fp32 accumulator (device code).
 
-``gluon_decode_mainloop`` returns ``acc[n, t] = sum over the split's K steps of W[n, k] * A[t, k]`` for
-one ``[BLOCK_N, BLOCK_T]`` tile, in ``NVMMADistributedLayout([3, 0])`` with ``warps_per_cta =
-[num_warps, 1]`` and ``instr_shape = [16, BLOCK_T, 16]`` (a caller reads it back as
-``acc.type.layout``). Its callers are the Gluon decode GEMM (``gluon_decode``: one weight ``[N, K]``)
-and the Gluon grouped wo_a (``mxfuse.kernels.grouped_wo_a.gluon_device``: group ``g``'s rows of a
-``[G*R, r]`` weight against columns ``g*r ..`` of the ``[T, G*r]`` activation), as the Triton kernels
-share ``gemm.mainloop``. The numerics (the exact conversion, the summation order, NaN) and the pipeline
-are ``gluon_decode``'s docstring's.
+``gluon_decode_mainloop`` returns ``acc[n, t] = sum over the split's 128-wide K steps of W[n, k] * A[t, k]``
+for one ``[BLOCK_N, BLOCK_T]`` tile, in ``NVMMADistributedLayout([3, 0])`` with ``warps_per_cta =
+[num_warps, 1]`` and ``instr_shape = [16, BLOCK_T, 16]`` (a caller reads it back as ``acc.type.layout``).
+Its callers are the Gluon decode GEMM (``gluon_decode``: one weight ``[N, K]``) and the Gluon grouped
+wo_a (``mxfuse.kernels.grouped_wo_a.gluon_device``: group ``g``'s rows of a ``[G*R, r]`` weight against
+columns ``g*r ..`` of the ``[T, G*r]`` activation), as the Triton kernels share ``gemm.mainloop``. The
+numerics (the exact conversion, the operand's K order, the summation order, NaN) and the pipeline are
+``gluon_decode``'s docstring's; the host side builds ``LOAD`` and ``CODES3``
+(``gluon_launch.operand_layouts``).
 
 Where a tile is (all in elements):
 
@@ -16,9 +17,9 @@ Where a tile is (all in elements):
 * ``s_row``: the same row's index in the K-group-major scale bytes ``ws_ptr[(k // 32) * N + row]``
   (``ws_ptr`` already at the weight's, or the group's, first byte), rows ``>= N`` masked;
 * ``a_row``, ``a_col``: the TMA row of the tile's first token and the column of its K = 0 in the
-  activation descriptor;
-* ``k_begin``, ``n_steps``: the split's first ``BLOCK_K`` step and its step count (>= 1); K is the
-  reduction length, columns ``>= K`` masked in the weight's scale lookup (TMA fills them with zeros).
+  activation descriptor (a multiple of 128: the activation's operand order is per 128 columns);
+* ``k_begin``, ``n_steps``: the split's first 128-wide step and its step count (>= 1); K is the
+  reduction length, scale groups ``>= K / 32`` read as 1 (TMA fills the codes past K with zeros).
 """
 
 from __future__ import annotations
@@ -32,39 +33,84 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-__all__ = ["gluon_decode_mainloop"]
+__all__ = ["OPERAND_ORDER", "gluon_decode_mainloop"]
 
 
 @gluon.jit
 def _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, step, k_begin, w_row, a_row, a_col, pred,
-                BLOCK_K: gl.constexpr, NUM_STAGES: gl.constexpr):  # fmt: skip
+                NUM_STAGES: gl.constexpr):  # fmt: skip
     """TMA the weight and activation tiles of ``step`` (counted from the split's first) into its stage."""
     s = step % NUM_STAGES
-    k = (k_begin + step) * BLOCK_K
+    k = (k_begin + step) * 128
     bar = bars.index(s)
     mbarrier.expect(bar, w_desc.block_type.nbytes + a_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_bufs.index(s), pred=pred)
     tma.async_copy_global_to_shared(a_desc, [a_row, a_col + k], bar, a_bufs.index(s), pred=pred)
 
 
+# E4M3 bytes -> bf16 pairs times their block's factor, four bytes per instance. Byte b becomes the bf16
+# bits ``(b & 0x7F) << 4 | (b & 0x80) << 8``, which is exactly ``e4m3(b) * 2**-120`` (a normal code's
+# exponent field lands in bf16's, a subnormal code becomes the bf16 subnormal of the same ratio): ``prmt``
+# spreads two bytes into the low bytes of two 16-bit lanes, ``t + 15 * (t & 0x80)`` moves the sign from
+# bit 7 to bit 11, the shift by 4 places it at bit 15. Two exact bf16x2 multiplies follow: by 2**120
+# (0x7B80), which gives the E4M3 value itself, a normal bf16, and by the block's ``2**(s - 127)`` ($3,
+# $4), a power of two whose product is a normal bf16 for every byte in the window (NaN for 0xFF).
+_CVT_ASM = gl.constexpr("""
+{
+.reg .b32 u, g, c;
+mov.b32 c, 0x7B807B80;
+prmt.b32 u, $2, 0, 0x4140;
+and.b32 g, u, 0x00800080;
+mad.lo.u32 u, g, 15, u;
+shl.b32 u, u, 4;
+mul.rn.bf16x2 u, u, c;
+mul.rn.bf16x2 $0, u, $3;
+prmt.b32 u, $2, 0, 0x4342;
+and.b32 g, u, 0x00800080;
+mad.lo.u32 u, g, 15, u;
+shl.b32 u, u, 4;
+mul.rn.bf16x2 u, u, c;
+mul.rn.bf16x2 $1, u, $4;
+}
+""")
+
+
+# The relabelling of a step's 128 physical K (split into 7 bits, most significant first, after the row
+# dimension) into the operand's K order: l6..l0 = p4 p3 p2 p1 p6 p5 p0 (``gluon_decode``'s docstring).
+OPERAND_ORDER = gl.constexpr([0, 3, 4, 5, 6, 1, 2, 7])
+
+
 @gluon.jit
-def _weight_bf16(w_buf, ws_ptr, rows, kk, k0, N, K, w_layout: gl.constexpr):
-    """The weight tile in shared memory as bf16 in wgmma's A-operand layout, each element times its
-    block's ``2**(s - 127)`` (exact inside the scale window; byte 0xFF gives NaN)."""
-    codes = w_buf.load(w_layout)
-    k = k0 + kk
-    ok = (rows[:, None] < N) & (k[None, :] < K)
-    s = gl.load(ws_ptr + (k[None, :] // 32).to(gl.int64) * N + rows[:, None], mask=ok, other=127)
-    s = s.to(gl.int32)
-    bits = gl.where(s == 255, 0x7FC00000, s << 23)
-    factor = bits.to(gl.float32, bitcast=True)
-    return (codes.to(gl.float32) * factor).to(gl.bfloat16)
+def _block_factor(ws_ptr, rows, groups, N, n_groups):
+    """``bf16(2**(s - 127))`` per (weight row, 32-group), NaN for byte 0xFF; groups past K read 127."""
+    ok = (rows[:, None] < N) & (groups[None, :] < n_groups)
+    s = gl.load(ws_ptr + groups[None, :].to(gl.int64) * N + rows[:, None], mask=ok, other=127).to(gl.int32)
+    bits = gl.where(s == 255, 0x7FC0, s << 7).to(gl.int16)
+    return bits.to(gl.bfloat16, bitcast=True)
+
+
+@gluon.jit
+def _weight_operand(w_buf, factor, BLOCK_N: gl.constexpr, LOAD: gl.constexpr, CODES3: gl.constexpr,
+                    w_layout: gl.constexpr):  # fmt: skip
+    """The weight tile in shared memory as wgmma's bf16 A operand, its columns in the kernel's K order.
+
+    Each thread loads 32 contiguous E4M3 bytes (one whole 32-group) of two rows (``LOAD``), converts them
+    with its block's factor (``_CVT_ASM``), and the result is relabelled, without moving a register, from
+    physical K ``p`` to the operand's K ``l`` (``phys(l)``, ``gluon_decode``'s docstring)."""
+    codes = gl.convert_layout(gl.reshape(w_buf.load(LOAD), [BLOCK_N, 4, 32]), CODES3, assert_trivial=True)
+    w = gl.inline_asm_elementwise(
+        _CVT_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(factor, 2)], dtype=gl.bfloat16, is_pure=True, pack=4
+    )
+    # [n, c, j] with c = K bits 5-6 and j = K bits 0-4 (p6 p5 | p4 p3 p2 p1 p0) -> [n, l6 .. l0].
+    bits = gl.reshape(w, [BLOCK_N, 2, 2, 2, 2, 2, 2, 2])
+    logical = gl.reshape(gl.permute(bits, OPERAND_ORDER.value), [BLOCK_N, 128])
+    return gl.convert_layout(logical, w_layout)
 
 
 @gluon.jit
 def gluon_decode_mainloop(
-    w_desc,  # TMA descriptor: E4M3 weight rows, block [BLOCK_N, BLOCK_K]
-    a_desc,  # TMA descriptor: bf16 activation rows, block [BLOCK_T, BLOCK_K]
+    w_desc,  # TMA descriptor: E4M3 weight rows, block [BLOCK_N, 128]
+    a_desc,  # TMA descriptor: bf16 activation rows in the operand's K order, block [BLOCK_T, 128]
     ws_ptr,  # uint8 K-group-major scale bytes of the weight (or of its group): [K/32, N]
     w_row,
     s_row,
@@ -76,18 +122,21 @@ def gluon_decode_mainloop(
     n_steps,
     BLOCK_N: gl.constexpr,
     BLOCK_T: gl.constexpr,
-    BLOCK_K: gl.constexpr,
     NUM_STAGES: gl.constexpr,
-    OVERLAP: gl.constexpr,
+    LOAD: gl.constexpr,  # the codes' register layout: 32 contiguous bytes of two rows per thread
+    CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
 ):
     """The tile's fp32 accumulator ``[BLOCK_N, BLOCK_T]`` over the split's steps (module docstring)."""
+    BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
+    n_groups = K // 32
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_T, 16]
     )
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    rows = s_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, w_layout))
-    kk = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, w_layout))
+    scale_layout: gl.constexpr = gl.SliceLayout(2, CODES3)
+    rows = s_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, scale_layout))
+    quads = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
 
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
@@ -95,27 +144,27 @@ def gluon_decode_mainloop(
     for b in gl.static_range(NUM_STAGES):
         mbarrier.init(bars.index(b), count=1)
 
-    for j in gl.static_range(NUM_STAGES - 1):
+    for j in gl.static_range(NUM_STAGES):
         _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, j, k_begin, w_row, a_row, a_col, j < n_steps,
-                    BLOCK_K, NUM_STAGES)  # fmt: skip
+                    NUM_STAGES)  # fmt: skip
 
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
-    held = gl.zeros([BLOCK_N, BLOCK_K], gl.bfloat16, layout=w_layout)  # the in-flight wgmma's operand
+    # The scale bytes run one step ahead of their use, so that their load latency hides behind a step.
+    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, n_groups)
     for i in range(n_steps):
         stage = i % NUM_STAGES
+        factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, n_groups)
         mbarrier.wait(bars.index(stage), (i // NUM_STAGES) & 1)
-        w = _weight_bf16(w_bufs.index(stage), ws_ptr, rows, kk, (k_begin + i) * BLOCK_K, N, K, w_layout)
+        w = _weight_operand(w_bufs.index(stage), factor, BLOCK_N, LOAD, CODES3, w_layout)
         acc = warpgroup_mma(w, a_bufs.index(stage).permute((1, 0)), acc, is_async=True)
-        if OVERLAP:
-            # Step i - 1's wgmma is done: its registers and its stage may be reused.
-            acc, held = warpgroup_mma_wait(num_outstanding=1, deps=(acc, held))
-            held = w
-        else:
-            acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))
-        gl.thread_barrier()  # every warp has read the stage step i - 1 used before TMA refills it
-        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, i + NUM_STAGES - 1, k_begin, w_row, a_row, a_col,
-                    i + NUM_STAGES - 1 < n_steps, BLOCK_K, NUM_STAGES)  # fmt: skip
-    acc, held = warpgroup_mma_wait(num_outstanding=0, deps=(acc, held))
+        # Waited for before the next step converts: ptxas does not keep an in-flight wgmma's register
+        # operand from being overwritten (triton-lang/triton#9433), so the overlap comes from the other
+        # programs on the SM, not from this one.
+        acc, w = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))
+        gl.thread_barrier()  # every warp has read this stage (codes and, through the wgmma, tokens)
+        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, i + NUM_STAGES, k_begin, w_row, a_row, a_col,
+                    i + NUM_STAGES < n_steps, NUM_STAGES)  # fmt: skip
+        factor = factor_next
     for b in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(bars.index(b))
     return acc

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from mxfuse.kernels.gemm.decode import act_scale_offsets, pow2_product
 
-__all__ = ["W_HI", "W_LO", "dequantize_row_bf16", "exact_product_row", "gluon_prep_kernel"]
+__all__ = ["W_HI", "W_LO", "dequantize_row_bf16", "exact_product_row", "gluon_prep_kernel", "operand_column"]
 
 # The scale bytes whose E4M3 blocks convert to bf16 exactly (module docstring).
 W_LO = 10
@@ -67,15 +67,26 @@ def exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, g_first, r
 
 
 @triton.jit
-def dequantize_row_bf16(a_row, as_ptr, a16_row, t, n_groups, rows4, n_k4, A_LAYOUT: tl.constexpr,
+def operand_column(k):
+    """Where the Gluon mainloop's wgmma reads physical column ``k`` of a 128-wide step: the operand's K
+    order (``gluon_decode``), ``l = p0 + 2 p5 + 4 p6 + 8 p1 + 16 p2 + 32 p3 + 64 p4`` for the bits ``p`` of
+    ``k mod 128``."""
+    p = k % 128
+    return k - p + ((p & 1) | ((p >> 4) & 6) | ((p << 2) & 120))
+
+
+@triton.jit
+def dequantize_row_bf16(a_row, as_ptr, a16_row, t, n_groups, padded_groups, rows4, n_k4, A_LAYOUT: tl.constexpr,
                         BLOCK_G: tl.constexpr):  # fmt: skip
     """Token ``t``'s E4M3 row of ``n_groups`` scale groups written to ``a16_row`` as bf16 (exact inside
-    the window, NaN for 0xFF); returns 1 when a block with nonzero codes has its byte outside the
-    window (the token must then be computed by ``exact_product_row``), else 0."""
+    the window, NaN for 0xFF), each 128 columns in the Gluon mainloop's operand order
+    (``operand_column``), zeros from ``n_groups`` to ``padded_groups``; returns 1 when a block with
+    nonzero codes has its byte outside the window (the token must then be computed by
+    ``exact_product_row``), else 0."""
     gi = tl.arange(0, BLOCK_G)
     j = tl.arange(0, 32)
     bad = tl.zeros([BLOCK_G], tl.int32)
-    for g0 in range(0, n_groups, BLOCK_G):
+    for g0 in range(0, padded_groups, BLOCK_G):
         g = g0 + gi
         g_ok = g < n_groups
         s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
@@ -87,7 +98,7 @@ def dequantize_row_bf16(a_row, as_ptr, a16_row, t, n_groups, rows4, n_k4, A_LAYO
         bits = tl.where(s == 255, 0x7FC00000, s << 23)
         factor = bits.to(tl.float32, bitcast=True)
         value = codes.to(tl.float32) * factor[:, None]
-        tl.store(a16_row + offs, value.to(tl.bfloat16), mask=g_ok[:, None])
+        tl.store(a16_row + operand_column(offs), value.to(tl.bfloat16), mask=(g < padded_groups)[:, None])
     return tl.max(bad, axis=0)
 
 
@@ -95,7 +106,7 @@ def dequantize_row_bf16(a_row, as_ptr, a16_row, t, n_groups, rows4, n_k4, A_LAYO
 def gluon_prep_kernel(
     a_ptr,  # E4M3 [M, K] contiguous
     as_ptr,  # uint8 view of a's scale storage
-    a16_ptr,  # bf16 [M, K]: written
+    a16_ptr,  # bf16 [M, k_padded]: written, each 128 K in the Gluon kernel's operand order
     skip_ptr,  # int32 [M]: written, 1 where the row left the window
     w_ptr,  # E4M3 [N, K] contiguous (read for fallback rows only)
     ws_ptr,  # uint8 [K/32, N]: the weight's scales, K-group-major
@@ -105,6 +116,7 @@ def gluon_prep_kernel(
     K,
     rows4,  # align(M, 4): deepgemm word stride
     n_k4,  # align(K/32, 4) / 4: swizzled tile stride
+    k_padded,  # K rounded up to 128: a16's row length (zeros past K)
     A_LAYOUT: tl.constexpr,
     BLOCK_G: tl.constexpr,  # 32-wide groups per step of the dequantization
     BLOCK_FN: tl.constexpr,  # weight rows per step of the fallback
@@ -112,8 +124,8 @@ def gluon_prep_kernel(
     t = tl.program_id(0)
     n_groups = K // 32
     a_row = a_ptr + t.to(tl.int64) * K
-    flagged = dequantize_row_bf16(a_row, as_ptr, a16_ptr + t.to(tl.int64) * K, t, n_groups, rows4, n_k4,
-                                  A_LAYOUT, BLOCK_G)  # fmt: skip
+    flagged = dequantize_row_bf16(a_row, as_ptr, a16_ptr + t.to(tl.int64) * k_padded, t, n_groups, k_padded // 32,
+                                  rows4, n_k4, A_LAYOUT, BLOCK_G)  # fmt: skip
     tl.store(skip_ptr + t, flagged)
     if flagged != 0:
         exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_ptr + t.to(tl.int64) * N, t, N, K, 0, n_groups,

@@ -5,8 +5,9 @@ bf16 z and/or wo_b's MXFP8 pair (device code; the host side is ``gluon_launch``)
 R, ``BLOCK_T`` tokens, K split). The product is the decode GEMM's, swap-AB
 (``gemm.gluon_mainloop.gluon_decode_mainloop``): group g's weight rows ``g*R + n`` of the flat
 ``[G*R, r]`` weight as wgmma's A from registers, converted to bf16 exactly; the tokens' bf16 activation
-(``gluon_prep``) as N, read from column ``g*r`` of ``[T, G*r]``. ``r`` is a multiple of ``BLOCK_K`` (the
-launcher's rule), so no tile reads another group's columns. Summation order, NaN and the exact
+(``gluon_prep``, each 128 columns in the mainloop's operand order) as N, read from column ``g*r`` of
+``[T, G*r]``. ``r`` is a multiple of the 128-wide K step (the launcher's rule), so no tile reads another
+group's columns. Summation order, NaN and the exact
 conversion are ``gemm.gluon_decode``'s; split-K partials are summed in split order 0..S-1 by the split
 that arrives last (an int32 ticket, no float atomics), then the epilogue runs once per tile.
 
@@ -95,8 +96,8 @@ def _write_tile(acc, off_t, col0, last_t_tile, T, GR, z_ptr, q_ptr, s_ptr, exact
 # T and the padded row count vary per call: not specialized, one compile per configuration.
 @gluon.jit(do_not_specialize=["T", "rows_padded"])
 def grouped_wo_a_gluon_kernel(
-    w_desc,  # TMA descriptor: E4M3 [G*R, r], block [BLOCK_N, BLOCK_K]
-    a_desc,  # TMA descriptor: bf16 [T, G*r] (gluon_prep's), block [BLOCK_T, BLOCK_K]
+    w_desc,  # TMA descriptor: E4M3 [G*R, r], block [BLOCK_N, 128]
+    a_desc,  # TMA descriptor: bf16 [T, G*r] (gluon_prep's, in the mainloop's operand order), block [BLOCK_T, 128]
     ws_ptr,  # uint8 [G, r/32, R]: the weight's scale bytes, K-group-major per group
     z_ptr,  # bf16 [T, G, R]; unused unless STORE_Z
     q_ptr,  # E4M3 [T, G*R]; unused unless STORE_PAIR
@@ -116,11 +117,12 @@ def grouped_wo_a_gluon_kernel(
     FLOOR: gl.constexpr,
     BLOCK_N: gl.constexpr,
     BLOCK_T: gl.constexpr,
-    BLOCK_K: gl.constexpr,
     SPLIT_K: gl.constexpr,
     NUM_STAGES: gl.constexpr,
-    OVERLAP: gl.constexpr,
+    LOAD: gl.constexpr,  # gemm.gluon_launch.operand_layouts: the weight codes' register layouts
+    CODES3: gl.constexpr,
 ):
+    BLOCK_K: gl.constexpr = 128
     pid_n = gl.program_id(0)  # BLOCK_N rows of the flat [G*R, r] weight: group pid_n // (R / BLOCK_N)
     pid_t = gl.program_id(1)
     pid_k = gl.program_id(2)
@@ -134,7 +136,7 @@ def grouped_wo_a_gluon_kernel(
     ws_group = ws_ptr + g.to(gl.int64) * (K // 32) * R
 
     acc = gluon_decode_mainloop(w_desc, a_desc, ws_group, w_row, w_row - g * R, off_t, g * K, R, K, k_begin,
-                                n_steps, BLOCK_N, BLOCK_T, BLOCK_K, NUM_STAGES, OVERLAP)  # fmt: skip
+                                n_steps, BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3)  # fmt: skip
     last_t_tile = pid_t == gl.num_programs(1) - 1
     if SPLIT_K == 1:
         _write_tile(acc, off_t, w_row, last_t_tile, T, GR, z_ptr, q_ptr, s_ptr, exact_ptr, skip_ptr, rows_padded,

@@ -13,7 +13,7 @@ The weight's own scale bytes must lie in the window wherever its codes are nonze
 (``in_window``); ``mxfuse.einsum`` refuses the Gluon kernel for other weights.
 
 A launch's configuration is the decode GEMM's ``GluonConfig`` (``block_n`` 64 or 128 weight rows of one
-group, ``block_t`` tokens, ``block_k`` dividing r, ``split_k``, ``num_stages``, ``overlap``). The
+group, ``block_t`` tokens, 128-wide K steps, which must divide r, ``split_k``, ``num_stages``). The
 measured table ``gluon_configs.json`` beside this file has the Gluon GEMM table's format
 (``gemm.gluon_launch.parse_gluon_table``), keyed by ``"{G*R}x{r}"`` (the programs' work depends on G and
 R only through G*R: ``G*R / block_n`` tiles of r) with T buckets; it holds only the (device, shape, T)
@@ -35,6 +35,7 @@ from mxfuse.kernels.gemm.gluon_launch import (
     GluonConfig,
     default_gluon_config,
     effective_split_k,
+    operand_layouts,
     parse_gluon_table,
 )
 from mxfuse.kernels.grouped_wo_a.gluon_prep import wo_a_gluon_prep_kernel
@@ -57,17 +58,14 @@ WO_A_GLUON_TABLE_FILE = "gluon_configs.json"
 
 def default_wo_a_gluon_config(t: int, groups: int, n: int, k: int, *, num_sms: int = 132) -> GluonConfig:
     """The launch where the table has none: the decode GEMM's default for ``[G*R, r]`` at ``t`` tokens
-    (``default_gluon_config``), with 64-wide K steps where 128 does not divide r."""
-    config = default_gluon_config(t, groups * n, k, num_sms=num_sms)
-    if k % config.block_k:
-        config = GluonConfig(**{**config.to_json(), "block_k": 64})
-    return config
+    (``default_gluon_config``)."""
+    return default_gluon_config(t, groups * n, k, num_sms=num_sms)
 
 
 def check_wo_a_gluon_config(config: GluonConfig, *, groups: int, n: int, k: int) -> None:
     """ValueError naming what ``config`` breaks for ``groups`` x ``[n, k]`` weights: ``block_k`` must
     divide r (a K tile never reaches the next group's activation columns) and ``block_n`` divide R (a
-    tile never spans two groups)."""
+    tile never spans two groups). The K step is 128 (``GluonConfig.block_k``): r must be a multiple of it."""
     if not isinstance(config, GluonConfig):
         raise TypeError(f"config must be a GluonConfig; got {type(config).__name__}")
     if k % config.block_k:
@@ -166,10 +164,11 @@ def launch_grouped_wo_a_gluon(
     launch_wo_a_gluon_prep(a, w, a16, skip, exact)
 
     split = effective_split_k(cfg, k)
-    w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, cfg.block_k], gl.float8e4nv)
-    a_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_t, cfg.block_k], gl.bfloat16)
-    w_desc = TensorDescriptor.from_tensor(w.qweight.view(gr, k), [cfg.block_n, cfg.block_k], w_layout)
-    a_desc = TensorDescriptor.from_tensor(a16, [cfg.block_t, cfg.block_k], a_layout)
+    w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, 128], gl.float8e4nv)
+    a_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_t, 128], gl.bfloat16)
+    w_desc = TensorDescriptor.from_tensor(w.qweight.view(gr, k), [cfg.block_n, 128], w_layout)
+    a_desc = TensorDescriptor.from_tensor(a16, [cfg.block_t, 128], a_layout)
+    load, codes3 = operand_layouts(cfg.num_warps)
     grid = (gr // cfg.block_n, triton.cdiv(t, cfg.block_t), split)
     tiles = grid[0] * grid[1]
     work, counters = split_workspace(device, tiles * split * cfg.block_n * cfg.block_t, tiles)
@@ -182,7 +181,7 @@ def launch_grouped_wo_a_gluon(
         w_desc, a_desc, w.scale, a16 if z is None else z, q_arg, s_arg, exact, skip, work, counters,
         t, n, k, gr, rows_padded,
         O_LAYOUT=o_layout, STORE_Z=z is not None, STORE_PAIR=pair is not None, FLOOR=floor,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k, SPLIT_K=split,
-        NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, num_warps=cfg.num_warps,
+        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, SPLIT_K=split, NUM_STAGES=cfg.num_stages,
+        LOAD=load, CODES3=codes3, num_warps=cfg.num_warps,
     )  # fmt: skip
     return cfg

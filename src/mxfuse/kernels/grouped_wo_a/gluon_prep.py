@@ -24,7 +24,7 @@ __all__ = ["wo_a_gluon_prep_kernel"]
 def wo_a_gluon_prep_kernel(
     a_ptr,  # E4M3 [T, G*r], rows stride_at apart
     as_ptr,  # uint8 view of a's scale storage
-    a16_ptr,  # bf16 [T, G*r] contiguous: written
+    a16_ptr,  # bf16 [T, G*r] contiguous: written, each 128 columns in the Gluon mainloop's operand order
     skip_ptr,  # int32 [T]: written, 1 where the row left the window
     w_ptr,  # E4M3 [G, R, r] contiguous (read for flagged tokens only)
     ws_ptr,  # uint8 [G, r/32, R]: the weight's scales, K-group-major per group
@@ -44,8 +44,9 @@ def wo_a_gluon_prep_kernel(
     groups_k = K // 32
     row_groups = G * groups_k
     a_row = a_ptr + t.to(tl.int64) * stride_at
-    flagged = dequantize_row_bf16(a_row, as_ptr, a16_ptr + t.to(tl.int64) * (G * K), t, row_groups, rows4,
-                                  n_k4, A_LAYOUT, BLOCK_G)  # fmt: skip
+    # r is a multiple of 128: every group's columns are whole 128-wide steps of the operand order.
+    flagged = dequantize_row_bf16(a_row, as_ptr, a16_ptr + t.to(tl.int64) * (G * K), t, row_groups, row_groups,
+                                  rows4, n_k4, A_LAYOUT, BLOCK_G)  # fmt: skip
     tl.store(skip_ptr + t, flagged)
     if flagged != 0:
         # Pointers advance group by group (64-bit pointer arithmetic, no int32 product of G, R and r).

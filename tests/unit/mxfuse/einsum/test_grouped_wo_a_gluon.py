@@ -22,6 +22,7 @@ import re
 
 import pytest
 import torch
+from mxfp8_gemm_cases import gluon_operand_columns
 from sm90_compile import run_in_child
 
 from gpumatrix import register
@@ -57,9 +58,9 @@ w = prepare_wo_a_weight(torch.randn(G, R, r))
 def run():
     cases = [  # (T, a layout, pair layout or None, z, config)
         (1, "deepgemm", "deepgemm", False, None),
-        (16, "e8m0", "swizzled_128x4", True, GluonConfig(128, 16, 128, 1, 3, True)),
-        (5, "swizzled_128x4", "e8m0", False, GluonConfig(64, 8, 64, 2, 2, False)),
-        (70, "deepgemm", None, True, GluonConfig(64, 64, 128, 4, 4, True)),
+        (16, "e8m0", "swizzled_128x4", True, GluonConfig(128, 16, 128, 1, 3)),
+        (5, "swizzled_128x4", "e8m0", False, GluonConfig(64, 8, 128, 2, 2)),
+        (70, "deepgemm", None, True, GluonConfig(64, 64, 128, 4, 6)),
     ]
     for t, layout, out_layout, z, config in cases:
         a = MxTensor(*quantize_mxfp8_reference(torch.randn(t, G * r), scale_layout=layout), layout)
@@ -254,23 +255,21 @@ def test_prepare_records_the_weight_window():
 
 
 @pytest.mark.parametrize(
-    ("config", "match"),
+    ("config", "n", "k", "match"),
     [
-        (GluonConfig(block_k=128), r"block_k = 128 must divide r = 192"),
-        (GluonConfig(block_n=128, block_k=64), r"block_n = 128 must divide R = 64"),
+        (GluonConfig(), 128, 192, r"block_k = 128 must divide r = 192"),
+        (GluonConfig(block_n=128), 64, 256, r"block_n = 128 must divide R = 64"),
     ],
 )
-def test_bad_configs_name_the_field(config, match):
+def test_bad_configs_name_the_field(config, n, k, match):
     with pytest.raises(ValueError, match=match):
-        check_wo_a_gluon_config(config, groups=2, n=64 if config.block_n == 128 else 128, k=192)
+        check_wo_a_gluon_config(config, groups=2, n=n, k=k)
 
 
-@pytest.mark.parametrize(
-    ("t", "k", "block_t", "block_k"), [(1, 4096, 8, 128), (16, 4096, 16, 128), (64, 192, 64, 64)]
-)
-def test_default_config(t, k, block_t, block_k):
+@pytest.mark.parametrize(("t", "k", "block_t"), [(1, 4096, 8), (16, 4096, 16), (64, 4096, 64), (64, 256, 64)])
+def test_default_config(t, k, block_t):
     config = default_wo_a_gluon_config(t, 8, 1024, k)
-    assert (config.block_t, config.block_k, config.block_n) == (block_t, block_k, 64)
+    assert (config.block_t, config.block_k, config.block_n) == (block_t, 128, 64)
     check_wo_a_gluon_config(config, groups=8, n=1024, k=k)
 
 
@@ -291,14 +290,14 @@ exact = torch.full((t, w.groups * w.n), float("nan"), dtype=torch.bfloat16)
 launch_wo_a_gluon_prep(MxTensor(a_q, a_s, layout), w, a16, skip, exact)
 torch.save({"interpreted": type(wo_a_gluon_prep_kernel).__name__, "out": (a16, skip, exact)}, sys.argv[2])
 """
-PREP_T, PREP_G, PREP_R, PREP_K = 4, 2, 128, 64
+PREP_T, PREP_G, PREP_R, PREP_K = 4, 2, 128, 128
 
 
 def _prep_case():
     g = torch.Generator().manual_seed(5)
     a_codes = (torch.randn(PREP_T, PREP_G * PREP_K, generator=g) * 8).to(torch.float8_e4m3fn)
     a_scale = torch.randint(118, 136, (PREP_T, PREP_G * PREP_K // 32), generator=g, dtype=torch.int32)
-    a_scale[2, 3] = 250  # token 2, group 1's second block: outside the window, the product stays finite
+    a_scale[2, 5] = 250  # token 2, group 1's second block: outside the window, the product stays finite
     w_codes = (torch.randn(PREP_G * PREP_R, PREP_K, generator=g) * 8).to(torch.float8_e4m3fn)
     w_scale = torch.full((PREP_G * PREP_R, PREP_K // 32), 100, dtype=torch.int32)
     return a_codes, a_scale.to(torch.uint8), w_codes, w_scale.to(torch.uint8)
@@ -331,7 +330,10 @@ def test_prep_flags_the_out_of_window_token_and_computes_its_z_exactly(prepped):
     a64 = a_codes.double() * torch.exp2(a_scale.double() - 127).repeat_interleave(32, dim=1)
     w64 = w_codes.double() * torch.exp2(w_scale.double() - 127).repeat_interleave(32, dim=1)
     rows = [0, 1, 3]
-    assert_same_bits(a16[rows].view(torch.int16), a64[rows].to(torch.bfloat16).view(torch.int16), name="a16")
+    # Each 128 columns in the Gluon mainloop's operand order (r is a multiple of 128).
+    expected = torch.empty_like(a64).to(torch.bfloat16)
+    expected[:, gluon_operand_columns(PREP_G * PREP_K)] = a64.to(torch.bfloat16)
+    assert_same_bits(a16[rows].view(torch.int16), expected[rows].view(torch.int16), name="a16")
     z64 = torch.einsum("gk,gdk->gd", a64[2].view(PREP_G, PREP_K), w64.view(PREP_G, PREP_R, PREP_K)).reshape(
         -1
     )

@@ -23,7 +23,13 @@ import re
 import pytest
 import torch
 from interpreter import run_interpreted
-from mxfp8_gemm_cases import RTOL_VS_BF16, assert_gemm_matches_float64, random_codes, random_scales
+from mxfp8_gemm_cases import (
+    RTOL_VS_BF16,
+    assert_gemm_matches_float64,
+    gluon_operand_columns,
+    random_codes,
+    random_scales,
+)
 from sm90_compile import run_in_child
 
 import mxfuse.gemm.backend as gemm_backend
@@ -73,7 +79,7 @@ def run():
     wq, ws = quantize_weight(torch.randn(200, 1056))  # N not a multiple of 64, K of 128
     wst = weight_scale_kgroup_major(ws)
     cases = [(1, "deepgemm", None), (16, "e8m0", None), (64, "swizzled_128x4", None), (70, "deepgemm", None),
-             (4, "deepgemm", GluonConfig(64, 8, 128, 1, 2, False)), (32, "e8m0", GluonConfig(128, 32, 64, 3, 3, True))]
+             (4, "deepgemm", GluonConfig(64, 8, 128, 1, 2)), (32, "e8m0", GluonConfig(128, 32, 128, 3, 6))]
     for m, layout, config in cases:
         a = MxTensor(*quantize_mxfp8_reference(torch.randn(m, 1056), scale_layout=layout), layout)
         launch_gluon_decode(GluonOperands(a, wq, wst, torch.empty(m, 200, dtype=torch.bfloat16)), config=config)
@@ -127,25 +133,26 @@ def test_no_float_atomics_only_the_integer_split_ticket(compiled):
 _PREP = """
 import sys, torch
 from mxfuse.formats import MxTensor
-from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_prep
+from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_prep, padded_k
 from mxfuse.kernels.gemm.gluon_prep import gluon_prep_kernel
 cases = torch.load(sys.argv[1])
 results = {"interpreted": type(gluon_prep_kernel).__name__}
 for key, (a_q, a_scale, layout, w_q, w_scale_t) in cases.items():
     m, k = a_q.shape
     out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
-    a16 = torch.full((m, k), float("nan"), dtype=torch.bfloat16)
+    a16 = torch.full((m, padded_k(k)), float("nan"), dtype=torch.bfloat16)
     skip = torch.full((m,), -1, dtype=torch.int32)
     launch_gluon_prep(GluonOperands(MxTensor(a_q, a_scale, layout), w_q, w_scale_t, out), a16, skip)
     results[key] = (a16, skip, out)
 torch.save(results, sys.argv[2])
 """
 M, N, K = 6, 37, 384
+K_RAGGED = 352  # not a multiple of the kernel's 128-wide step: the activation row is padded with zeros
 
 
-def _prep_operands(layout: str, *, extreme: bool):
-    aq, sa = random_codes(M, K, seed=1, limit=1.75), random_scales(M, K, seed=2)
-    wq, sw = random_codes(N, K, seed=3, limit=1.75), random_scales(N, K, seed=4)
+def _prep_operands(layout: str, *, extreme: bool, k: int = K):
+    aq, sa = random_codes(M, k, seed=1, limit=1.75), random_scales(M, k, seed=2)
+    wq, sw = random_codes(N, k, seed=3, limit=1.75), random_scales(N, k, seed=4)
     if extreme:
         # Rows 1 and 3 pair with the weight's bytes so that every block product is 2**0 (finite), except
         # row 1's block 2, which leaves the window from below (byte 9): both rows are computed exactly.
@@ -161,8 +168,10 @@ def _prep_operands(layout: str, *, extreme: bool):
 def _prep_cases() -> dict:
     cases = {}
     for layout in ("e8m0", "deepgemm", "swizzled_128x4"):
-        for extreme in (False, True):
-            aq, sa, wq, sw = _prep_operands(layout, extreme=extreme)
+        for extreme in (False, True, "ragged"):
+            aq, sa, wq, sw = _prep_operands(
+                layout, extreme=extreme is True, k=K_RAGGED if extreme == "ragged" else K
+            )
             cases[(layout, extreme)] = (
                 aq,
                 scale_to_layout(sa, scale_layout=layout),
@@ -179,16 +188,21 @@ def prepped(tmp_path_factory):
 
 
 @pytest.mark.parametrize("layout", ["e8m0", "deepgemm", "swizzled_128x4"])
-@pytest.mark.parametrize("extreme", [False, True], ids=["window", "extreme"])
+@pytest.mark.parametrize("extreme", [False, True, "ragged"], ids=["window", "extreme", "ragged-k"])
 def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, layout, extreme):
     assert prepped["interpreted"] == "InterpretedFunction"
     a16, skip, out = prepped[(layout, extreme)]
-    aq, sa, wq, sw = _prep_operands(layout, extreme=extreme)
-    flagged = [1, 3] if extreme else []
+    k = K_RAGGED if extreme == "ragged" else K
+    aq, sa, wq, sw = _prep_operands(layout, extreme=extreme is True, k=k)
+    flagged = [1, 3] if extreme is True else []
     assert skip.tolist() == [int(i in flagged) for i in range(M)]
     factors = torch.exp2(sa.to(torch.float64) - 127).repeat_interleave(32, dim=1)
     factors[sa.repeat_interleave(32, dim=1) == 255] = float("nan")
-    expected = (aq.to(torch.float64) * factors).to(torch.bfloat16)
+    dequantized = (aq.to(torch.float64) * factors).to(torch.bfloat16)
+    # In the decode kernel's operand order, zeros past K up to the 128-wide step.
+    assert a16.shape == (M, -(-k // 128) * 128)
+    expected = torch.zeros(M, a16.shape[1], dtype=torch.bfloat16)
+    expected[:, gluon_operand_columns(k)] = dequantized
     rows = [i for i in range(M) if i not in flagged]
     nan = torch.isnan(expected[rows])
     assert torch.equal(torch.isnan(a16[rows]), nan), "NaN exactly in the NaN blocks"
@@ -203,6 +217,72 @@ def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, lay
             out[flagged], aq[flagged], sa[flagged], wq, sw, name="exact rows", rtol=RTOL_VS_BF16
         )  # the interpreter truncates to bf16: a whole step
         assert torch.isfinite(out[3].float()).all()
+
+
+def test_the_operand_order_is_a_permutation_within_each_step():
+    """Each 128-wide step's columns stay in their step, all of them once, and each thread's 32-group
+    (physical columns 32c .. 32c + 31) lands on the operand columns wgmma gives lane c (2c, 2c + 1,
+    2c + 8, 2c + 9 of every 16-wide slice)."""
+    cols = gluon_operand_columns(256)
+    assert sorted(cols.tolist()) == list(range(256))
+    assert torch.equal(cols // 128, torch.arange(256) // 128)
+    for c in range(4):
+        lane = sorted((cols[32 * c : 32 * c + 32] % 16).unique().tolist())
+        assert lane == [2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9]
+
+
+def _cvt_emulated(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``_CVT_ASM`` step by step on int64 words (a pair of bytes per word: prmt 0x4140), bf16 multiplies
+    rounded as the GPU's ``mul.rn.bf16x2`` (exact products here, so float64 then bf16)."""
+    b = codes.view(torch.uint8).to(torch.int64)
+    u = b  # the byte in the low 8 bits of its 16-bit lane
+    g = u & 0x80
+    u = ((g * 15 + u) << 4) & 0xFFFF
+    raw = u.to(torch.int32).to(torch.int16).view(torch.bfloat16).to(torch.float64)  # e4m3 * 2**-120
+    step1 = (raw * 2.0**120).to(torch.bfloat16).to(torch.float64)
+    factor = torch.where(scale == 255, float("nan"), torch.exp2(scale.to(torch.float64) - 127))
+    return (step1 * factor.to(torch.bfloat16).to(torch.float64)).to(torch.bfloat16)
+
+
+def test_the_weight_conversion_arithmetic_is_exact_for_every_code_and_window_byte():
+    """The arithmetic of the kernel's conversion (the GPU tests run the instructions themselves): every
+    non-NaN E4M3 code, both signs, zero and subnormals, at every scale byte of the window and 0xFF."""
+    codes = torch.arange(256, dtype=torch.int64).to(torch.uint8).view(torch.float8_e4m3fn)
+    keep = ~torch.isnan(codes.to(torch.float32))
+    for byte in (*range(gluon_launch.W_LO, gluon_launch.W_HI + 1), 255):
+        scale = torch.full((256,), byte, dtype=torch.int64)
+        got = _cvt_emulated(codes, scale)
+        want = (codes.to(torch.float64) * (2.0 ** (byte - 127) if byte != 255 else float("nan"))).to(
+            torch.bfloat16
+        )
+        if byte == 255:
+            assert torch.isnan(got[keep].float()).all()
+            continue
+        assert_same_bits(got[keep].view(torch.int16), want[keep].view(torch.int16), name=f"byte {byte}")
+
+
+def test_the_raw_bits_are_e4m3_times_two_to_minus_120():
+    codes = torch.arange(256, dtype=torch.int64).to(torch.uint8)
+    u = codes.to(torch.int64)
+    bits = ((((u & 0x80) * 15 + u) << 4) & 0xFFFF).to(torch.int32).to(torch.int16)
+    value = bits.view(torch.bfloat16).to(torch.float64)
+    e4m3 = codes.view(torch.float8_e4m3fn).to(torch.float64)
+    finite = ~torch.isnan(e4m3)
+    assert torch.equal(value[finite], e4m3[finite] * 2.0**-120)
+    assert torch.equal(torch.signbit(value[finite]), torch.signbit(e4m3[finite]))  # -0 stays -0
+
+
+def test_blocks_with_nan_codes_carry_scale_byte_255_for_the_kernel():
+    wq, ws = random_codes(8, 128, seed=3), random_scales(8, 128, seed=4)
+    wq.view(torch.uint8)[2, 70] = 0x7F
+    wq.view(torch.uint8)[6, 5] = 0xFF
+    got = gluon_launch.gluon_weight_scale(wq, ws)
+    want = ws.clone()
+    want[2, 2] = want[6, 0] = 255
+    assert_same_bits(got, want.t().contiguous(), name="kernel scale bytes")
+    assert got.shape == (4, 8) and got.is_contiguous()
+    w = prepare_mxfp8_weight(wq, ws, backend="torch")
+    assert_same_bits(w.scale_e8m0, ws, name="the original bytes are kept")
 
 
 # --- routing ----------------------------------------------------------------------------------------
@@ -304,7 +384,9 @@ def test_a_gluon_weight_written_in_place_after_its_check_is_refused(monkeypatch)
     assert ran == [(3, 64)]
     before = w.scale.clone()
     w.scale[1, 5] = 250  # out of the window, written where the kernel reads it
-    with pytest.raises(ValueError, match=r"w: its tensors were written in place after its values were checked"):
+    with pytest.raises(
+        ValueError, match=r"w: its tensors were written in place after its values were checked"
+    ):
         mxfp8_gemm(pair, w, backend="gluon")
     assert ran == [(3, 64)]  # nothing launched
     w.scale.copy_(before)  # the old values again: still unchecked writes, still refused
@@ -491,7 +573,15 @@ def test_without_m_min_a_bucket_starts_past_the_previous_one():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("block_n", 32), ("block_t", 24), ("block_k", 256), ("num_stages", 1), ("overlap", 1)],
+    [
+        ("block_n", 32),
+        ("block_t", 24),
+        ("block_k", 64),
+        ("block_k", 256),
+        ("num_stages", 1),
+        ("overlap", 1),
+        ("overlap", True),
+    ],
 )
 def test_bad_configs_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"GluonConfig\.{field}"):
