@@ -395,9 +395,9 @@ def test_refusals_write_nothing(monkeypatch):
 
 GLUON_CONFIGS = [
     None,  # default_wo_a_gluon_config
-    GluonConfig(128, 16, 128, 1, 3, True),
-    GluonConfig(64, 8, 64, 3, 2, False),
-    GluonConfig(64, 64, 128, 4, 4, True),
+    GluonConfig(128, 16, 128, 1, 3),
+    GluonConfig(64, 8, 128, 3, 2),
+    GluonConfig(64, 64, 128, 4, 6),
 ]
 
 
