@@ -29,7 +29,8 @@ for m in (1, 4, 16, 64, 100):
     want = mxfp8_gemm(a, w, backend="torch").float()
     bt = next(t for t in (8, 16, 32, 64) if t >= min(m, 64))
     for cfg in (None, GluonConfig(64, bt, 128, 1, 4), GluonConfig(64, bt, 128, 4, 4),
-                GluonConfig(64, bt, 128, 3, 2), GluonConfig(128, bt, 128, 2, 3), GluonConfig(64, bt, 128, 2, 6)):
+                GluonConfig(64, bt, 128, 3, 2), GluonConfig(128, bt, 128, 2, 3), GluonConfig(64, bt, 128, 2, 6),
+                GluonConfig(64, bt, 128, 4, 4, False, True), GluonConfig(128, bt, 128, 2, 3, False, True)):
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         ran = launch_gluon_decode(GluonOperands(a, w.qweight, w.scale, out), config=cfg)
         torch.cuda.synchronize()
@@ -71,9 +72,13 @@ for block_t in (8, 16, 32, 64):
             print(f"block_n={block_n} block_t={block_t} split={split}: " + " ".join(parts), flush=True)
 raise SystemExit(1 if bad else 0)
 EOF
+# Which part of the edge problem a failing launch gets wrong: its weight's extreme groups one at a time,
+# the NaN code, the activation's scale spread, each against the torch backend.
+run edge-probe 60 python3 -m benchmarks.gluon_edge_probe
 # The GEMM correctness tests (float64, row-local NaN, subnormals, extreme scales, graphs, repeatability)
 # on the gluon backend, as the GPU job runs them.
-echo tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py >"$scratch/gluon-tests.txt"
+printf '%s\n' tests/kernels/mxfuse/gemm/test_gluon_conversion.py tests/kernels/mxfuse/gemm/test_mxfp8_gemm.py \
+  >"$scratch/gluon-tests.txt"
 run tests 240 gpumatrix run --runner 1-gpu-h100 --tests-file "$scratch/gluon-tests.txt" \
   --report "$out/gluon-tests.json" --junit-xml "$scratch/gluon-tests.xml" --html "$scratch/gluon-tests.html" \
   -- -k gluon

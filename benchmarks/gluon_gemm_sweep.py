@@ -66,7 +66,7 @@ from mxfuse.kernels.gemm.gluon_launch import (
 __all__ = ["Outcome", "candidates", "run_gluon_sweep", "split_choices", "wins_table"]
 
 DESIGN = GluonConfig()  # the design (64 rows, 128 K, 4 slots): tier 0, the rest by distance
-TIERED_FIELDS = ("block_n", "num_stages")
+TIERED_FIELDS = ("block_n", "num_stages", "producer")
 
 Launcher = Callable[[sweep.Problem, int, GluonConfig], object]  # runs a configuration into p.outs[i]
 
@@ -98,18 +98,20 @@ def split_choices(config: GluonConfig, m: int, n: int, k: int, *, num_sms: int) 
 
 def candidates(m: int, n: int, k: int, *, num_sms: int) -> list[tuple[int, GluonConfig]]:
     """(tier, configuration) in screening order, each once: the launcher's default (``default_gluon_config``)
-    and every combination of 64/128 weight rows and 4/3/6/2 ring slots at the split counts of
+    and every combination of a TMA producer partition or none, 64/128 weight rows and 4/3/6/2 ring slots
+    at the split counts of
     ``split_choices``, with the token tile holding ``m`` (``token_tile``). A configuration's tier is how
     many of ``TIERED_FIELDS`` differ from ``DESIGN``, so a short budget screens the design at every split
     first."""
     block_t = token_tile(m)
     default = default_gluon_config(m, n, k, num_sms=num_sms)
     found = [dataclasses.replace(default, split_k=effective_split_k(default, k))]
-    for block_n in (64, 128):
-        for stages in (4, 3, 6, 2):
-            base = GluonConfig(block_n, block_t, 128, 1, stages)
-            for split in split_choices(base, m, n, k, num_sms=num_sms):
-                found.append(dataclasses.replace(base, split_k=split))
+    for producer in (False, True):
+        for block_n in (64, 128):
+            for stages in (4, 3, 6, 2):
+                base = GluonConfig(block_n, block_t, 128, 1, stages, False, producer)
+                for split in split_choices(base, m, n, k, num_sms=num_sms):
+                    found.append(dataclasses.replace(base, split_k=split))
     out = {}
     for config in found:
         tier = min(3, sum(getattr(config, f) != getattr(DESIGN, f) for f in TIERED_FIELDS))
@@ -133,7 +135,8 @@ def plan(
 
 def short(config: GluonConfig) -> str:
     c = config
-    return f"gluon {c.block_n}x{c.block_t}x{c.block_k} split {c.split_k} s{c.num_stages}"
+    producer = " producer" if c.producer else ""
+    return f"gluon {c.block_n}x{c.block_t}x{c.block_k} split {c.split_k} s{c.num_stages}{producer}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -155,7 +158,8 @@ def torch_stand_in(p: sweep.Problem, i: int, config: GluonConfig) -> None:
 def edge_problem(m: int, n: int, k: int, device: str) -> sweep.Problem:
     """A small problem whose weight the Gluon backend takes (scale bytes 100..150, K groups 0 and 1 at
     the window's edges 246 and 10, a NaN code in row 5) and whose activation is not ordinary: values at most 1.75 with bytes
-    100..150, row 1 with a block at byte 0 and one at 254 (outside the window: the exact rows), row 2 a
+    100..150 (at most 108 in group 0, where the weight's byte 246 would otherwise take the products
+    past fp32 and the result would depend on the order of the sums), row 1 with a block at byte 0 and one at 254 (outside the window: the exact rows), row 2 a
     NaN block, row 3 zero, rows 4.. copies of row 0."""
     g = torch.Generator(device=device).manual_seed(11)
     a = (torch.rand(m, k, generator=g, device=device) * 3.5 - 1.75).to(torch.float8_e4m3fn)
@@ -163,6 +167,7 @@ def edge_problem(m: int, n: int, k: int, device: str) -> sweep.Problem:
     sa = torch.randint(100, 151, (m, k // 32), generator=g, device=device).to(torch.uint8)
     sw = torch.randint(100, 151, (n, k // 32), generator=g, device=device).to(torch.uint8)
     a[4:], sa[4:] = a[0], sa[0]
+    sa[:, 0] = sa[:, 0].clamp(max=108)  # the window's top byte (group 0) keeps every product finite
     sa[1, 0], sa[1, 1] = 0, 254
     sw[:, 0], sw[:, 1] = W_HI, W_LO  # the window's edges: row 1's two blocks come to 2**-8 and 2**10
     w.view(torch.uint8)[5, 40] = 0x7F  # an E4M3 NaN code: output column 5 NaN for every token

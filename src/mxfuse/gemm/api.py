@@ -27,6 +27,10 @@ from mxfuse.witness import emit
 # Backends whose kernels take only some weight values: checked when a weight is prepared for them, and
 # refused by ``mxfp8_gemm`` once written in place after that (``MxWeight.checked``).
 VALUE_RULES = ("gluon",)
+# Backends whose kernels read NaN codes through their blocks' scale bytes: ``prepare_mxfp8_weight`` gives
+# them the weight's bytes with every block that holds an E4M3 NaN code at 0xFF (the same outputs: NaN
+# in that weight row's column for every token), ``MxWeight.operand`` keeps the original bytes.
+FOLDS_NAN_CODES = ("gluon",)
 
 __all__ = [
     "AUTO_ORDER",
@@ -179,9 +183,15 @@ def prepare_mxfp8_weight(
     if not values.ok:
         raise ValueError(f"weight (its scale bytes) cannot be used by backend {impl.name!r}: {values.reason}")
     operand = MxTensor(q, s, ScaleLayout.E8M0, None if weight.dtype == torch.float8_e4m3fn else rounding)
-    packed = impl.weight_scale(s, n=n, k=k, qweight=q)
+    packed = impl.weight_scale(_fold_nan_codes(q, s) if impl.name in FOLDS_NAN_CODES else s, n=n, k=k)
     checked = tensor_versions(q, packed) if impl.name in VALUE_RULES else None
     return MxWeight(operand, packed, impl.name, tuple(passed_over.items()), checked)
+
+
+def _fold_nan_codes(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    from mxfuse.kernels.gemm.gluon_launch import fold_nan_codes
+
+    return fold_nan_codes(q, s)
 
 
 def _supports_weight(name: str, q: torch.Tensor, s: torch.Tensor) -> Availability:

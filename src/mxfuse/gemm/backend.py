@@ -9,8 +9,7 @@ A backend is a small module-level object with:
   the device first and imports an optional library only when the device qualifies;
 * ``supports_shape(n, k) -> Availability``: whether it can multiply by an ``[n, k]`` weight (the K/N
   alignment and minimum sizes it needs, each with its source in the adapter);
-* ``weight_scale(scale_e8m0, *, n, k, qweight=None) -> Tensor``: the weight scales laid out as it reads
-  them (``qweight``, the E4M3 codes, for a backend whose layout depends on them: ``gluon`` folds NaN codes);
+* ``weight_scale(scale_e8m0, *, n, k) -> Tensor``: the weight scales laid out as it reads them;
 * ``run(a, w, out) -> None``: ``out[M, N] = dequant(a) @ dequant(w).T`` (bf16) for an ``MxTensor`` ``a``, M, N >= 1,
   every argument already validated by ``mxfuse.gemm.mxfp8_gemm``. A library-specific rule the generic
   checks cannot know (pointer alignment, say) is checked here, before anything is written to ``out``.
@@ -63,9 +62,7 @@ class Backend(Protocol):
 
     def supports_shape(self, n: int, k: int) -> Availability: ...
 
-    def weight_scale(
-        self, scale_e8m0: torch.Tensor, *, n: int, k: int, qweight: torch.Tensor | None = None
-    ) -> torch.Tensor: ...
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor: ...
 
     def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None: ...
 

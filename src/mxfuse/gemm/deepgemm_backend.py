@@ -79,9 +79,7 @@ class _DeepGemmBackend:
             )
         return Availability(True, f"N % {_OUT_N_MULTIPLE} == 0 and K % {BLOCK_SIZE} == 0")
 
-    def weight_scale(
-        self, scale_e8m0: torch.Tensor, *, n: int, k: int, qweight: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         # The weight is operand b: its scales are N-major, packed exactly like an activation's.
         return pack_ue8m0_deepgemm(scale_e8m0)
 

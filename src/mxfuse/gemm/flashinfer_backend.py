@@ -75,9 +75,7 @@ class _FlashInferBackend:
             )
         return Availability(True, f"N, K >= {MIN_N_K}, N % {_N_MULTIPLE} == 0, K % {BLOCK_SIZE} == 0")
 
-    def weight_scale(
-        self, scale_e8m0: torch.Tensor, *, n: int, k: int, qweight: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         return swizzle_128x4(scale_e8m0)
 
     def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:

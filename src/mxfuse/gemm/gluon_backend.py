@@ -85,17 +85,13 @@ class _GluonBackend:
             )
         return Availability(True, f"{GLUON_TABLE_FILE} measured it faster for [{n}, {k}] on {name}")
 
-    def weight_scale(
-        self, scale_e8m0: torch.Tensor, *, n: int, k: int, qweight: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """K-group-major ``[K/32, N]``; with ``qweight``, blocks holding an E4M3 NaN code get byte 0xFF
-        (``gluon_weight_scale``: the kernel's conversion relies on it). Without it, the bytes as given."""
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
+        """K-group-major ``[K/32, N]`` of the bytes given: ``prepare_mxfp8_weight`` gives this backend
+        its bytes with every block that holds an E4M3 NaN code at 0xFF (``FOLDS_NAN_CODES``), which the
+        kernel's conversion relies on."""
         from mxfuse.kernels.gemm import weight_scale_kgroup_major
-        from mxfuse.kernels.gemm.gluon_launch import gluon_weight_scale
 
-        if qweight is None:
-            return weight_scale_kgroup_major(scale_e8m0)
-        return gluon_weight_scale(qweight, scale_e8m0)
+        return weight_scale_kgroup_major(scale_e8m0)
 
     def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:
         from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_decode

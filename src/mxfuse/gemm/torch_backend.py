@@ -27,9 +27,7 @@ class _TorchBackend:
             return Availability(False, f"K must be a positive multiple of 32 (one scale block); got K = {k}")
         return Availability(True, "any [N, K] weight with K a multiple of 32")
 
-    def weight_scale(
-        self, scale_e8m0: torch.Tensor, *, n: int, k: int, qweight: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         return scale_e8m0
 
     def run(self, a: MxTensor, w: MxWeight, out: torch.Tensor) -> None:

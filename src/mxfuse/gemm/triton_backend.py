@@ -40,9 +40,7 @@ class _TritonBackend:
             return Availability(False, f"K must be a positive multiple of {BLOCK_SIZE}; got {k}")
         return Availability(True, f"any N; K % {BLOCK_SIZE} == 0")
 
-    def weight_scale(
-        self, scale_e8m0: torch.Tensor, *, n: int, k: int, qweight: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         from mxfuse.kernels.gemm import weight_scale_kgroup_major
 
         return weight_scale_kgroup_major(scale_e8m0)

@@ -86,7 +86,7 @@ def test_the_gluon_pass_checks_benchmarks_then_sweeps_within_its_budget(tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     log = (tmp_path / "out" / "gluon.log").read_text()
     steps = [line.split(" (up to")[0] for line in log.splitlines() if line.startswith("=== ") and "(up to" in line]
-    assert steps == ["=== smoke", "=== edge", "=== tests", "=== bench", "=== sweep"]
+    assert steps == ["=== smoke", "=== edge", "=== edge-probe", "=== tests", "=== bench", "=== sweep"]
     sweep = next(line for line in log.splitlines() if line.startswith("=== sweep"))
     limit = int(sweep.split("(up to ")[1].split("s)")[0])
     budget = int(sweep.split("--budget-s ")[1].split()[0])

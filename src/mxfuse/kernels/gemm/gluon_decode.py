@@ -73,6 +73,7 @@ def mxfp8_gluon_decode_kernel(
     NUM_STAGES: gl.constexpr,
     LOAD: gl.constexpr,  # the codes' register layout: 32 contiguous bytes of two rows per thread
     CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
+    PRODUCER: gl.constexpr,  # a 1-warp TMA partition fills the ring (gluon_mainloop)
 ):
     BLOCK_K: gl.constexpr = 128
     pid_n = gl.program_id(0)
@@ -86,7 +87,7 @@ def mxfp8_gluon_decode_kernel(
     n_steps = gl.minimum(per_split, steps - k_begin)  # >= 1: the launcher keeps every split non-empty
 
     acc = gluon_decode_mainloop(w_desc, a_desc, ws_ptr, off_n, off_n, off_t, 0, N, K, k_begin, n_steps,
-                                BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3)  # fmt: skip
+                                BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3, PRODUCER)  # fmt: skip
     mma_layout: gl.constexpr = acc.type.layout
 
     # acc[n, t] is out[t, n]; tokens the fallback computed are not stored.

@@ -59,13 +59,18 @@ __all__ = [
     "measured_gluon_win",
     "operand_layouts",
     "padded_k",
+    "prep_chunks",
     "parse_gluon_table",
     "token_tile",
     "weight_in_window",
 ]
 
 GLUON_TABLE_FILE = "gluon_configs.json"
-_TOKEN_TILES = (8, 16, 32, 64)  # wgmma's N: a multiple of 8; 64 keeps the fp32 accumulator at 32 registers
+_TOKEN_TILES = (8, 16, 32, 64)
+# Registers per thread for a launch with the producer partition: the kernel has num_warps + 4 warps, the
+# worker's warpgroup is cut to 24, the converting warps get the rest (about 100 at 4 warps): 4 programs of
+# 4 + 4 warps fit an SM's 64K registers.
+PRODUCER_MAXNREG = 64  # wgmma's N: a multiple of 8; 64 keeps the fp32 accumulator at 32 registers
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,10 @@ class GluonConfig:
     ``overlap``: False only. Converting step i while step i - 1's register-operand wgmma runs needs
     ptxas to keep that wgmma's operand registers until its wait, which it does not
     (triton-lang/triton#9433: the next step's conversion may overwrite them); the kernel waits for each
-    step's wgmma and gets its overlap from the other programs resident on the SM."""
+    step's wgmma and gets its overlap from the other programs resident on the SM. ``producer``: a
+    one-warp worker partition (``gl.warp_specialize``) issues the TMA and the converting warps only wait
+    on the slots' mbarriers (no CTA-wide barrier per step); the launch then caps registers at
+    ``PRODUCER_MAXNREG`` per thread (the worker's warpgroup keeps 24)."""
 
     block_n: int = 64
     block_t: int = 16
@@ -84,6 +92,7 @@ class GluonConfig:
     split_k: int = 1
     num_stages: int = 4
     overlap: bool = False
+    producer: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_n", "block_t", "block_k", "split_k", "num_stages"):
@@ -103,6 +112,8 @@ class GluonConfig:
             )
         if self.num_stages < 2:
             raise ValueError(f"GluonConfig.num_stages must be >= 2; got {self.num_stages}")
+        if not isinstance(self.producer, bool):
+            raise ValueError(f"GluonConfig.producer must be a bool; got {self.producer!r}")
         if self.overlap is not False:
             raise ValueError(
                 f"GluonConfig.overlap must be False (an in-flight register-operand wgmma's registers are "
@@ -149,16 +160,16 @@ def effective_split_k(config: GluonConfig, k: int) -> int:
 
 def default_gluon_config(m: int, n: int, k: int, *, num_sms: int = 132) -> GluonConfig:
     """The launch where the table has none: the smallest token tile holding ``m`` (at most 64), one
-    warpgroup of 64 weight rows, and split-K until about two programs per SM, each split keeping at
-    least 4 steps of 128 K (the plain probe's best cells split into two to four waves; to be replaced
-    by the sweep's table)."""
+    warpgroup of 64 weight rows with the TMA producer partition, 4 slots, and split-K until about two
+    programs per SM, each split keeping at least 4 steps of 128 K (the configuration the 2026-12-05 H200
+    sweep chose for most buckets)."""
     block_t = token_tile(m)
     tiles = triton.cdiv(n, 64) * triton.cdiv(m, block_t)
     steps = triton.cdiv(k, 128)
     split = 1
     while tiles * split < 2 * num_sms and split < 16 and steps // (split * 2) >= 4:
         split *= 2
-    return GluonConfig(64, block_t, 128, split, 4, False)
+    return GluonConfig(64, block_t, 128, split, 4, False, True)
 
 
 GluonBuckets = dict[str, dict[tuple[int, int], list[tuple[int, int, GluonConfig]]]]
@@ -253,31 +264,54 @@ def gluon_weight_scale(w_q: torch.Tensor, scale_e8m0: torch.Tensor) -> torch.Ten
     return weight_scale_kgroup_major(fold_nan_codes(w_q, scale_e8m0))
 
 
-# The bf16 activation and the per-token flags, per (device, M, K): written by the first launch of a call,
-# read by its second, in stream order. Never freed (CUDA graphs keep the pointers).
-_BUFFERS: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+# The bf16 activation, the per-token flags, and the first launch's per-chunk flags and arrival tickets,
+# per (device, M, K): written by the first launch of a call, read by its second, in stream order. Never
+# freed (CUDA graphs keep the pointers); the tickets are zero between launches.
+_BUFFERS: dict[tuple[torch.device, int, int], tuple[torch.Tensor, ...]] = {}
+PREP_GROUPS = 32  # 32-wide groups per program of the first launch: 1024 K
 
 
-def _buffers(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def prep_chunks(k: int) -> int:
+    """Programs per token row in the first launch: ``padded_k(k) / 32`` groups, ``PREP_GROUPS`` each."""
+    return -(-(padded_k(k) // 32) // PREP_GROUPS)
+
+
+def _buffers(device: torch.device, m: int, k: int) -> tuple[torch.Tensor, ...]:
     key = (device, m, k)
     if key not in _BUFFERS:
         _BUFFERS[key] = (
             torch.empty((m, padded_k(k)), dtype=torch.bfloat16, device=device),
             torch.zeros((m,), dtype=torch.int32, device=device),
+            torch.zeros((m, prep_chunks(k)), dtype=torch.int32, device=device),
+            torch.zeros((m,), dtype=torch.int32, device=device),
         )
     return _BUFFERS[key]
 
 
-def launch_gluon_prep(ops: GluonOperands, a16: torch.Tensor, skip: torch.Tensor) -> None:
-    """The first launch alone (``gluon_prep``): ``a16`` bf16 ``[M, K]`` and ``skip`` int32 ``[M]`` written,
-    and ``ops.out``'s rows of flagged tokens. Runs under the Triton interpreter too."""
+def launch_gluon_prep(
+    ops: GluonOperands,
+    a16: torch.Tensor,
+    skip: torch.Tensor,
+    flags: torch.Tensor | None = None,
+    tickets: torch.Tensor | None = None,
+) -> None:
+    """The first launch alone (``gluon_prep``): ``a16`` bf16 ``[M, padded_k(K)]`` and ``skip`` int32 ``[M]``
+    written, and ``ops.out``'s rows of flagged tokens. ``flags`` (int32 ``[M, prep_chunks(K)]``) and
+    ``tickets`` (int32 ``[M]``, zeros, left zero) are made here when not given. Runs under the Triton
+    interpreter too."""
     a, w_q, w_scale_t, out = ops.a, ops.w_q, ops.w_scale_t, ops.out
     m, k = a.shape
     n = w_q.shape[0]
-    gluon_prep_kernel[(m,)](
-        a.data, a.scale_bytes(), a16, skip, w_q, w_scale_t, out, m, n, k,
+    chunks = prep_chunks(k)
+    if flags is None:
+        flags = torch.zeros((m, chunks), dtype=torch.int32, device=a16.device)
+    if tickets is None:
+        tickets = torch.zeros((m,), dtype=torch.int32, device=a16.device)
+    gluon_prep_kernel[(m, chunks)](
+        a.data, a.scale_bytes(), a16, skip, flags, tickets, w_q, w_scale_t, out, m, n, k,
         -(-m // 4) * 4, -(-(k // 32) // 4), a16.shape[1],
-        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=32, BLOCK_FN=64, num_warps=4,
+        A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=PREP_GROUPS,
+        CHUNKS_POW2=triton.next_power_of_2(chunks), BLOCK_FN=64, num_warps=4,
     )  # fmt: skip
 
 
@@ -298,8 +332,8 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
         name, sms = device_facts(out.device)
         config = choose_gluon_config(m, n, k, device_name=name, num_sms=sms)
     cfg = config
-    a16, skip = _buffers(out.device, m, k)
-    launch_gluon_prep(ops, a16, skip)
+    a16, skip, flags, tickets = _buffers(out.device, m, k)
+    launch_gluon_prep(ops, a16, skip, flags, tickets)
 
     split = effective_split_k(cfg, k)
     w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, 128], gl.float8e4nv)
@@ -313,7 +347,8 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
     mxfp8_gluon_decode_kernel[grid](
         w_desc, a_desc, w_scale_t, out, work, counters, skip, m, n, k,
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, SPLIT_K=split, NUM_STAGES=cfg.num_stages,
-        LOAD=load, CODES3=codes3, num_warps=cfg.num_warps,
+        LOAD=load, CODES3=codes3, PRODUCER=cfg.producer, num_warps=cfg.num_warps,
+        **({"maxnreg": PRODUCER_MAXNREG} if cfg.producer else {}),
     )  # fmt: skip
     return cfg
 

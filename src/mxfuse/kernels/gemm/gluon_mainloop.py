@@ -55,24 +55,26 @@ def _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, step, k_begin, w_row, a_ro
 # bit 7 to bit 11, the shift by 4 places it at bit 15. Two exact bf16x2 multiplies follow: by 2**120
 # (0x7B80), which gives the E4M3 value itself, a normal bf16, and by the block's ``2**(s - 127)`` ($3,
 # $4), a power of two whose product is a normal bf16 for every byte in the window (NaN for 0xFF).
-_CVT_ASM = gl.constexpr("""
-{
-.reg .b32 u, g, c;
-mov.b32 c, 0x7B807B80;
-prmt.b32 u, $2, 0, 0x4140;
-and.b32 g, u, 0x00800080;
-mad.lo.u32 u, g, 15, u;
-shl.b32 u, u, 4;
-mul.rn.bf16x2 u, u, c;
-mul.rn.bf16x2 $0, u, $3;
-prmt.b32 u, $2, 0, 0x4342;
-and.b32 g, u, 0x00800080;
-mad.lo.u32 u, g, 15, u;
-shl.b32 u, u, 4;
-mul.rn.bf16x2 u, u, c;
-mul.rn.bf16x2 $1, u, $4;
-}
-""")
+
+
+def _cvt_pair(out: str, selector: str, factor: str) -> str:
+    """Two of the four bytes in ``$2`` (``prmt`` selector) to a bf16x2 ``out``, times ``factor``."""
+    return (
+        f"prmt.b32 u, $2, 0, {selector};\n"
+        "and.b32 g, u, 0x00800080;\n"
+        "mad.lo.u32 u, g, 15, u;\n"
+        "shl.b32 u, u, 4;\n"
+        "mul.rn.bf16x2 u, u, c;\n"
+        f"mul.rn.bf16x2 {out}, u, {factor};\n"
+    )
+
+
+_CVT_ASM = gl.constexpr(
+    "{\n.reg .b32 u, g, c;\nmov.b32 c, 0x7B807B80;\n"
+    + _cvt_pair("$0", "0x4140", "$3")
+    + _cvt_pair("$1", "0x4342", "$4")
+    + "}\n"
+)
 
 
 # The relabelling of a step's 128 physical K (split into 7 bits, most significant first, after the row
@@ -81,9 +83,19 @@ OPERAND_ORDER = gl.constexpr([0, 3, 4, 5, 6, 1, 2, 7])
 
 
 @gluon.jit
-def _block_factor(ws_ptr, rows, groups, N, n_groups):
+def _scale_index(s_row, BLOCK_N: gl.constexpr, CODES3: gl.constexpr):
+    """The tile's scale-byte rows and the step's four 32-groups, in the layout the factors broadcast from
+    (``CODES3`` without its byte dimension: lane ``4 r + c`` holds group ``c`` of rows ``r`` and ``r + 8``)."""
+    scale_layout: gl.constexpr = gl.SliceLayout(2, CODES3)
+    rows = s_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, scale_layout))
+    quads = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
+    return rows, quads
+
+
+@gluon.jit
+def _block_factor(ws_ptr, rows, groups, N, K):
     """``bf16(2**(s - 127))`` per (weight row, 32-group), NaN for byte 0xFF; groups past K read 127."""
-    ok = (rows[:, None] < N) & (groups[None, :] < n_groups)
+    ok = (rows[:, None] < N) & (groups[None, :] < K // 32)
     s = gl.load(ws_ptr + groups[None, :].to(gl.int64) * N + rows[:, None], mask=ok, other=127).to(gl.int32)
     bits = gl.where(s == 255, 0x7FC0, s << 7).to(gl.int16)
     return bits.to(gl.bfloat16, bitcast=True)
@@ -125,18 +137,19 @@ def gluon_decode_mainloop(
     NUM_STAGES: gl.constexpr,
     LOAD: gl.constexpr,  # the codes' register layout: 32 contiguous bytes of two rows per thread
     CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
+    PRODUCER: gl.constexpr = False,  # a 1-warp TMA partition (gl.warp_specialize) fills the ring
 ):
     """The tile's fp32 accumulator ``[BLOCK_N, BLOCK_T]`` over the split's steps (module docstring)."""
+    if PRODUCER:
+        return _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N, K, k_begin, n_steps,
+                                     BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3)  # fmt: skip
     BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
-    n_groups = K // 32
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_T, 16]
     )
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    scale_layout: gl.constexpr = gl.SliceLayout(2, CODES3)
-    rows = s_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, scale_layout))
-    quads = gl.arange(0, 4, layout=gl.SliceLayout(0, scale_layout))
+    rows, quads = _scale_index(s_row, BLOCK_N, CODES3)
 
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
@@ -150,10 +163,10 @@ def gluon_decode_mainloop(
 
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
     # The scale bytes run one step ahead of their use, so that their load latency hides behind a step.
-    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, n_groups)
+    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, K)
     for i in range(n_steps):
         stage = i % NUM_STAGES
-        factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, n_groups)
+        factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, K)
         mbarrier.wait(bars.index(stage), (i // NUM_STAGES) & 1)
         w = _weight_operand(w_bufs.index(stage), factor, BLOCK_N, LOAD, CODES3, w_layout)
         acc = warpgroup_mma(w, a_bufs.index(stage).permute((1, 0)), acc, is_async=True)
@@ -168,3 +181,86 @@ def gluon_decode_mainloop(
     for b in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(bars.index(b))
     return acc
+
+
+@gluon.jit
+def _producer(w_desc, a_desc, w_bufs, a_bufs, ready, empty, w_row, a_row, a_col, k_begin, n_steps,
+              NUM_STAGES: gl.constexpr):  # fmt: skip
+    """The TMA partition (one warp): step i's tiles into slot i % NUM_STAGES once the consumers have freed
+    it (``empty``; mbarriers start with their previous phase complete, so the first round does not wait)."""
+    for i in range(n_steps):
+        s = i % NUM_STAGES
+        mbarrier.wait(empty.index(s), ((i // NUM_STAGES) & 1) ^ 1)
+        _issue_step(w_desc, a_desc, w_bufs, a_bufs, ready, i, k_begin, w_row, a_row, a_col, True, NUM_STAGES)
+
+
+@gluon.jit
+def _consumer(w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_steps, BLOCK_N: gl.constexpr,
+              BLOCK_T: gl.constexpr, NUM_STAGES: gl.constexpr, LOAD: gl.constexpr, CODES3: gl.constexpr):  # fmt: skip
+    """The converting partition (the kernel's warps), two steps per iteration: step i converted and its
+    wgmma issued, then step i + 1 converted while that wgmma runs and its own issued, then both waited
+    for and their slots freed. Nothing is in flight across the loop's back edge, where ptxas would not
+    keep a register operand alive (triton-lang/triton#9433); inside the iteration the two operands are
+    distinct values that ptxas keeps, or waits for. No CTA-wide barrier: the slots' mbarriers order the
+    shared memory (an mbarrier arrive releases the partition's earlier reads)."""
+    rows, quads = _scale_index(s_row, BLOCK_N, CODES3)
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_T, 16]
+    )
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
+    f0 = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, K)
+    f1 = _block_factor(ws_ptr, rows, (k_begin + 1) * 4 + quads, N, K)
+    for i in range(0, n_steps, 2):
+        s0 = i % NUM_STAGES
+        s1 = (i + 1) % NUM_STAGES
+        # The next pair's scale bytes, loaded a pair ahead.
+        g0 = _block_factor(ws_ptr, rows, (k_begin + i + 2) * 4 + quads, N, K)
+        g1 = _block_factor(ws_ptr, rows, (k_begin + i + 3) * 4 + quads, N, K)
+        mbarrier.wait(ready.index(s0), (i // NUM_STAGES) & 1)
+        if i + 1 < n_steps:
+            w0 = _weight_operand(w_bufs.index(s0), f0, BLOCK_N, LOAD, CODES3, w_layout)
+            acc = warpgroup_mma(w0, a_bufs.index(s0).permute((1, 0)), acc, is_async=True)
+            mbarrier.wait(ready.index(s1), ((i + 1) // NUM_STAGES) & 1)
+            w1 = _weight_operand(w_bufs.index(s1), f1, BLOCK_N, LOAD, CODES3, w_layout)
+            acc = warpgroup_mma(w1, a_bufs.index(s1).permute((1, 0)), acc, is_async=True)
+            acc, w0, w1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w0, w1))
+            mbarrier.arrive(empty.index(s0), count=1)
+            mbarrier.arrive(empty.index(s1), count=1)
+        else:  # the split's last step when it has an odd count
+            w0 = _weight_operand(w_bufs.index(s0), f0, BLOCK_N, LOAD, CODES3, w_layout)
+            acc = warpgroup_mma(w0, a_bufs.index(s0).permute((1, 0)), acc, is_async=True)
+            acc, w0 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w0))
+            mbarrier.arrive(empty.index(s0), count=1)
+        f0 = g0
+        f1 = g1
+    return (acc,)  # a partition returns a tuple of its results
+
+
+@gluon.jit
+def _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N, K, k_begin, n_steps,
+                          BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          LOAD: gl.constexpr, CODES3: gl.constexpr):  # fmt: skip
+    """``gluon_decode_mainloop`` with the TMA issued by a one-warp worker partition."""
+    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, 128], w_desc.layout)
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, 128], a_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(b), count=1)
+        mbarrier.init(empty.index(b), count=1)
+    results = gl.warp_specialize(
+        [
+            (_consumer, (w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_steps, BLOCK_N, BLOCK_T,
+                         NUM_STAGES, LOAD, CODES3)),
+            (_producer, (w_desc, a_desc, w_bufs, a_bufs, ready, empty, w_row, a_row, a_col, k_begin, n_steps,
+                         NUM_STAGES)),
+        ],
+        [1],
+        [24],
+    )  # fmt: skip
+    for b in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(ready.index(b))
+        mbarrier.invalidate(empty.index(b))
+    return results[0]

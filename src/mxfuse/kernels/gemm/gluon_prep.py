@@ -1,9 +1,10 @@
 """The first launch of the Gluon decode GEMM (Triton, device code): each token's activation dequantized
 to bf16 once per call, and the exact fallback for tokens whose scales leave bf16's exact window.
 
-One program per token row ``t`` of ``a`` (E4M3 ``[M, K]``, scales in any of the three layouts):
+One program per chunk of 1024 K of each token row ``t`` of ``a`` (E4M3 ``[M, K]``, scales in any of the three
+layouts), the row's last program to arrive finishing the row:
 
-* ``a16[t, k] = bf16(code * 2**(s - 127))``. Exact when the block's scale byte ``s`` lies in the window
+* ``a16[t, operand_column(k)] = bf16(code * 2**(s - 127))`` (the Gluon kernel's operand order). Exact when the block's scale byte ``s`` lies in the window
   ``[W_LO, W_HI]``: an E4M3 value has 4 significant bits and lies in ``[2**-9, 448]``, so every nonzero
   product is a normal bf16 (``2**(W_LO - 136) >= 2**-126``, ``448 * 2**(W_HI - 127) < 2**128``);
   ``s = 0xFF`` gives NaN (the NaN reaches exactly this token's outputs through the GEMM); a block of
@@ -17,8 +18,8 @@ One program per token row ``t`` of ``a`` (E4M3 ``[M, K]``, scales in any of the 
   Gluon kernel does not store rows with ``skip[t] != 0``, so the two launches never write one element
   twice, in any order.
 
-The two steps are public (``dequantize_row_bf16``, ``exact_product_row``): the Gluon grouped wo_a's first
-launch (``mxfuse.kernels.grouped_wo_a.gluon_prep``) runs them per token and group.
+``exact_product_row`` and ``dequantize_row_bf16`` are public: the Gluon grouped wo_a's first launch
+(``mxfuse.kernels.grouped_wo_a.gluon_prep``) runs them per token and group.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ __all__ = ["W_HI", "W_LO", "dequantize_row_bf16", "exact_product_row", "gluon_pr
 # The scale bytes whose E4M3 blocks convert to bf16 exactly (module docstring).
 W_LO = 10
 W_HI = 246
+
+
+@triton.jit
+def operand_column(k):
+    """Where the decode kernel's wgmma reads physical column ``k`` of a 128-wide step: the operand's K
+    order (``gluon_decode``), ``l = p0 + 2 p5 + 4 p6 + 8 p1 + 16 p2 + 32 p3 + 64 p4`` for the bits ``p`` of
+    ``k mod 128``."""
+    p = k % 128
+    return k - p + ((p & 1) | ((p >> 4) & 6) | ((p << 2) & 120))
 
 
 @triton.jit
@@ -64,15 +74,6 @@ def exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, g_first, r
             f1, f2 = pow2_product(sw, tl.zeros([1], tl.int32) + sa)
             acc += (part[:, None] * f1) * f2
         tl.store(out_row + cols[:, None], acc.to(tl.bfloat16), mask=col_ok[:, None])
-
-
-@triton.jit
-def operand_column(k):
-    """Where the Gluon mainloop's wgmma reads physical column ``k`` of a 128-wide step: the operand's K
-    order (``gluon_decode``), ``l = p0 + 2 p5 + 4 p6 + 8 p1 + 16 p2 + 32 p3 + 64 p4`` for the bits ``p`` of
-    ``k mod 128``."""
-    p = k % 128
-    return k - p + ((p & 1) | ((p >> 4) & 6) | ((p << 2) & 120))
 
 
 @triton.jit
@@ -108,6 +109,8 @@ def gluon_prep_kernel(
     as_ptr,  # uint8 view of a's scale storage
     a16_ptr,  # bf16 [M, k_padded]: written, each 128 K in the Gluon kernel's operand order
     skip_ptr,  # int32 [M]: written, 1 where the row left the window
+    flags_ptr,  # int32 [M, chunks]: each chunk's own flag, written before its ticket
+    tickets_ptr,  # int32 [M]: arrival tickets, zero between launches (the last program resets its row's)
     w_ptr,  # E4M3 [N, K] contiguous (read for fallback rows only)
     ws_ptr,  # uint8 [K/32, N]: the weight's scales, K-group-major
     out_ptr,  # bf16 [M, N]: fallback rows written here
@@ -118,15 +121,39 @@ def gluon_prep_kernel(
     n_k4,  # align(K/32, 4) / 4: swizzled tile stride
     k_padded,  # K rounded up to 128: a16's row length (zeros past K)
     A_LAYOUT: tl.constexpr,
-    BLOCK_G: tl.constexpr,  # 32-wide groups per step of the dequantization
+    BLOCK_G: tl.constexpr,  # 32-wide groups per program: its chunk of the row
+    CHUNKS_POW2: tl.constexpr,  # chunks per row, rounded up to a power of two
     BLOCK_FN: tl.constexpr,  # weight rows per step of the fallback
 ):
+    """Program ``(t, c)``: chunk ``c`` (``BLOCK_G`` groups) of token ``t``'s row, then an arrival ticket;
+    the row's last program to arrive (acq_rel, GPU scope) reads every chunk's flag, writes ``skip[t]`` and,
+    for a flagged row, computes it exactly."""
     t = tl.program_id(0)
+    c = tl.program_id(1)
+    chunks = tl.num_programs(1)
     n_groups = K // 32
     a_row = a_ptr + t.to(tl.int64) * K
-    flagged = dequantize_row_bf16(a_row, as_ptr, a16_ptr + t.to(tl.int64) * k_padded, t, n_groups, k_padded // 32,
-                                  rows4, n_k4, A_LAYOUT, BLOCK_G)  # fmt: skip
-    tl.store(skip_ptr + t, flagged)
-    if flagged != 0:
-        exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_ptr + t.to(tl.int64) * N, t, N, K, 0, n_groups,
-                          rows4, n_k4, A_LAYOUT, BLOCK_FN)  # fmt: skip
+    a16_row = a16_ptr + t.to(tl.int64) * k_padded
+    g = c * BLOCK_G + tl.arange(0, BLOCK_G)
+    j = tl.arange(0, 32)
+    g_ok = g < n_groups
+    s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
+    s = s.to(tl.int32)
+    offs = g[:, None] * 32 + j[None, :]
+    codes = tl.load(a_row + offs, mask=g_ok[:, None], other=0.0)
+    nonzero = tl.max((codes.to(tl.uint8, bitcast=True) & 0x7F).to(tl.int32), axis=1)
+    bits = tl.where(s == 255, 0x7FC00000, s << 23)
+    factor = bits.to(tl.float32, bitcast=True)
+    value = codes.to(tl.float32) * factor[:, None]
+    tl.store(a16_row + operand_column(offs), value.to(tl.bfloat16), mask=(g < k_padded // 32)[:, None])
+    tl.store(flags_ptr + t * chunks + c, tl.max(tl.where(_in_window(s, nonzero), 0, 1), axis=0))
+    ticket = tl.atomic_add(tickets_ptr + t, 1, sem="acq_rel", scope="gpu")
+    if ticket == chunks - 1:
+        tl.atomic_xchg(tickets_ptr + t, 0)
+        ci = tl.arange(0, CHUNKS_POW2)
+        flags = tl.load(flags_ptr + t * chunks + ci, mask=ci < chunks, other=0, cache_modifier=".cg")
+        flagged = tl.max(flags, axis=0)
+        tl.store(skip_ptr + t, flagged)
+        if flagged != 0:
+            exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_ptr + t.to(tl.int64) * N, t, N, K, 0, n_groups,
+                              rows4, n_k4, A_LAYOUT, BLOCK_FN)  # fmt: skip

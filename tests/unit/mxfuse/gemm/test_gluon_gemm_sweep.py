@@ -59,14 +59,15 @@ def test_candidates_are_valid_gluon_configs_for_the_m_bucket(m, n, k):
         assert effective_split_k(config, k) == config.split_k, "a split the launcher would not run"
         steps = -(-k // config.block_k)
         assert config.split_k == 1 or steps // config.split_k >= 2, config
-        assert 0 <= tier <= 2
+        assert 0 <= tier <= 3
     assert {c.block_n for c in configs} == {64, 128}
     assert {c.block_k for c in configs} == {128}
     assert {c.num_stages for c in configs} == {2, 3, 4, 6}
     assert {c.overlap for c in configs} == {False}
+    assert {c.producer for c in configs} == {False, True}
     assert len({c.split_k for c in configs}) >= 2, "split-K is swept"
     design = [c for t, c in found if t == 0]
-    assert all((c.block_n, c.block_k, c.num_stages) == (64, 128, 4) for c in design)
+    assert all((c.block_n, c.block_k, c.num_stages, c.producer) == (64, 128, 4, False) for c in design)
 
 
 def test_the_plan_screens_tier_0_of_every_problem_first():

@@ -27,6 +27,7 @@ from mxfuse import MxfuseUnavailableError, witness
 from mxfuse.formats import align, pack_ue8m0_deepgemm, scale_spec, scale_storage_view, swizzle_128x4
 from mxfuse.gemm import AUTO_ORDER, backend_status, mxfp8_gemm, prepare_mxfp8_weight, select_backend
 from mxfuse.gemm import api as gemm_api
+from mxfuse.kernels.gemm import launch as gemm_launch
 
 register(on=("cpu",), est_time=20)
 
@@ -41,9 +42,11 @@ def _fresh_backend_status():
 
 
 def _pretend(monkeypatch, capability: tuple[int, int] | None) -> None:
-    """Every device, the CPU included, reports ``capability`` (None: the real lookup)."""
+    """Every device, the CPU included, reports ``capability`` (None: the real lookup) and, to the launch
+    tables, no name (a device no measured table names)."""
     if capability is not None:
         monkeypatch.setattr(gemm_backend, "cuda_capability", lambda device: capability)
+        monkeypatch.setattr(gemm_launch, "device_facts", lambda device: (None, 132))
 
 
 @pytest.fixture
@@ -131,7 +134,7 @@ def test_auto_on_sm90_with_deep_gemm_installed_picks_the_next_backend(
     assert name == "triton"
     assert "sm_100 and sm_103 only; this device is sm_90" in passed_over["deepgemm"]
     assert "this device is sm_90" in passed_over["flashinfer"]
-    assert "not chosen automatically" in passed_over["gluon"]  # its measured table is empty
+    assert "not chosen automatically" in passed_over["gluon"]  # its measured table does not name this device
     assert fake_deep_gemm.calls == [] and fake_flashinfer.calls == []
 
 

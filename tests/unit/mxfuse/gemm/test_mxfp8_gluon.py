@@ -79,7 +79,9 @@ def run():
     wq, ws = quantize_weight(torch.randn(200, 1056))  # N not a multiple of 64, K of 128
     wst = weight_scale_kgroup_major(ws)
     cases = [(1, "deepgemm", None), (16, "e8m0", None), (64, "swizzled_128x4", None), (70, "deepgemm", None),
-             (4, "deepgemm", GluonConfig(64, 8, 128, 1, 2)), (32, "e8m0", GluonConfig(128, 32, 128, 3, 6))]
+             (4, "deepgemm", GluonConfig(64, 8, 128, 1, 2)), (32, "e8m0", GluonConfig(128, 32, 128, 3, 6)),
+             (16, "deepgemm", GluonConfig(64, 16, 128, 4, 4, False, True)),
+             (64, "e8m0", GluonConfig(128, 64, 128, 1, 3, False, True))]
     for m, layout, config in cases:
         a = MxTensor(*quantize_mxfp8_reference(torch.randn(m, 1056), scale_layout=layout), layout)
         launch_gluon_decode(GluonOperands(a, wq, wst, torch.empty(m, 200, dtype=torch.bfloat16)), config=config)
@@ -107,7 +109,7 @@ def compiled() -> list[dict]:
 
 
 def test_both_launches_compile_for_sm90a_to_cubin(compiled):
-    assert [k["name"] for k in compiled] == ["gluon_prep_kernel", "mxfp8_gluon_decode_kernel"] * 6
+    assert [k["name"] for k in compiled] == ["gluon_prep_kernel", "mxfp8_gluon_decode_kernel"] * 8
     assert all(k["target"] and k["cubin"] for k in compiled)
 
 
@@ -133,7 +135,7 @@ def test_no_float_atomics_only_the_integer_split_ticket(compiled):
 _PREP = """
 import sys, torch
 from mxfuse.formats import MxTensor
-from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_prep, padded_k
+from mxfuse.kernels.gemm.gluon_launch import GluonOperands, launch_gluon_prep, padded_k, prep_chunks
 from mxfuse.kernels.gemm.gluon_prep import gluon_prep_kernel
 cases = torch.load(sys.argv[1])
 results = {"interpreted": type(gluon_prep_kernel).__name__}
@@ -142,12 +144,17 @@ for key, (a_q, a_scale, layout, w_q, w_scale_t) in cases.items():
     out = torch.full((m, w_q.shape[0]), float("nan"), dtype=torch.bfloat16)
     a16 = torch.full((m, padded_k(k)), float("nan"), dtype=torch.bfloat16)
     skip = torch.full((m,), -1, dtype=torch.int32)
-    launch_gluon_prep(GluonOperands(MxTensor(a_q, a_scale, layout), w_q, w_scale_t, out), a16, skip)
-    results[key] = (a16, skip, out)
+    flags = torch.full((m, prep_chunks(k)), -1, dtype=torch.int32)
+    tickets = torch.zeros((m,), dtype=torch.int32)
+    ops = GluonOperands(MxTensor(a_q, a_scale, layout), w_q, w_scale_t, out)
+    launch_gluon_prep(ops, a16, skip, flags, tickets)
+    results[key] = (a16, skip, out, tickets)
 torch.save(results, sys.argv[2])
 """
 M, N, K = 6, 37, 384
 K_RAGGED = 352  # not a multiple of the kernel's 128-wide step: the activation row is padded with zeros
+K_CHUNKS = 2176  # 68 groups: three programs per row (1024 K each, the last one short)
+CASE_K = {False: K, True: K, "ragged": K_RAGGED, "chunks": K_CHUNKS}
 
 
 def _prep_operands(layout: str, *, extreme: bool, k: int = K):
@@ -162,16 +169,21 @@ def _prep_operands(layout: str, *, extreme: bool, k: int = K):
         sa[4, 5] = 0xFF  # NaN block: in the window's sense (it reaches its row through the GEMM)
         aq.view(torch.uint8)[5, 64:96] = 0
         sa[5, 2] = 0  # a zero block under byte 0 is exact
+    if k == K_CHUNKS:
+        # Rows flagged from their first and from their last program's chunk: the row's last program to
+        # arrive (whichever it is) must see both.
+        sa[2, 5] = 5
+        sa[4, 67] = 3
     return aq, sa, wq, sw
 
 
 def _prep_cases() -> dict:
     cases = {}
     for layout in ("e8m0", "deepgemm", "swizzled_128x4"):
-        for extreme in (False, True, "ragged"):
-            aq, sa, wq, sw = _prep_operands(
-                layout, extreme=extreme is True, k=K_RAGGED if extreme == "ragged" else K
-            )
+        for extreme in (False, True, "ragged", "chunks"):
+            if extreme == "chunks" and layout != "e8m0":
+                continue
+            aq, sa, wq, sw = _prep_operands(layout, extreme=extreme is True, k=CASE_K[extreme])
             cases[(layout, extreme)] = (
                 aq,
                 scale_to_layout(sa, scale_layout=layout),
@@ -187,15 +199,28 @@ def prepped(tmp_path_factory):
     return run_interpreted(tmp_path_factory, "gluon_prep_interpret", _PREP, _prep_cases)
 
 
-@pytest.mark.parametrize("layout", ["e8m0", "deepgemm", "swizzled_128x4"])
-@pytest.mark.parametrize("extreme", [False, True, "ragged"], ids=["window", "extreme", "ragged-k"])
+@pytest.mark.parametrize(
+    ("layout", "extreme"),
+    [
+        *(
+            (layout, extreme)
+            for layout in ("e8m0", "deepgemm", "swizzled_128x4")
+            for extreme in (False, True, "ragged")
+        ),
+        ("e8m0", "chunks"),
+    ],
+    ids=lambda v: {False: "window", True: "extreme", "ragged": "ragged-k", "chunks": "three-chunks"}.get(
+        v, v
+    ),
+)
 def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, layout, extreme):
     assert prepped["interpreted"] == "InterpretedFunction"
-    a16, skip, out = prepped[(layout, extreme)]
-    k = K_RAGGED if extreme == "ragged" else K
+    a16, skip, out, tickets = prepped[(layout, extreme)]
+    k = CASE_K[extreme]
     aq, sa, wq, sw = _prep_operands(layout, extreme=extreme is True, k=k)
-    flagged = [1, 3] if extreme is True else []
+    flagged = {True: [1, 3], "chunks": [2, 4]}.get(extreme, [])
     assert skip.tolist() == [int(i in flagged) for i in range(M)]
+    assert tickets.tolist() == [0] * M, "every row's last program resets its ticket"
     factors = torch.exp2(sa.to(torch.float64) - 127).repeat_interleave(32, dim=1)
     factors[sa.repeat_interleave(32, dim=1) == 255] = float("nan")
     dequantized = (aq.to(torch.float64) * factors).to(torch.bfloat16)
@@ -216,7 +241,7 @@ def test_prep_dequantizes_exactly_and_flags_rows_outside_the_window(prepped, lay
         assert_gemm_matches_float64(
             out[flagged], aq[flagged], sa[flagged], wq, sw, name="exact rows", rtol=RTOL_VS_BF16
         )  # the interpreter truncates to bf16: a whole step
-        assert torch.isfinite(out[3].float()).all()
+        assert torch.isfinite(out[flagged[1]].float()).all()
 
 
 def test_the_operand_order_is_a_permutation_within_each_step():
@@ -307,8 +332,17 @@ def _table(monkeypatch, entries: dict) -> None:
     monkeypatch.setattr(gluon_launch, "gluon_table", lambda: {"": entries})
 
 
-def test_the_checked_in_table_is_empty_so_auto_never_takes_gluon():
-    assert gluon_table() == {}
+def test_the_checked_in_table_holds_decode_buckets_measured_on_named_devices():
+    """What a sweep wrote: per device name, [N, K] keys with disjoint M buckets inside the decode regime
+    (M <= 64), each with a configuration the launcher accepts; a device the table does not name (this
+    CPU's, None) gets nothing from it, so ``auto`` passes over ``gluon`` there."""
+    table = gluon_table()
+    assert "" not in table and None not in table
+    for shapes in table.values():
+        for (n, k), buckets in shapes.items():
+            assert n > 0 and k > 0 and k % 128 == 0
+            assert all(1 <= lo <= hi <= 64 and isinstance(c, GluonConfig) for lo, hi, c in buckets)
+    assert gluon_launch.measured_gluon_win(None, 7168, 16384) is None
     assert AUTO_ORDER.index("gluon") < AUTO_ORDER.index("triton")
 
 

@@ -225,11 +225,17 @@ def test_consuming_backend_per_device(device, status, backend, fragments):
         assert fragment in consumer.reason
 
 
-@pytest.mark.parametrize("shape", [None, (1792, 5120)], ids=["no shape", "an unmeasured shape"])
-def test_a_layer_takes_gluon_only_where_auto_would(shape):
-    """Hopper with the Gluon kernel available: while its measured table does not name the weight's shape,
-    the layer's consumer is the Triton kernel, as ``select_backend`` picks (a layer never runs a kernel
-    by name that ``auto`` passes over)."""
+@pytest.mark.parametrize(
+    "shape", [None, (1792, 5120)], ids=["no shape", "a shape measured on another device"]
+)
+def test_a_layer_takes_gluon_only_where_auto_would(shape, monkeypatch):
+    """Hopper with the Gluon kernel available: while its measured table does not name the device and the
+    weight's shape (here a device without a name, as a CPU reports: the table's H200 entry for this shape
+    is not its), the layer's consumer is the Triton kernel, as ``select_backend`` picks (a layer never
+    runs a kernel by name that ``auto`` passes over)."""
+    from mxfuse.kernels.gemm import launch as gemm_launch
+
+    monkeypatch.setattr(gemm_launch, "device_facts", lambda device: (None, 132))
     status = {"gluon": Availability(True, "Gluon wgmma and TMA on sm_90"), "triton": OK, "torch": OK}
     n, k = shape if shape else (None, None)
     consumer = consuming_backend(torch.device("cuda", 0), status, n=n, k=k)
