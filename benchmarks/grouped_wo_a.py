@@ -2,7 +2,7 @@
 
     python -m benchmarks grouped_wo_a [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
                                       [--gs 2,8] [--sweep-ts 1,4,16,64,256,2048]
-                                      [--sweep-dots stream,dq16,fp8,fold]
+                                      [--sweep-dots stream,dq16,fp8,fold] [--kernels triton,gluon]
 
 For G in {2, 8} groups of r = 4096 -> R = 1024 (DeepSeek-V4.1-Flash wo_a under TP4 and DP4) and T tokens,
 in one run, after checking every variant's result first:
@@ -11,6 +11,10 @@ in one run, after checking every variant's result first:
   * kernel_bf16: the first launch of unfused alone;
   * einsum_bf16: ``torch.einsum('tgk,gdk->tgd')`` on bf16 activations and bf16 weights (the reference
     model's code); bmm_bf16: ``torch.bmm`` into a [G, T, R] buffer with no layout copies;
+  * gluon_fused, gluon_bf16 (``--kernels`` naming gluon, sm_90): the Gluon grouped kernel
+    (``grouped_wo_a(kernel="gluon")``) writing the pair, and bf16 z; checked first (its pair is
+    ``quantize_mxfp8`` of its own z, its z against the reference); one that raises or differs is recorded
+    in the row and not timed, the other variants still measured;
   * floor: the bytes the fused call must move (fp8 weight and scales, the activation pair, the output
     pair) at the device-to-device copy bandwidth measured in the same run.
 Each variant is one CUDA graph of many calls rotating through enough weight copies that every call reads
@@ -107,6 +111,12 @@ class Sets:
     def kernel_bf16(self, i: int):
         return grouped_wo_a(self.a[i], self.w[i], out=self.z[i])
 
+    def gluon_fused(self, i: int):
+        return grouped_wo_a(self.a[i], self.w[i], out_pair=self.pair[i], kernel="gluon")
+
+    def gluon_bf16(self, i: int):
+        return grouped_wo_a(self.a[i], self.w[i], out=self.z[i], kernel="gluon")
+
     def einsum_bf16(self, i: int):
         return torch.einsum("tgk,gdk->tgd", self.x[i].view(self.t, self.groups, K), self.w_bf16[i])
 
@@ -146,10 +156,38 @@ def check(sets: Sets) -> dict[str, object]:
 
 
 STEP_VARIANTS = ("from_bf16_pair", "from_bf16_z", "e8m0_in_pair", "deepgemm_quantize_pair")
+KERNELS = ("triton", "gluon")
+
+
+def check_gluon(sets: Sets) -> dict[str, object]:
+    """The Gluon kernel before timing: its pair is quantize_mxfp8 of its own z, bit for bit, and its z
+    is the reference's (calc_diff); an exception is recorded as the check's result."""
+    try:
+        z = grouped_wo_a(sets.a[0], sets.w[0], kernel="gluon")
+        pair = grouped_wo_a(sets.a[0], sets.w[0], out_scale_layout="deepgemm", kernel="gluon")
+        torch.cuda.synchronize()
+    except Exception as error:  # recorded in the row: the other variants are still measured
+        return {"gluon_error": f"{type(error).__name__}: {error}", "gluon_ok": False}
+    want = quantize_mxfp8(z.view(sets.t, -1), scale_layout="deepgemm")
+    pair_equal = torch.equal(pair.data.view(torch.uint8), want.data.view(torch.uint8)) and torch.equal(
+        pair.scale, want.scale
+    )
+    diff = calc_diff(z, grouped_wo_a_reference(sets.a[0], sets.w[0]))
+    return {
+        "gluon_pair_equals_quantized_z": bool(pair_equal),
+        "gluon_z_calc_diff_vs_reference": diff,
+        "gluon_ok": bool(pair_equal) and diff <= 1e-6,
+    }
 
 
 def measure(
-    t: int, groups: int, *, bandwidth: float, rounds: int = 3, step_inputs: bool = False
+    t: int,
+    groups: int,
+    *,
+    bandwidth: float,
+    rounds: int = 3,
+    step_inputs: bool = False,
+    kernels: tuple[str, ...] = ("triton",),
 ) -> dict[str, object]:
     sets = Sets(t, groups)
     row: dict[str, object] = {"T": t, "G": groups, "sets": sets.count, "bytes": fused_bytes(t, groups)}
@@ -157,9 +195,14 @@ def measure(
     row.update(check(sets))
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     row["config"] = _kernel.default_config(t, groups, N, K, sm_count=sm_count).__dict__
+    gluon: tuple[str, ...] = ()
+    if "gluon" in kernels:
+        row.update(check_gluon(sets))
+        gluon = ("gluon_fused", "gluon_bf16") if row["gluon_ok"] else ()
     variants = {
         name: sets.calls(name)
         for name in ("fused", "unfused", "kernel_bf16", "einsum_bf16", "bmm_bf16")
+        + gluon
         + (STEP_VARIANTS if step_inputs else ())
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -330,7 +373,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the decode step's calls: bf16 o in (pair or z out), and an E8M0-scaled pair in",
     )
+    parser.add_argument(
+        "--kernels",
+        default="triton",
+        help="grouped kernels timed in the same run (triton, gluon: the Gluon kernel, sm_90, by name)",
+    )
     args = parser.parse_args(argv)
+    kernels = tuple(args.kernels.split(","))
+    if not kernels or set(kernels) - set(KERNELS) or "triton" not in kernels:
+        parser.error(
+            f"--kernels: a comma-separated subset of {KERNELS} including triton; got {args.kernels!r}"
+        )
     ts = [int(v) for v in args.ts.split(",")]
     gs = [int(v) for v in args.gs.split(",")]
     env = {
@@ -348,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for groups in gs:
         for t in [] if args.sweep_only else ts:
-            rows.append(measure(t, groups, bandwidth=bandwidth, step_inputs=args.step_inputs))
+            rows.append(
+                measure(t, groups, bandwidth=bandwidth, step_inputs=args.step_inputs, kernels=kernels)
+            )
             r = rows[-1]
             print(
                 f"G={groups} T={t}: fused {r['fused_us']:.2f} us, unfused {r['unfused_us']:.2f} us",
@@ -385,6 +440,18 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['unfused_us'] / fused:.2f}x | {bf16 / fused:.2f}x | {100 * r['floor_us'] / fused:.0f}% "
             f"| {'ok' if ok else 'WRONG'} (calc_diff {r['z_calc_diff_vs_reference']:.1e}) |"
         )
+    if "gluon" in kernels:
+        print("\nthe Gluon grouped kernel (us; x = Triton fused / Gluon fused, bf16 best / Gluon fused):")
+        for r in rows:
+            if not r.get("gluon_ok"):
+                print(f"  G={r['G']} T={r['T']}: not timed: {r.get('gluon_error') or 'WRONG'} "
+                      f"(pair == quantize(z): {r.get('gluon_pair_equals_quantized_z')}, "
+                      f"calc_diff {r.get('gluon_z_calc_diff_vs_reference')})")  # fmt: skip
+                continue
+            bf16 = min(r["einsum_bf16_us"], r["bmm_bf16_us"])
+            print(f"  G={r['G']} T={r['T']}: gluon fused {r['gluon_fused_us']:.2f}, gluon bf16 z "
+                  f"{r['gluon_bf16_us']:.2f}; {r['fused_us'] / r['gluon_fused_us']:.2f}x Triton fused, "
+                  f"{bf16 / r['gluon_fused_us']:.2f}x bf16")  # fmt: skip
     if args.step_inputs:
         print("\nthe decode step's calls (us): G | T | deepgemm pair in, pair out | bf16 in, pair out | bf16 in, z out"
               " | E8M0 pair in, pair out | bf16 quantized to deepgemm, pair out")  # fmt: skip

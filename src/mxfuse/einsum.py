@@ -10,13 +10,20 @@ its epilogue, the MXFP8 pair of ``z`` that wo_b's GEMM reads, quantized from the
 ``mxfuse.formats`` rules: bit for bit ``quantize_mxfp8(z.view(T, G*R))``. R must be a multiple of 128
 so that no packed scale word straddles two groups.
 
-CUDA tensors run the Triton kernel (``mxfuse.kernels.grouped_wo_a``, sm_89+); CPU tensors run
-``grouped_wo_a_reference`` and quantize its ``z`` with ``quantize_mxfp8``, so both honour one contract.
-Each call emits a witness record: ``einsum.wo_a.kernel.pair``, ``einsum.wo_a.kernel.bf16`` or
+CUDA tensors run a kernel (``kernel=``): ``"triton"``, the Triton kernel (``mxfuse.kernels.grouped_wo_a``,
+sm_89+), or ``"gluon"``, the Gluon kernel on the Gluon decode GEMM's mainloop
+(``mxfuse.kernels.grouped_wo_a.gluon_device``, sm_90 only, weights whose blocks convert to bf16 exactly);
+``"auto"`` (the default) takes Gluon only where its measured table (``grouped_wo_a/gluon_configs.json``,
+empty until a GPU run fills it) names the device, ``[G*R, r]`` and T, else Triton (``choose_wo_a_kernel``).
+Both write the same outputs under the same contract. CPU tensors run ``grouped_wo_a_reference`` and
+quantize its ``z`` with ``quantize_mxfp8``. Each call emits a witness record: ``einsum.wo_a.kernel.pair``
+or ``einsum.wo_a.kernel.bf16`` (its ``backend`` names the kernel, ``reason`` why), or
 ``einsum.wo_a.reference``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -33,8 +40,11 @@ from mxfuse.formats import (
     parse_scale_layout,
     parse_scale_rounding,
 )
+from mxfuse.gemm.backend import import_optional
 from mxfuse.gemm.weights import quantize_weight
 from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig, fold_nan_codes, weight_in_window
+from mxfuse.kernels.gemm.launch import device_facts
 from mxfuse.kernels.grouped_wo_a import (
     TICKETS,
     WORD_COLUMNS,
@@ -43,11 +53,93 @@ from mxfuse.kernels.grouped_wo_a import (
     default_config,
     launch_grouped_wo_a,
 )
+from mxfuse.kernels.grouped_wo_a.gluon_launch import (
+    WO_A_GLUON_TABLE_FILE,
+    default_wo_a_gluon_config,
+    launch_grouped_wo_a_gluon,
+    measured_wo_a_gluon_win,
+)
 from mxfuse.witness import emit
 
-__all__ = ["WoAWeight", "grouped_wo_a", "grouped_wo_a_reference", "prepare_wo_a_weight"]
+__all__ = [
+    "WO_A_KERNELS",
+    "WoAKernelChoice",
+    "WoAWeight",
+    "choose_wo_a_kernel",
+    "grouped_wo_a",
+    "grouped_wo_a_reference",
+    "prepare_wo_a_weight",
+]
 
 _MIN_CAPABILITY = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32 in the epilogue
+_GLUON_CAPABILITY = (9, 0)  # wgmma and TMA as Gluon's Hopper module emits them (sm_90a)
+_GLUON_INSTALL = "it ships in triton >= 3.6 (triton.experimental.gluon)"
+WO_A_KERNELS = ("auto", "triton", "gluon")
+
+
+@dataclass(frozen=True)
+class WoAKernelChoice:
+    """Which kernel a CUDA call runs (``"triton"`` or ``"gluon"``), why, and the Gluon configuration the
+    measured table gave (None: the Triton kernel, or Gluon by name without a table entry)."""
+
+    kernel: str
+    reason: str
+    gluon_config: GluonConfig | None = None
+
+
+def choose_wo_a_kernel(
+    requested: str,
+    *,
+    capability: tuple[int, int],
+    gluon_import: tuple[bool, str],
+    device_name: str | None,
+    t: int,
+    w: WoAWeight,
+) -> WoAKernelChoice:
+    """The kernel for a CUDA call: ``requested`` (``WO_A_KERNELS``) against the device's compute
+    ``capability``, whether Gluon's Hopper module imports (``(ok, why not)``), the device's name (for the
+    measured table), ``t`` tokens and the weight. Pure: no device is touched.
+
+    ``"triton"`` is Triton. ``"gluon"`` is Gluon, or raises: ``MxfuseUnavailableError`` where it cannot
+    run (not sm_90, no Gluon), ValueError for a weight it cannot take (naming ``w`` and why). ``"auto"``
+    is Gluon only where it can run, takes the weight and the table measured it faster at this T; else
+    Triton, saying why Gluon was passed over.
+    """
+    if requested not in WO_A_KERNELS:
+        raise ValueError(f"kernel must be one of {WO_A_KERNELS}; got {requested!r}")
+    if requested == "triton":
+        return WoAKernelChoice("triton", "named: kernel='triton'")
+    cannot = None
+    if capability != _GLUON_CAPABILITY:
+        cannot = (
+            f"the Gluon kernel uses sm_90a's wgmma and TMA; this device is sm_{capability[0]}{capability[1]}"
+        )
+    elif not gluon_import[0]:
+        cannot = gluon_import[1]
+    unfit = None
+    if not w.in_window:
+        unfit = f"w (its scale bytes) cannot be used by the Gluon kernel: {w.window_reason}"
+    elif w.k % 64:
+        unfit = f"w: the Gluon kernel needs r (columns per group) a multiple of 64; got r = {w.k}"
+    if requested == "gluon":
+        if cannot:
+            raise MxfuseUnavailableError(f"kernel 'gluon' cannot run here: {cannot}")
+        if unfit:
+            raise ValueError(unfit)
+        config = measured_wo_a_gluon_win(device_name, w.groups, w.n, w.k, t)
+        return WoAKernelChoice("gluon", "named: kernel='gluon'", config)
+    if cannot or unfit:
+        return WoAKernelChoice("triton", f"auto: Gluon passed over: {cannot or unfit}")
+    config = measured_wo_a_gluon_win(device_name, w.groups, w.n, w.k, t)
+    if config is None:
+        return WoAKernelChoice(
+            "triton",
+            f"auto: {WO_A_GLUON_TABLE_FILE} has no measured Gluon win for G*R x r = {w.groups * w.n} x {w.k} "
+            f"at T = {t} on {device_name} (name kernel='gluon' to use it)",
+        )
+    return WoAKernelChoice(
+        "gluon", f"auto: {WO_A_GLUON_TABLE_FILE} measured Gluon faster on {device_name}", config
+    )
 
 
 def prepare_wo_a_weight(
@@ -94,9 +186,12 @@ def prepare_wo_a_weight(
         # Blocks of 32 rows never straddle groups (R % 128 == 0), so group-major flattening keeps them.
         flat_scale = scale.reshape(g * scale.shape[1], scale.shape[2])
     q, s = quantize_weight(weight.reshape(g * n, k), flat_scale, rounding=rounding)
-    storage = s.view(g, n, k // BLOCK_SIZE).transpose(1, 2).contiguous()
+    # Blocks holding an E4M3 NaN code carry byte 0xFF (the same outputs: NaN in that row's z for every
+    # token): the Gluon kernel's conversion relies on it (gemm.gluon_launch.fold_nan_codes).
+    storage = fold_nan_codes(q, s).view(g, n, k // BLOCK_SIZE).transpose(1, 2).contiguous()
     tickets = torch.zeros(TICKETS, dtype=torch.int32, device=q.device)
-    return WoAWeight(q.view(g, n, k), storage, tickets)
+    in_window, why = weight_in_window(q, s)  # read once, here: the Gluon kernel needs exact bf16 weights
+    return WoAWeight(q.view(g, n, k), storage, tickets, in_window, why)
 
 
 def _check_a(a: object, w: WoAWeight, scale_layout: ScaleLayout | str | None) -> MxTensor:
@@ -158,6 +253,7 @@ def grouped_wo_a(
     scale_layout: ScaleLayout | str | None = None,
     out_scale_layout: ScaleLayout | str | None = None,
     rounding: ScaleRounding | str | None = None,
+    kernel: str = "auto",
 ) -> torch.Tensor | MxTensor:
     """The grouped wo_a projection of ``a`` by ``w``: bf16 ``z`` ``[T, G, R]`` or wo_b's input, an MxTensor.
 
@@ -174,6 +270,10 @@ def grouped_wo_a(
       an MxTensor. Bit for bit ``quantize_mxfp8(z.view(T, G*R), rounding=rounding)`` of the bf16 ``z``
       ``out`` gets; ``rounding`` None takes ``out_pair``'s own, else RCEIL.
     * neither: a new MxTensor in ``out_scale_layout`` when it is given, else a new bf16 ``z``.
+
+    ``kernel``: ``"auto"``, ``"triton"`` or ``"gluon"`` on CUDA tensors (module docstring,
+    ``choose_wo_a_kernel``); CPU tensors run the reference whatever is asked, except ``"gluon"``, which
+    raises ``MxfuseUnavailableError`` there as anywhere it cannot run.
 
     Bad arguments raise ValueError or TypeError naming the argument, before anything is written.
     CUDA tensors need sm_89+ (else ``MxfuseUnavailableError``); CPU tensors run the reference.
@@ -229,13 +329,14 @@ def grouped_wo_a(
     else:
         out = torch.empty((t, w.groups, w.n), dtype=torch.bfloat16, device=device)
     rounding = rounding or ScaleRounding.RCEIL
-    config = _kernel_config(device, t, w)
+    choice, config = _kernel_config(device, t, w, kernel)
     _emit(
         device,
         t,
         w,
         None if pair is None else pair.scale_layout,
         a_layout,
+        choice,
         config,
         given_pair=a_mx is not None,
     )
@@ -250,7 +351,10 @@ def grouped_wo_a(
         out.copy_(z)
         return out
     with torch.cuda.device(device):
-        launch_grouped_wo_a(a_mx, w, z=out, pair=pair, config=config)
+        if isinstance(config, GluonConfig):
+            launch_grouped_wo_a_gluon(a_mx, w, z=out, pair=pair, config=config)
+        else:
+            launch_grouped_wo_a(a_mx, w, z=out, pair=pair, config=config)
     return pair if pair is not None else out
 
 
@@ -268,18 +372,40 @@ def _check_out(out: object, *, t: int, w: WoAWeight) -> None:
         raise ValueError(f"out must be contiguous; got strides {tuple(out.stride())}")
 
 
-def _kernel_config(device: torch.device, t: int, w: WoAWeight) -> WoAConfig | None:
-    """The kernel's configuration on a CUDA device (sm_89+), None on the CPU (the reference runs)."""
+def _kernel_config(
+    device: torch.device, t: int, w: WoAWeight, kernel: str
+) -> tuple[WoAKernelChoice | None, WoAConfig | GluonConfig | None]:
+    """The kernel and its configuration on a CUDA device (``choose_wo_a_kernel``); (None, None) on the
+    CPU (the reference runs), where naming ``"gluon"`` raises."""
+    if kernel not in WO_A_KERNELS:
+        raise ValueError(f"kernel must be one of {WO_A_KERNELS}; got {kernel!r}")
     if device.type == "cpu":
-        return None
+        if kernel == "gluon":
+            raise MxfuseUnavailableError(
+                "kernel 'gluon' cannot run here: the Gluon grouped wo_a runs on CUDA sm_90 devices; this is cpu"
+            )
+        return None, None
     capability = torch.cuda.get_device_capability(device)
     if capability < _MIN_CAPABILITY:
         sm = f"sm_{capability[0]}{capability[1]}"
         raise MxfuseUnavailableError(
             f"grouped_wo_a needs FP8 conversion (cvt.e4m3x2, sm_89+) on CUDA; {device} is {sm}"
         )
-    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    return default_config(t, w.groups, w.n, w.k, sm_count=sm_count)
+    device_name, sm_count = device_facts(device)
+    gluon_import: tuple[bool, str] = (True, "")
+    if capability == _GLUON_CAPABILITY:  # imported only where it could run
+        module, why = import_optional(
+            "triton.experimental.gluon.language.nvidia.hopper", "warpgroup_mma", install=_GLUON_INSTALL
+        )
+        gluon_import = (module is not None, why)
+    choice = choose_wo_a_kernel(
+        kernel, capability=capability, gluon_import=gluon_import, device_name=device_name, t=t, w=w
+    )
+    if choice.kernel == "gluon":
+        return choice, choice.gluon_config or default_wo_a_gluon_config(
+            t, w.groups, w.n, w.k, num_sms=sm_count
+        )
+    return choice, default_config(t, w.groups, w.n, w.k, sm_count=sm_count)
 
 
 def _emit(
@@ -288,7 +414,8 @@ def _emit(
     w: WoAWeight,
     out_layout: ScaleLayout | None,
     a_layout: ScaleLayout,
-    config: WoAConfig | None,
+    choice: WoAKernelChoice | None,
+    config: WoAConfig | GluonConfig | None,
     *,
     given_pair: bool,
 ) -> None:
@@ -301,7 +428,7 @@ def _emit(
         "scale_layout": a_layout.value,
         "out_scale_layout": None if out_layout is None else out_layout.value,
     }
-    if config is None:
+    if choice is None or config is None:
         what = "and quantize_mxfp8 the pair" if out_layout is not None else "bf16 z"
         emit(
             "einsum.wo_a.reference",
@@ -310,21 +437,26 @@ def _emit(
             **fields,
         )
         return
-    config_fields = {"split": config.split, "block": (config.block_m, config.block_n, config.block_k)}
+    if isinstance(config, GluonConfig):
+        name = "Gluon"
+        config_fields = {"split": config.split_k, "block": (config.block_t, config.block_n, config.block_k)}
+    else:
+        name = "Triton"
+        config_fields = {"split": config.split, "block": (config.block_m, config.block_n, config.block_k)}
+    config_fields["kernel_reason"] = choice.reason
     if out_layout is not None:
         emit(
             "einsum.wo_a.kernel.pair",
-            f"CUDA tensors on {device}: the Triton grouped kernel's epilogue wrote the "
-            f"{out_layout.value} pair",
-            backend="triton",
+            f"CUDA tensors on {device}: the {name} grouped kernel's epilogue wrote the {out_layout.value} pair",
+            backend=choice.kernel,
             **fields,
             **config_fields,
         )
     else:
         emit(
             "einsum.wo_a.kernel.bf16",
-            f"CUDA tensors on {device}: the Triton grouped kernel wrote bf16 z",
-            backend="triton",
+            f"CUDA tensors on {device}: the {name} grouped kernel wrote bf16 z",
+            backend=choice.kernel,
             **fields,
             **config_fields,
         )

@@ -17,6 +17,9 @@ layouts), the row's last program to arrive finishing the row:
   only runs for extreme scale bytes (below 10 or above 246), which real activations do not have. The
   Gluon kernel does not store rows with ``skip[t] != 0``, so the two launches never write one element
   twice, in any order.
+
+``exact_product_row`` and ``dequantize_row_bf16`` are public: the Gluon grouped wo_a's first launch
+(``mxfuse.kernels.grouped_wo_a.gluon_prep``) runs them per token and group.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import triton.language as tl
 
 from mxfuse.kernels.gemm.decode import act_scale_offsets, pow2_product
 
-__all__ = ["W_HI", "W_LO", "gluon_prep_kernel"]
+__all__ = ["W_HI", "W_LO", "dequantize_row_bf16", "exact_product_row", "gluon_prep_kernel", "operand_column"]
 
 # The scale bytes whose E4M3 blocks convert to bf16 exactly (module docstring).
 W_LO = 10
@@ -48,17 +51,22 @@ def _in_window(s, codes_nonzero):
 
 
 @triton.jit
-def _exact_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, n_groups, rows4, n_k4,
-               A_LAYOUT: tl.constexpr, BLOCK_FN: tl.constexpr):  # fmt: skip
-    """out[t, :] computed exactly (module docstring), BLOCK_FN weight rows at a time."""
+def exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, g_first, row_groups, rows4, n_k4,
+                      A_LAYOUT: tl.constexpr, BLOCK_FN: tl.constexpr):  # fmt: skip
+    """``out_row[n] = bf16(sum_k a[t, k] * w[n, k])`` for one token and a weight ``[N, K]`` (E4M3, scale
+    bytes K-group-major ``ws_ptr[(k // 32) * N + n]``), exactly (module docstring), BLOCK_FN weight rows
+    at a time. ``a_row`` points at the token's K = 0, which is its scale group ``g_first`` of
+    ``row_groups`` (the whole row's, for the layout's offsets): a slice of a wider row, as the grouped
+    wo_a reads one group's."""
     j = tl.arange(0, 32)
     for n0 in range(0, N, BLOCK_FN):
         cols = n0 + tl.arange(0, BLOCK_FN)
         col_ok = cols < N
         acc = tl.zeros([BLOCK_FN, 1], tl.float32)
-        for g in range(0, n_groups):
+        for g in range(0, K // 32):
             a = tl.load(a_row + g * 32 + j).to(tl.float32)
-            sa = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT)).to(tl.int32)
+            offs = act_scale_offsets(t, g_first + g, row_groups, rows4, n_k4, A_LAYOUT)
+            sa = tl.load(as_ptr + offs).to(tl.int32)
             w = tl.load(w_ptr + cols[:, None].to(tl.int64) * K + g * 32 + j[None, :], mask=col_ok[:, None],
                         other=0.0).to(tl.float32)  # fmt: skip
             sw = tl.load(ws_ptr + g * N + cols, mask=col_ok, other=127).to(tl.int32)  # < N * K / 32
@@ -66,6 +74,33 @@ def _exact_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, n_groups, rows4, 
             f1, f2 = pow2_product(sw, tl.zeros([1], tl.int32) + sa)
             acc += (part[:, None] * f1) * f2
         tl.store(out_row + cols[:, None], acc.to(tl.bfloat16), mask=col_ok[:, None])
+
+
+@triton.jit
+def dequantize_row_bf16(a_row, as_ptr, a16_row, t, n_groups, padded_groups, rows4, n_k4, A_LAYOUT: tl.constexpr,
+                        BLOCK_G: tl.constexpr):  # fmt: skip
+    """Token ``t``'s E4M3 row of ``n_groups`` scale groups written to ``a16_row`` as bf16 (exact inside
+    the window, NaN for 0xFF), each 128 columns in the Gluon mainloop's operand order
+    (``operand_column``), zeros from ``n_groups`` to ``padded_groups``; returns 1 when a block with
+    nonzero codes has its byte outside the window (the token must then be computed by
+    ``exact_product_row``), else 0."""
+    gi = tl.arange(0, BLOCK_G)
+    j = tl.arange(0, 32)
+    bad = tl.zeros([BLOCK_G], tl.int32)
+    for g0 in range(0, padded_groups, BLOCK_G):
+        g = g0 + gi
+        g_ok = g < n_groups
+        s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
+        s = s.to(tl.int32)
+        offs = g[:, None] * 32 + j[None, :]
+        codes = tl.load(a_row + offs, mask=g_ok[:, None], other=0.0)
+        nonzero = tl.max((codes.to(tl.uint8, bitcast=True) & 0x7F).to(tl.int32), axis=1)
+        bad = tl.maximum(bad, tl.where(_in_window(s, nonzero), 0, 1))
+        bits = tl.where(s == 255, 0x7FC00000, s << 23)
+        factor = bits.to(tl.float32, bitcast=True)
+        value = codes.to(tl.float32) * factor[:, None]
+        tl.store(a16_row + operand_column(offs), value.to(tl.bfloat16), mask=(g < padded_groups)[:, None])
+    return tl.max(bad, axis=0)
 
 
 @triton.jit(do_not_specialize=["M", "rows4", "n_k4"])
@@ -120,5 +155,5 @@ def gluon_prep_kernel(
         flagged = tl.max(flags, axis=0)
         tl.store(skip_ptr + t, flagged)
         if flagged != 0:
-            _exact_row(a_row, as_ptr, w_ptr, ws_ptr, out_ptr + t.to(tl.int64) * N, t, N, K, n_groups, rows4,
-                       n_k4, A_LAYOUT, BLOCK_FN)  # fmt: skip
+            exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_ptr + t.to(tl.int64) * N, t, N, K, 0, n_groups,
+                              rows4, n_k4, A_LAYOUT, BLOCK_FN)  # fmt: skip

@@ -27,11 +27,18 @@ class WoAWeight:
     ``tickets``: int32 ``[TICKETS]``, zero between calls: the split-K arrival counters the kernel takes
     and resets, so calls that share one weight must be ordered on one stream. The tensors are plain
     storage: reloading copies into them in place, and CUDA graphs captured against them see the values.
+
+    ``in_window``: every 32-block with nonzero codes has its scale byte in ``[W_LO, W_HI]`` or 0xFF, so
+    that its bf16 conversion is exact: what the Gluon kernel (``gluon_device``) needs of a weight.
+    ``window_reason`` says why or why not. ``prepare_wo_a_weight`` reads the weight once to set both; a
+    reload in place must keep that true (or prepare the weight again).
     """
 
     qweight: torch.Tensor
     scale: torch.Tensor
     tickets: torch.Tensor
+    in_window: bool = False
+    window_reason: str = "not checked (prepare_wo_a_weight checks it)"
 
     def __post_init__(self) -> None:
         q, s, t = self.qweight, self.scale, self.tickets
@@ -61,6 +68,10 @@ class WoAWeight:
         if t.dtype != torch.int32 or t.dim() != 1 or t.numel() < TICKETS:
             raise ValueError(
                 f"tickets must be an int32 tensor of {TICKETS} zeros; got {t.dtype} {tuple(t.shape)}"
+            )
+        if not isinstance(self.in_window, bool) or not isinstance(self.window_reason, str):
+            raise TypeError(
+                f"in_window must be a bool and window_reason a str; got {self.in_window!r}, {self.window_reason!r}"
             )
         if s.device != q.device or t.device != q.device:
             raise ValueError(

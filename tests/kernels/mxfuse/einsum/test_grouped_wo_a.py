@@ -12,6 +12,10 @@ a third of the activation codes subnormal), bit for bit. The pair is compared bi
 for bit, over the whole storage including padding, with ``quantize_mxfp8_reference`` of the bf16 z the
 same kernel wrote with the epilogue off. Every output buffer is poisoned first, so an unwritten byte
 fails.
+
+On sm_90 the same contract is checked on the Gluon kernel (``kernel="gluon"``): z against the reference,
+its pair bit for bit ``quantize_mxfp8`` of its own z in every layout, NaN confined to its (token, group),
+bitwise reruns and duplicated rows, exact sums bit for bit; elsewhere those tests skip, naming the GPU.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
 from mxfuse import MxfuseUnavailableError, witness
 from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
 from mxfuse.formats import MxTensor, as_mxtensor, quantize_mxfp8_reference
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig
 
 register(
     on=("h100", "b200", "gb300", "5090"),
     gpus=1,
-    est_time={"h100": 184, "b200": 150, "gb300": 150, "5090": 150},
+    est_time={"h100": 360, "b200": 150, "gb300": 150, "5090": 150},
 )
 
 _kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
@@ -384,3 +389,119 @@ def test_refusals_write_nothing(monkeypatch):
         grouped_wo_a(a, w, out_pair=pair)
     for buffer in _stored(pair, "deepgemm"):
         assert_same_bits(buffer, torch.full_like(buffer, 0xA5), name="out_pair untouched")
+
+
+# --- the Gluon kernel (sm_90 only; named: auto does not take it until its table is measured) ------------
+
+GLUON_CONFIGS = [
+    None,  # default_wo_a_gluon_config
+    GluonConfig(128, 16, 128, 1, 3),
+    GluonConfig(64, 8, 128, 3, 2),
+    GluonConfig(64, 64, 128, 4, 6),
+]
+
+
+def _require_gluon() -> None:
+    capability = torch.cuda.get_device_capability()
+    if capability != (9, 0):
+        pytest.skip(
+            f"the Gluon grouped wo_a runs on sm_90 only; this GPU is sm_{capability[0]}{capability[1]}"
+        )
+
+
+@pytest.mark.parametrize("out_layout", LAYOUTS)
+@pytest.mark.parametrize(("t", "groups"), [(1, 8), (5, 2), (16, 8), (64, 8), (129, 2)])
+def test_gluon_matches_reference_and_its_pair_is_quantized_z(t, groups, out_layout):
+    _require_gluon()
+    w = _weight(groups)
+    a = _pair(t, groups, seed=t)
+    z = _poisoned_z(t, groups)
+    pair = _poisoned_pair(t, groups * N, out_layout)
+    with witness.capture() as records:
+        assert grouped_wo_a(a, w, out=z, kernel="gluon") is z
+        assert grouped_wo_a(a, w, out_pair=pair, kernel="gluon") is pair
+    torch.cuda.synchronize()
+    assert [r["path"] for r in records] == ["einsum.wo_a.kernel.bf16", "einsum.wo_a.kernel.pair"]
+    assert {r["backend"] for r in records} == {"gluon"}
+    _assert_z_close(z, grouped_wo_a_reference(a, w))
+    _assert_pair_is_quantized_z(pair, z, out_layout)
+
+
+@pytest.mark.parametrize("config", GLUON_CONFIGS, ids=lambda c: "default" if c is None else repr(c))
+@pytest.mark.parametrize("t", [3, 40])
+def test_gluon_configurations_write_z_and_pair_at_once(t, config):
+    """z and the pair from one launch, at tiles of 64 and 128 rows, one to four splits, with and without
+    the overlapped conversion; the floor rounding in the pair."""
+    _require_gluon()
+    from mxfuse.kernels.grouped_wo_a.gluon_launch import launch_grouped_wo_a_gluon
+
+    groups = 2
+    w = _weight(groups)
+    a = _pair(t, groups, "e8m0", seed=37)
+    z = _poisoned_z(t, groups)
+    pair = _poisoned_pair(t, groups * N, "swizzled_128x4", rounding="floor")
+    launch_grouped_wo_a_gluon(a, w, z=z, pair=pair, config=config)
+    torch.cuda.synchronize()
+    _assert_z_close(z, grouped_wo_a_reference(a, w))
+    _assert_pair_is_quantized_z(pair, z, "swizzled_128x4", "floor")
+
+
+def test_gluon_nan_block_reaches_only_its_token_and_group():
+    _require_gluon()
+    t, groups = 64, 8
+    w = _weight(groups)
+    x = _bf16_input(t, groups, seed=7)
+    clean_z = grouped_wo_a(quantize_mxfp8_reference(x), w, kernel="gluon")
+    x[5, 3 * K + 100] = float("nan")  # token 5, group 3: one NaN block of the activation
+    a = quantize_mxfp8_reference(x)
+    z = grouped_wo_a(a, w, kernel="gluon")
+    pair = grouped_wo_a(a, w, out_pair=_poisoned_pair(t, groups * N, "e8m0"), kernel="gluon")
+    nan = torch.zeros(t, groups, N, dtype=torch.bool, device="cuda")
+    nan[5, 3] = True
+    assert_same_bits(z.isnan(), nan, name="NaN positions in z")
+    assert_same_bits(z[~nan], clean_z[~nan], name="untouched z")
+    _assert_pair_is_quantized_z(pair, z, "e8m0")
+
+
+@pytest.mark.parametrize(("t", "groups"), [(1, 2), (16, 8), (129, 2)])
+def test_gluon_reruns_are_bitwise_identical_and_duplicated_rows_equal_row_zero(t, groups):
+    """Split-K sums in split order whoever arrives last; a row's result does not depend on its tile."""
+    _require_gluon()
+    w = _weight(groups)
+    x = _bf16_input(t, groups, seed=13)
+    dups = [r for r in (7, 8, 63, 64, 128) if r < t]
+    x[dups] = x[0].clone()
+    a = quantize_mxfp8_reference(x)
+    first_z = grouped_wo_a(a, w, kernel="gluon")
+    first = _stored(grouped_wo_a(a, w, out_scale_layout="deepgemm", kernel="gluon"), "deepgemm")
+    for _ in range(19):
+        assert_same_bits(grouped_wo_a(a, w, kernel="gluon"), first_z, name="z rerun")
+        again = _stored(grouped_wo_a(a, w, out_scale_layout="deepgemm", kernel="gluon"), "deepgemm")
+        assert_same_bits(again[0], first[0], name="q rerun")
+        assert_same_bits(again[1], first[1], name="scale rerun")
+    for row in dups:
+        assert_same_bits(first_z[row], first_z[0], name=f"row {row}")
+
+
+def test_gluon_exact_sums_with_subnormal_codes_bit_for_bit():
+    """r = 128: every fp32 partial sum is exact, so z is float64 rounded once, whatever the order."""
+    _require_gluon()
+    t, groups, k, n = 16, 8, 128, N
+    case = exact_case(t, groups, k, n, seed=t, subnormals=True)
+    w = prepare_wo_a_weight(case.weight.qweight.cuda(), case.weight.scale_e8m0.cuda())
+    a = case.pair("deepgemm", device="cuda")
+    want = to_bf16_bits(numpy_wo_a(case)).cuda()
+    z = grouped_wo_a(a, w, out=_poisoned_z(t, groups), kernel="gluon")
+    pair = grouped_wo_a(a, w, out_pair=_poisoned_pair(t, groups * n, "deepgemm"), kernel="gluon")
+    torch.cuda.synchronize()
+    assert_same_bits(z, want, name="z")
+    _assert_pair_is_quantized_z(pair, want, "deepgemm")
+
+
+def test_auto_keeps_triton_until_the_gluon_table_is_measured():
+    t, groups = 16, 8
+    with witness.capture() as records:
+        grouped_wo_a(_pair(t, groups), _weight(groups))
+    assert records[-1]["backend"] == "triton"
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert "no measured Gluon win" in records[-1]["kernel_reason"]
