@@ -25,11 +25,13 @@ from dsv41_cases import (
     oracle_step,
     paths,
 )
+from gemm_routing import expected_call_backend
 from safetensors.torch import load_file
 
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
 from mxfuse import witness
+from mxfuse.gemm import select_backend
 from mxfuse.kernels.pdl import programmatic_launch
 from mxfuse.models.dsv41 import CONFIGS, AttentionSublayer, StepOutputs, load_sublayer, make_checkpoint
 
@@ -78,9 +80,19 @@ def _step(model: AttentionSublayer, state, cache, *, context: str = "decode"):
 
 
 def _assert_fused_records(records: list[dict], model: AttentionSublayer) -> None:
-    backend = model.wqkv_a.processed.backend
-    linear = [(r["path"], r["site"], r["backend"]) for r in records if r["path"].startswith("linear.")]
-    assert linear == [("linear.pair_consumed", site, backend) for site in SITES]
+    # Each linear on the backend the checked-in Gluon table routes its shape and rows to (else the
+    # device's shape-free choice): tests/support/gemm_routing.py.
+    default, _ = select_backend("cuda")
+    linear = [r for r in records if r["path"].startswith("linear.")]
+    (rows,) = {r["rows"] for r in linear}  # every linear of the step sees the step's T rows
+    expected = []
+    for site in SITES:
+        n, k = getattr(model, site.rsplit(".", 1)[1]).weight.shape
+        expected.append(
+            ("linear.pair_consumed", site, expected_call_backend("cuda", n, k, rows, default=default))
+        )
+    linear = [(r["path"], r["site"], r["backend"]) for r in linear]
+    assert linear == expected
     boundary = [r for r in records if r["path"].startswith("hc.boundary")]
     final = "hc.boundary.kernel.pair" if model.next_pair_layout is not None else "hc.boundary.kernel.bf16"
     assert [r["path"] for r in boundary] == ["hc.boundary.kernel.pair", final]

@@ -1,5 +1,6 @@
 """MxLinear on one GPU with the best MXFP8 backend here (``select_backend``): lifecycle, the fused paths,
-a reload under a captured CUDA graph, and the witness naming the backend that ran.
+a reload under a captured CUDA graph, and the witness naming the backend that ran (per shape and rows where
+the checked-in Gluon table routes a call to the Gluon kernel: tests/support/gemm_routing.py).
 
 Every GPU class registered below has a backend that consumes pairs (Triton on sm_89+; DeepGEMM or
 FlashInfer where installed), so a device that ends up on the ``torch`` reference fails here: the fused
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gemm_routing import expected_call_backend, expected_weight_backend
 from mx_linear_cases import SOURCES, activations, data_ptrs, load
 from mxfp8_gemm_cases import assert_gemm_matches_float64
 from mxfp8_operands import checkpoint_weight, is_subnormal
@@ -66,7 +68,8 @@ def _linear_records(records: list[dict]) -> list[dict]:
 def test_lifecycle_and_fused_output_with_the_best_backend(best, n, k, source):
     layer, value = _layer(n, k, source, seed=1)
     result = layer.processed
-    assert (layer.takes_mxfp8_input, result.backend, result.weight_backend) == (True, best, best)
+    prepared = expected_weight_backend("cuda", n, k, default=best)
+    assert (layer.takes_mxfp8_input, result.backend, result.weight_backend) == (True, prepared, prepared)
     assert layer.input_scale_layout is not None and layer.weight.is_cuda
     if source != "bf16":  # a native checkpoint is used exactly as loaded
         assert_same_bits(_prepared_value(layer), value, name="prepared native weight")
@@ -83,8 +86,9 @@ def test_lifecycle_and_fused_output_with_the_best_backend(best, n, k, source):
         # by row: one block scale doubled in one row of 2048 moves the whole tensor's calc_diff by ~1e-6.
         assert_diff(y, expected, max_diff=1e-5, per_row=True, name=f"rows={rows}")
         (record,) = _linear_records(records)
-        assert (record["path"], record["backend"], record["rows"]) == ("linear.self_quantized", best, rows)
-        assert any(r["path"] == f"gemm.{best}" for r in records)
+        ran = expected_call_backend("cuda", n, k, rows, default=best)
+        assert (record["path"], record["backend"], record["rows"]) == ("linear.self_quantized", ran, rows)
+        assert any(r["path"] == f"gemm.{ran}" for r in records)
 
 
 def test_subnormal_weight_codes_zero_and_tiny_tokens(best):
@@ -122,7 +126,8 @@ def test_forward_of_the_quantized_input_equals_forward_of_the_input_bit_for_bit(
     torch.cuda.synchronize()
     assert_same_bits(y_pair, y_bf16, name="pair vs bf16")
     paths = [(r["path"], r["backend"]) for r in _linear_records(records)]
-    assert paths == [("linear.pair_consumed", best), ("linear.self_quantized", best)]
+    ran = expected_call_backend("cuda", n, k, rows, default=best)
+    assert paths == [("linear.pair_consumed", ran), ("linear.self_quantized", ran)]
 
 
 def test_the_gate_falls_back_at_2049_rows_and_in_prefill(best):
@@ -167,7 +172,8 @@ def test_reload_under_a_captured_graph_reads_the_new_weights(best, given, contex
     inputs = x if given == "bf16" else quantize_mxfp8(x, scale_layout=layer.input_scale_layout)
     graph, y, records = _capture(layer, inputs, context)
     (record,) = _linear_records(records)  # decided once, at capture
-    assert record["path"] == path and record["backend"] == (None if path == "linear.bf16" else best)
+    ran = expected_call_backend("cuda", n, k, x.shape[0], default=best)
+    assert record["path"] == path and record["backend"] == (None if path == "linear.bf16" else ran)
     graph.replay()
     torch.cuda.synchronize()
     before = y.clone()
