@@ -85,7 +85,9 @@ def test_the_gluon_pass_checks_benchmarks_then_sweeps_within_its_budget(tmp_path
     done = _gluon_pass(tmp_path, 570)
     assert done.returncode == 0, done.stdout + done.stderr
     log = (tmp_path / "out" / "gluon.log").read_text()
-    steps = [line.split(" (up to")[0] for line in log.splitlines() if line.startswith("=== ") and "(up to" in line]
+    steps = [
+        line.split(" (up to")[0] for line in log.splitlines() if line.startswith("=== ") and "(up to" in line
+    ]
     assert steps == ["=== smoke", "=== edge", "=== edge-probe", "=== tests", "=== bench", "=== sweep"]
     sweep = next(line for line in log.splitlines() if line.startswith("=== sweep"))
     limit = int(sweep.split("(up to ")[1].split("s)")[0])
@@ -103,7 +105,9 @@ def test_the_gluon_pass_skips_the_sweep_when_under_a_minute_is_left(tmp_path: Pa
 def test_finish_warns_when_more_files_than_a_device_machine_returns(tmp_path: Path) -> None:
     body = 'for i in 1 2 3 4 5 6 7 8; do echo x >"$out/f$i.json"; done\nfinish'
     done = _pass(tmp_path, body)  # pass.log plus 8 files: 9
-    assert f"=== warning: {tmp_path / 'out'} holds 9 files; a device machine returns at most 8:" in done.stdout
+    assert (
+        f"=== warning: {tmp_path / 'out'} holds 9 files; a device machine returns at most 8:" in done.stdout
+    )
     assert str(tmp_path / "out" / "f8.json") in done.stdout
 
 
@@ -122,3 +126,43 @@ def test_the_gluon_pass_keeps_its_side_files_out_of_the_returned_folder(tmp_path
     for side in ("--tests-file ", "--junit-xml ", "--html "):
         assert side in tests and f"{side}{out}" not in tests
     assert f"=== {out} holds" in done.stdout and "warning" not in done.stdout
+
+
+def _kernels_pass(tmp_path: Path, *steps: str) -> subprocess.CompletedProcess[str]:
+    """benchmarks/kernels_check.sh with a python3, gpumatrix and nvidia-smi that print their arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("python3", "gpumatrix", "nvidia-smi"):
+        fake = bin_dir / tool
+        fake.write_text(f'#!/bin/sh\necho "{tool} $*"\n')
+        fake.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "OUT": str(tmp_path / "out"),
+        "BUDGET": "570",
+    }
+    script = REPO_ROOT / "benchmarks" / "kernels_check.sh"
+    return subprocess.run(
+        ["bash", str(script), *steps], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+
+
+def test_the_kernels_pass_runs_the_steps_named_in_their_order(tmp_path: Path) -> None:
+    done = _kernels_pass(tmp_path, "wo_a", "job", "gemm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "out" / "kernels.log").read_text()
+    steps = [
+        line.split(" (up to")[0] for line in log.splitlines() if line.startswith("=== ") and "(up to" in line
+    ]
+    assert steps == ["=== wo_a", "=== job", "=== gemm"]
+    job = next(line for line in log.splitlines() if line.startswith("=== job"))
+    assert (
+        "gpumatrix run --runner 1-gpu-h100" in job and f"--report {tmp_path / 'out' / 'gpu-job.json'}" in job
+    )
+
+
+def test_the_kernels_pass_refuses_an_unknown_step_by_name(tmp_path: Path) -> None:
+    done = _kernels_pass(tmp_path, "gemm", "benchmark-everything")
+    assert done.returncode == 2
+    assert "unknown step benchmark-everything" in done.stdout
