@@ -6,7 +6,8 @@
 #              cuBLAS in the same run
 #   gemm-big   the same at M = 256 and 2048 (triton, bf16, fp8; the Gluon kernel is a decode kernel)
 #   wo_a       the grouped wo_a, triton and gluon, G = 2 and 8, T = 1, 4, 16, 64
-#   attention  decode attention, Triton and Gluon split steps, T = 1 .. 128 at 4096 and 32768 keys
+#   attention  decode attention (the table's kernels, SDPA, the byte floor), T = 1 .. 128 at 4096 and
+#              32768 keys
 #   sweep-wqb  the Gluon sweep on wq_b (full and TP4), the shapes the first sweeps left out; its table
 #              in $OUT/gluon_configs_wqb.json
 # One log ($OUT/kernels.log), each step's JSON in $OUT. Exits 1 if a step failed.
@@ -26,7 +27,7 @@ for step in "$@"; do
       --backends triton,bf16,fp8 --json "$out/mxfp8_gemm_big.json" ;;
     wo_a) run wo_a 150 python3 -m benchmarks grouped_wo_a --kernels triton,gluon --ts 1,4,16,64 --gs 2,8 \
       --json "$out/grouped_wo_a.json" ;;
-    attention) run attention 200 python3 -m benchmarks attention --kernels triton,gluon \
+    attention) run attention 200 python3 -m benchmarks attention \
       --tokens 1,4,16,64,128 --lengths 4096,32768 --json "$out/attention.json" ;;
     sweep-wqb) s=$(($(left) - 45)); [ "$s" -lt 60 ] && { echo "=== sweep-wqb: skipped"; continue; }
       run sweep-wqb $((s + 45)) python3 -m benchmarks mxfp8_gemm_sweep --kernel gluon --budget-s "$s" \
