@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -115,6 +116,27 @@ def compile_launches(run: Callable[[], None], *, keep: list | None = None) -> li
     return done
 
 
+_ATOMIC = re.compile(r"^\s*(@!?%p\d+\s+)?(atom|red)\.")
+
+
+def ptx_report(keep: list) -> list[dict]:
+    """Per kernel ``compile_launches`` kept: its name, whether its PTX targets sm_90a and a cubin was
+    built, its first ``wgmma.mma_async`` line (if any) and every atomic or reduction instruction."""
+    report = []
+    for name, kernel in keep:
+        ptx = kernel.asm["ptx"]
+        report.append(
+            {
+                "name": name,
+                "target": ".target sm_90a" in ptx,
+                "cubin": len(kernel.asm.get("cubin", b"")) > 0,
+                "wgmma": [line.strip() for line in ptx.splitlines() if "wgmma.mma_async" in line][:1],
+                "atomics": [line.strip() for line in ptx.splitlines() if _ATOMIC.match(line)],
+            }
+        )
+    return report
+
+
 def run_in_child(code: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run ``code`` (with ``args`` as its ``sys.argv[1:]``) in a fresh Python, output captured, where
     ``mxfuse`` and this folder import and the Triton interpreter is off, so that ``compile_launches``
@@ -132,3 +154,30 @@ def run_in_child(code: str, *args: str, timeout: float = 600) -> subprocess.Comp
         timeout=timeout,
         check=False,
     )
+
+
+def child_ptx_report(code: str) -> list[dict]:
+    """Run ``code`` (which ends by printing ``json.dumps(ptx_report(keep))``) with ``run_in_child``; the
+    report, or an AssertionError with the child's output."""
+    import json
+
+    done = run_in_child(code)
+    assert done.returncode == 0, f"sm_90 compilation failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def assert_register_a_bf16_wgmma(report: list[dict], name: str) -> None:
+    """Every ``name`` kernel of ``report`` multiplies with a bf16 wgmma whose A operand is in registers."""
+    kernels = [kernel for kernel in report if kernel["name"] == name]
+    assert kernels, f"no {name} compiled"
+    for kernel in kernels:
+        (line,) = kernel["wgmma"]
+        assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n(8|16|32|64)k16\.f32\.bf16\.bf16", line), line
+        assert re.search(r"\{(%r\d+,){3}%r\d+\}, %rd", line), f"A operand not from registers: {line}"
+
+
+def assert_no_float_atomics(report: list[dict]) -> None:
+    """No kernel of ``report`` has a floating-point atomic or reduction."""
+    for kernel in report:
+        for line in kernel["atomics"]:
+            assert not re.search(r"\.(f16|bf16|f32|f64)\b", line), f"{kernel['name']}: {line}"

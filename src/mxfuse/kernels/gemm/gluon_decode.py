@@ -50,7 +50,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from mxfuse.kernels.gemm.gluon_mainloop import gluon_decode_mainloop
+from mxfuse.kernels.gemm.gluon_mainloop import gluon_decode_mainloop, split_k_arrive, split_k_total
 
 __all__ = ["mxfp8_gluon_decode_kernel"]
 
@@ -102,12 +102,7 @@ def mxfp8_gluon_decode_kernel(
         tile = pid_t * gl.num_programs(0) + pid_n
         base = work_ptr + tile.to(gl.int64) * (SPLIT_K * BLOCK_N * BLOCK_T)
         local = (n_idx - off_n)[:, None] * BLOCK_T + (t_idx - off_t)[None, :]
-        gl.store(base + pid_k * (BLOCK_N * BLOCK_T) + local, acc)
-        gl.thread_barrier()  # every thread's partial is issued before the arrival is published
-        ticket = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT_K - 1:
-            total = gl.load(base + local, cache_modifier=".cg")
-            for p in range(1, SPLIT_K):
-                total += gl.load(base + p * (BLOCK_N * BLOCK_T) + local, cache_modifier=".cg")
+        if split_k_arrive(acc, base, local, cnt_ptr + tile, pid_k, SPLIT_K, BLOCK_N * BLOCK_T):
+            total = split_k_total(base, local, SPLIT_K, BLOCK_N * BLOCK_T)
             gl.store(dst, total.to(gl.bfloat16), mask=mask)
             gl.atomic_xchg(cnt_ptr + tile, 0)

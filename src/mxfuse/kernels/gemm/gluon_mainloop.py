@@ -33,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-__all__ = ["OPERAND_ORDER", "gluon_decode_mainloop"]
+__all__ = ["OPERAND_ORDER", "gluon_decode_mainloop", "split_k_arrive", "split_k_total"]
 
 
 @gluon.jit
@@ -264,3 +264,24 @@ def _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N,
         mbarrier.invalidate(ready.index(b))
         mbarrier.invalidate(empty.index(b))
     return results[0]
+
+
+@gluon.jit
+def split_k_arrive(acc, base, local, counter, pid_k, SPLIT_K: gl.constexpr, TILE: gl.constexpr):
+    """Split ``pid_k``'s fp32 partial ``acc`` stored at ``base + pid_k * TILE + local`` (the tile's
+    workspace), then its arrival counted on ``counter`` (acq_rel, GPU scope); whether this program
+    arrived last (it then sums the tile with ``split_k_total`` and resets ``counter`` to 0)."""
+    gl.store(base + pid_k * TILE + local, acc)
+    gl.thread_barrier()  # every thread's partial is issued before the arrival is published
+    ticket = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    return ticket == SPLIT_K - 1
+
+
+@gluon.jit
+def split_k_total(base, local, SPLIT_K: gl.constexpr, TILE: gl.constexpr):
+    """The tile's partials summed in split order 0, 1, ..., SPLIT_K - 1 whoever arrived last: the same
+    bits every run."""
+    total = gl.load(base + local, cache_modifier=".cg")
+    for p in range(1, SPLIT_K):
+        total += gl.load(base + p * TILE + local, cache_modifier=".cg")
+    return total

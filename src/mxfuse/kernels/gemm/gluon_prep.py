@@ -77,29 +77,38 @@ def exact_product_row(a_row, as_ptr, w_ptr, ws_ptr, out_row, t, N, K, g_first, r
 
 
 @triton.jit
+def _dequantize_groups(a_row, as_ptr, a16_row, t, g, n_groups, padded_groups, rows4, n_k4,
+                       A_LAYOUT: tl.constexpr):  # fmt: skip
+    """Groups ``g`` (a block of 32-wide groups) of token ``t``'s E4M3 row written to ``a16_row`` as bf16
+    (exact inside the window, NaN for 0xFF) in the Gluon mainloop's operand order (``operand_column``),
+    zeros from ``n_groups`` to ``padded_groups``; per group 1 when it has nonzero codes and its byte
+    outside the window (the token must then be computed by ``exact_product_row``), else 0."""
+    j = tl.arange(0, 32)
+    g_ok = g < n_groups
+    s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
+    s = s.to(tl.int32)
+    offs = g[:, None] * 32 + j[None, :]
+    codes = tl.load(a_row + offs, mask=g_ok[:, None], other=0.0)
+    nonzero = tl.max((codes.to(tl.uint8, bitcast=True) & 0x7F).to(tl.int32), axis=1)
+    bits = tl.where(s == 255, 0x7FC00000, s << 23)
+    factor = bits.to(tl.float32, bitcast=True)
+    value = codes.to(tl.float32) * factor[:, None]
+    tl.store(a16_row + operand_column(offs), value.to(tl.bfloat16), mask=(g < padded_groups)[:, None])
+    return tl.where(_in_window(s, nonzero), 0, 1)
+
+
+@triton.jit
 def dequantize_row_bf16(a_row, as_ptr, a16_row, t, n_groups, padded_groups, rows4, n_k4, A_LAYOUT: tl.constexpr,
                         BLOCK_G: tl.constexpr):  # fmt: skip
-    """Token ``t``'s E4M3 row of ``n_groups`` scale groups written to ``a16_row`` as bf16 (exact inside
-    the window, NaN for 0xFF), each 128 columns in the Gluon mainloop's operand order
-    (``operand_column``), zeros from ``n_groups`` to ``padded_groups``; returns 1 when a block with
-    nonzero codes has its byte outside the window (the token must then be computed by
-    ``exact_product_row``), else 0."""
+    """Token ``t``'s E4M3 row of ``n_groups`` scale groups written to ``a16_row`` by ``_dequantize_groups``,
+    ``BLOCK_G`` groups at a time up to ``padded_groups``; returns 1 when a block with nonzero codes has its
+    byte outside the window (the token must then be computed by ``exact_product_row``), else 0."""
     gi = tl.arange(0, BLOCK_G)
-    j = tl.arange(0, 32)
     bad = tl.zeros([BLOCK_G], tl.int32)
     for g0 in range(0, padded_groups, BLOCK_G):
-        g = g0 + gi
-        g_ok = g < n_groups
-        s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
-        s = s.to(tl.int32)
-        offs = g[:, None] * 32 + j[None, :]
-        codes = tl.load(a_row + offs, mask=g_ok[:, None], other=0.0)
-        nonzero = tl.max((codes.to(tl.uint8, bitcast=True) & 0x7F).to(tl.int32), axis=1)
-        bad = tl.maximum(bad, tl.where(_in_window(s, nonzero), 0, 1))
-        bits = tl.where(s == 255, 0x7FC00000, s << 23)
-        factor = bits.to(tl.float32, bitcast=True)
-        value = codes.to(tl.float32) * factor[:, None]
-        tl.store(a16_row + operand_column(offs), value.to(tl.bfloat16), mask=(g < padded_groups)[:, None])
+        flags = _dequantize_groups(a_row, as_ptr, a16_row, t, g0 + gi, n_groups, padded_groups, rows4, n_k4,
+                                   A_LAYOUT)  # fmt: skip
+        bad = tl.maximum(bad, flags)
     return tl.max(bad, axis=0)
 
 
@@ -135,18 +144,8 @@ def gluon_prep_kernel(
     a_row = a_ptr + t.to(tl.int64) * K
     a16_row = a16_ptr + t.to(tl.int64) * k_padded
     g = c * BLOCK_G + tl.arange(0, BLOCK_G)
-    j = tl.arange(0, 32)
-    g_ok = g < n_groups
-    s = tl.load(as_ptr + act_scale_offsets(t, g, n_groups, rows4, n_k4, A_LAYOUT), mask=g_ok, other=127)
-    s = s.to(tl.int32)
-    offs = g[:, None] * 32 + j[None, :]
-    codes = tl.load(a_row + offs, mask=g_ok[:, None], other=0.0)
-    nonzero = tl.max((codes.to(tl.uint8, bitcast=True) & 0x7F).to(tl.int32), axis=1)
-    bits = tl.where(s == 255, 0x7FC00000, s << 23)
-    factor = bits.to(tl.float32, bitcast=True)
-    value = codes.to(tl.float32) * factor[:, None]
-    tl.store(a16_row + operand_column(offs), value.to(tl.bfloat16), mask=(g < k_padded // 32)[:, None])
-    tl.store(flags_ptr + t * chunks + c, tl.max(tl.where(_in_window(s, nonzero), 0, 1), axis=0))
+    outside = _dequantize_groups(a_row, as_ptr, a16_row, t, g, n_groups, k_padded // 32, rows4, n_k4, A_LAYOUT)
+    tl.store(flags_ptr + t * chunks + c, tl.max(outside, axis=0))
     ticket = tl.atomic_add(tickets_ptr + t, 1, sem="acq_rel", scope="gpu")
     if ticket == chunks - 1:
         tl.atomic_xchg(tickets_ptr + t, 0)

@@ -37,7 +37,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from mxfuse.kernels.gemm.decode import act_scale_offsets
-from mxfuse.kernels.gemm.gluon_mainloop import gluon_decode_mainloop
+from mxfuse.kernels.gemm.gluon_mainloop import gluon_decode_mainloop, split_k_arrive, split_k_total
 from mxfuse.kernels.mxfp8.device import mxfp8_codes, mxfp8_scale_bytes
 
 __all__ = ["grouped_wo_a_gluon_kernel"]
@@ -148,14 +148,8 @@ def grouped_wo_a_gluon_kernel(
         ln = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma_layout))
         lt = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma_layout))
         local = ln[:, None] * BLOCK_T + lt[None, :]
-        gl.store(base + pid_k * (BLOCK_N * BLOCK_T) + local, acc)
-        gl.thread_barrier()  # every thread's partial is issued before the arrival is published
-        ticket = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT_K - 1:
-            # Split order 0, 1, ..., SPLIT_K - 1 whoever arrives last: the same bits every run.
-            total = gl.load(base + local, cache_modifier=".cg")
-            for p in range(1, SPLIT_K):
-                total += gl.load(base + p * (BLOCK_N * BLOCK_T) + local, cache_modifier=".cg")
+        if split_k_arrive(acc, base, local, cnt_ptr + tile, pid_k, SPLIT_K, BLOCK_N * BLOCK_T):
+            total = split_k_total(base, local, SPLIT_K, BLOCK_N * BLOCK_T)
             _write_tile(total, off_t, w_row, last_t_tile, T, GR, z_ptr, q_ptr, s_ptr, exact_ptr, skip_ptr,
                         rows_padded, STORE_Z, STORE_PAIR, O_LAYOUT, FLOOR, BLOCK_N, BLOCK_T)  # fmt: skip
             gl.atomic_xchg(cnt_ptr + tile, 0)

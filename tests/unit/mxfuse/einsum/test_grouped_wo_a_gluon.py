@@ -17,13 +17,12 @@ The kernel's numerics run on the GPU: tests/kernels/mxfuse/einsum/test_grouped_w
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 import torch
 from mxfp8_gemm_cases import gluon_operand_columns
-from sm90_compile import run_in_child
+from sm90_compile import assert_no_float_atomics, assert_register_a_bf16_wgmma, child_ptx_report
 
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits
@@ -45,8 +44,8 @@ register(on=("cpu",), est_time=60)
 # --- compilation for sm_90a --------------------------------------------------------------------------
 
 _COMPILE = """
-import json, re, torch
-from sm90_compile import compile_launches
+import json, torch
+from sm90_compile import compile_launches, ptx_report
 from mxfuse.einsum import prepare_wo_a_weight
 from mxfuse.formats import MxTensor, quantize_mxfp8_reference
 from mxfuse.kernels.gemm.gluon_launch import GluonConfig
@@ -67,27 +66,14 @@ def run():
         pair = None if out_layout is None else MxTensor.empty(t, G * R, scale_layout=out_layout, device="cpu")
         zz = torch.empty(t, G, R, dtype=torch.bfloat16) if z else None
         launch_grouped_wo_a_gluon(a, w, z=zz, pair=pair, config=config)
-compiled = compile_launches(run, keep=keep)
-atomic = re.compile(r"^\\s*(@!?%p\\d+\\s+)?(atom|red)\\.")
-report = []
-for name, kernel in keep:
-    ptx = kernel.asm["ptx"]
-    report.append({
-        "name": name,
-        "target": ".target sm_90a" in ptx,
-        "cubin": len(kernel.asm.get("cubin", b"")) > 0,
-        "wgmma": [line.strip() for line in ptx.splitlines() if "wgmma.mma_async" in line][:1],
-        "atomics": [line.strip() for line in ptx.splitlines() if atomic.match(line)],
-    })
-print(json.dumps(report))
+compile_launches(run, keep=keep)
+print(json.dumps(ptx_report(keep)))
 """
 
 
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
-    done = run_in_child(_COMPILE)
-    assert done.returncode == 0, f"sm_90 compilation failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_ptx_report(_COMPILE)
 
 
 def test_both_launches_compile_for_sm90a_to_cubin(compiled):
@@ -96,17 +82,11 @@ def test_both_launches_compile_for_sm90a_to_cubin(compiled):
 
 
 def test_the_gluon_kernel_multiplies_with_register_a_bf16_wgmma(compiled):
-    for kernel in compiled:
-        if kernel["name"] == "grouped_wo_a_gluon_kernel":
-            (line,) = kernel["wgmma"]
-            assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n(8|16|32|64)k16\.f32\.bf16\.bf16", line)
-            assert re.search(r"\{(%r\d+,){3}%r\d+\}, %rd", line), f"A operand not from registers: {line}"
+    assert_register_a_bf16_wgmma(compiled, "grouped_wo_a_gluon_kernel")
 
 
 def test_no_float_atomics_only_the_integer_split_ticket(compiled):
-    for kernel in compiled:
-        for line in kernel["atomics"]:
-            assert not re.search(r"\.(f16|bf16|f32|f64)\b", line), f"{kernel['name']}: {line}"
+    assert_no_float_atomics(compiled)
     gluon = [k for k in compiled if k["name"] == "grouped_wo_a_gluon_kernel"]
     assert not gluon[0]["atomics"] and not gluon[1]["atomics"], "one split: no ticket"
     for kernel in gluon[2:]:  # split 2 and 4

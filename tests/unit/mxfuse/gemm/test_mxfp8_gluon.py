@@ -30,7 +30,7 @@ from mxfp8_gemm_cases import (
     random_codes,
     random_scales,
 )
-from sm90_compile import run_in_child
+from sm90_compile import assert_no_float_atomics, assert_register_a_bf16_wgmma, child_ptx_report
 
 import mxfuse.gemm.backend as gemm_backend
 from gpumatrix import register
@@ -67,8 +67,8 @@ CUDA0 = torch.device("cuda", 0)
 # --- compilation for sm_90a --------------------------------------------------------------------------
 
 _COMPILE = """
-import json, re, torch
-from sm90_compile import compile_launches
+import json, torch
+from sm90_compile import compile_launches, ptx_report
 from mxfuse.formats import MxTensor, quantize_mxfp8_reference
 from mxfuse.gemm.weights import quantize_weight
 from mxfuse.kernels.gemm import weight_scale_kgroup_major
@@ -85,27 +85,14 @@ def run():
     for m, layout, config in cases:
         a = MxTensor(*quantize_mxfp8_reference(torch.randn(m, 1056), scale_layout=layout), layout)
         launch_gluon_decode(GluonOperands(a, wq, wst, torch.empty(m, 200, dtype=torch.bfloat16)), config=config)
-compiled = compile_launches(run, keep=keep)
-atomic = re.compile(r"^\\s*(@!?%p\\d+\\s+)?(atom|red)\\.")
-report = []
-for name, kernel in keep:
-    ptx = kernel.asm["ptx"]
-    report.append({
-        "name": name,
-        "target": ".target sm_90a" in ptx,
-        "cubin": len(kernel.asm.get("cubin", b"")) > 0,
-        "wgmma": [line.strip() for line in ptx.splitlines() if "wgmma.mma_async" in line][:1],
-        "atomics": [line.strip() for line in ptx.splitlines() if atomic.match(line)],
-    })
-print(json.dumps(report))
+compile_launches(run, keep=keep)
+print(json.dumps(ptx_report(keep)))
 """
 
 
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
-    done = run_in_child(_COMPILE)
-    assert done.returncode == 0, f"sm_90 compilation failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_ptx_report(_COMPILE)
 
 
 def test_both_launches_compile_for_sm90a_to_cubin(compiled):
@@ -114,17 +101,11 @@ def test_both_launches_compile_for_sm90a_to_cubin(compiled):
 
 
 def test_the_gluon_kernel_multiplies_with_register_a_bf16_wgmma(compiled):
-    for kernel in compiled:
-        if kernel["name"] == "mxfp8_gluon_decode_kernel":
-            (line,) = kernel["wgmma"]
-            assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n(8|16|32|64)k16\.f32\.bf16\.bf16", line)
-            assert re.search(r"\{(%r\d+,){3}%r\d+\}, %rd", line), f"A operand not from registers: {line}"
+    assert_register_a_bf16_wgmma(compiled, "mxfp8_gluon_decode_kernel")
 
 
 def test_no_float_atomics_only_the_integer_split_ticket(compiled):
-    for kernel in compiled:
-        for line in kernel["atomics"]:
-            assert not re.search(r"\.(f16|bf16|f32|f64)\b", line), f"{kernel['name']}: {line}"
+    assert_no_float_atomics(compiled)
     split = [k for k in compiled if k["name"] == "mxfp8_gluon_decode_kernel" and k["atomics"]]
     assert split, "the split-K launches take an arrival ticket"
     assert all(any(re.search(r"atom\..*add\.(u32|s32)", line) for line in k["atomics"]) for k in split)
