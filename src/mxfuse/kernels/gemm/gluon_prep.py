@@ -144,7 +144,9 @@ def gluon_prep_kernel(
     a_row = a_ptr + t.to(tl.int64) * K
     a16_row = a16_ptr + t.to(tl.int64) * k_padded
     g = c * BLOCK_G + tl.arange(0, BLOCK_G)
-    outside = _dequantize_groups(a_row, as_ptr, a16_row, t, g, n_groups, k_padded // 32, rows4, n_k4, A_LAYOUT)
+    outside = _dequantize_groups(
+        a_row, as_ptr, a16_row, t, g, n_groups, k_padded // 32, rows4, n_k4, A_LAYOUT
+    )
     tl.store(flags_ptr + t * chunks + c, tl.max(outside, axis=0))
     ticket = tl.atomic_add(tickets_ptr + t, 1, sem="acq_rel", scope="gpu")
     if ticket == chunks - 1:
