@@ -7,9 +7,9 @@ and draws microseconds per call against M (GEMM rows) or T (decode tokens), log-
 baselines measured in the same run (bf16 cuBLAS, the unfused chain, SDPA, torch.compile), and the byte
 floor. The floor is the bytes a call must move over the copy bandwidth measured in that run
 (``benchmarks.timing.copy_bandwidth``: 4.22-4.25 TB/s on the H200, read + written; RESULTS.md quotes it as
-4.24 TB/s), which each routine writes as ``floor_us``. No checked-in run timed the FP8 cuBLAS GEMM
-(``torch._scaled_mm``), so no plot has that anchor; the quantize routine's runs were not checked in, so
-quantize has no plot. A data file without a field a plot needs is an error naming the file and the field.
+4.24 TB/s; 3.02 TB/s on the H100 of the GEMM plot), which each routine writes as ``floor_us``. The GEMM
+plot also draws the FP8 cuBLAS GEMM (``torch._scaled_mm``, per-tensor scales) timed in the same run; the
+quantize routine's runs were not checked in, so quantize has no plot. A data file without a field a plot needs is an error naming the file and the field.
 """
 
 from __future__ import annotations
@@ -112,36 +112,11 @@ def _table(reader: DataFile, rows: list[dict], *, x: str, group: str | None, cur
     return panels
 
 
-def _gemm(reader: DataFile) -> Plot:
-    env = reader.get(reader.doc, "env")
-    problems = reader.get(reader.doc, "problems")
-    if not isinstance(problems, dict) or not problems:
-        raise PlotDataError(f"{reader.path}: field 'problems' is not a non-empty mapping")
-    shapes: dict[str, list[tuple[int, float, float, float]]] = {}
-    for name, p in problems.items():
-        where = f"problems.{name}"
-        m = int(reader.number(p, "M", where=where))
-        best = reader.number(p, "best", "us", where=where)
-        bf16 = reader.number(p, "confirm_us", "bf16", where=where)
-        floor = reader.number(p, "floor_us", where=where)
-        shapes.setdefault(str(reader.get(p, "shape", where=where)), []).append((m, best, bf16, floor))
-    panels = []
-    for shape, points in shapes.items():
-        points.sort()
-        panels.append(Panel(shape, tuple(p[0] for p in points), {
-            "Triton MXFP8 (best checked config)": tuple(p[1] for p in points),
-            "bf16 cuBLAS (torch.mm)": tuple(p[2] for p in points),
-            "byte floor": tuple(p[3] for p in points),
-        }))  # fmt: skip
-    bandwidth = reader.number(env, "copy_GBps", where="env") * 1e9
-    return Plot("mxfp8_gemm", "MXFP8 GEMM, per weight shape", "M (rows)", tuple(panels), reader.run("env", bandwidth))
-
-
 def gemm_benchmark(reader: DataFile) -> Plot:
     """The GEMM benchmark's file (``python -m benchmarks mxfp8_gemm --json``: ``meta`` and one row per shape
     and M): one panel per shape, time against M for each backend the run timed (``triton_us``, and
     ``gluon_us`` where every row has it), bf16 cuBLAS, the FP8 cuBLAS anchor (``fp8_us``,
-    per-tensor scales) where every row has it, and the byte floor. To draw it, pin the file in ``PLOTS``."""
+    per-tensor scales) where every row has it, and the byte floor."""
     rows = reader.rows()
     named = {"Triton MXFP8": "triton_us", "Gluon MXFP8": "gluon_us", "bf16 cuBLAS (torch.mm)": "bf16_us",
              "FP8 cuBLAS, per-tensor scales (torch._scaled_mm)": "fp8_us", "byte floor": "floor_us"}  # fmt: skip
@@ -197,7 +172,7 @@ def _decode_step(reader: DataFile) -> Plot:
 
 # op -> (data file, reader). The latest checked-in run of each op.
 PLOTS: dict[str, tuple[str, Callable[[DataFile], Plot]]] = {
-    "mxfp8_gemm": ("mxfp8_gemm_sweep_2026-12-02c.json", _gemm),
+    "mxfp8_gemm": ("mxfp8_gemm_h100_2026-12-05.json", gemm_benchmark),
     "hc_boundary": ("hc_boundary_2026-12-02f.json", _hc_boundary),
     "grouped_wo_a": ("grouped_wo_a_2026-12-02e.json", _grouped_wo_a),
     "attention": ("attention_2026-12-02.json", _attention),
