@@ -38,6 +38,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 
 # Debian's chromium where none is installed and apt-get can install it (as root, or through sudo without a
 # password); elsewhere a note, and the browser test skips (under CI, where CI is set, it fails instead).

@@ -241,11 +241,7 @@ def main(argv: list[str] | None = None) -> None:
             del sets
             torch.cuda.empty_cache()
         if args.table is not None:
-            table = json.loads(
-                (
-                    REPO_ROOT / "src/mxfuse/kernels/attention/configs.json"
-                ).read_text()
-            )
+            table = json.loads((REPO_ROOT / "src/mxfuse/kernels/attention/configs.json").read_text())
             table["device"] = f"{props.name}, swept {datetime.date.today()} (benchmarks/attention.py --sweep)"
             for key, w in pick_winners(results["sweep"]).items():
                 print(f"table {key}: {w}", flush=True)

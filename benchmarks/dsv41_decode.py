@@ -111,7 +111,9 @@ def load_paths(
         return {p: load_sublayer(directory, config, path=p, device=device) for p in paths}
 
 
-def decode_inputs(config: Dsv41Config, tokens: int, kv: int, *, device: torch.device) -> tuple[HcState, KvCache]:
+def decode_inputs(
+    config: Dsv41Config, tokens: int, kv: int, *, device: torch.device
+) -> tuple[HcState, KvCache]:
     """The decode problem's inputs at T = ``tokens``: the hidden state and a KV cache of ``tokens``
     sequences, each holding ``kv - 1`` cached tokens (the step writes the ``kv``-th); seeded by T."""
     state = random_state(config, tokens, seed=tokens, device=device)

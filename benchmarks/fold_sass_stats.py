@@ -116,7 +116,9 @@ def loop_stats(cubin: bytes) -> tuple[int, collections.Counter, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args(argv)
     print(f"triton {triton.__version__}, torch {torch.__version__}; sm_90 cubins for [N, K] = [{N}, {K}]")
     print(
         "| variant | registers | local bytes | wgmma in flight | loop SASS / warp | warp-instr / byte | top ops |"

@@ -105,7 +105,9 @@ def baseline_args(s: dict) -> tuple:
     return (s["x"], s["residual"], s["post"], s["comb"], s["fn"], s["scale"], s["base"], s["norm_weight"])
 
 
-def boundary_args(s: dict, fn: torch.Tensor | hc.HcProjection | None = None) -> tuple[hc.HcInputs, hc.HcWeights]:
+def boundary_args(
+    s: dict, fn: torch.Tensor | hc.HcProjection | None = None
+) -> tuple[hc.HcInputs, hc.HcWeights]:
     """The boundary's inputs and weights from a ``make_set`` set, ``fn`` the fp32 tensor unless given
     (the reference)."""
     inputs = hc.HcInputs(s["x"], s["residual"], s["post"], s["comb"], s["prev_pre"])

@@ -76,11 +76,17 @@ GROUPS: dict[str, Group] = {
     ),
     "mxfuse.einsum": Group(
         ("src/mxfuse/einsum.py", "src/mxfuse/kernels/grouped_wo_a/weight.py"),
-        ("tests/unit/mxfuse/einsum/test_grouped_wo_a_reference.py", "tests/unit/mxfuse/formats/test_input_checks.py"),
+        (
+            "tests/unit/mxfuse/einsum/test_grouped_wo_a_reference.py",
+            "tests/unit/mxfuse/formats/test_input_checks.py",
+        ),
     ),
     "gpumatrix.compare": Group(
         ("src/gpumatrix/compare/*",),
-        ("tests/unit/gpumatrix/compare/test_compare.py", "tests/unit/gpumatrix/compare/test_compare_properties.py"),
+        (
+            "tests/unit/gpumatrix/compare/test_compare.py",
+            "tests/unit/gpumatrix/compare/test_compare_properties.py",
+        ),
     ),
 }
 

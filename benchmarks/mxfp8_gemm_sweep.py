@@ -517,7 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     all_shapes = SMOKE_SHAPES if args.cpu_smoke else SHAPES
     shapes = {s: all_shapes[s] for s in (args.shapes.split(",") if args.shapes else all_shapes)}
     default_ms = GLUON_MS if args.kernel == "gluon" else MS
-    ms = tuple(int(v) for v in args.ms.split(",")) if args.ms else (SMOKE_MS if args.cpu_smoke else default_ms)
+    ms = (
+        tuple(int(v) for v in args.ms.split(",")) if args.ms else (SMOKE_MS if args.cpu_smoke else default_ms)
+    )
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
     device_name = torch.cuda.get_device_properties(0).name if device == "cuda" else None
     if args.kernel == "gluon":

@@ -94,10 +94,14 @@ class DataFile:
         meta = self.get(self.doc, meta_key)
         date, gpu = self.get(meta, "date", where=meta_key), self.get(meta, "gpu", where=meta_key)
         torch_v, triton_v = self.get(meta, "torch", where=meta_key), self.get(meta, "triton", where=meta_key)
-        return f"{date}, {gpu}, torch {torch_v}, Triton {triton_v}, copy bandwidth {bandwidth / 1e12:.2f} TB/s"
+        return (
+            f"{date}, {gpu}, torch {torch_v}, Triton {triton_v}, copy bandwidth {bandwidth / 1e12:.2f} TB/s"
+        )
 
 
-def _table(reader: DataFile, rows: list[dict], *, x: str, group: str | None, curves: dict[str, str]) -> list[Panel]:
+def _table(
+    reader: DataFile, rows: list[dict], *, x: str, group: str | None, curves: dict[str, str]
+) -> list[Panel]:
     """Rows -> one panel per value of ``group``: x ascending, one curve per (label, field)."""
     keys = sorted({r.get(group) for r in rows}) if group else [None]
     panels = []
@@ -125,7 +129,9 @@ def gemm_benchmark(reader: DataFile) -> Plot:
     panels = [Panel(p.title.removeprefix("shape = "), p.xs, p.curves)
               for p in _table(reader, rows, x="M", group="shape", curves=curves)]  # fmt: skip
     bandwidth = reader.number(reader.get(reader.doc, "meta"), "copy_bandwidth_GBps", where="meta") * 1e9
-    return Plot("mxfp8_gemm", "MXFP8 GEMM, per weight shape", "M (rows)", tuple(panels), reader.run("meta", bandwidth))
+    return Plot(
+        "mxfp8_gemm", "MXFP8 GEMM, per weight shape", "M (rows)", tuple(panels), reader.run("meta", bandwidth)
+    )
 
 
 def _hc_boundary(reader: DataFile) -> Plot:
@@ -143,7 +149,9 @@ def _grouped_wo_a(reader: DataFile) -> Plot:
               "byte floor": "floor_us"}  # fmt: skip
     panels = _table(reader, reader.rows(), x="T", group="G", curves=curves)
     bandwidth = reader.number(reader.get(reader.doc, "env"), "copy_GBps", where="env") * 1e9
-    return Plot("grouped_wo_a", "grouped wo_a projection", "T (tokens)", tuple(panels), reader.run("env", bandwidth))
+    return Plot(
+        "grouped_wo_a", "grouped wo_a projection", "T (tokens)", tuple(panels), reader.run("env", bandwidth)
+    )
 
 
 def _attention(reader: DataFile) -> Plot:
@@ -152,7 +160,9 @@ def _attention(reader: DataFile) -> Plot:
     bandwidth = reader.number(reader.doc, "bandwidth")
     device = reader.get(reader.doc, "device")
     run = f"{device}, copy bandwidth {bandwidth / 1e12:.2f} TB/s (the file records no date or versions)"
-    return Plot("attention", "MQA decode attention (64 heads, head_dim 512)", "T (sequences)", tuple(panels), run)
+    return Plot(
+        "attention", "MQA decode attention (64 heads, head_dim 512)", "T (sequences)", tuple(panels), run
+    )
 
 
 def _decode_step(reader: DataFile) -> Plot:
@@ -226,9 +236,15 @@ def draw(plot: Plot, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=OUT, help="directory for the PNGs (default: benchmarks/plots)")
-    parser.add_argument("--data", type=Path, default=DATA, help="directory of the JSON (default: benchmarks/data)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=OUT, help="directory for the PNGs (default: benchmarks/plots)"
+    )
+    parser.add_argument(
+        "--data", type=Path, default=DATA, help="directory of the JSON (default: benchmarks/data)"
+    )
     parser.add_argument("--ops", default=",".join(PLOTS), help=f"comma-separated, of {', '.join(PLOTS)}")
     args = parser.parse_args(argv)
     ops = [op for op in args.ops.split(",") if op]

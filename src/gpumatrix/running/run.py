@@ -256,7 +256,11 @@ def select_files(
     except ValueError as exc:
         raise RunError(str(exc)) from exc
     shards = split_shards(
-        files, count, gpu_class=runner.gpu_class, durations=durations, parallelism=parallelism or Parallelism()
+        files,
+        count,
+        gpu_class=runner.gpu_class,
+        durations=durations,
+        parallelism=parallelism or Parallelism(),
     )
     return list(shards[index - 1].files)
 

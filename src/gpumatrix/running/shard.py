@@ -68,7 +68,9 @@ class Parallelism:
 
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.per_gpu < 1:
-            raise ValueError(f"Parallelism needs gpus >= 1 and per_gpu >= 1, got {self.gpus} and {self.per_gpu}")
+            raise ValueError(
+                f"Parallelism needs gpus >= 1 and per_gpu >= 1, got {self.gpus} and {self.per_gpu}"
+            )
 
     @property
     def slots(self) -> int:
@@ -202,7 +204,11 @@ def plan_matrix(
         if files:
             plans.append(
                 plan_runner(
-                    runner, files, suite=suite, durations=durations, parallelism=parallelism_of(matrix, runner)
+                    runner,
+                    files,
+                    suite=suite,
+                    durations=durations,
+                    parallelism=parallelism_of(matrix, runner),
                 )
             )
     return plans

@@ -36,7 +36,11 @@ def test_the_routine_table_names_exactly_the_modules_with_a_main() -> None:
 
 
 def test_no_module_edits_sys_path() -> None:
-    offenders = [p.name for p in PACKAGE.glob("*.py") if "sys.path.insert" in p.read_text() or "sys.path[" in p.read_text()]
+    offenders = [
+        p.name
+        for p in PACKAGE.glob("*.py")
+        if "sys.path.insert" in p.read_text() or "sys.path[" in p.read_text()
+    ]
     assert offenders == []
 
 
@@ -51,9 +55,15 @@ def test_the_listing_names_each_routine_with_its_purpose(args: list[str]) -> Non
 def test_an_unknown_routine_names_the_known_ones() -> None:
     done = _driver("quantise")
     assert done.returncode == 2
-    assert "unknown routine 'quantise'" in done.stderr and "quantize" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        "unknown routine 'quantise'" in done.stderr
+        and "quantize" in done.stderr
+        and "Traceback" not in done.stderr
+    )
 
 
 def test_a_routine_gets_its_arguments_and_its_name_in_usage() -> None:
     done = _driver("lease_log", "--help")
-    assert done.returncode == 0 and done.stdout.startswith("usage: python -m benchmarks lease_log"), done.stdout
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m benchmarks lease_log"), (
+        done.stdout
+    )

@@ -23,7 +23,11 @@ OPS = ("mxfp8_gemm", "hc_boundary", "grouped_wo_a", "attention", "dsv41_decode")
 
 def _plot(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks", "plot", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "benchmarks", "plot", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -63,7 +67,9 @@ def test_the_checked_in_plots_are_the_ops_plots() -> None:
     ],
     ids=["missing-field", "not-a-number", "missing-meta", "missing-gemm-field", "nan", "no-rows"],
 )
-def test_a_bad_data_file_is_an_error_naming_file_and_field(tmp_path: Path, op: str, damage, field: str) -> None:
+def test_a_bad_data_file_is_an_error_naming_file_and_field(
+    tmp_path: Path, op: str, damage, field: str
+) -> None:
     data = tmp_path / "data"
     shutil.copytree(ROOT / "benchmarks" / "data", data, ignore=shutil.ignore_patterns("*.log", "*.txt"))
     name = PLOTS[op][0]

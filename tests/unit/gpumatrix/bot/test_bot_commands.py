@@ -135,7 +135,9 @@ def test_default_root_is_the_git_top_level(root: Path, monkeypatch: pytest.Monke
     monkeypatch.chdir(root / "tests" / "kernels")
     outcome = CliRunner().invoke(plan, ["--json", "/rerun-test test_config.py"])
     assert outcome.exit_code == 0, outcome.output
-    assert json.loads(outcome.output)["runners"] == [{"label": "cpu", "tests": ["tests/unit/gpumatrix/registry/test_config.py"]}]
+    assert json.loads(outcome.output)["runners"] == [
+        {"label": "cpu", "tests": ["tests/unit/gpumatrix/registry/test_config.py"]}
+    ]
 
 
 # (id, matrix text or None to delete it, extra arguments, expected exit code, fragment)

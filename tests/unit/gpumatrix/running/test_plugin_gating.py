@@ -243,9 +243,7 @@ def test_without_the_plugin_gpu_files_skip_through_the_conftest_guard(tmp_path: 
 
 
 def test_with_the_plugin_the_conftest_guard_steps_aside(tmp_path: Path) -> None:
-    write_tree(
-        tmp_path, {"tests/conftest.py": (TESTS / "conftest.py").read_text(), **GATED_TREE}
-    )
+    write_tree(tmp_path, {"tests/conftest.py": (TESTS / "conftest.py").read_text(), **GATED_TREE})
     run = run_pytest(tmp_path, "-rs", hardware="1xh100", env={"MARKS": str(tmp_path)})
     assert run.returncode == 0, run.output
     assert "the gpumatrix plugin is disabled" not in run.stdout and "2 passed, 2 skipped" in run.stdout

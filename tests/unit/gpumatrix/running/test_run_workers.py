@@ -105,7 +105,9 @@ def test_run_shard_runs_the_files_the_matrix_planned_for_a_shared_gpu(tmp_path: 
     """`gpumatrix run --shard I/N` packs by wall time as `gpumatrix matrix` does (6 tests a GPU here), even
     when this machine's own override asks for another number of tests a GPU."""
     body = "def test_k():\n    pass\n"
-    exclusive = f'from gpumatrix import register\nregister(on=("h100",), est_time=1200, gpu="exclusive")\n\n{body}'
+    exclusive = (
+        f'from gpumatrix import register\nregister(on=("h100",), est_time=1200, gpu="exclusive")\n\n{body}'
+    )
     files = {f"tests/kernels/test_s{i}.py": registered(("h100",), est_time=3000, body=body) for i in range(3)}
     files["tests/kernels/test_x.py"] = exclusive
     h100_runner = "{label: 1-gpu-h100, class: h100, gpus: 1, runs_on: [gpu-h100], timeout_minutes: 30}"

@@ -171,9 +171,13 @@ WALL = [
 
 
 @pytest.mark.parametrize(
-    ("gpus", "per_gpu", "file_gpus", "exclusive", "seconds", "wall"), [r[1:] for r in WALL], ids=[r[0] for r in WALL]
+    ("gpus", "per_gpu", "file_gpus", "exclusive", "seconds", "wall"),
+    [r[1:] for r in WALL],
+    ids=[r[0] for r in WALL],
 )
-def test_wall_seconds_is_the_files_share_of_the_runners_slots(gpus, per_gpu, file_gpus, exclusive, seconds, wall):
+def test_wall_seconds_is_the_files_share_of_the_runners_slots(
+    gpus, per_gpu, file_gpus, exclusive, seconds, wall
+):
     registration = _registration("tests/t/test_a.py", seconds, gpus=file_gpus, exclusive=exclusive)
     assert Parallelism(gpus, per_gpu).wall_seconds(registration, seconds) == wall
 

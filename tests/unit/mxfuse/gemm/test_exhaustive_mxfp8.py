@@ -16,7 +16,6 @@ from mxfuse.formats import quantize_mxfp8_reference
 register(on=("cpu",), est_time=6)
 
 
-
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
     return importlib.import_module("benchmarks.exhaustive_mxfp8")
