@@ -19,6 +19,7 @@ CPU tensor) is typed as the launcher would type it, ``tensordesc<dtype[block], N
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -159,8 +160,6 @@ def run_in_child(code: str, *args: str, timeout: float = 600) -> subprocess.Comp
 def child_ptx_report(code: str) -> list[dict]:
     """Run ``code`` (which ends by printing ``json.dumps(ptx_report(keep))``) with ``run_in_child``; the
     report, or an AssertionError with the child's output."""
-    import json
-
     done = run_in_child(code)
     assert done.returncode == 0, f"sm_90 compilation failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
