@@ -16,8 +16,9 @@ grid, per block of ``BT`` tokens:
       ``pre``, kept in registers, or ``prev_pre`` in the shifted ordering), its sum of squares, then y
       and/or the MXFP8 pair
   S   Sinkhorn of ``rows_s`` rows from their logits: post' and comb' (nothing waits on it); it waits
-      only for its rows' logits, so it runs beside the F items' norm (in a launch without A items, an
-      item of one row sums the row's records itself instead of waiting for them: ``S_OWN``)
+      only for its rows' logits, so it runs beside the F items' norm. An item of one row (``S_OWN``)
+      sums the row's records itself (and computes ``pre``) instead of waiting for an F item to: it
+      waits for the A items only, and in one launch for the F items' arrivals before it resets.
 
 so the residual is read once and R' written once and read back once, from L2; only one hand-off (A to
 F) is on the path to y. Programs take tickets from an atomic counter in launch order, and an item of
@@ -43,7 +44,7 @@ import triton
 import triton.language as tl
 
 from mxfuse.kernels.hc.phase_a import phase_a
-from mxfuse.kernels.hc.phase_f import chunk_cols, load_w, phase_f_coef, phase_f_norm, phase_f_split, row_mix
+from mxfuse.kernels.hc.phase_f import chunk_cols, load_w, phase_f_coef, phase_f_norm, phase_f_split
 from mxfuse.kernels.hc.phase_s import phase_s
 from mxfuse.kernels.hc.plan import RECORD as PLAN_RECORD
 
@@ -77,7 +78,7 @@ def reset(counters):
 
 @triton.jit(
     do_not_specialize=[
-        "T", "NB", "S_A", "rows_padded", "total", "round_size", "off_f", "off_s", "lag", "a_steps", "f_steps",
+        "T", "NB", "S_A", "rows_padded", "total", "round_size", "off_f", "off_s", "lag", "a_steps",
         "sk_iters", "floor", "layout",
     ]
 )  # fmt: skip
@@ -85,7 +86,7 @@ def hc_kernel(
     x_ptr, r_ptr, post_ptr, comb_ptr, pp_ptr, fn_ptr, fnp_ptr, scale_ptr, base_ptr, w_ptr,
     ro_ptr, pre_ptr, posto_ptr, combo_ptr, v_ptr, y_ptr, q_ptr, s_ptr, vp_ptr,
     cnt_ptr, part_ptr, mix_ptr,
-    T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps, f_steps,
+    T, H, NB, S_A, rows_padded, total, round_size, off_f, off_s, lag, a_steps,
     norm_eps, pre_eps, post_scale, sk_eps, sk_iters, rms_eps, rms_scale, floor, layout,
     HAS_A: tl.constexpr, A_POST: tl.constexpr, MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HAS_F: tl.constexpr, COEF: tl.constexpr, NORM: tl.constexpr, PP_OWN: tl.constexpr,
     HAS_S: tl.constexpr, TICKETS: tl.constexpr, PDL_SIGNAL: tl.constexpr,
@@ -93,7 +94,7 @@ def hc_kernel(
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
     CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr, A_MIX: tl.constexpr,
     A_COLLAPSE: tl.constexpr, SPLIT: tl.constexpr, NPART: tl.constexpr, S_OWN: tl.constexpr,
-    PDL_WAIT_TOP: tl.constexpr,
+    PDL_WAIT_TOP: tl.constexpr, F_STEPS: tl.constexpr,
 ):  # fmt: skip
     if PDL_WAIT_TOP:
         # A programmatic dependent of the previous kernel (whose output may be x): wait before anything,
@@ -128,8 +129,9 @@ def hc_kernel(
     elif pos < off_s:
         if HAS_F and SPLIT:
             # The shifted ordering's finish, F_CHUNKS items a row: chunk 0 also computes the row's
-            # logits and pre. Every item arrives once, after its wait (chunk 0 after the logits), so S,
-            # which resets the counters, runs after every item has read them.
+            # logits and pre, unless the row's Sinkhorn item does (S_OWN). Every item arrives once,
+            # after its wait (chunk 0 after the logits), so S, which resets the counters, runs after
+            # every item has read them; in a launch without A items S_OWN needs no arrivals.
             b = rnd - lag
             lr = (pos - off_f) // F_CHUNKS
             c = (pos - off_f) % F_CHUNKS
@@ -144,11 +146,11 @@ def hc_kernel(
                     tl.extra.cuda.gdc_wait()
                 if HAS_A:
                     wait_for(blocks + b * 3, S_A)
-                if COEF:
+                if COEF and not S_OWN:
                     if c == 0:
-                        phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps,
+                        phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, F_STEPS,
                                       norm_eps, pre_eps, BT, SB)  # fmt: skip
-                if not S_OWN:
+                if HAS_A or not S_OWN:
                     old = arrive(blocks + b * 3 + 1)
                     if not HAS_S:
                         if old == n_items - 1:
@@ -170,10 +172,10 @@ def hc_kernel(
                     wait_for(blocks + b * 3, S_A)
                 pre = tl.zeros((RECORD,), dtype=tl.float32)
                 if COEF:
-                    pre = phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps,
+                    pre = phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, F_STEPS,
                                         norm_eps, pre_eps, BT, SB)  # fmt: skip
                     if HAS_S:
-                        if not S_OWN:
+                        if HAS_A or not S_OWN:
                             arrive(blocks + b * 3 + 1)  # S needs only the logits: it runs beside the norm
                 if NORM:
                     phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H,
@@ -192,21 +194,27 @@ def hc_kernel(
             if (b >= 0) & (g * RS < n_rows):
                 if PDL_WAIT:
                     tl.extra.cuda.gdc_wait()
+                target = n_rows
+                if SPLIT:
+                    target = n_rows * F_CHUNKS
                 if S_OWN:
-                    # One row an item, no A items in this launch: the item sums its row's records itself
-                    # (the F item's bits) instead of waiting for the F item's logits; nothing waits on
-                    # the F items, so they do not arrive.
-                    row_mix(b * BT + g, part_ptr, mix_ptr, S_A, f_steps, BT, SB)
+                    # One row an item: the item sums its row's records itself into the logits and pre
+                    # (the F item's bits, by the same function) instead of waiting for an F item to.
+                    if HAS_A:
+                        wait_for(blocks + b * 3, S_A)
+                    phase_f_coef(b * BT + g, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, F_STEPS,
+                                  norm_eps, pre_eps, BT, SB)  # fmt: skip
                     tl.debug_barrier()  # the row's logits stored by every thread before any reads them
                 elif HAS_F:
-                    target = n_rows
-                    if SPLIT:
-                        target = n_rows * F_CHUNKS
                     wait_for(blocks + b * 3 + 1, target)
                 elif HAS_A:
                     wait_for(blocks + b * 3, S_A)
                 phase_s(b, g, mix_ptr, posto_ptr, combo_ptr, scale_ptr, base_ptr, T, H, norm_eps, post_scale,
                          sk_eps, sk_iters, BT, RS)  # fmt: skip
+                if S_OWN and HAS_A and HAS_F:
+                    # Nothing here waited for the F items: every one of them must have passed its wait
+                    # on the A counter before the counters are reset.
+                    wait_for(blocks + b * 3 + 1, target)
                 old = arrive(blocks + b * 3 + 2)
                 if old == (n_rows + RS - 1) // RS - 1:
                     reset(blocks + b * 3)

@@ -185,7 +185,6 @@ def _launch(
         *plan.offsets,
         plan.lag,
         config.steps_a,
-        -(-splits_a // sb),
         params.hc_norm_eps,
         params.hc_pre_eps,
         params.hc_post_scale,
@@ -222,9 +221,11 @@ def _launch(
         A_COLLAPSE=a_collapse,
         SPLIT=split,
         NPART=triton.next_power_of_2(hidden // 16),
-        # The Sinkhorn item of one row sums its records itself when this launch has no A items to wait on.
-        S_OWN=bool(coef and phases[1] and phases[2] and not phases[0] and config.rows_s == 1),
+        # Sinkhorn items of one row sum their records themselves (and compute pre) instead of waiting
+        # for an F item's logits.
+        S_OWN=bool(coef and phases[1] and phases[2] and config.rows_s == 1),
         PDL_WAIT_TOP=pdl.wait_top,
+        F_STEPS=-(-splits_a // sb),
         num_warps=warps,
         num_stages=config.stages,
         enable_fp_fusion=False,

@@ -9,7 +9,14 @@ import triton.language as tl
 
 from mxfuse.kernels.bf16 import bf16_bits, bits_to_bf16, bits_to_f32, load_bf16_bits
 from mxfuse.kernels.hc.plan import RECORD as PLAN_RECORD
-from mxfuse.kernels.hc.tile import exact_sum, load_post_coefs, mix_dot, mix_dot_pieces, post_tile
+from mxfuse.kernels.hc.tile import (
+    exact_sum,
+    load_post_coefs,
+    mix_dot,
+    mix_dot_pieces,
+    post_values,
+    store_streams,
+)
 
 __all__ = ["phase_a"]
 
@@ -51,9 +58,11 @@ def phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, par
         cols = (s * a_steps + i) * BH + tl.arange(0, BH)
         rbase = rows64[:, None] * (4 * H) + cols[None, :]
         if A_POST:
-            b0, b1, b2, b3 = post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01,
-                                       c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33,
-                                       HW_CVT)  # fmt: skip
+            # R' is stored after the mixes have loaded their projection weights: a load after a store
+            # to memory it may alias is not moved above it, and would wait a round trip of its own.
+            b0, b1, b2, b3 = post_values(x_ptr, r_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01, c02,
+                                         c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33,
+                                         HW_CVT)  # fmt: skip
         else:
             b0 = load_bf16_bits(ro_ptr + rbase, mask)
             b1 = load_bf16_bits(ro_ptr + rbase + H, mask)
@@ -63,6 +72,17 @@ def phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, par
         g1 = bits_to_f32(b1)
         g2 = bits_to_f32(b2)
         g3 = bits_to_f32(b3)
+        if A_MIX:
+            # The projection weights are loaded first, before any reduction's barrier or store.
+            acc, acc_c = _mix_step(acc, acc_c, b0, b1, b2, b3, g0, g1, g2, g3, fn_ptr, fnp_ptr, fn_rows, fn_mask,
+                                   cols, H, MIX_FMA, FN_PIECES, HW_CVT)  # fmt: skip
+            sq = g0 * g0
+            sq = sq + g1 * g1
+            sq = sq + g2 * g2
+            sq = sq + g3 * g3
+            sumsq, sumsq_c = _kahan(sumsq, sumsq_c, exact_sum(sq, 1))
+        if A_POST:
+            store_streams(ro_ptr, rows64, cols, mask, H, b0, b1, b2, b3)
         if A_COLLAPSE:
             # The same products and order as the finish's collapse (_collapse_chunk): the same bits.
             v = q0 * g0
@@ -75,14 +95,6 @@ def phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, par
             part16 = exact_sum(tl.reshape(vf * vf, (BT, BH // 16, 16)), 2)
             pcols = (s * a_steps + i) * (BH // 16) + tl.arange(0, BH // 16)
             tl.store(vp_ptr + rows64[:, None] * (H // 16) + pcols[None, :], part16, mask=mask)
-        if A_MIX:
-            sq = g0 * g0
-            sq = sq + g1 * g1
-            sq = sq + g2 * g2
-            sq = sq + g3 * g3
-            sumsq, sumsq_c = _kahan(sumsq, sumsq_c, exact_sum(sq, 1))
-            acc, acc_c = _mix_step(acc, acc_c, b0, b1, b2, b3, g0, g1, g2, g3, fn_ptr, fnp_ptr, fn_rows, fn_mask,
-                                   cols, H, MIX_FMA, FN_PIECES, HW_CVT)  # fmt: skip
     if A_MIX:
         col = tl.arange(0, RECORD)[None, :]
         record = tl.where(col == 24, sumsq[:, None], acc)

@@ -39,16 +39,18 @@ def _pick(v, col, j):
 
 
 @triton.jit
-def row_mix(t, part_ptr, mix_ptr, S_A, f_steps, BT: tl.constexpr, SB: tl.constexpr):
+def row_mix(t, part_ptr, mix_ptr, S_A, F_STEPS: tl.constexpr, BT: tl.constexpr, SB: tl.constexpr):
     """Row ``t``'s records summed into its 24 logits and sum(R'^2) at 24 ([32]), stored for S and returned.
-    The F item and, when it does not wait for the F item, the row's S item compute the same bits."""
+    The F item and, when it does not wait for the F item, the row's S item compute the same bits. The
+    F_STEPS loads of SB records are unrolled so that they are in flight together (one round trip to L2,
+    not one a step); they are added in step order."""
     t64 = t.to(tl.int64)
     col = tl.arange(0, RECORD)
     b = t // BT
     lr = t % BT
     si = tl.arange(0, SB)[:, None]
     acc = tl.zeros((SB, RECORD), dtype=tl.float32)
-    for i in range(f_steps):
+    for i in tl.static_range(F_STEPS):
         sp = i * SB + si
         ptrs = part_ptr + ((b * S_A + sp).to(tl.int64) * BT + lr) * RECORD + col[None, :]
         acc += tl.load(ptrs, mask=sp < S_A, other=0.0, cache_modifier=".cg")
@@ -58,18 +60,19 @@ def row_mix(t, part_ptr, mix_ptr, S_A, f_steps, BT: tl.constexpr, SB: tl.constex
 
 
 @triton.jit
-def phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, f_steps, norm_eps, pre_eps,
-                  BT: tl.constexpr, SB: tl.constexpr):  # fmt: skip
+def phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, F_STEPS: tl.constexpr, norm_eps,
+                  pre_eps, BT: tl.constexpr, SB: tl.constexpr):  # fmt: skip
     """Row ``t``'s records summed into its 24 logits and sum(R'^2) (stored for S), and ``pre`` (stored
     and returned: [32], the four values first)."""
     t64 = t.to(tl.int64)
     col = tl.arange(0, RECORD)
-    mix = row_mix(t, part_ptr, mix_ptr, S_A, f_steps, BT, SB)
+    # Loaded before row_mix stores the logits: a load after that store would wait for it.
+    s0 = tl.load(scale_ptr)
+    bv = tl.load(base_ptr + col, mask=col < 4, other=0.0)
+    mix = row_mix(t, part_ptr, mix_ptr, S_A, F_STEPS, BT, SB)
     one = tl.full((1,), 1.0, dtype=tl.float32)
     sumsq = _pick(mix, col, 24) + tl.zeros((1,), dtype=tl.float32)
     rs = tl.div_rn(one, tl.sqrt_rn(tl.div_rn(sumsq, one * (4 * H)) + norm_eps))
-    s0 = tl.load(scale_ptr)
-    bv = tl.load(base_ptr + col, mask=col < 4, other=0.0)
     logit = (mix * rs) * s0 + bv
     pre = 1.0 / (1.0 + tl.exp(-logit)) + pre_eps
     tl.store(pre_ptr + t64 * 4 + col, pre, mask=col < 4)
@@ -141,10 +144,11 @@ def phase_f_split(t, c, w_c, v_ptr, vp_ptr, y_ptr, q_ptr, s_ptr, T, H, rows_padd
     pair of the chunk's collapse, which the A items wrote. ``w_c``: the chunk's norm weight."""
     t64 = t.to(tl.int64)
     k = tl.arange(0, NPART)
-    parts = tl.load(vp_ptr + t64 * (H // 16) + k, mask=k < H // 16, other=0.0, cache_modifier=".cg")
-    rf = _rms_factor(exact_sum(parts, 0), H, rms_eps)
+    # The chunk's collapse is loaded with the partial sums, not after their sum: one round trip to L2.
     cols, ok = chunk_cols(c, H, CW)
     vb = load_bf16_bits(v_ptr + t64 * H + cols, ok, True)
+    parts = tl.load(vp_ptr + t64 * (H // 16) + k, mask=k < H // 16, other=0.0, cache_modifier=".cg")
+    rf = _rms_factor(exact_sum(parts, 0), H, rms_eps)
     _emit_chunk(vb, ok, cols, c, rf, t, w_c, y_ptr, q_ptr, s_ptr, T, H, rows_padded, floor, layout, WRITE_Y,
                 WRITE_PAIR, HW_CVT, CW)  # fmt: skip
     if WRITE_PAIR:

@@ -25,6 +25,8 @@ __all__ = [
     "mix_dot_pieces",
     "post_stream",
     "post_tile",
+    "post_values",
+    "store_streams",
 ]
 
 
@@ -72,13 +74,11 @@ def load_post_coefs(post_ptr, comb_ptr, rows64, row_ok):
 
 
 @triton.jit
-def post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01, c02, c03, c10, c11,
-              c12, c13, c20, c21, c22, c23, c30, c31, c32, c33, HW_CVT: tl.constexpr):  # fmt: skip
-    """R' on rows x cols of all four streams: loaded, mixed (``post_stream``), rounded and stored.
-
-    Returns the four streams' int32-held bf16 patterns. x and R are read once, so their loads ask to
-    be evicted first.
-    """
+def post_values(x_ptr, r_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01, c02, c03, c10, c11, c12, c13,
+                c20, c21, c22, c23, c30, c31, c32, c33, HW_CVT: tl.constexpr):  # fmt: skip
+    """R' on rows x cols of all four streams, loaded and mixed (``post_stream``) and rounded, not stored:
+    its four streams' int32-held bf16 patterns. x and R are read once, so their loads ask to be
+    evicted first."""
     xf = bits_to_f32(load_bf16_bits(x_ptr + rows64[:, None] * H + cols[None, :], mask, False, True))
     rbase = rows64[:, None] * (4 * H) + cols[None, :]
     f0 = bits_to_f32(load_bf16_bits(r_ptr + rbase, mask, False, True))
@@ -89,11 +89,26 @@ def post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, 
     b1 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p1, c01, c11, c21, c31), HW_CVT)
     b2 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p2, c02, c12, c22, c32), HW_CVT)
     b3 = bf16_bits(post_stream(xf, f0, f1, f2, f3, p3, c03, c13, c23, c33), HW_CVT)
+    return b0, b1, b2, b3
+
+
+@triton.jit
+def store_streams(ro_ptr, rows64, cols, mask, H, b0, b1, b2, b3):
+    """The four streams' bf16 patterns ``b*`` stored to R' on rows x cols."""
+    rbase = rows64[:, None] * (4 * H) + cols[None, :]
     tl.store(ro_ptr + rbase, bits_to_bf16(b0), mask=mask)
     tl.store(ro_ptr + rbase + H, bits_to_bf16(b1), mask=mask)
     tl.store(ro_ptr + rbase + 2 * H, bits_to_bf16(b2), mask=mask)
     tl.store(ro_ptr + rbase + 3 * H, bits_to_bf16(b3), mask=mask)
-    return b0, b1, b2, b3
+
+
+@triton.jit
+def post_tile(x_ptr, r_ptr, ro_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01, c02, c03, c10, c11,
+              c12, c13, c20, c21, c22, c23, c30, c31, c32, c33, HW_CVT: tl.constexpr):  # fmt: skip
+    """R' on rows x cols of all four streams: ``post_values``, then stored (``store_streams``)."""
+    b0, b1, b2, b3 = post_values(x_ptr, r_ptr, rows64, cols, mask, H, p0, p1, p2, p3, c00, c01, c02, c03, c10,
+                                 c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33, HW_CVT)  # fmt: skip
+    store_streams(ro_ptr, rows64, cols, mask, H, b0, b1, b2, b3)
 
 
 @triton.jit

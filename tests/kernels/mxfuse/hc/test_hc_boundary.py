@@ -129,10 +129,19 @@ CONFIGS = {
     "bt4 fma one launch": HcConfig(4, 32, 1, 4, 64, 0, 4, 1, "fma", 1),
     # The shifted ordering's split finish in items of 2 words, counters and tickets (one launch).
     "bt4 fma one launch, split of 2 words": HcConfig(4, 32, 1, 4, 64, 0, 4, 1, "fma", 1, 0, 2),
+    # One launch whose one-row Sinkhorn items sum their rows' records after the A items (and wait for
+    # the F items' arrivals before they reset the counters), and the same tiles in two launches.
+    "bt1 fma one launch, one-row Sinkhorn": HcConfig(1, 32, 1, 1, 64, 0, 4, 1, "fma", 1, 0, 1),
+    "bt16 dot one launch, one-row Sinkhorn": HcConfig(16, 16, 2, 1, 32, 0, 4, 1, "dot", 2, 0, 1),
+    "bt16 dot two launches, one-row Sinkhorn": HcConfig(16, 16, 2, 1, 32, 0, 4, 2, "dot", 2, 0, 1),
 }
 UNFUSED_CASES = [(64, 5120, c) for c in CONFIGS] + [(64, 4096, "default"), (4, 7168, "bt4 fma one launch")]
 UNFUSED_CASES += [(t, 5120, "default") for t in (1, 4, 16)] + [
-    (7, 5120, "bt4 fma one launch, split of 2 words")
+    (7, 5120, "bt4 fma one launch, split of 2 words"),
+    (1, 5120, "bt1 fma one launch, one-row Sinkhorn"),
+    (7, 7168, "bt1 fma one launch, one-row Sinkhorn"),
+    (16, 5120, "bt16 dot one launch, one-row Sinkhorn"),
+    (16, 5120, "bt16 dot two launches, one-row Sinkhorn"),
 ]
 
 
@@ -164,7 +173,12 @@ def test_the_shifted_y_does_not_depend_on_the_configuration():
     inputs = _inputs(16, 5120, True)
     first = _outputs(16, 5120)
     _boundary(inputs, first, config=None)
-    for name in ("bt16 dot two launches", "bt4 fma one launch", "bt4 fma one launch, split of 2 words"):
+    for name in (
+        "bt16 dot two launches",
+        "bt4 fma one launch",
+        "bt4 fma one launch, split of 2 words",
+        "bt16 dot one launch, one-row Sinkhorn",
+    ):
         other = _outputs(16, 5120)
         _boundary(inputs, other, config=CONFIGS[name])
         assert_same_bits(other.y, first.y, name=f"y, {name} vs default")

@@ -133,6 +133,21 @@ CASES += [
          config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1), copies_of_row0=(5,), seed=16),
     Case("T6 normal e8m0, one-row Sinkhorn items summing their records", 6, 256, False, "e8m0",
          config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1), seed=17),
+    # One launch whose one-row Sinkhorn items sum their records (and compute pre) after the A items:
+    # the shifted ordering's split finish over two blocks (lag 1), and one token; the same tiles in two
+    # launches and as the unfused chain, for the bit-for-bit comparisons below.
+    Case("T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1", 6, 256, True,
+         config=(4, 32, 2, 1, 2, 1, 4, 1, "fma", 1, 0, 1), copies_of_row0=(5,), seed=18),
+    Case("T6 shifted deepgemm, two launches, one-row Sinkhorn items", 6, 256, True,
+         config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1, 0, 1), copies_of_row0=(5,),
+         seed=18),
+    Case("T6 shifted deepgemm, unfused, one-row Sinkhorn items", 6, 256, True, kind="unfused",
+         config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1, 0, 1), copies_of_row0=(5,),
+         seed=18),
+    Case("T1 shifted swizzled, one launch, one-row Sinkhorn item", 1, 256, True, "swizzled_128x4",
+         config=(1, 32, 1, 1, 2, 0, 4, 1, "fma", 1, 0, 1), seed=19),
+    Case("T1 shifted swizzled, two launches, one-row Sinkhorn item", 1, 256, True, "swizzled_128x4",
+         config=(1, 32, 1, 1, 2, 0, 4, 2, "fma", 1, 0, 1), seed=19),
 ]  # fmt: skip
 # The same cases with fn prepared (HcProjection): the same bits, checked pair by pair below.
 PREPARED = {
@@ -178,10 +193,10 @@ for c in cases:
         fused.launch_boundary(inputs, weights, out, params=params, workspace=ws, config=config, hw_cvt=False)
     else:
         steps.launch_post(inputs, residual_out=out.residual, hw_cvt=False)
-        steps.launch_mixes(out, weights, params=params, workspace=ws, hw_cvt=False)
+        steps.launch_mixes(out, weights, params=params, workspace=ws, config=config, hw_cvt=False)
         collapse = out.pre if x["prev_pre"] is None else x["prev_pre"]
         steps.launch_norm(out.residual, collapse, x["norm_weight"], params=params, y_out=out.y, workspace=ws,
-                          hw_cvt=False, split=x["prev_pre"] is not None)
+                          config=config, hw_cvt=False, split=x["prev_pre"] is not None)
         if out.pair is not None:
             launch_quantize(out.y, out.pair, hw_cvt=False)
     results[c["name"]] = {
@@ -274,6 +289,26 @@ def test_unfused_chain_writes_the_fused_residual_bit_for_bit(interpreted, shifte
     assert_same_bits(unfused["residual"], fused["residual"], name="R' unfused vs fused")
     for key in ("pre", "post", "comb", "y"):
         assert_same_bits(unfused[key], fused[key], name=f"{key} unfused vs fused")
+
+
+@pytest.mark.parametrize(
+    ("name", "other"),
+    [
+        ("T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1",
+         "T6 shifted deepgemm, two launches, one-row Sinkhorn items"),
+        ("T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1",
+         "T6 shifted deepgemm, unfused, one-row Sinkhorn items"),
+        ("T1 shifted swizzled, one launch, one-row Sinkhorn item",
+         "T1 shifted swizzled, two launches, one-row Sinkhorn item"),
+    ],
+    ids=["one vs two launches", "one launch vs unfused", "T1 one vs two launches"],
+)  # fmt: skip
+def test_one_launch_gives_the_bits_of_two_and_of_the_unfused_chain(interpreted, name, other):
+    """The same tiles in one launch (the Sinkhorn items summing their rows' records after the A items),
+    in two, or as the unfused chain (pair from the quantize kernel): every output the same bits."""
+    one, two = interpreted[name], interpreted[other]
+    for key in ("residual", "pre", "post", "comb", "y", "q", "scales"):
+        assert_same_bits(two[key], one[key], name=f"{key}: {other}")
 
 
 def test_the_shifted_finish_does_not_depend_on_the_configuration(interpreted):

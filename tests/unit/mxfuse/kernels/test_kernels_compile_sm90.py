@@ -75,8 +75,10 @@ FAMILIES = {
     from mxfuse.kernels.hc import HcConfig, HcProjection, HcWeights, HcWorkspace
     # two launches, the second a programmatic dependent one on 16 warps whose one-step finish loads w first
     two = HcConfig(16, 64, 2, 16, 4, 0, 8, 2, warps_f=16)
+    # one launch whose one-row Sinkhorn items sum their records after the A items
+    one = HcConfig(1, 32, 1, 1, 64, 0, 4, 1, "fma", 1, 0, 1)
     for t, shifted, config in ((1, False, None), (1, True, None), (129, False, None), (129, True, None),
-                               (3, False, two)):
+                               (3, False, two), (2, True, one)):
         inputs = make_inputs(t, 512, shifted=shifted)
         step, weights = inputs.args()
         if t == 129:
