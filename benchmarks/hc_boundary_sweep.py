@@ -15,9 +15,12 @@ on disk, so the timing process only loads), then checked and timed here:
     fastest of a shape are timed again in three interleaved rounds and the median decides.
 
 The shifted ordering is timed on the default and the normal ordering's six fastest of the same shape
-(``--full-shifted``: the whole grid). The winners go to ``--write`` (the table ``mxfuse.kernels.hc.choose_config`` reads): one entry
-per measured T, and each power-of-two bucket between two measured T takes the larger one's winner.
-Every timing goes to --json (default $OUT/hc_boundary_sweep.json, else reports/).
+(``--full-shifted``: the whole grid; ``--latency``: at T <= 16 the launch-structure grid of
+``latency_candidates``, one launch or two, one-row Sinkhorn items, finish and A item widths). The
+winners go to ``--write`` (the table ``mxfuse.kernels.hc.choose_config`` reads): one entry per measured
+T, each power-of-two bucket between two measured T taking the larger one's winner, and the checked-in
+table's entries for the shapes the run did not measure. Every timing goes to --json (default
+$OUT/hc_boundary_sweep.json, else reports/).
 """
 
 from __future__ import annotations
@@ -115,6 +118,41 @@ def candidates(tokens: int, hidden: int, sms: int = 132, *, quick: bool = False)
     return unique
 
 
+def latency_candidates(tokens: int, hidden: int, sms: int = 132) -> list[HcConfig]:
+    """The shifted ordering's launch structure at T <= 16, around the default (first): one launch or two,
+    Sinkhorn items of one row (which sum their rows' records themselves) or of the block, finish items
+    of one or two words, and A items of 32, 64 or 128 columns (CUDA cores) or of one or two 16-column
+    steps (tensor cores, blocks of 16)."""
+    base = default_config(tokens, hidden, sms=sms)
+    bt = base.block_t
+    if base.mix == "fma":
+        a_items = [(bh, 1, "fma", 1) for bh in (32, 64, 128) if bt * bh <= 256]
+    else:
+        a_items = [(base.block_h, steps, base.mix, base.stages) for steps in (base.steps_a, 1)]
+    found = [base]
+    for bh, steps, mix, stages in a_items:
+        for rows_s in sorted({bt, 1}):
+            for launches in (1, 2):
+                for words_n in (1, 2):
+                    found.append(
+                        HcConfig(bt, bh, steps, rows_s, base.words_f, 0, 4, launches, mix, stages, 0, words_n)
+                    )
+    unique = []
+    for c in found:
+        c.check(hidden)
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+def _shape_candidates(
+    tokens: int, hidden: int, shifted: bool, *, quick: bool, latency: bool
+) -> list[HcConfig]:
+    if latency and shifted and tokens <= 16:
+        return latency_candidates(tokens, hidden)
+    return candidates(tokens, hidden, quick=quick)
+
+
 def _compile_worker(jobs: list[dict]) -> None:
     """Run each (shape, config) once on small inputs: Triton compiles and caches the kernels on disk."""
     for job in jobs:
@@ -128,18 +166,21 @@ def _compile_worker(jobs: list[dict]) -> None:
     torch.cuda.synchronize()
 
 
-def precompile(shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, quick: bool = False) -> float:
+def precompile(
+    shapes: list[tuple[int, int, bool]], jobs: int, tmp: Path, *, quick: bool = False, latency: bool = False
+) -> float:
     """Compile every candidate of every shape in ``jobs`` processes; seconds taken."""
     start = time.perf_counter()
     work = []
     seen = set()
     for tokens, hidden, shifted in shapes:
-        for config in candidates(tokens, hidden, quick=quick):
+        for config in _shape_candidates(tokens, hidden, shifted, quick=quick, latency=latency):
             # T is not specialized: one small T per compile class (block size, ordering, hidden) will do.
             # Only constexprs make another kernel: steps_a, lag, T and the ordering are runtime values,
             # and H only through the number of finish steps.
-            key = (-(-hidden // 128 // config.words_f), config.block_t, config.block_h, config.rows_s,
-                   config.words_f, config.num_warps, config.launches, config.mix, config.stages)  # fmt: skip
+            key = (-(-hidden // 128 // config.words_f), hidden, shifted, config.block_t, config.block_h,
+                   config.rows_s, config.words_f, config.num_warps, config.launches, config.mix, config.stages,
+                   config.warps_f, config.words_n, config.steps_a)  # fmt: skip
             if key not in seen:
                 seen.add(key)
                 work.append({"T": min(tokens, 3 * config.block_t), "H": hidden, "shifted": shifted,
@@ -191,7 +232,13 @@ def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: fl
 
 
 def sweep_shape(
-    tokens: int, hidden: int, shifted: bool, only: list[HcConfig] | None = None, *, quick: bool = False
+    tokens: int,
+    hidden: int,
+    shifted: bool,
+    only: list[HcConfig] | None = None,
+    *,
+    quick: bool = False,
+    latency: bool = False,
 ) -> list[dict]:
     moved = floor_bytes(tokens, hidden)
     sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
@@ -199,7 +246,7 @@ def sweep_shape(
     ordering = "shifted" if shifted else "normal"
     ref = hc.mhc_boundary_reference(*boundary_args(sets[0]), params=PARAMS)
     rows = []
-    for config in only or candidates(tokens, hidden, quick=quick):
+    for config in only or _shape_candidates(tokens, hidden, shifted, quick=quick, latency=latency):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}
         try:
             row["check"] = check(sets[0], ref, config)
@@ -257,6 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="two launches only, on 4 warps for blocks of 16 or fewer"
     )
+    parser.add_argument(
+        "--full-shifted",
+        action="store_true",
+        help="the whole grid for the shifted ordering (default: the normal ordering's six fastest)",
+    )
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="the shifted ordering at T <= 16: the launch-structure grid (latency_candidates)",
+    )
     parser.add_argument("--compile-jobs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.compile_jobs:
@@ -272,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     print(" | ".join(f"{k}: {v}" for k, v in env.items()), flush=True)
     if args.jobs:
         with tempfile.TemporaryDirectory() as tmp:
-            env["precompile_s"] = precompile(shapes, args.jobs, Path(tmp), quick=args.quick)
+            env["precompile_s"] = precompile(
+                shapes, args.jobs, Path(tmp), quick=args.quick, latency=args.latency
+            )
     if args.precompile_only:
         return 0
     rows = []
@@ -284,13 +343,13 @@ def main(argv: list[str] | None = None) -> int:
         normal = [
             r for r in rows if (r["T"], r["H"], r["ordering"]) == (t, h, "normal") and r["check"] == "ok"
         ]
-        if s and normal and not args.full_shifted:
+        if s and normal and not args.full_shifted and not (args.latency and t <= 16):
             # The shifted ordering differs from the normal one only in where the collapse weights come
             # from: its candidates are the default and the normal ordering's six fastest.
             best = sorted(normal, key=lambda r: r["us"])[:6]
             only = [default_config(t, h)] + [HcConfig(**r["config"]) for r in best]
             only = list(dict.fromkeys(only))
-        shape_rows = sweep_shape(t, h, s, only, quick=args.quick)
+        shape_rows = sweep_shape(t, h, s, only, quick=args.quick, latency=args.latency)
         rows += shape_rows
         good = sorted((r for r in shape_rows if "final_us" in r), key=lambda r: r["final_us"])
         default = shape_rows[0]
@@ -311,10 +370,25 @@ def main(argv: list[str] | None = None) -> int:
 def write(args: argparse.Namespace, env: dict, rows: list[dict], tokens: list[int], path: Path) -> None:
     path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
     if args.write:
-        entries = table_entries(rows, tokens)
+        entries = merged_entries(table_entries(rows, tokens), _checked_in_entries())
         data = {
             "source": f"benchmarks/hc_boundary_sweep.py, {env['date']}, {env['gpu']} ({env['sms']} SMs), "
             f"torch {env['torch']}, Triton {env['triton']}",
             "entries": entries,
         }
         Path(args.write).write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _checked_in_entries() -> list[dict]:
+    return json.loads(TABLE.read_text(encoding="utf-8")).get("entries", []) if TABLE.exists() else []
+
+
+def merged_entries(new: list[dict], old: list[dict]) -> list[dict]:
+    """The table after a run: its entries, and the checked-in table's for every (H, bucket, ordering) the
+    run did not measure (a sweep of a few shapes keeps the others' winners)."""
+    measured = {_entry_key(e) for e in new}
+    return sorted([*new, *(e for e in old if _entry_key(e) not in measured)], key=_entry_key)
+
+
+def _entry_key(entry: dict) -> tuple[int, str, int]:
+    return entry["hidden"], entry["ordering"], entry["tokens"]

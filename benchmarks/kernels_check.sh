@@ -10,6 +10,14 @@
 #              32768 keys
 #   sweep-wqb  the Gluon sweep on wq_b (full and TP4), the shapes the first sweeps left out; its table
 #              in $OUT/gluon_configs_wqb.json
+#   boundary   the boundary's launch structure in the shifted ordering at T = 1, 4, 16 (H = 5120, 7168;
+#              the default timed beside every candidate), its table in $OUT/hc_configs.json and put in
+#              place in this checkout, then the boundary alone (fused, y and pair outputs, the unfused
+#              chain) at T = 1, 4, 16, 64 with that table
+#   step       the V4.1 decode step, T = 1, 4, 16, 64, with and without programmatic launches, the stage
+#              table at T = 1 (whatever table the checkout holds: after `boundary`, its new one)
+#   step-tp4   the same on the TP4 shard at T = 1, 4, 16
+#   timeline   each kernel's start and end inside one graph replay at T = 1
 # One log ($OUT/kernels.log), each step's JSON in $OUT. Exits 1 if a step failed.
 # Usage: BUDGET=570 bash benchmarks/kernels_check.sh job gemm ...
 set -u
@@ -33,7 +41,20 @@ for step in "$@"; do
       run sweep-wqb $((s + 45)) python3 -m benchmarks mxfp8_gemm_sweep --kernel gluon --budget-s "$s" \
         --shapes "v41 wq_b,v41 wq_b tp4" --ms 1,4,16,64 --json "$out/gluon_sweep_wqb.json" \
         --table "$out/gluon_configs_wqb.json" ;;
-    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, attention, sweep-wqb)"; exit 2 ;;
+    boundary) run boundary-sweep 300 python3 -m benchmarks hc_boundary_sweep --hiddens 5120,7168 \
+        --tokens 1,4,16 --orderings shifted --latency --json "$out/hc_boundary_sweep.json" \
+        --write "$out/hc_configs.json"
+      [ -f "$out/hc_configs.json" ] && cp "$out/hc_configs.json" src/mxfuse/kernels/hc/configs.json
+      run boundary 120 python3 -m benchmarks hc_boundary --hiddens 5120 --tokens 1,4,16,64 \
+        --orderings shifted --compile off --outputs --json "$out/hc_boundary.json" ;;
+    step) run step 130 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
+      --variants pdl,base --json "$out/dsv41_decode.json" ;;
+    step-tp4) run step-tp4 60 python3 -m benchmarks dsv41_decode --config flash-tp4 --tokens 1,4,16 \
+      --stage-tokens 1 --replays 30 --variants pdl,base --json "$out/dsv41_decode_tp4.json" ;;
+    timeline) run timeline 40 python3 -m benchmarks dsv41_timeline --tokens 1 --variants pdl,base --replays 11 \
+      --json "$out/dsv41_timeline.json" ;;
+    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, attention, sweep-wqb, boundary, step, step-tp4," \
+      "timeline)"; exit 2 ;;
   esac
 done
 finish

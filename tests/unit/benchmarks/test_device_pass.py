@@ -166,3 +166,16 @@ def test_the_kernels_pass_refuses_an_unknown_step_by_name(tmp_path: Path) -> Non
     done = _kernels_pass(tmp_path, "gemm", "benchmark-everything")
     assert done.returncode == 2
     assert "unknown step benchmark-everything" in done.stdout
+
+
+def test_the_boundary_step_sweeps_then_times_the_boundary_with_the_new_table(tmp_path: Path) -> None:
+    done = _kernels_pass(tmp_path, "boundary", "step")
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "out" / "kernels.log").read_text()
+    starts = [line for line in log.splitlines() if line.startswith("=== ") and "(up to" in line]
+    assert [line.split(" (up to")[0] for line in starts] == ["=== boundary-sweep", "=== boundary", "=== step"]
+    sweep, boundary, step = starts
+    assert "hc_boundary_sweep" in sweep and "--latency" in sweep and "--orderings shifted" in sweep
+    assert f"--write {tmp_path / 'out' / 'hc_configs.json'}" in sweep
+    assert "hc_boundary --hiddens 5120" in boundary and "--outputs" in boundary
+    assert "dsv41_decode" in step and "--variants pdl,base" in step

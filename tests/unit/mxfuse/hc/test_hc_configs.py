@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.hc_boundary_sweep import candidates, table_entries
+from benchmarks.hc_boundary_sweep import candidates, latency_candidates, merged_entries, table_entries
 from gpumatrix import register
 from mxfuse.kernels.hc import HcConfig, choose_config, default_config
 from mxfuse.kernels.hc import config as hc_config
@@ -87,3 +87,40 @@ def test_the_table_takes_each_shapes_fastest_checked_config_and_fills_the_bucket
     # Buckets between two measured T take the larger one's winner, and say where it was measured.
     assert all(by_bucket[b]["measured_at"] == 16 for b in (2, 4, 8, 16))
     assert all(HcConfig(**by_bucket[b]["config"]) == BLOCK16 for b in (2, 4, 8, 16))
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 4, 16])
+@pytest.mark.parametrize("hidden", [5120, 7168])
+def test_the_latency_grid_tries_one_and_two_launches_and_one_row_sinkhorn_items(tokens, hidden):
+    found = latency_candidates(tokens, hidden)
+    assert found[0] == default_config(tokens, hidden)
+    assert len(found) == len(set(found)) > 8
+    for config in found:
+        config.check(hidden)
+    assert {c.launches for c in found} == {1, 2}
+    assert {c.words_n for c in found} == {1, 2}
+    one_row = [c for c in found if c.rows_s == 1]
+    assert {c.launches for c in one_row} == {1, 2}
+    if tokens > 1:
+        assert any(c.rows_s == c.block_t for c in found)
+
+
+def test_a_sweep_of_some_shapes_keeps_the_checked_in_entries_of_the_others():
+    def entry(hidden, tokens, ordering, us):
+        return {
+            "hidden": hidden,
+            "tokens": tokens,
+            "ordering": ordering,
+            "config": ONE_ROW.to_json(),
+            "us": us,
+        }
+
+    old = [entry(5120, 1, "normal", 9.0), entry(5120, 1, "shifted", 9.5), entry(7168, 16, "shifted", 20.0)]
+    new = [entry(5120, 1, "shifted", 7.0), entry(5120, 2, "shifted", 7.5)]
+    merged = merged_entries(new, old)
+    assert [(e["hidden"], e["ordering"], e["tokens"], e["us"]) for e in merged] == [
+        (5120, "normal", 1, 9.0),
+        (5120, "shifted", 1, 7.0),
+        (5120, "shifted", 2, 7.5),
+        (7168, "shifted", 16, 20.0),
+    ]
