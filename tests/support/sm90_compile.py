@@ -48,7 +48,7 @@ _POINTER_TYPES = {
     torch.int8: "i8",
     torch.uint8: "u8",
 }
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl", "enable_fp_fusion")
 
 
 def _argument_type(name: str, value: object) -> str:
