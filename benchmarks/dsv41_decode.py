@@ -279,17 +279,18 @@ def stage_bytes(model: AttentionSublayer, tokens: int, kv: int) -> dict[str, int
         "wqkv_a": _linear_weight(model.wqkv_a)
         + (pair(h) if fused else quantize(h) if unfused else bf16(h))
         + bf16(qkv_cols),
-        # q_norm reads q_lora and writes wq_b's pair (fused) or y; wq_b reads its input as wqkv_a does.
+        # q_norm reads q_lora and writes wq_b's pair (fused) or y; wq_b reads its input as wqkv_a does;
+        # after it, one launch norms q's heads and writes kv_norm(kv) into the cache (the KV row counted).
         "wq_b": _linear_weight(model.wq_b)
         + bf16(c.q_lora_rank)
         + (pair(c.q_lora_rank) if fused else bf16(c.q_lora_rank))
         + (pair(c.q_lora_rank) if fused else quantize(c.q_lora_rank) if unfused else bf16(c.q_lora_rank))
-        + bf16(heads_cols),
+        + bf16(heads_cols)
+        + bf16(c.head_dim),
         # The attention writes wo_a's pair (fused) or bf16 o, which wo_a quantizes on the unfused path.
         "attention": t * kv * c.head_dim * 2
         + bf16(heads_cols)
-        + (pair(heads_cols) if fused else bf16(heads_cols))
-        + bf16(c.head_dim),
+        + (pair(heads_cols) if fused else bf16(heads_cols)),
         "wo_a": wo_a_weight
         + (pair(heads_cols) if fused else quantize(heads_cols) if unfused else bf16(heads_cols))
         + (pair(z_cols) if fused else bf16(z_cols)),

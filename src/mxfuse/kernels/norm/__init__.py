@@ -30,6 +30,7 @@ __all__ = [
     "launch_rms_norm",
     "rms_norm_into_cache",
     "rms_norm_rows",
+    "rms_norm_rows_and_cache",
 ]
 
 MAX_ROW = 16384
@@ -56,29 +57,41 @@ def launch_rms_norm(
     pair: MxTensor | None = None,
     hw_cvt: bool = True,
     lens: torch.Tensor | None = None,
+    cache_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """The kernel over ``rows`` [M, D] (unit column stride) into ``y`` [M, D] bf16 and/or ``pair``, an
     ``[M, D]`` MxTensor (its layout, padding rows and rounding say how its scales are written; its codes
     are stored as uint8 without ``hw_cvt``). With ``lens`` [B], ``y`` is a KV cache [B, capacity, D] and
-    row b * S + s goes to ``y[b, lens[b] + s]`` (S = M / B). Arguments are validated by the caller."""
+    row b * S + s goes to ``y[b, lens[b] + s]`` (S = M / B). ``cache_rows`` = (rows2 [M2, D], weight2
+    [D], kv [B, capacity, D]) with ``lens``: in the same launch, rows2 normed with weight2 into the cache
+    as above (and ``y``, ``pair`` for ``rows`` only, never into a cache). Arguments are validated by the
+    caller."""
     count, cols = rows.shape
     q, scale_words, layout_code, rows_padded, floor = (None, None, 1, 0, False)
     if pair is not None:
         q, scale_words, layout_code, rows_padded, floor = mx_target(pair, hw_cvt=hw_cvt)
-    grid = max(count, rows_padded) if pair is not None else count
+    first = max(count, rows_padded) if pair is not None else count
+    rows2, weight2, kv = cache_rows if cache_rows is not None else (rows, None, None)
+    count2 = rows2.shape[0] if cache_rows is not None else 0
+    grid = first + count2
     if grid == 0:
         return
     words = triton.next_power_of_2(triton.cdiv(cols, 128))
     dummy = rows
-    per_seq, capacity = (count // lens.shape[0], y.shape[1]) if lens is not None else (1, 0)
+    cache = kv if cache_rows is not None else y
+    per_seq, capacity = (1, 0)
+    if lens is not None:
+        per_seq, capacity = ((count2 if cache_rows is not None else count) // lens.shape[0], cache.shape[1])
     pdl = pdl_policy(rows.device) if hw_cvt else OFF
     rms_norm_kernel[(grid,)](
         rows, dummy if weight is None else weight, dummy if y is None else y, dummy if q is None else q,
         dummy if scale_words is None else scale_words, dummy if lens is None else lens, rows.stride(0), count,
-        cols, rows_padded, eps, per_seq, capacity,
+        cols, rows_padded, eps, per_seq, capacity, rows2, dummy if weight2 is None else weight2,
+        dummy if kv is None else kv, rows2.stride(0), count2, first,
         HAS_WEIGHT=weight is not None, WRITE_Y=y is not None, WRITE_PAIR=pair is not None, FLOOR=floor,
-        HW_CVT=hw_cvt, LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None, PDL_WAIT=pdl.wait,
-        PDL_SIGNAL=pdl.signal, num_warps=max(1, min(8, words // 2)), **({"launch_pdl": True} if pdl.wait else {}),
+        HW_CVT=hw_cvt, LAYOUT=layout_code, WORDS=words, TO_CACHE=lens is not None and cache_rows is None,
+        PDL_WAIT=pdl.wait, PDL_SIGNAL=pdl.signal, SECOND=cache_rows is not None,
+        num_warps=max(1, min(8, words // 2)), **({"launch_pdl": True} if pdl.wait else {}),
     )  # fmt: skip
 
 
@@ -93,12 +106,20 @@ def rms_norm_into_cache(
     rows = _rows(x)
     check_norm_weight(weight, x)
     check_norm_eps(eps)
-    count, cols = rows.shape
+    _check_cache(rows.shape[0], rows.shape[1], x.device, kv, lens)
+    launch_rms_norm(rows, weight, eps, y=kv, lens=lens)
+
+
+def _check_cache(
+    count: int, cols: int, device: torch.device, kv: object, lens: object, rows_name: str = "x"
+) -> None:
+    """ValueError unless ``kv`` is a contiguous bf16 cache [B, capacity, cols] on ``device`` and ``lens``
+    an int32/int64 [B] tensor there, B dividing the ``count`` rows written into it."""
     if not isinstance(kv, torch.Tensor) or kv.dim() != 3 or kv.dtype != torch.bfloat16 or kv.shape[2] != cols:
         raise ValueError(f"kv must be a bfloat16 tensor [B, capacity, {cols}]; got {_describe(kv)}")
-    if kv.device != x.device or not kv.is_contiguous():
+    if kv.device != device or not kv.is_contiguous():
         raise ValueError(
-            f"kv must be contiguous on {x.device}; got {kv.device}, contiguous={kv.is_contiguous()}"
+            f"kv must be contiguous on {device}; got {kv.device}, contiguous={kv.is_contiguous()}"
         )
     b = kv.shape[0]
     if (
@@ -107,13 +128,46 @@ def rms_norm_into_cache(
         or lens.dtype not in (torch.int32, torch.int64)
     ):
         raise ValueError(f"lens must be an int32 or int64 tensor [{b}]; got {_describe(lens)}")
-    if lens.device != x.device or not lens.is_contiguous():
-        raise ValueError(f"lens must be contiguous on {x.device}; got {lens.device}")
+    if lens.device != device or not lens.is_contiguous():
+        raise ValueError(f"lens must be contiguous on {device}; got {lens.device}")
     if b == 0 or count % b:
         raise ValueError(
-            f"x's rows (T = {count}) must be a positive multiple of the cache's sequences B = {b}"
+            f"{rows_name}'s rows (T = {count}) must be a positive multiple of the cache's sequences B = {b}"
         )
-    launch_rms_norm(rows, weight, eps, y=kv, lens=lens)
+
+
+def rms_norm_rows_and_cache(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    *,
+    eps: float,
+    kv_x: torch.Tensor,
+    kv_weight: torch.Tensor | None,
+    kv: torch.Tensor,
+    lens: torch.Tensor,
+) -> torch.Tensor:
+    """``rms_norm_rows(x, weight)`` and ``rms_norm_into_cache(kv_x, kv_weight, kv=kv, lens=lens)`` in one
+    launch (the decode step's per-head q norm and its KV norm: two latency-bound launches become one).
+    ``x`` and ``kv_x`` must have the same last dim, so each row takes the same tile and operations as in
+    a launch of its own: the same bits as the two calls. Returns the first; arguments as those two
+    functions take them, checked the same way."""
+    rows = _rows(x)
+    check_norm_weight(weight, x)
+    check_norm_eps(eps)
+    rows2 = _rows(kv_x)
+    if rows2.shape[1] != rows.shape[1]:
+        raise ValueError(
+            f"kv_x's last dim must be x's ({rows.shape[1]}): one tile for both; got {rows2.shape[1]}"
+        )
+    if kv_x.device != x.device:
+        raise ValueError(f"kv_x must be on x's device {x.device}; got {kv_x.device}")
+    check_norm_weight(kv_weight, kv_x)
+    _check_cache(rows2.shape[0], rows2.shape[1], kv_x.device, kv, lens, rows_name="kv_x")
+    out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    launch_rms_norm(
+        rows, weight, eps, y=out.view(-1, rows.shape[1]), lens=lens, cache_rows=(rows2, kv_weight, kv)
+    )
+    return out
 
 
 def _describe(value: object) -> str:

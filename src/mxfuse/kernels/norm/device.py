@@ -11,18 +11,42 @@ from mxfuse.kernels.mxfp8.device import mxfp8_codes, mxfp8_scale_bytes, store_sc
 __all__ = ["rms_norm_kernel"]
 
 
-@triton.jit(do_not_specialize=["M", "rows_padded", "per_seq", "capacity"])
+@triton.jit(do_not_specialize=["M", "rows_padded", "per_seq", "capacity", "M2", "N1"])
 def rms_norm_kernel(
     x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, M, cols, rows_padded, eps, per_seq, capacity,
+    x2_ptr, w2_ptr, c2_ptr, stride_x2, M2, N1,
     HAS_WEIGHT: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr, FLOOR: tl.constexpr,
     HW_CVT: tl.constexpr, LAYOUT: tl.constexpr, WORDS: tl.constexpr, TO_CACHE: tl.constexpr,
-    PDL_WAIT: tl.constexpr, PDL_SIGNAL: tl.constexpr,
+    PDL_WAIT: tl.constexpr, PDL_SIGNAL: tl.constexpr, SECOND: tl.constexpr,
 ):  # fmt: skip
+    """One row a program. With SECOND, the programs from ``N1`` (the first set's) norm a second set of
+    ``M2`` rows of the same width (``x2``, weight ``w2``) into the KV cache ``c2`` at ``lens``
+    (``per_seq``, ``capacity``): the same tile and operations as a launch of their own."""
     if PDL_WAIT:  # a programmatic dependent: the previous kernel's writes first
         tl.extra.cuda.gdc_wait()
     if PDL_SIGNAL:  # then the next kernel (a programmatic dependent) may launch
         tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
+    if SECOND:
+        if row < N1:
+            _norm_row(x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, row, M, cols, rows_padded, eps,
+                      per_seq, capacity, HAS_WEIGHT, WRITE_Y, WRITE_PAIR, FLOOR, HW_CVT, LAYOUT, WORDS,
+                      False)  # fmt: skip
+        else:
+            _norm_row(x2_ptr, w2_ptr, c2_ptr, q_ptr, s_ptr, lens_ptr, stride_x2, row - N1, M2, cols, 0,
+                      eps, per_seq, capacity, True, True, False, FLOOR, HW_CVT, LAYOUT, WORDS,
+                      True)  # fmt: skip
+    else:
+        _norm_row(x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, row, M, cols, rows_padded, eps, per_seq,
+                  capacity, HAS_WEIGHT, WRITE_Y, WRITE_PAIR, FLOOR, HW_CVT, LAYOUT, WORDS, TO_CACHE)  # fmt: skip
+
+
+@triton.jit
+def _norm_row(x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, lens_ptr, stride_x, row, M, cols, rows_padded, eps, per_seq,
+              capacity, HAS_WEIGHT: tl.constexpr, WRITE_Y: tl.constexpr, WRITE_PAIR: tl.constexpr,
+              FLOOR: tl.constexpr, HW_CVT: tl.constexpr, LAYOUT: tl.constexpr, WORDS: tl.constexpr,
+              TO_CACHE: tl.constexpr):  # fmt: skip
+    """Row ``row`` of ``M``: y and/or the pair, or with TO_CACHE y into the cache."""
     words = tl.arange(0, WORDS)
     c = words[:, None, None] * 128 + tl.arange(0, 4)[None, :, None] * 32 + tl.arange(0, 32)[None, None, :]
     inside = (c < cols) & (row < M)  # programs past M (the pair's padding rows) read and write no data

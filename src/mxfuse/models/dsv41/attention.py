@@ -14,11 +14,11 @@ import torch
 
 from mxfuse.attention import mqa_decode_attention
 from mxfuse.formats import MxTensor, ScaleLayout, ScaleRounding
-from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows
+from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows, rms_norm_rows_and_cache
 from mxfuse.models.dsv41.state import KvCache
 from mxfuse.norm import rms_norm_reference
 
-__all__ = ["mqa_attention", "rms_norm"]
+__all__ = ["mqa_attention", "norm_q_and_cache_kv", "rms_norm"]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> torch.Tensor:
@@ -30,9 +30,35 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, *, eps: float) -> tor
     return rms_norm_reference(x, weight, eps=eps)
 
 
+def norm_q_and_cache_kv(
+    q: torch.Tensor, kv: torch.Tensor, cache: KvCache, *, kv_weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """Each head of ``q`` [T, heads, D] RMS-normalised without a weight (returned), and ``kv_norm(kv)``
+    ([T, D], weight ``kv_weight``) written into ``cache`` at the new positions: on CUDA one launch
+    (``rms_norm_rows_and_cache``, the bits of the two launches ``rms_norm`` and the cache write), elsewhere
+    ``rms_norm`` and ``index_put_``. ``mqa_attention(q, None, cache, ...)`` then attends."""
+    if kv.device.type == "cuda":
+        return rms_norm_rows_and_cache(
+            q, None, eps=eps, kv_x=kv, kv_weight=kv_weight, kv=cache.kv, lens=cache.lens
+        )
+    _write_cache(kv, cache, kv_weight=kv_weight, eps=eps)
+    return rms_norm(q, None, eps=eps)
+
+
+def _write_cache(kv: torch.Tensor, cache: KvCache, *, kv_weight: torch.Tensor, eps: float) -> None:
+    if kv.device.type == "cuda":
+        rms_norm_into_cache(kv, kv_weight, eps=eps, kv=cache.kv, lens=cache.lens)
+        return
+    b = cache.sequences
+    s = kv.shape[0] // b
+    pos = cache.lens.to(torch.int64)[:, None] + torch.arange(s, device=kv.device)  # [B, S]
+    rows = torch.arange(b, device=kv.device)[:, None].expand(b, s)
+    cache.kv.index_put_((rows, pos), rms_norm(kv, kv_weight, eps=eps).view(b, s, kv.shape[1]))
+
+
 def mqa_attention(
     q: torch.Tensor,
-    kv: torch.Tensor,
+    kv: torch.Tensor | None,
     cache: KvCache,
     *,
     scale: float,
@@ -43,7 +69,8 @@ def mqa_attention(
 ) -> torch.Tensor | MxTensor:
     """Write ``kv_norm(kv)`` ([T, D], weight ``kv_weight``) into ``cache`` and attend: ``q`` [T, heads, D]
     bf16 -> [T, heads * D] bf16, or with ``out_pair`` (an MxTensor with deepgemm scales) its MXFP8 form
-    (``rounding``), which the attention's combine writes: wo_a's input on the fused path.
+    (``rounding``), which the attention's combine writes: wo_a's input on the fused path. ``kv`` None:
+    the new rows are already in the cache (``norm_q_and_cache_kv``).
 
     Tokens are sequence-major: token ``b * S + s`` is new token ``s`` of sequence ``b`` (S = T / B). On
     CUDA the norm writes the cache rows itself (``rms_norm_into_cache``: one launch, the same bits as
@@ -52,15 +79,8 @@ def mqa_attention(
     elsewhere. No host synchronisation (lengths are not read back) and static shapes, so one decode step
     can be captured in a CUDA graph and replayed with new lengths.
     """
-    tokens, _, dim = q.shape
-    b = cache.sequences
-    s = tokens // b
-    if kv.device.type == "cuda":
-        rms_norm_into_cache(kv, kv_weight, eps=eps, kv=cache.kv, lens=cache.lens)
-    else:
-        pos = cache.lens.to(torch.int64)[:, None] + torch.arange(s, device=q.device)  # [B, S]
-        rows = torch.arange(b, device=q.device)[:, None].expand(b, s)
-        cache.kv.index_put_((rows, pos), rms_norm(kv, kv_weight, eps=eps).view(b, s, dim))
+    if kv is not None:
+        _write_cache(kv, cache, kv_weight=kv_weight, eps=eps)
     if out_pair is None:
         return mqa_decode_attention(q, cache.kv, cache.lens, scale=scale, check_lens=False)
     return mqa_decode_attention(

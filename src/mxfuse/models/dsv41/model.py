@@ -65,7 +65,7 @@ from mxfuse.layers import (
     can_copy_into,
     copy_or_rebind_param,
 )
-from mxfuse.models.dsv41.attention import mqa_attention, rms_norm
+from mxfuse.models.dsv41.attention import mqa_attention, norm_q_and_cache_kv
 from mxfuse.models.dsv41.checkpoint import local_shapes, read_checkpoint
 from mxfuse.models.dsv41.config import Dsv41Config
 from mxfuse.models.dsv41.parallel import all_reduce_partial_sums, check_process_group
@@ -323,7 +323,14 @@ class AttentionSublayer(nn.Module):
             q = self.wq_b(normed.pair if pair_q else normed.y, context=context)
             # After wq_b: wo_a's and wo_b's weights stream into L2 under the norms and the attention.
             self.prefetcher.fork(self._prefetch_group(1))
-            q = rms_norm(q.view(tokens, c.local_heads, c.head_dim), None, eps=c.rms_norm_eps)
+            # Each head of q normed and kv_norm(kv) written into the cache: one launch on CUDA.
+            q = norm_q_and_cache_kv(
+                q.view(tokens, c.local_heads, c.head_dim),
+                kv,
+                cache,
+                kv_weight=self.kv_norm,
+                eps=c.rms_norm_eps,
+            )
         with _stage("attention"):
             # The attention is wo_a's producer: on the fused path its combine writes wo_a's pair.
             o_pair = None
@@ -338,7 +345,7 @@ class AttentionSublayer(nn.Module):
                 )
             o = mqa_attention(
                 q,
-                kv,
+                None,
                 cache,
                 scale=c.softmax_scale,
                 kv_weight=self.kv_norm,

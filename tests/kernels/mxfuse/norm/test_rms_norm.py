@@ -12,7 +12,7 @@ import torch
 
 from gpumatrix import register
 from gpumatrix.compare import assert_same_bits, assert_ulp_close
-from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows
+from mxfuse.kernels.norm import rms_norm_into_cache, rms_norm_rows, rms_norm_rows_and_cache
 
 register(
     on=("h100", "b200", "gb300", "5090"), gpus=1, est_time={"h100": 2, "b200": 20, "gb300": 20, "5090": 20}
@@ -137,3 +137,38 @@ def test_bad_cache_arguments_are_refused(change, match):
     lens = torch.zeros(change.get("lens", (2,)), dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match=match):
         rms_norm_into_cache(x, None, eps=1e-6, kv=kv, lens=lens)
+
+
+@pytest.mark.parametrize(("b", "s", "heads"), [(1, 1, 64), (4, 4, 16), (2, 32, 64)])
+def test_the_head_rows_and_the_cache_rows_in_one_launch_are_the_bytes_of_two(b, s, heads):
+    """``rms_norm_rows_and_cache``: q's heads (no weight) and the KV rows into the cache (weighted) in one
+    launch write the bytes ``rms_norm_rows`` and ``rms_norm_into_cache`` write in two, on a NaN-free
+    cache whose other rows stay as they were."""
+    g = torch.Generator(device="cuda").manual_seed(b * 100 + s)
+    d, cap = 512, 96
+    q = torch.randn(b * s, heads, d, device="cuda", generator=g).to(torch.bfloat16)
+    qkv = torch.randn(b * s, 1280 + d, device="cuda", generator=g).to(torch.bfloat16)
+    kv_x = qkv[:, 1280:]
+    w = (torch.rand(d, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+    lens = torch.randint(0, cap - s + 1, (b,), device="cuda", generator=g).to(torch.int32)
+    one = torch.full((b, cap, d), -7.0, dtype=torch.bfloat16, device="cuda")
+    two = one.clone()
+    got = rms_norm_rows_and_cache(q, None, eps=1e-6, kv_x=kv_x, kv_weight=w, kv=one, lens=lens)
+    want = rms_norm_rows(q, None, eps=1e-6)
+    rms_norm_into_cache(kv_x, w, eps=1e-6, kv=two, lens=lens)
+    assert got.shape == q.shape
+    assert_same_bits(got, want, name="q heads")
+    assert_same_bits(one, two, name="cache")
+    assert_ulp_close(got, _reference(q, None, 1e-6), max_ulp=1, name="q heads vs float64")
+
+
+def test_rows_and_cache_of_different_widths_are_refused():
+    x = torch.randn(2, 4, 512, device="cuda").to(torch.bfloat16)
+    kv = torch.zeros(2, 8, 256, dtype=torch.bfloat16, device="cuda")
+    lens = torch.zeros(2, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="kv_x's last dim must be x's"):
+        rms_norm_rows_and_cache(x, None, eps=1e-6, kv_x=torch.randn(2, 256, device="cuda"), kv_weight=None, kv=kv,
+                                lens=lens)  # fmt: skip
+    with pytest.raises(ValueError, match="kv_x's rows"):
+        rms_norm_rows_and_cache(x, None, eps=1e-6, kv_x=torch.randn(3, 512, device="cuda"), kv_weight=None,
+                                kv=torch.zeros(2, 8, 512, dtype=torch.bfloat16, device="cuda"), lens=lens)  # fmt: skip

@@ -129,6 +129,11 @@ FAMILIES = {
     for layout in ("deepgemm", "e8m0", "swizzled_128x4"):
         pair = MxTensor.empty(3, 1024, scale_layout=layout, device="cpu")
         launch_rms_norm(x, None, 1e-6, y=torch.empty(3, 1024, dtype=torch.bfloat16), pair=pair)
+    # q's heads and the KV rows into the cache in one launch
+    heads, kv_x = torch.randn(64, 512).to(torch.bfloat16), torch.randn(2, 512).to(torch.bfloat16)
+    launch_rms_norm(heads, None, 1e-6, y=torch.empty(64, 512, dtype=torch.bfloat16),
+                    lens=torch.zeros(2, dtype=torch.int32),
+                    cache_rows=(kv_x, torch.rand(512).to(torch.bfloat16), torch.empty(2, 8, 512, dtype=torch.bfloat16)))
 """,
         {"rms_norm_kernel"},
     ),

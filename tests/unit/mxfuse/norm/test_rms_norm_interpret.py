@@ -59,6 +59,15 @@ m.launch_rms_norm(x6, w, 1e-6, y=kv, lens=torch.tensor([0, 5, 7], dtype=torch.in
 y6 = torch.full((6, 512), float("nan"), dtype=torch.bfloat16)
 m.launch_rms_norm(x6, w, 1e-6, y=y6, hw_cvt=False)
 out["cache"] = {"kv": kv, "y": y6}
+# The same six rows into a cache in the launch of the unweighted 64 heads of 512 (two sets of rows).
+heads, _ = cases["heads of 512, no weight"][:2]
+kv2 = torch.full((3, 8, 512), -7.0, dtype=torch.bfloat16)
+y_heads = torch.full((64, 512), float("nan"), dtype=torch.bfloat16)
+m.launch_rms_norm(heads, None, 1e-6, y=y_heads, lens=torch.tensor([0, 5, 7], dtype=torch.int32), hw_cvt=False,
+                  cache_rows=(x6, w, kv2))
+alone = torch.full((64, 512), float("nan"), dtype=torch.bfloat16)
+m.launch_rms_norm(heads, None, 1e-6, y=alone, hw_cvt=False)
+out["two sets"] = {"kv": kv2, "y": y_heads, "alone": alone}
 torch.save(out, sys.argv[2])
 """
 
@@ -121,6 +130,14 @@ def test_rows_written_into_a_cache_land_at_their_positions(interpreted) -> None:
     assert_same_bits(kv, want, name="cache after the norm")
 
 
+def test_two_sets_of_rows_in_one_launch_write_what_two_launches_write(interpreted) -> None:
+    """The per-head rows and the rows into the cache in one launch: each set the bytes of its own launch."""
+    got, cache = interpreted["two sets"], interpreted["cache"]
+    assert not torch.isnan(got["alone"]).any()
+    assert_same_bits(got["y"], got["alone"], name="heads: one launch of both vs alone")
+    assert_same_bits(got["kv"], cache["kv"], name="cache: one launch of both vs alone")
+
+
 def test_launcher_rejects_bad_input() -> None:
     from mxfuse.kernels.norm import rms_norm_rows
 
@@ -132,3 +149,10 @@ def test_launcher_rejects_bad_input() -> None:
 
     with pytest.raises(ValueError, match="x must be on a CUDA device"):
         rms_norm_into_cache(torch.zeros(2, 4), None, eps=1e-6, kv=torch.zeros(1, 4, 4), lens=torch.zeros(1))
+    from mxfuse.kernels.norm import rms_norm_rows_and_cache
+
+    with pytest.raises(ValueError, match="x must be on a CUDA device"):
+        rms_norm_rows_and_cache(
+            torch.zeros(2, 4), None, eps=1e-6, kv_x=torch.zeros(1, 4), kv_weight=None, kv=torch.zeros(1, 4, 4),
+            lens=torch.zeros(1),
+        )  # fmt: skip
