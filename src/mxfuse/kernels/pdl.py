@@ -11,7 +11,9 @@ kernels, the boundary's first launch, the stream GEMMs and the grouped wo_a wait
 a dependent's work before its own wait (the boundary's second launch loads before it waits) never runs
 ahead of its predecessor's predecessor. Two kernels do not signal early: the grouped wo_a and the
 boundary's second launch, whose dependents (wo_b, wqkv_a: weight streams) measured slower resident beside
-them than launched as they exit. Scope ``"gemm"``: only the GEMMs are dependents, the rest signal at their
+them than launched as they exit. The Gluon GEMM's two launches take part as one GEMM: the first waits,
+then signals, and the second requests its first weight tiles before it waits for the first (and does
+not signal). Scope ``"gemm"``: only the GEMMs are dependents, the rest signal at their
 start. ``prefetch``: the dependent GEMMs request their weight rows into L2 before their wait (measured
 slower: off by default). Only on CUDA devices of sm_90 and later, never under the Triton interpreter.
 

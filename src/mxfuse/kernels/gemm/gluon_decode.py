@@ -43,6 +43,11 @@ i + 1 are loaded while step i converts. Each step's wgmma is waited for before t
 register-operand wgmma still in flight would have its registers overwritten by the next step's
 conversion (ptxas does not keep them, triton-lang/triton#9433), so the tensor core's work overlaps the
 conversion of the other programs resident on the SM, not this program's.
+
+Programmatic dependent launch (``PDL_WAIT``, the launch policy's ``wait``): the first launch signals
+right after its own wait, so this kernel's programs start while it runs; they request the ring's first
+weight tiles and load their first scale bytes (weights: written by no kernel), then wait for the first
+launch's grid before the activation's tiles and everything else it wrote.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from mxfuse.kernels.gemm.gluon_mainloop import gluon_decode_mainloop, split_k_arrive, split_k_total
+from mxfuse.kernels.gemm.gluon_mainloop import gdc_wait, gluon_decode_mainloop, split_k_arrive, split_k_total
 
 __all__ = ["mxfp8_gluon_decode_kernel"]
 
@@ -74,6 +79,7 @@ def mxfp8_gluon_decode_kernel(
     LOAD: gl.constexpr,  # the codes' register layout: 32 contiguous bytes of two rows per thread
     CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
     PRODUCER: gl.constexpr,  # a 1-warp TMA partition fills the ring (gluon_mainloop)
+    PDL_WAIT: gl.constexpr,  # a programmatic dependent of the first launch: the weight's first tiles before its wait
 ):
     BLOCK_K: gl.constexpr = 128
     pid_n = gl.program_id(0)
@@ -87,8 +93,10 @@ def mxfp8_gluon_decode_kernel(
     n_steps = gl.minimum(per_split, steps - k_begin)  # >= 1: the launcher keeps every split non-empty
 
     acc = gluon_decode_mainloop(w_desc, a_desc, ws_ptr, off_n, off_n, off_t, 0, N, K, k_begin, n_steps,
-                                BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3, PRODUCER)  # fmt: skip
+                                BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3, PRODUCER, PDL_WAIT)  # fmt: skip
     mma_layout: gl.constexpr = acc.type.layout
+    if PDL_WAIT:
+        gdc_wait()  # every thread, before skip, the output and the split-K workspace (a no-op once waited)
 
     # acc[n, t] is out[t, n]; tokens the fallback computed are not stored.
     n_idx = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma_layout))

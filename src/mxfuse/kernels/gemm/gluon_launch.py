@@ -39,6 +39,7 @@ from mxfuse.kernels.gemm.configs import parse_table
 from mxfuse.kernels.gemm.gluon_prep import W_HI, W_LO, gluon_prep_kernel
 from mxfuse.kernels.gemm.launch import device_facts
 from mxfuse.kernels.mxfp8 import LAYOUT_CODE
+from mxfuse.kernels.pdl import pdl_policy
 from mxfuse.kernels.splitk import split_workspace
 
 __all__ = [
@@ -294,11 +295,14 @@ def launch_gluon_prep(
     skip: torch.Tensor,
     flags: torch.Tensor | None = None,
     tickets: torch.Tensor | None = None,
+    *,
+    pdl: bool = False,
 ) -> None:
     """The first launch alone (``gluon_prep``): ``a16`` bf16 ``[M, padded_k(K)]`` and ``skip`` int32 ``[M]``
     written, and ``ops.out``'s rows of flagged tokens. ``flags`` (int32 ``[M, prep_chunks(K)]``) and
-    ``tickets`` (int32 ``[M]``, zeros, left zero) are made here when not given. Runs under the Triton
-    interpreter too."""
+    ``tickets`` (int32 ``[M]``, zeros, left zero) are made here when not given. ``pdl``: launched as a
+    programmatic dependent that lets the Gluon kernel launch once it has waited. Runs under the Triton
+    interpreter too (``pdl`` False)."""
     a, w_q, w_scale_t, out = ops.a, ops.w_q, ops.w_scale_t, ops.out
     m, k = a.shape
     n = w_q.shape[0]
@@ -311,7 +315,8 @@ def launch_gluon_prep(
         a.data, a.scale_bytes(), a16, skip, flags, tickets, w_q, w_scale_t, out, m, n, k,
         -(-m // 4) * 4, -(-(k // 32) // 4), a16.shape[1],
         A_LAYOUT=LAYOUT_CODE[a.scale_layout.value], BLOCK_G=PREP_GROUPS,
-        CHUNKS_POW2=triton.next_power_of_2(chunks), BLOCK_FN=64, num_warps=4,
+        CHUNKS_POW2=triton.next_power_of_2(chunks), BLOCK_FN=64, PDL=pdl, num_warps=4,
+        **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 
@@ -333,7 +338,11 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
         config = choose_gluon_config(m, n, k, device_name=name, num_sms=sms)
     cfg = config
     a16, skip, flags, tickets = _buffers(out.device, m, k)
-    launch_gluon_prep(ops, a16, skip, flags, tickets)
+    # Both launches take part in programmatic dependent launch under the policy (``mxfuse.kernels.pdl``):
+    # the first waits for the previous kernel and then signals, the second streams its first weight
+    # tiles before it waits for the first. Neither signals the kernel after: it launches as they exit.
+    pdl = pdl_policy(out.device, gemm=True).wait
+    launch_gluon_prep(ops, a16, skip, flags, tickets, pdl=pdl)
 
     split = effective_split_k(cfg, k)
     w_layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, 128], gl.float8e4nv)
@@ -347,8 +356,8 @@ def launch_gluon_decode(ops: GluonOperands, *, config: GluonConfig | None = None
     mxfp8_gluon_decode_kernel[grid](
         w_desc, a_desc, w_scale_t, out, work, counters, skip, m, n, k,
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, SPLIT_K=split, NUM_STAGES=cfg.num_stages,
-        LOAD=load, CODES3=codes3, PRODUCER=cfg.producer, num_warps=cfg.num_warps,
-        **({"maxnreg": PRODUCER_MAXNREG} if cfg.producer else {}),
+        LOAD=load, CODES3=codes3, PRODUCER=cfg.producer, PDL_WAIT=pdl, num_warps=cfg.num_warps,
+        **({"maxnreg": PRODUCER_MAXNREG} if cfg.producer else {}), **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     return cfg
 

@@ -33,19 +33,61 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-__all__ = ["OPERAND_ORDER", "gluon_decode_mainloop", "split_k_arrive", "split_k_total"]
+__all__ = [
+    "OPERAND_ORDER",
+    "gdc_wait",
+    "gluon_decode_mainloop",
+    "split_k_arrive",
+    "split_k_total",
+]
+
+
+@gluon.jit
+def gdc_wait():
+    """``griddepcontrol.wait``: the previous grid complete and its writes visible (a no-op when the kernel
+    was not launched as a programmatic dependent)."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _issue_weight(w_desc, a_desc, w_bufs, bars, step, k_begin, w_row, pred, NUM_STAGES: gl.constexpr):
+    """The stage of ``step`` (counted from the split's first) expects both tiles; its weight tile's TMA."""
+    s = step % NUM_STAGES
+    bar = bars.index(s)
+    mbarrier.expect(bar, w_desc.block_type.nbytes + a_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(w_desc, [w_row, (k_begin + step) * 128], bar, w_bufs.index(s), pred=pred)
+
+
+@gluon.jit
+def _issue_activation(a_desc, a_bufs, bars, step, k_begin, a_row, a_col, pred, NUM_STAGES: gl.constexpr):
+    """The activation tile of ``step`` into its stage (after ``_issue_weight`` of the same step)."""
+    s = step % NUM_STAGES
+    k = (k_begin + step) * 128
+    tma.async_copy_global_to_shared(a_desc, [a_row, a_col + k], bars.index(s), a_bufs.index(s), pred=pred)
 
 
 @gluon.jit
 def _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, step, k_begin, w_row, a_row, a_col, pred,
                 NUM_STAGES: gl.constexpr):  # fmt: skip
     """TMA the weight and activation tiles of ``step`` (counted from the split's first) into its stage."""
-    s = step % NUM_STAGES
-    k = (k_begin + step) * 128
-    bar = bars.index(s)
-    mbarrier.expect(bar, w_desc.block_type.nbytes + a_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_bufs.index(s), pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [a_row, a_col + k], bar, a_bufs.index(s), pred=pred)
+    _issue_weight(w_desc, a_desc, w_bufs, bars, step, k_begin, w_row, pred, NUM_STAGES)
+    _issue_activation(a_desc, a_bufs, bars, step, k_begin, a_row, a_col, pred, NUM_STAGES)
+
+
+@gluon.jit
+def _issue_first_round(w_desc, a_desc, w_bufs, a_bufs, bars, k_begin, w_row, a_row, a_col, n_steps,
+                       NUM_STAGES: gl.constexpr, PDL_WAIT: gl.constexpr):  # fmt: skip
+    """The ring's first round (its slots are free): every stage's weight tile first, then, after the
+    programmatic-launch wait when the kernel is a dependent (the activation is the previous kernel's
+    output; the weight is written by no kernel), the activation tiles."""
+    for j in gl.static_range(NUM_STAGES):
+        _issue_weight(w_desc, a_desc, w_bufs, bars, j, k_begin, w_row, j < n_steps, NUM_STAGES)
+    if PDL_WAIT:
+        gdc_wait()
+    for j in gl.static_range(NUM_STAGES):
+        _issue_activation(a_desc, a_bufs, bars, j, k_begin, a_row, a_col, j < n_steps, NUM_STAGES)
 
 
 # E4M3 bytes -> bf16 pairs times their block's factor, four bytes per instance. Byte b becomes the bf16
@@ -138,11 +180,15 @@ def gluon_decode_mainloop(
     LOAD: gl.constexpr,  # the codes' register layout: 32 contiguous bytes of two rows per thread
     CODES3: gl.constexpr,  # LOAD seen as [BLOCK_N, 4, 32] (row, 32-group in the step, byte in the group)
     PRODUCER: gl.constexpr = False,  # a 1-warp TMA partition (gl.warp_specialize) fills the ring
+    PDL_WAIT: gl.constexpr = False,  # a programmatic dependent: the activation's TMA after gdc_wait
 ):
-    """The tile's fp32 accumulator ``[BLOCK_N, BLOCK_T]`` over the split's steps (module docstring)."""
+    """The tile's fp32 accumulator ``[BLOCK_N, BLOCK_T]`` over the split's steps (module docstring). With
+    PDL_WAIT the ring's first weight tiles are requested before the kernel's programmatic-launch wait,
+    the activation's after it; the caller waits again before it reads anything else the previous kernel
+    wrote (with PRODUCER only the producer warp has waited)."""
     if PRODUCER:
         return _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N, K, k_begin, n_steps,
-                                     BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3)  # fmt: skip
+                                     BLOCK_N, BLOCK_T, NUM_STAGES, LOAD, CODES3, PDL_WAIT)  # fmt: skip
     BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -157,13 +203,13 @@ def gluon_decode_mainloop(
     for b in gl.static_range(NUM_STAGES):
         mbarrier.init(bars.index(b), count=1)
 
-    for j in gl.static_range(NUM_STAGES):
-        _issue_step(w_desc, a_desc, w_bufs, a_bufs, bars, j, k_begin, w_row, a_row, a_col, j < n_steps,
-                    NUM_STAGES)  # fmt: skip
+    # The scale bytes run one step ahead of their use, so that their load latency hides behind a step;
+    # the first step's are the weight's, loaded before the first round's wait.
+    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, K)
+    _issue_first_round(w_desc, a_desc, w_bufs, a_bufs, bars, k_begin, w_row, a_row, a_col, n_steps, NUM_STAGES,
+                       PDL_WAIT)  # fmt: skip
 
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, layout=mma_layout)
-    # The scale bytes run one step ahead of their use, so that their load latency hides behind a step.
-    factor = _block_factor(ws_ptr, rows, k_begin * 4 + quads, N, K)
     for i in range(n_steps):
         stage = i % NUM_STAGES
         factor_next = _block_factor(ws_ptr, rows, (k_begin + i + 1) * 4 + quads, N, K)
@@ -185,10 +231,13 @@ def gluon_decode_mainloop(
 
 @gluon.jit
 def _producer(w_desc, a_desc, w_bufs, a_bufs, ready, empty, w_row, a_row, a_col, k_begin, n_steps,
-              NUM_STAGES: gl.constexpr):  # fmt: skip
+              NUM_STAGES: gl.constexpr, PDL_WAIT: gl.constexpr):  # fmt: skip
     """The TMA partition (one warp): step i's tiles into slot i % NUM_STAGES once the consumers have freed
-    it (``empty``; mbarriers start with their previous phase complete, so the first round does not wait)."""
-    for i in range(n_steps):
+    it (``empty``). The first round's slots are free (``_issue_first_round``); from the second, each
+    waits for its slot (mbarriers start with their previous phase complete: the parity below)."""
+    _issue_first_round(w_desc, a_desc, w_bufs, a_bufs, ready, k_begin, w_row, a_row, a_col, n_steps, NUM_STAGES,
+                       PDL_WAIT)  # fmt: skip
+    for i in range(NUM_STAGES, n_steps):
         s = i % NUM_STAGES
         mbarrier.wait(empty.index(s), ((i // NUM_STAGES) & 1) ^ 1)
         _issue_step(w_desc, a_desc, w_bufs, a_bufs, ready, i, k_begin, w_row, a_row, a_col, True, NUM_STAGES)
@@ -241,7 +290,7 @@ def _consumer(w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_step
 @gluon.jit
 def _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N, K, k_begin, n_steps,
                           BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, NUM_STAGES: gl.constexpr,
-                          LOAD: gl.constexpr, CODES3: gl.constexpr):  # fmt: skip
+                          LOAD: gl.constexpr, CODES3: gl.constexpr, PDL_WAIT: gl.constexpr):  # fmt: skip
     """``gluon_decode_mainloop`` with the TMA issued by a one-warp worker partition."""
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [NUM_STAGES, BLOCK_N, 128], w_desc.layout)
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_T, 128], a_desc.layout)
@@ -255,7 +304,7 @@ def _mainloop_specialized(w_desc, a_desc, ws_ptr, w_row, s_row, a_row, a_col, N,
             (_consumer, (w_bufs, a_bufs, ready, empty, ws_ptr, s_row, N, K, k_begin, n_steps, BLOCK_N, BLOCK_T,
                          NUM_STAGES, LOAD, CODES3)),
             (_producer, (w_desc, a_desc, w_bufs, a_bufs, ready, empty, w_row, a_row, a_col, k_begin, n_steps,
-                         NUM_STAGES)),
+                         NUM_STAGES, PDL_WAIT)),
         ],
         [1],
         [24],

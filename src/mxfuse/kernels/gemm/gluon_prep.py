@@ -133,10 +133,16 @@ def gluon_prep_kernel(
     BLOCK_G: tl.constexpr,  # 32-wide groups per program: its chunk of the row
     CHUNKS_POW2: tl.constexpr,  # chunks per row, rounded up to a power of two
     BLOCK_FN: tl.constexpr,  # weight rows per step of the fallback
+    PDL: tl.constexpr = False,  # a programmatic dependent: wait for the previous kernel, then signal
 ):
     """Program ``(t, c)``: chunk ``c`` (``BLOCK_G`` groups) of token ``t``'s row, then an arrival ticket;
     the row's last program to arrive (acq_rel, GPU scope) reads every chunk's flag, writes ``skip[t]`` and,
-    for a flagged row, computes it exactly."""
+    for a flagged row, computes it exactly. With PDL the program waits for the previous kernel (whose
+    output the activation may be) before anything, then lets the Gluon kernel launch: its programs
+    start streaming the weight while this launch runs."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0)
     c = tl.program_id(1)
     chunks = tl.num_programs(1)

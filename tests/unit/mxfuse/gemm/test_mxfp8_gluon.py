@@ -95,6 +95,59 @@ def compiled() -> list[dict]:
     return child_ptx_report(_COMPILE)
 
 
+_COMPILE_PDL = """
+import json, torch
+from sm90_compile import compile_launches
+from mxfuse.formats import MxTensor, quantize_mxfp8_reference
+from mxfuse.gemm.weights import quantize_weight
+from mxfuse.kernels.gemm import weight_scale_kgroup_major
+from mxfuse.kernels.gemm import gluon_launch
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig, GluonOperands, launch_gluon_decode
+from mxfuse.kernels.pdl import PdlPolicy
+# The policy on a GPU of sm_90 (CPU tensors get OFF): both launches take part.
+gluon_launch.pdl_policy = lambda device, gemm=False: PdlPolicy(signal=True, wait=True)
+torch.manual_seed(0)
+keep = []
+def run():
+    wq, ws = quantize_weight(torch.randn(200, 1056))
+    wst = weight_scale_kgroup_major(ws)
+    for config in (GluonConfig(64, 8, 128, 1, 3), GluonConfig(64, 16, 128, 2, 4, False, True)):
+        a = MxTensor(*quantize_mxfp8_reference(torch.randn(8, 1056), scale_layout="deepgemm"), "deepgemm")
+        launch_gluon_decode(GluonOperands(a, wq, wst, torch.empty(8, 200, dtype=torch.bfloat16)), config=config)
+compile_launches(run, keep=keep)
+facts = []
+for name, kernel in keep:
+    # instructions without their predicate ("@%p2 cp.async..." -> "cp.async...")
+    lines = [line.strip().split(" ", 1)[-1] if line.strip().startswith("@") else line.strip()
+             for line in kernel.asm["ptx"].splitlines()]
+    waits = [i for i, line in enumerate(lines) if line.startswith("griddepcontrol.wait")]
+    signals = [i for i, line in enumerate(lines) if line.startswith("griddepcontrol.launch_dependents")]
+    copies = [i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.tensor")]
+    first = waits[0] if waits else len(lines)
+    facts.append({"name": name, "waits": len(waits), "signals": len(signals), "first_wait": first,
+                  "first_signal": signals[0] if signals else None, "copies_before": sum(i < first for i in copies),
+                  "copies_after": sum(i > first for i in copies), "cubin": len(kernel.asm.get("cubin", b"")) > 0})
+print(json.dumps(facts))
+"""
+
+
+def test_with_programmatic_launch_the_weight_tiles_are_requested_before_the_wait():
+    """The first launch waits and then signals; the Gluon kernel (plain and with its producer warp) has
+    the ring's first weight tiles' TMA before its first ``griddepcontrol.wait``, every activation tile's
+    after it, and signals nothing (the kernel after it launches as it exits)."""
+    prep_plain, main_plain, prep_producer, main_producer = child_ptx_report(_COMPILE_PDL)
+    for prep in (prep_plain, prep_producer):
+        assert prep["name"] == "gluon_prep_kernel" and prep["cubin"]
+        assert prep["waits"] == 1 and prep["signals"] == 1 and prep["first_wait"] < prep["first_signal"]
+    for main, stages in ((main_plain, 3), (main_producer, 4)):
+        assert main["name"] == "mxfp8_gluon_decode_kernel" and main["cubin"]
+        assert main["waits"] >= 1 and main["signals"] == 0
+        # One copy a [64, 128] E4M3 weight tile per stage before the wait; each stage's activation tile
+        # and the later steps' tiles after it.
+        assert main["copies_before"] == stages, main
+        assert main["copies_after"] >= stages + 2, main
+
+
 def test_both_launches_compile_for_sm90a_to_cubin(compiled):
     assert [k["name"] for k in compiled] == ["gluon_prep_kernel", "mxfp8_gluon_decode_kernel"] * 8
     assert all(k["target"] and k["cubin"] for k in compiled)
