@@ -59,9 +59,13 @@ def test_an_entry_that_does_not_fit_its_hidden_size_is_refused_when_read(table):
 @pytest.mark.parametrize("tokens", [1, 3, 4, 16, 17, 64, 200, 2048])
 @pytest.mark.parametrize("hidden", [5120, 7168])
 def test_every_sweep_candidate_is_valid_and_the_default_comes_first(tokens, hidden):
-    found = candidates(tokens, hidden)
+    _assert_valid_grid(candidates(tokens, hidden), tokens, hidden, more_than=1)
+
+
+def _assert_valid_grid(found: list[HcConfig], tokens: int, hidden: int, *, more_than: int) -> None:
+    """The default first, no repeats, more than ``more_than`` candidates, each valid for ``hidden``."""
     assert found[0] == default_config(tokens, hidden)
-    assert len(found) == len(set(found)) > 1
+    assert len(found) == len(set(found)) > more_than
     for config in found:
         config.check(hidden)
         if config.mix == "fma":
@@ -93,10 +97,7 @@ def test_the_table_takes_each_shapes_fastest_checked_config_and_fills_the_bucket
 @pytest.mark.parametrize("hidden", [5120, 7168])
 def test_the_latency_grid_tries_one_and_two_launches_and_one_row_sinkhorn_items(tokens, hidden):
     found = latency_candidates(tokens, hidden)
-    assert found[0] == default_config(tokens, hidden)
-    assert len(found) == len(set(found)) > 8
-    for config in found:
-        config.check(hidden)
+    _assert_valid_grid(found, tokens, hidden, more_than=8)
     assert {c.launches for c in found} == {1, 2}
     assert {c.words_n for c in found} == {1, 2}
     one_row = [c for c in found if c.rows_s == 1]
