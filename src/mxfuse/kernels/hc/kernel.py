@@ -94,14 +94,15 @@ def hc_kernel(
     HW_CVT: tl.constexpr, BT: tl.constexpr, BH: tl.constexpr, RS: tl.constexpr, SB: tl.constexpr,
     CW: tl.constexpr, F_CHUNKS: tl.constexpr, W_LOADED: tl.constexpr, A_MIX: tl.constexpr,
     A_COLLAPSE: tl.constexpr, SPLIT: tl.constexpr, NPART: tl.constexpr, S_OWN: tl.constexpr,
-    PDL_WAIT_TOP: tl.constexpr, F_STEPS: tl.constexpr,
+    PDL_WAIT_TOP: tl.constexpr, F_STEPS: tl.constexpr, A_PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    if PDL_WAIT_TOP:
+    if PDL_WAIT_TOP and not A_PREFETCH:
         # A programmatic dependent of the previous kernel (whose output may be x): wait before anything,
         # and signal only after, so that the second launch's work before its own wait (which reads x)
-        # never runs ahead of that kernel.
+        # never runs ahead of that kernel. A launch of A items of one CUDA-core step (A_PREFETCH) loads
+        # its projection weights first and waits in phase_a.
         tl.extra.cuda.gdc_wait()
-    if PDL_SIGNAL:
+    if PDL_SIGNAL and not A_PREFETCH:
         tl.extra.cuda.gdc_launch_dependents()
     # A launch that waits on the A launch (PDL_WAIT) has no A items: its F and S items wait below, after
     # taking their ticket and loading what the A launch does not write (the previous launch of this
@@ -123,7 +124,7 @@ def hc_kernel(
             if b < NB:
                 phase_a(b, pos, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, pp_ptr, v_ptr,
                          vp_ptr, T, H, S_A, a_steps, A_POST, A_MIX, A_COLLAPSE, MIX_FMA, FN_PIECES, HW_CVT, BT,
-                         BH)  # fmt: skip
+                         BH, A_PREFETCH, PDL_WAIT_TOP, PDL_SIGNAL)  # fmt: skip
                 if TICKETS:
                     arrive(blocks + b * 3)
     elif pos < off_s:

@@ -226,6 +226,9 @@ def _launch(
         S_OWN=bool(coef and phases[1] and phases[2] and config.rows_s == 1),
         PDL_WAIT_TOP=pdl.wait_top,
         F_STEPS=-(-splits_a // sb),
+        # A launch of A items alone (no tickets), each one step of CUDA-core mixes: the projection weights
+        # are loaded before the programmatic-launch wait (phase_a).
+        A_PREFETCH=bool(phases == (1, 0, 0) and items.a_mix and config.mix == "fma" and config.steps_a == 1),
         num_warps=warps,
         num_stages=config.stages,
         enable_fp_fusion=False,

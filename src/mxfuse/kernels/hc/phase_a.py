@@ -27,11 +27,34 @@ RECORD = tl.constexpr(PLAN_RECORD)  # kernels may read only constexpr globals
 def phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, part_ptr, pp_ptr, v_ptr, vp_ptr,
              T, H, S_A, a_steps, A_POST: tl.constexpr, A_MIX: tl.constexpr, A_COLLAPSE: tl.constexpr,
              MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr, BT: tl.constexpr,
-             BH: tl.constexpr):  # fmt: skip
+             BH: tl.constexpr, PREFETCH: tl.constexpr = False, PDL_WAIT: tl.constexpr = False,
+             PDL_SIGNAL: tl.constexpr = False):  # fmt: skip
     """Post step (or a load of R'), partial mixes and sum of squares for BT rows x one column chunk
     (A_MIX); with A_COLLAPSE also the collapse v = bf16(sum_i pp_i R'_i) of the chunk, stored, and the
     exactly rounded sum of squares of every 16 columns of v (the shifted ordering, whose collapse
-    weights ``pp`` are inputs)."""
+    weights ``pp`` are inputs).
+
+    PREFETCH (an item of one step of CUDA-core mixes, ``a_steps == 1``): the projection weights are
+    loaded first, then the programmatic-launch wait and signal (PDL_WAIT, PDL_SIGNAL; the kernel did
+    not wait at its top): they are weights, written by no kernel, so they may be read while the previous
+    kernel still runs; everything else after the wait."""
+    m = tl.arange(0, 32)
+    fn_mask = (m < 24)[:, None]  # rows 24..31 of the dot's N are padding: masked loads read nothing
+    fn_rows = m.to(tl.int64)[:, None] * (4 * H)
+    pf0 = tl.zeros((32, BH), dtype=tl.float32)
+    pf1 = pf0
+    pf2 = pf0
+    pf3 = pf0
+    if PREFETCH:
+        first = fn_ptr + fn_rows + (s * BH + tl.arange(0, BH))[None, :]
+        pf0 = tl.load(first, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        pf1 = tl.load(first + H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        pf2 = tl.load(first + 2 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        pf3 = tl.load(first + 3 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        if PDL_WAIT:
+            tl.extra.cuda.gdc_wait()
+        if PDL_SIGNAL:
+            tl.extra.cuda.gdc_launch_dependents()
     rows = b * BT + tl.arange(0, BT)
     row_ok = rows < T
     rows64 = rows.to(tl.int64)
@@ -44,9 +67,6 @@ def phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, par
     if A_POST:
         (p0, p1, p2, p3, c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32,
          c33) = load_post_coefs(post_ptr, comb_ptr, rows64, row_ok)  # fmt: skip
-    m = tl.arange(0, 32)
-    fn_mask = (m < 24)[:, None]  # rows 24..31 of the dot's N are padding: masked loads read nothing
-    fn_rows = m.to(tl.int64)[:, None] * (4 * H)
     # Each step's sums start from zero and are added to the running ones with Kahan's compensation
     # (the kernel runs without FMA contraction, so the correction terms are kept): the error of a record
     # stays that of one step's sums, however many steps an item takes (224 at T = 2048, H = 7168).
@@ -75,7 +95,7 @@ def phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, par
         if A_MIX:
             # The projection weights are loaded first, before any reduction's barrier or store.
             acc, acc_c = _mix_step(acc, acc_c, b0, b1, b2, b3, g0, g1, g2, g3, fn_ptr, fnp_ptr, fn_rows, fn_mask,
-                                   cols, H, MIX_FMA, FN_PIECES, HW_CVT)  # fmt: skip
+                                   cols, H, pf0, pf1, pf2, pf3, MIX_FMA, FN_PIECES, HW_CVT, PREFETCH)  # fmt: skip
             sq = g0 * g0
             sq = sq + g1 * g1
             sq = sq + g2 * g2
@@ -103,16 +123,21 @@ def phase_a(b, s, x_ptr, r_ptr, post_ptr, comb_ptr, fn_ptr, fnp_ptr, ro_ptr, par
 
 
 @triton.jit
-def _mix_step(acc, acc_c, b0, b1, b2, b3, g0, g1, g2, g3, fn_ptr, fnp_ptr, fn_rows, fn_mask, cols, H,
-              MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr):  # fmt: skip
-    """One step's partial logits of R' (bits b, values g) added to the running ones (Kahan)."""
+def _mix_step(acc, acc_c, b0, b1, b2, b3, g0, g1, g2, g3, fn_ptr, fnp_ptr, fn_rows, fn_mask, cols, H, pf0, pf1,
+              pf2, pf3, MIX_FMA: tl.constexpr, FN_PIECES: tl.constexpr, HW_CVT: tl.constexpr,
+              PREFETCHED: tl.constexpr):  # fmt: skip
+    """One step's partial logits of R' (bits b, values g) added to the running ones (Kahan). PREFETCHED:
+    the CUDA-core mixes take the step's projection weights ``pf*``, loaded earlier, instead of loading."""
     fcols = fn_ptr + fn_rows + cols[None, :]
     if MIX_FMA:
         # [BT, 32, BH] products of the four streams, summed over the columns in one reduction.
-        f0 = tl.load(fcols, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-        f1 = tl.load(fcols + H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-        f2 = tl.load(fcols + 2 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
-        f3 = tl.load(fcols + 3 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+        if PREFETCHED:
+            f0, f1, f2, f3 = pf0, pf1, pf2, pf3
+        else:
+            f0 = tl.load(fcols, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f1 = tl.load(fcols + H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f2 = tl.load(fcols + 2 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
+            f3 = tl.load(fcols + 3 * H, mask=fn_mask, other=0.0, eviction_policy="evict_last")
         part = g0[:, None, :] * f0[None, :, :]
         part = part + g1[:, None, :] * f1[None, :, :]
         part = part + g2[:, None, :] * f2[None, :, :]

@@ -105,3 +105,36 @@ def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
     assert _WAIT in ptx["mqa_split_kernel"], "the attention's split kernel waits for the cache write"
     # The grouped wo_a lets wo_b launch only as its programs exit (no early residency beside its stream).
     assert _SIGNAL not in ptx["grouped_wo_a_kernel"]
+
+
+_BOUNDARY = """
+import json, sys, torch
+from sm90_compile import compile_launches
+from mxfuse.kernels import pdl
+pdl._supported = lambda device: True
+from hc_inputs import make_inputs
+from mxfuse.hc import empty_hc_boundary_outputs
+from mxfuse.kernels.hc import HcWorkspace
+from mxfuse.kernels.hc import launch as fused
+kept = []
+def run():
+    inputs = make_inputs(1, 512, shifted=True)
+    step, weights = inputs.args()
+    out = empty_hc_boundary_outputs(1, 512, device="cpu", y=False, pair=True, scale_layout="deepgemm")
+    fused.launch_boundary(step, weights, out, params=inputs.params, workspace=HcWorkspace("cpu"), hw_cvt=True)
+compile_launches(run, keep=kept)
+print(json.dumps([k.asm["ptx"] for _, k in kept]))
+"""
+
+
+def test_the_boundarys_a_items_load_their_weights_before_they_wait():
+    """The default T = 1 boundary: its first launch (A items of one CUDA-core step) requests the projection
+    weights, then waits, then signals, and reads x and R only after the wait; the second launch waits."""
+    done = run_in_child(_BOUNDARY)
+    assert done.returncode == 0, done.stderr[-4000:]
+    first, second = json.loads(done.stdout.strip().splitlines()[-1])
+    weights = first.index("ld.global.L1::evict_last")  # fn, kept in L2 for the other items
+    streams = first.index("ld.global.L1::evict_first")  # x and R, read once
+    wait, signal = first.index(_WAIT), first.index(_SIGNAL)
+    assert weights < wait < signal and wait < streams
+    assert _WAIT in second and _SIGNAL not in second
