@@ -120,7 +120,12 @@ SHAPES_512 = ((32, 1, 8, 2), (32, 1, 8, 3), (64, 1, 8, 2), (32, 2, 8, 2), (32, 2
 def candidate_configs(sequences: int, heads: int) -> list[MqaConfig]:
     """The sweep's candidates for one shape: tile shapes, and splits that fill the GPU (132 SMs) once and
     twice (and 16 to 128 splits for one sequence); for up to 4 sequences also programs of 16 or 32 heads
-    (more, smaller programs: less q to load and less partial to write each), pipelined or not."""
+    (more, smaller programs: less q to load and less partial to write each), pipelined or not.
+
+    The table cannot see lengths, but a split takes at least ``min_tiles`` key tiles: with the two-wave
+    split count and ``min_tiles`` 4 or 8, a short sequence (4096 keys: 64 tiles of 64) uses 8 to 16
+    splits and a long one all of them, so the fp32 partials (written and read back: at T = 16 and 4096
+    keys, 17 splits wrote 36 MB beside 64 MB of keys) shrink where they cost most."""
     block_m = min(64, max(16, triton.next_power_of_2(heads)))
     out = []
     for block_n, d_parts, warps, stages in SHAPES_512:
@@ -130,6 +135,10 @@ def candidate_configs(sequences: int, heads: int) -> list[MqaConfig]:
             splits |= {16, 32, 64, 128}
         for n in sorted(splits):
             out.append(MqaConfig(block_n, block_m, d_parts, n, warps, stages))
+        most = max(splits)
+        if most > 1:
+            for min_tiles in (4, 8):
+                out.append(MqaConfig(block_n, block_m, d_parts, most, warps, stages, min_tiles=min_tiles))
     if sequences <= 4:
         # One stage as well: with one or two key tiles a split, a second pipeline buffer only keeps the
         # program's shared memory above half the SM's, so two programs cannot share one.

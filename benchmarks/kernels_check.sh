@@ -18,6 +18,8 @@
 #              table at T = 1 (whatever table the checkout holds: after `boundary`, its new one)
 #   step-tp4   the same on the TP4 shard at T = 1, 4, 16
 #   timeline   each kernel's start and end inside one graph replay at T = 1
+#   sweep-attn the attention's configurations at T = 4, 16, 64 and 4096 / 32768 keys (min_tiles among
+#              them), the winners in $OUT/attention_configs.json
 # One log ($OUT/kernels.log), each step's JSON in $OUT. Exits 1 if a step failed.
 # Usage: BUDGET=570 bash benchmarks/kernels_check.sh job gemm ...
 set -u
@@ -53,8 +55,11 @@ for step in "$@"; do
       --stage-tokens 1 --replays 30 --variants pdl,base --json "$out/dsv41_decode_tp4.json" ;;
     timeline) run timeline 40 python3 -m benchmarks dsv41_timeline --tokens 1 --variants pdl,base --replays 11 \
       --json "$out/dsv41_timeline.json" ;;
+    sweep-attn) run sweep-attn 330 python3 -m benchmarks attention --sweep --budget-s 270 \
+      --sweep-shapes 4:4096,4:32768,16:4096,16:32768,64:4096,64:32768 --tokens 16 --lengths 4096 \
+      --table "$out/attention_configs.json" --json "$out/attention_sweep.json" ;;
     *) echo "unknown step $step (job, gemm, gemm-big, wo_a, attention, sweep-wqb, boundary, step, step-tp4," \
-      "timeline)"; exit 2 ;;
+      "timeline, sweep-attn)"; exit 2 ;;
   esac
 done
 finish
