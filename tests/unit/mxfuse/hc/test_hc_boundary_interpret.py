@@ -144,6 +144,8 @@ CASES += [
     Case("T6 shifted deepgemm, unfused, one-row Sinkhorn items", 6, 256, True, kind="unfused",
          config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1, 0, 1), copies_of_row0=(5,),
          seed=18),
+    Case("T6 shifted deepgemm, unfused in one launch each, one-row Sinkhorn items, lag 1", 6, 256, True,
+         kind="unfused", config=(4, 32, 2, 1, 2, 1, 4, 1, "fma", 1, 0, 1), copies_of_row0=(5,), seed=18),
     Case("T1 shifted swizzled, one launch, one-row Sinkhorn item", 1, 256, True, "swizzled_128x4",
          config=(1, 32, 1, 1, 2, 0, 4, 1, "fma", 1, 0, 1), seed=19),
     Case("T1 shifted swizzled, two launches, one-row Sinkhorn item", 1, 256, True, "swizzled_128x4",
@@ -298,10 +300,13 @@ def test_unfused_chain_writes_the_fused_residual_bit_for_bit(interpreted, shifte
          "T6 shifted deepgemm, two launches, one-row Sinkhorn items"),
         ("T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1",
          "T6 shifted deepgemm, unfused, one-row Sinkhorn items"),
+        ("T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1",
+         "T6 shifted deepgemm, unfused in one launch each, one-row Sinkhorn items, lag 1"),
         ("T1 shifted swizzled, one launch, one-row Sinkhorn item",
          "T1 shifted swizzled, two launches, one-row Sinkhorn item"),
     ],
-    ids=["one vs two launches", "one launch vs unfused", "T1 one vs two launches"],
+    ids=["one vs two launches", "one launch vs unfused", "one launch vs unfused in one launch each",
+         "T1 one vs two launches"],
 )  # fmt: skip
 def test_one_launch_gives_the_bits_of_two_and_of_the_unfused_chain(interpreted, name, other):
     """The same tiles in one launch (the Sinkhorn items summing their rows' records after the A items),
