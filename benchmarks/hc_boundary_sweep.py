@@ -370,17 +370,26 @@ def main(argv: list[str] | None = None) -> int:
 def write(args: argparse.Namespace, env: dict, rows: list[dict], tokens: list[int], path: Path) -> None:
     path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
     if args.write:
-        entries = merged_entries(table_entries(rows, tokens), _checked_in_entries())
-        data = {
-            "source": f"benchmarks/hc_boundary_sweep.py, {env['date']}, {env['gpu']} ({env['sms']} SMs), "
-            f"torch {env['torch']}, Triton {env['triton']}",
-            "entries": entries,
-        }
+        checked_in = json.loads(TABLE.read_text(encoding="utf-8")) if TABLE.exists() else {}
+        new = table_entries(rows, tokens)
+        entries = merged_entries(new, checked_in.get("entries", []))
+        run = (
+            f"benchmarks/hc_boundary_sweep.py, {env['date']}, {env['gpu']} ({env['sms']} SMs), "
+            f"torch {env['torch']}, Triton {env['triton']}"
+        )
+        data = {"source": merged_source(run, new, entries, checked_in.get("source")), "entries": entries}
         Path(args.write).write_text(json.dumps(data, indent=1) + "\n")
 
 
-def _checked_in_entries() -> list[dict]:
-    return json.loads(TABLE.read_text(encoding="utf-8")).get("entries", []) if TABLE.exists() else []
+def merged_source(run: str, new: list[dict], entries: list[dict], old_source: str | None) -> str:
+    """The merged table's source: the run's, naming the entries it wrote when the checked-in table's
+    others stay, followed by the checked-in source for those."""
+    if len(entries) == len(new) or not old_source:
+        return run
+    written = ", ".join(
+        f"H = {e['hidden']} {e['ordering']} bucket T = {e['tokens']}" for e in sorted(new, key=_entry_key)
+    )
+    return f"{run}: {written}. The other entries: {old_source}"
 
 
 def merged_entries(new: list[dict], old: list[dict]) -> list[dict]:

@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from benchmarks.hc_boundary_sweep import candidates, latency_candidates, merged_entries, table_entries
+from benchmarks.hc_boundary_sweep import (
+    candidates,
+    latency_candidates,
+    merged_entries,
+    merged_source,
+    table_entries,
+)
 from gpumatrix import register
 from mxfuse.kernels.hc import HcConfig, choose_config, default_config
 from mxfuse.kernels.hc import config as hc_config
@@ -125,3 +131,10 @@ def test_a_sweep_of_some_shapes_keeps_the_checked_in_entries_of_the_others():
         (5120, "shifted", 2, 7.5),
         (7168, "shifted", 16, 20.0),
     ]
+    source = merged_source("run B", new, merged, "run A")
+    assert (
+        source
+        == "run B: H = 5120 shifted bucket T = 1, H = 5120 shifted bucket T = 2. The other entries: run A"
+    )
+    assert merged_source("run B", new, new, "run A") == "run B"  # nothing of run A is left
+    assert merged_source("run B", new, merged, None) == "run B"
