@@ -71,6 +71,7 @@ class _GluonBackend:
     def measured_win(self, device: torch.device, n: int, k: int) -> Availability:
         """Whether the checked-in table says this kernel beats the Triton kernels on ``device`` for an
         ``[n, k]`` weight: the one condition under which ``auto`` may choose it."""
+        from mxfuse.kernels.gemm.configs import TABLE_STANDINS
         from mxfuse.kernels.gemm.gluon_launch import GLUON_TABLE_FILE, gluon_table, measured_gluon_win
         from mxfuse.kernels.gemm.launch import device_facts
 
@@ -83,7 +84,9 @@ class _GluonBackend:
                 f"not chosen automatically: {GLUON_TABLE_FILE} has no measured win for [N, K] = [{n}, {k}] "
                 f"on {name or device} (name backend='gluon' to use it)",
             )
-        return Availability(True, f"{GLUON_TABLE_FILE} measured it faster for [{n}, {k}] on {name}")
+        standin = None if (name or "") in gluon_table() else TABLE_STANDINS.get(name or "")
+        measured_on = f"{standin}, {name}'s stand-in" if standin else name
+        return Availability(True, f"{GLUON_TABLE_FILE} measured it faster for [{n}, {k}] on {measured_on}")
 
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:
         """K-group-major ``[K/32, N]`` of the bytes given: ``prepare_mxfp8_weight`` gives this backend

@@ -14,12 +14,17 @@ Table format::
 
 Entries of a shape are in increasing ``m_max``; ``m`` above the last bucket takes the last entry.
 ``config`` holds ``GemmConfig`` fields by name.
+
+A device without entries of its own reads those of its stand-in (``TABLE_STANDINS``, used by every
+measured table of the Hopper kernels through ``device_entries``) until a sweep on it lands;
+``MXFUSE_TABLE_STANDINS=0`` turns the stand-ins off (a sweep's baseline, an A/B of the two tables).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from typing import TypeVar
@@ -29,19 +34,40 @@ import triton
 from mxfuse.kernels.splitk import split_for
 
 C = TypeVar("C")  # a launch-configuration dataclass
+T = TypeVar("T")  # one device's entries
 
 __all__ = [
     "KINDS",
     "TABLE_FILE",
+    "TABLE_STANDINS",
     "GemmConfig",
     "choose_config",
     "config_table",
     "default_config",
+    "device_entries",
     "parse_table",
 ]
 
 KINDS = ("gemv", "stream", "dq16", "mma8", "fold")
 TABLE_FILE = "configs.json"
+
+# The device whose measured entries a device without its own reads. The H100 SXM is the H200's GH100
+# with the same 132 SMs and clocks (sm_90a, 1980 MHz); it has less and slower memory (80 GB HBM3 at
+# 3.35 TB/s against 141 GB HBM3e at 4.8 TB/s), so an entry chosen on the H200 is a measured
+# configuration for its SMs, not a measured win on the H100's memory.
+TABLE_STANDINS: dict[str, str] = {"NVIDIA H100 80GB HBM3": "NVIDIA H200"}
+
+
+def device_entries(table: dict[str, T], device_name: str | None) -> T | dict:
+    """``table``'s entries for ``device_name``: its own, else its stand-in's (``TABLE_STANDINS``, unless
+    the environment sets ``MXFUSE_TABLE_STANDINS=0``), else none (``{}``)."""
+    name = device_name or ""
+    if name in table:
+        return table[name]
+    standin = TABLE_STANDINS.get(name)
+    if standin is None or os.environ.get("MXFUSE_TABLE_STANDINS", "1") == "0":
+        return {}
+    return table.get(standin, {})
 
 
 @dataclass(frozen=True)
@@ -215,7 +241,7 @@ def choose_config(
     """The table's configuration for ``device_name`` and an ``[m, k] x [n, k]`` product, else
     ``default_config``. ``table``: a parsed table to read instead of the checked-in one (a sweep's new
     table, before it is merged)."""
-    buckets = (config_table() if table is None else table).get(device_name or "", {}).get((n, k))
+    buckets = device_entries(config_table() if table is None else table, device_name).get((n, k))
     if buckets:
         config = next((c for m_max, c in buckets if m <= m_max), buckets[-1][1])
         if config.kind not in ("gemv", "stream") or m <= config.block_m:  # all M rows in one program

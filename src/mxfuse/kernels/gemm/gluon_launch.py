@@ -35,7 +35,7 @@ import torch
 import triton
 
 from mxfuse.formats import MxTensor
-from mxfuse.kernels.gemm.configs import parse_table
+from mxfuse.kernels.gemm.configs import device_entries, parse_table
 from mxfuse.kernels.gemm.gluon_prep import W_HI, W_LO, gluon_prep_kernel
 from mxfuse.kernels.gemm.launch import device_facts
 from mxfuse.kernels.mxfp8 import LAYOUT_CODE
@@ -213,7 +213,7 @@ def measured_gluon_win(device_name: str | None, n: int, k: int, m: int | None = 
     """The measured configuration where the table says the Gluon kernel wins for ``device_name`` and
     ``[n, k]`` (at ``m`` tokens when given: ``m`` within a bucket's ``[m_min, m_max]``; without ``m``:
     any bucket), else None."""
-    buckets = gluon_table().get(device_name or "", {}).get((n, k))
+    buckets = device_entries(gluon_table(), device_name).get((n, k))
     if not buckets:
         return None
     if m is None:

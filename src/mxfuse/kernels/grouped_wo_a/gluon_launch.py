@@ -30,6 +30,7 @@ import torch
 import triton
 
 from mxfuse.formats import MxTensor, ScaleRounding
+from mxfuse.kernels.gemm.configs import device_entries
 from mxfuse.kernels.gemm.gluon_launch import (
     GluonBuckets,
     GluonConfig,
@@ -89,7 +90,7 @@ def measured_wo_a_gluon_win(
 ) -> GluonConfig | None:
     """The measured configuration where the table says the Gluon kernel wins for ``device_name``,
     ``groups`` x ``[n, k]`` and ``t`` tokens (``t`` within a bucket's ``[m_min, m_max]``), else None."""
-    buckets = wo_a_gluon_table().get(device_name or "", {}).get((groups * n, k), [])
+    buckets = device_entries(wo_a_gluon_table(), device_name).get((groups * n, k), [])
     return next((c for m_min, m_max, c in buckets if m_min <= t <= m_max), None)
 
 

@@ -119,6 +119,7 @@ CHOICES = [  # (id, m, n, k, device, expected: "table i" or "default")
     ("second bucket", 5, 7168, 16384, "NVIDIA H200", "table 1"),
     ("above the last bucket", 2048, 7168, 16384, "NVIDIA H200", "table 1"),
     ("another device", 1, 7168, 16384, "NVIDIA H100", "default"),
+    ("the H200's stand-in", 5, 7168, 16384, "NVIDIA H100 80GB HBM3", "table 1"),
     ("no device (CPU)", 1, 7168, 16384, None, "default"),
     ("shape missing", 1, 5120, 8192, "NVIDIA H200", "default"),
     ("gemv narrower than M", 3, 1792, 5120, "NVIDIA H200", "default"),
@@ -134,6 +135,26 @@ def test_choose_config_reads_the_table_else_the_default(h200_table, m, n, k, dev
         assert got == default_config(m, n, k)
     else:
         assert got == h200_table["NVIDIA H200"][(n, k)][int(expected.split()[1])][1]
+
+
+def test_stand_ins_can_be_turned_off(h200_table, monkeypatch):
+    monkeypatch.setenv("MXFUSE_TABLE_STANDINS", "0")
+    assert choose_config(5, 7168, 16384, device_name="NVIDIA H100 80GB HBM3") == default_config(
+        5, 7168, 16384
+    )
+    assert (
+        choose_config(5, 7168, 16384, device_name="NVIDIA H200")
+        == h200_table["NVIDIA H200"][(7168, 16384)][1][1]
+    )
+
+
+def test_a_device_s_own_entries_come_before_its_stand_in_s():
+    own = {"shapes": "own"}
+    table = {"NVIDIA H200": {"shapes": "h200"}, "NVIDIA H100 80GB HBM3": own}
+    assert mc.device_entries(table, "NVIDIA H100 80GB HBM3") is own
+    assert mc.device_entries({"NVIDIA H200": own}, "NVIDIA H100 80GB HBM3") is own
+    assert mc.device_entries({"NVIDIA H200": own}, "NVIDIA H100 PCIe") == {}
+    assert mc.device_entries({"NVIDIA H200": own}, None) == {}
 
 
 @pytest.mark.parametrize(("n", "k"), SHAPES)

@@ -661,3 +661,21 @@ def test_without_m_min_a_bucket_starts_past_the_previous_one():
 def test_bad_configs_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"GluonConfig\.{field}"):
         GluonConfig(**{field: value})
+
+
+def test_an_h100_sxm_reads_the_h200_s_wins_until_it_has_its_own(monkeypatch):
+    monkeypatch.setattr(gemm_backend, "cuda_capability", lambda device: (9, 0))
+    monkeypatch.setattr(gemm_launch, "device_facts", lambda device: ("NVIDIA H100 80GB HBM3", 132))
+    config = GluonConfig()
+    monkeypatch.setattr(
+        gluon_launch, "gluon_table", lambda: {"NVIDIA H200": {(7168, 16384): [(1, 16, config)]}}
+    )
+    assert gluon_launch.measured_gluon_win("NVIDIA H100 80GB HBM3", 7168, 16384, 16) is config
+    assert gluon_launch.measured_gluon_win("NVIDIA H100 80GB HBM3", 7168, 16384, 17) is None
+    assert select_backend(CUDA0, n=7168, k=16384)[0] == "gluon"
+    why = GLUON.measured_win(CUDA0, 7168, 16384).reason
+    assert "measured it faster for [7168, 16384] on NVIDIA H200, NVIDIA H100 80GB HBM3's stand-in" in why
+    monkeypatch.setenv("MXFUSE_TABLE_STANDINS", "0")
+    gemm_api._status.cache_clear()
+    assert gluon_launch.measured_gluon_win("NVIDIA H100 80GB HBM3", 7168, 16384, 16) is None
+    assert select_backend(CUDA0, n=7168, k=16384)[0] == "triton"
