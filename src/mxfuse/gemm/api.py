@@ -36,6 +36,7 @@ __all__ = [
     "AUTO_ORDER",
     "BACKENDS",
     "VALUE_RULES",
+    "auto_backend",
     "auto_rule",
     "backend_status",
     "mxfp8_gemm",
@@ -234,7 +235,8 @@ def mxfp8_gemm(
     for CUDA-graph capture; on a bad argument nothing is written to it. M (and N) may be 0.
 
     ``backend="auto"`` uses ``w.backend`` when it can run here and reads ``a``'s scale layout, and the
-    ``torch`` backend otherwise; naming ``"torch"`` always works; any other name must be ``w.backend`` and
+    ``torch`` backend otherwise; a weight prepared for ``gluon`` runs on ``triton`` (which reads the same
+    weight) at an M where the Gluon table has no measured win (``auto_backend`` says which); naming ``"torch"`` always works; any other name must be ``w.backend`` and
     read ``a``'s layout (else ValueError). The choice is emitted on the host as a witness record
     ``gemm.<backend>`` with ``reason``, ``passed_over`` (backend -> reason) and ``site`` (the caller).
     """
@@ -256,6 +258,11 @@ def mxfp8_gemm(
     # After the launch (a refused call leaves no record), on the host: once per capture under CUDA graphs.
     emit(f"gemm.{name}", reason, backend=name, site=site, rows=m, n=w.n, k=k, passed_over=passed_over)
     return out
+
+
+def auto_backend(w: MxWeight, scale_layout: ScaleLayout, m: int) -> str:
+    """The backend ``mxfp8_gemm(a, w, backend="auto")`` runs for an ``[m, K]`` ``a`` in ``scale_layout``."""
+    return _choose("auto", w, scale_layout, m=m)[0]
 
 
 def _choose(backend: str, w: MxWeight, layout: ScaleLayout, *, m: int) -> tuple[str, str, dict[str, str]]:

@@ -26,7 +26,8 @@ gate sees). ``context`` is the forward mode; without it the ambient ``forward_co
 without that, decode (see ``mxfuse.layers.context``). The gate
 (``gating.fused_mxfp8_rows``, also ``layer.gate(rows)`` for producers) decides the path:
 
-* ``linear.pair_consumed``: a pair, gate yes: ``mxfp8_gemm`` on the prepared weight.
+* ``linear.pair_consumed``: a pair, gate yes: ``mxfp8_gemm`` on the prepared weight (``backend="auto"``:
+  the backend it was prepared for, or the one that backend hands an M outside its measured wins to).
 * ``linear.self_quantized``: bf16 ``x``, gate yes: ``quantize_mxfp8(x)`` with the layer's rounding and
   ``input_scale_layout`` (the call a producer's pair is bit-identical to), then the same GEMM. So
   ``layer(quantize_mxfp8(x, ...))`` and ``layer(x)`` are bit-identical.
@@ -84,6 +85,7 @@ from mxfuse.gemm import (
     VALUE_RULES,
     Availability,
     MxWeight,
+    auto_backend,
     backend_status,
     expand_block_scales,
     mxfp8_gemm,
@@ -488,7 +490,7 @@ class MxLinear(nn.Module):
     def _mxfp8(self, x: MxTensor) -> torch.Tensor:
         if self._mx_weight is None:  # the gate says yes only when the fact is True, which prepares MXFP8
             raise LayerNotReadyError(f"{self.site}: no MXFP8 weight although the gate said yes")
-        y = mxfp8_gemm(x, self._mx_weight, backend=self._weight_backend, site=self.site)
+        y = mxfp8_gemm(x, self._mx_weight, backend="auto", site=self.site)
         if self.bias is not None:
             y.add_(self.bias)
         return y
@@ -511,7 +513,7 @@ class MxLinear(nn.Module):
     ) -> None:
         fused = path in ("linear.pair_consumed", "linear.self_quantized")
         fields: dict[str, Any] = {
-            "backend": self._weight_backend if fused else None,
+            "backend": auto_backend(self._mx_weight, layout, rows) if fused else None,
             "site": self.site,
             "rows": rows,
             "n": self.out_features,

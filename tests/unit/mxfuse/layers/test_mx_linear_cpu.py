@@ -177,8 +177,8 @@ def test_request_load_process_fact_prepares_every_weight_source(source):
         "e8m0",
     )
     assert [r["path"] for r in records] == ["gemm.torch", "linear.self_quantized"]
-    # The GEMM ran on the backend the weight was prepared for, by name, and knows the layer.
-    assert (records[0]["site"], records[0]["reason"]) == ("wqkv_a", "backend='torch' was asked for")
+    # The GEMM ran on the backend the weight was prepared for (auto) and knows the layer.
+    assert (records[0]["site"], records[0]["reason"]) == ("wqkv_a", "auto: the weight was prepared for torch")
     assert json.loads(json.dumps(records)) == records
 
 
@@ -285,7 +285,7 @@ def test_a_backend_with_its_own_scale_layout_gets_its_weight_and_its_scales(pack
 
     monkeypatch.setattr(mx_linear, "mxfp8_gemm", gemm)
     assert_same_bits(layer(x, context="decode"), expected, name="packed vs torch backend")
-    assert calls == [("packed", True, "packed", "deepgemm", "p")]
+    assert calls == [("packed", True, "auto", "deepgemm", "p")]  # auto: the weight's backend (packed)
 
 
 def test_a_native_weight_without_the_request_is_prepared_for_the_torch_reference(packed):

@@ -380,3 +380,50 @@ def test_resolve_forward_context_prefers_the_argument_then_the_block_then_decode
 def test_forward_context_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_a_layer_on_a_gluon_weight_runs_triton_where_the_table_has_no_win(monkeypatch):
+    """A weight prepared for Gluon (the table names its shape, measured faster at M = 17-64) is run by
+    Gluon only at those M: at M = 1 the layer's call goes to the Triton kernel, which reads the same
+    weight, as ``mxfp8_gemm(..., backend="auto")`` would; the layer's witness names the kernel that ran.
+    The CPU tensors stand in for a pretend sm_90; each backend's ``run`` is recorded and computes with
+    the torch reference."""
+    from mxfuse import witness
+    from mxfuse.gemm import api as gemm_api
+    from mxfuse.gemm.gluon_backend import GLUON
+    from mxfuse.gemm.torch_backend import TORCH
+    from mxfuse.gemm.triton_backend import TRITON
+    from mxfuse.kernels import quantize_mxfp8
+    from mxfuse.kernels.gemm import gluon_launch
+    from mxfuse.kernels.gemm import launch as gemm_launch
+    from mxfuse.kernels.gemm.gluon_launch import GluonConfig
+
+    n, k = 128, 256
+    monkeypatch.setattr(gemm_launch, "device_facts", lambda device: (None, 132))
+    monkeypatch.setattr(gluon_launch, "gluon_table", lambda: {"": {(n, k): [(17, 64, GluonConfig())]}})
+    ran = []
+    for backend in (GLUON, TRITON):
+        monkeypatch.setattr(type(backend), "available", lambda self, device: Availability(True, "pretend"))
+        monkeypatch.setattr(
+            type(backend),
+            "run",
+            lambda self, a, w, out: (ran.append((self.name, a.shape[0])), TORCH.run(a, w, out)),
+        )
+    status = {"gluon": Availability(True, "pretend"), "triton": Availability(True, "pretend"), "torch": OK}
+    gemm_api._status.cache_clear()
+    try:
+        layer = MxLinear(k, n, mxfp8_input=True, name="wo_b", backend_status=lambda device: status)
+        layer.load_weights(torch.randn(n, k, dtype=torch.bfloat16))
+        result = layer.process_weights_after_loading()
+        assert (result.backend, result.weight_backend) == ("gluon", "gluon")
+        with witness.capture() as records:
+            for m in (1, 16, 17, 64, 65):
+                x = quantize_mxfp8(
+                    torch.randn(m, k, dtype=torch.bfloat16), scale_layout=layer.input_scale_layout
+                )
+                layer(x, context="decode")
+    finally:
+        gemm_api._status.cache_clear()
+    expected = [("triton", 1), ("triton", 16), ("gluon", 17), ("gluon", 64), ("triton", 65)]
+    assert ran == expected
+    assert [(r["backend"], r["rows"]) for r in records if r["path"] == "linear.pair_consumed"] == expected
