@@ -10,12 +10,16 @@
 #              32768 keys
 #   sweep-wqb  the Gluon sweep on wq_b (full and TP4), the shapes the first sweeps left out; its table
 #              in $OUT/gluon_configs_wqb.json
-#   boundary   the boundary's launch structure in the shifted ordering at T = 1, 4, 16 (H = 5120, V4.1's;
+#   boundary   the boundary's launch structure in the shifted ordering at T = $BOUNDARY_TOKENS (default
+#              1,4,16; H = 5120, V4.1's;
 #              the default timed beside every candidate), its table in $OUT/hc_configs.json and put in
 #              place in this checkout, then the boundary alone (fused, y and pair outputs, the unfused
 #              chain) at T = 1, 4, 16, 64 with that table
 #   step       the V4.1 decode step, T = 1, 4, 16, 64, with and without programmatic launches, the stage
 #              table at T = 1 (whatever table the checkout holds: after `boundary`, its new one)
+#   step-tables the step twice, T = 1, 4, 16, 64 with the stage tables at T = 1 and 4: the GEMM tables'
+#              stand-ins off (MXFUSE_TABLE_STANDINS=0: a device without entries takes the default rule),
+#              then on (an H100 reads the H200's entries); on a device with its own entries the two agree
 #   step-tp4   the same on the TP4 shard at T = 1, 4, 16
 #   timeline   each kernel's start and end inside one graph replay at T = 1
 #   sweep-attn the attention's configurations at T = 4, 16, 64 and 4096 / 32768 keys (min_tiles among
@@ -44,13 +48,17 @@ for step in "$@"; do
         --shapes "v41 wq_b,v41 wq_b tp4" --ms 1,4,16,64 --json "$out/gluon_sweep_wqb.json" \
         --table "$out/gluon_configs_wqb.json" ;;
     boundary) run boundary-sweep 240 python3 -m benchmarks hc_boundary_sweep --hiddens 5120 \
-        --tokens 1,4,16 --orderings shifted --latency --json "$out/hc_boundary_sweep.json" \
+        --tokens "${BOUNDARY_TOKENS:-1,4,16}" --orderings shifted --latency --json "$out/hc_boundary_sweep.json" \
         --write "$out/hc_configs.json"
       [ -f "$out/hc_configs.json" ] && cp "$out/hc_configs.json" src/mxfuse/kernels/hc/configs.json
       run boundary 120 python3 -m benchmarks hc_boundary --hiddens 5120 --tokens 1,4,16,64 \
         --orderings shifted --compile off --outputs --json "$out/hc_boundary.json" ;;
     step) run step 130 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
       --variants pdl,base --json "$out/dsv41_decode.json" ;;
+    step-tables) run step-defaults 110 env MXFUSE_TABLE_STANDINS=0 python3 -m benchmarks dsv41_decode \
+        --tokens 1,4,16,64 --stage-tokens 1,4 --replays 20 --variants pdl --json "$out/dsv41_defaults.json"
+      run step-standins 110 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1,4 \
+        --replays 20 --variants pdl --json "$out/dsv41_standins.json" ;;
     step-tp4) run step-tp4 60 python3 -m benchmarks dsv41_decode --config flash-tp4 --tokens 1,4,16 \
       --stage-tokens 1 --replays 30 --variants pdl,base --json "$out/dsv41_decode_tp4.json" ;;
     timeline) run timeline 40 python3 -m benchmarks dsv41_timeline --tokens 1 --variants pdl,base --replays 11 \
@@ -58,7 +66,7 @@ for step in "$@"; do
     sweep-attn) run sweep-attn 330 python3 -m benchmarks attention --sweep --budget-s 270 \
       --sweep-shapes 4:4096,4:32768,16:4096,16:32768,64:4096,64:32768 --tokens 16 --lengths 4096 \
       --table "$out/attention_configs.json" --json "$out/attention_sweep.json" ;;
-    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, attention, sweep-wqb, boundary, step, step-tp4," \
+    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, attention, sweep-wqb, boundary, step, step-tables, step-tp4," \
       "timeline, sweep-attn)"; exit 2 ;;
   esac
 done

@@ -179,3 +179,27 @@ def test_the_boundary_step_sweeps_then_times_the_boundary_with_the_new_table(tmp
     assert f"--write {tmp_path / 'out' / 'hc_configs.json'}" in sweep
     assert "hc_boundary --hiddens 5120" in boundary and "--outputs" in boundary
     assert "dsv41_decode" in step and "--variants pdl,base" in step
+
+
+def test_the_step_tables_step_times_the_step_without_then_with_stand_ins(tmp_path: Path) -> None:
+    done = _kernels_pass(tmp_path, "step-tables")
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "out" / "kernels.log").read_text()
+    starts = [line for line in log.splitlines() if line.startswith("=== ") and "(up to" in line]
+    assert [line.split(" (up to")[0] for line in starts] == ["=== step-defaults", "=== step-standins"]
+    defaults, standins = starts
+    assert "MXFUSE_TABLE_STANDINS=0 python3 -m benchmarks dsv41_decode" in defaults
+    assert "MXFUSE_TABLE_STANDINS" not in standins and "dsv41_decode" in standins
+    assert "--json" in defaults and "dsv41_defaults.json" in defaults and "dsv41_standins.json" in standins
+
+
+def test_the_boundary_sweep_takes_its_token_counts_from_the_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("BOUNDARY_TOKENS", "16")
+    done = _kernels_pass(tmp_path, "boundary")
+    assert done.returncode == 0, done.stdout + done.stderr
+    sweep = next(
+        line
+        for line in (tmp_path / "out" / "kernels.log").read_text().splitlines()
+        if line.startswith("=== boundary-sweep")
+    )
+    assert "--tokens 16 " in sweep
