@@ -6,7 +6,9 @@ routing rule it implies, restated here from the file itself (not through ``mxfus
 
 * a weight whose shape the table lists for this device is prepared for ``gluon``, every other for the
   device's shape-free choice (``default``);
-* a call of ``m`` rows on a ``gluon`` weight runs ``gluon`` when a bucket holds ``m``, else ``triton``.
+* a call of ``m`` rows on a ``gluon`` weight runs ``gluon`` when a bucket holds ``m``, else ``triton``;
+* a device the table does not name reads its stand-in's entries (the H100 SXM reads the H200's), unless
+  ``MXFUSE_TABLE_STANDINS=0``.
 
 Test weights keep their scale bytes inside the Gluon kernel's window, so the value rule never intervenes.
 """
@@ -14,17 +16,22 @@ Test weights keep their scale bytes inside the Gluon kernel's window, so the val
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
 
 TABLE = Path(__file__).resolve().parents[2] / "src/mxfuse/kernels/gemm/gluon_configs.json"
+STANDINS = {"NVIDIA H100 80GB HBM3": "NVIDIA H200"}  # the documented stand-in, restated
 
 
 def gluon_buckets(device: torch.device | str, n: int, k: int) -> list[tuple[int, int]]:
     """``[(m_min, m_max), ...]`` the table lists for this CUDA device's name and ``[n, k]`` ([] if none)."""
     name = torch.cuda.get_device_properties(torch.device(device)).name
-    shapes = json.loads(TABLE.read_text())["devices"].get(name, {}).get("shapes", {})
+    devices = json.loads(TABLE.read_text())["devices"]
+    if name not in devices and os.environ.get("MXFUSE_TABLE_STANDINS", "1") != "0":
+        name = STANDINS.get(name, name)
+    shapes = devices.get(name, {}).get("shapes", {})
     return [(b["m_min"], b["m_max"]) for b in shapes.get(f"{n}x{k}", [])]
 
 

@@ -679,3 +679,28 @@ def test_an_h100_sxm_reads_the_h200_s_wins_until_it_has_its_own(monkeypatch):
     gemm_api._status.cache_clear()
     assert gluon_launch.measured_gluon_win("NVIDIA H100 80GB HBM3", 7168, 16384, 16) is None
     assert select_backend(CUDA0, n=7168, k=16384)[0] == "triton"
+
+
+@pytest.mark.parametrize("standins", ["1", "0"])
+@pytest.mark.parametrize("device_name", ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"])
+def test_the_gpu_tests_routing_restatement_agrees_with_the_library(monkeypatch, device_name, standins):
+    """``tests/support/gemm_routing.py`` (what the GPU tests expect, read from the checked-in table itself)
+    and ``measured_gluon_win`` (what ``auto`` does) route every listed shape the same way at every M of
+    the decode range, for a named device, a stand-in's user and an unlisted one, stand-ins on and off."""
+    from types import SimpleNamespace
+
+    import gemm_routing
+
+    monkeypatch.setenv("MXFUSE_TABLE_STANDINS", standins)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(name=device_name))
+    shapes = {shape for entries in gluon_table().values() for shape in entries}
+    assert shapes, "the checked-in table lists no shape"
+    for n, k in sorted(shapes):
+        library = gluon_launch.measured_gluon_win(device_name, n, k) is not None
+        assert gemm_routing.expected_weight_backend("cuda", n, k, default="triton") == (
+            "gluon" if library else "triton"
+        )
+        for m in range(1, 66):
+            expected = gemm_routing.expected_call_backend("cuda", n, k, m, default="triton")
+            ran = "gluon" if gluon_launch.measured_gluon_win(device_name, n, k, m) is not None else "triton"
+            assert expected == ran, (device_name, n, k, m)
