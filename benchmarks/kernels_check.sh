@@ -17,9 +17,10 @@
 #              chain) at T = 1, 4, 16, 64 with that table
 #   step       the V4.1 decode step, T = 1, 4, 16, 64, with and without programmatic launches, the stage
 #              table at T = 1 (whatever table the checkout holds: after `boundary`, its new one)
-#   step-tables the step twice, T = 1, 4, 16, 64 with the stage tables at T = 1 and 4: the GEMM tables'
-#              stand-ins off (MXFUSE_TABLE_STANDINS=0: a device without entries takes the default rule),
-#              then on (an H100 reads the H200's entries); on a device with its own entries the two agree
+#   step-tables the step twice, T = 1, 4, 16, 64, the stage tables at T = 1 and 4, each kernel at T = 4:
+#              the GEMM tables' stand-ins off (MXFUSE_TABLE_STANDINS=0: a device without entries takes
+#              the default rule), then on (an H100 reads the H200's); on a device with its own entries
+#              the two agree
 #   step-tp4   the same on the TP4 shard at T = 1, 4, 16
 #   timeline   each kernel's start and end inside one graph replay at T = 1
 #   sweep-attn the attention's configurations at T = 4, 16, 64 and 4096 / 32768 keys (min_tiles among
@@ -56,9 +57,10 @@ for step in "$@"; do
     step) run step 130 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
       --variants pdl,base --json "$out/dsv41_decode.json" ;;
     step-tables) run step-defaults 110 env MXFUSE_TABLE_STANDINS=0 python3 -m benchmarks dsv41_decode \
-        --tokens 1,4,16,64 --stage-tokens 1,4 --replays 20 --variants pdl --json "$out/dsv41_defaults.json"
+        --tokens 1,4,16,64 --stage-tokens 1,4 --profile-tokens 4 --replays 20 --variants pdl \
+        --json "$out/dsv41_defaults.json"
       run step-standins 110 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1,4 \
-        --replays 20 --variants pdl --json "$out/dsv41_standins.json" ;;
+        --profile-tokens 4 --replays 20 --variants pdl --json "$out/dsv41_standins.json" ;;
     step-tp4) run step-tp4 60 python3 -m benchmarks dsv41_decode --config flash-tp4 --tokens 1,4,16 \
       --stage-tokens 1 --replays 30 --variants pdl,base --json "$out/dsv41_decode_tp4.json" ;;
     timeline) run timeline 40 python3 -m benchmarks dsv41_timeline --tokens 1 --variants pdl,base --replays 11 \
