@@ -236,8 +236,9 @@ def mxfp8_gemm(
 
     ``backend="auto"`` uses ``w.backend`` when it can run here and reads ``a``'s scale layout, and the
     ``torch`` backend otherwise; a weight prepared for ``gluon`` runs on ``triton`` (which reads the same
-    weight) at an M where the Gluon table has no measured win (``auto_backend`` says which); naming ``"torch"`` always works; any other name must be ``w.backend`` and
-    read ``a``'s layout (else ValueError). The choice is emitted on the host as a witness record
+    weight) at an M where the Gluon table has no measured win (``auto_backend`` says which). Naming
+    ``"torch"`` always works; any other name must be ``w.backend`` and read ``a``'s layout (else
+    ValueError). The choice is emitted on the host as a witness record
     ``gemm.<backend>`` with ``reason``, ``passed_over`` (backend -> reason) and ``site`` (the caller).
     """
     if not isinstance(w, MxWeight):

@@ -71,7 +71,7 @@ class _GluonBackend:
     def measured_win(self, device: torch.device, n: int, k: int) -> Availability:
         """Whether the checked-in table says this kernel beats the Triton kernels on ``device`` for an
         ``[n, k]`` weight: the one condition under which ``auto`` may choose it."""
-        from mxfuse.kernels.gemm.configs import TABLE_STANDINS
+        from mxfuse.kernels.gemm.configs import entries_owner
         from mxfuse.kernels.gemm.gluon_launch import GLUON_TABLE_FILE, gluon_table, measured_gluon_win
         from mxfuse.kernels.gemm.launch import device_facts
 
@@ -84,8 +84,8 @@ class _GluonBackend:
                 f"not chosen automatically: {GLUON_TABLE_FILE} has no measured win for [N, K] = [{n}, {k}] "
                 f"on {name or device} (name backend='gluon' to use it)",
             )
-        standin = None if (name or "") in gluon_table() else TABLE_STANDINS.get(name or "")
-        measured_on = f"{standin}, {name}'s stand-in" if standin else name
+        owner = entries_owner(gluon_table(), name)
+        measured_on = name if owner == (name or "") else f"{owner}, {name}'s stand-in"
         return Availability(True, f"{GLUON_TABLE_FILE} measured it faster for [{n}, {k}] on {measured_on}")
 
     def weight_scale(self, scale_e8m0: torch.Tensor, *, n: int, k: int) -> torch.Tensor:

@@ -45,6 +45,7 @@ __all__ = [
     "config_table",
     "default_config",
     "device_entries",
+    "entries_owner",
     "parse_table",
 ]
 
@@ -58,16 +59,23 @@ TABLE_FILE = "configs.json"
 TABLE_STANDINS: dict[str, str] = {"NVIDIA H100 80GB HBM3": "NVIDIA H200"}
 
 
-def device_entries(table: dict[str, T], device_name: str | None) -> T | dict:
-    """``table``'s entries for ``device_name``: its own, else its stand-in's (``TABLE_STANDINS``, unless
-    the environment sets ``MXFUSE_TABLE_STANDINS=0``), else none (``{}``)."""
+def entries_owner(table: dict[str, T], device_name: str | None) -> str | None:
+    """The device whose entries in ``table`` ``device_name`` reads: itself when listed, else its stand-in
+    (``TABLE_STANDINS``) when listed and the environment does not set ``MXFUSE_TABLE_STANDINS=0``, else
+    None."""
     name = device_name or ""
     if name in table:
-        return table[name]
+        return name
     standin = TABLE_STANDINS.get(name)
-    if standin is None or os.environ.get("MXFUSE_TABLE_STANDINS", "1") == "0":
-        return {}
-    return table.get(standin, {})
+    if standin is None or standin not in table or os.environ.get("MXFUSE_TABLE_STANDINS", "1") == "0":
+        return None
+    return standin
+
+
+def device_entries(table: dict[str, T], device_name: str | None) -> T | dict:
+    """``table``'s entries for ``device_name`` (``entries_owner``'s), else none (``{}``)."""
+    owner = entries_owner(table, device_name)
+    return {} if owner is None else table[owner]
 
 
 @dataclass(frozen=True)

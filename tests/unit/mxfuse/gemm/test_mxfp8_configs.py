@@ -155,6 +155,10 @@ def test_a_device_s_own_entries_come_before_its_stand_in_s():
     assert mc.device_entries({"NVIDIA H200": own}, "NVIDIA H100 80GB HBM3") is own
     assert mc.device_entries({"NVIDIA H200": own}, "NVIDIA H100 PCIe") == {}
     assert mc.device_entries({"NVIDIA H200": own}, None) == {}
+    assert mc.entries_owner(table, "NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"
+    assert mc.entries_owner({"NVIDIA H200": own}, "NVIDIA H100 80GB HBM3") == "NVIDIA H200"
+    assert mc.entries_owner({"NVIDIA B200": own}, "NVIDIA H100 80GB HBM3") is None  # stand-in not listed
+    assert mc.entries_owner({"": own}, None) == ""  # the CPU's entry, as tests write one
 
 
 @pytest.mark.parametrize(("n", "k"), SHAPES)
