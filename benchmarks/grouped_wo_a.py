@@ -27,6 +27,7 @@ times, interleaved, and the median of the three is reported. ``--sweep`` also ti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
 import importlib
@@ -34,6 +35,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -44,8 +46,10 @@ from gpumatrix.compare import calc_diff
 from mxfuse.einsum import grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
 from mxfuse.formats import MxTensor, dequantize_mxfp8, quantize_mxfp8_reference, scale_spec
 from mxfuse.kernels import quantize_mxfp8
+from mxfuse.kernels.gemm.gluon_launch import GluonConfig, effective_split_k, parse_gluon_table, token_tile
 
 _kernel = importlib.import_module("mxfuse.kernels.grouped_wo_a")
+_gluon = importlib.import_module("mxfuse.kernels.grouped_wo_a.gluon_launch")
 
 K, N = 4096, 1024
 TS = (1, 4, 16, 64, 256, 2048)
@@ -343,6 +347,160 @@ def sweep(
     return rows
 
 
+def gluon_candidates(t: int, groups: int, num_sms: int) -> list[GluonConfig]:
+    """The Gluon grouped kernel's configurations at (t, groups), the launcher's default first: the TMA
+    producer partition (every bucket of the decode GEMM's sweep chose it), 64 or 128 weight rows, 4 or 3
+    ring slots, at the split counts giving about 1, 2 and 4 waves (``gluon_gemm_sweep.split_choices``);
+    those ``check_wo_a_gluon_config`` refuses are dropped."""
+    from benchmarks.gluon_gemm_sweep import split_choices
+
+    default = _gluon.default_wo_a_gluon_config(t, groups, N, K, num_sms=num_sms)
+    found = [dataclasses.replace(default, split_k=effective_split_k(default, K))]
+    for block_n in (64, 128):
+        for stages in (4, 3):
+            base = GluonConfig(block_n, token_tile(t), 128, 1, stages, False, True)
+            for split in split_choices(base, t, groups * N, K, num_sms=num_sms):
+                config = dataclasses.replace(base, split_k=split)
+                try:
+                    _gluon.check_wo_a_gluon_config(config, groups=groups, n=N, k=K)
+                except ValueError:
+                    continue
+                if config not in found:
+                    found.append(config)
+    return found
+
+
+def gluon_sweep(
+    t: int, groups: int, *, bandwidth: float, deadline: float, rounds: int = 3
+) -> dict[str, object]:
+    """Screen ``gluon_candidates`` on the fused path until ``deadline`` (``time.monotonic()``; the
+    launcher's default is always screened), each checked first as ``sweep`` checks the Triton kernel's
+    (its pair, dequantized, within ``SWEEP_MAX_DIFF`` of the quantized reference z by calc_diff; one
+    compiled kernel a candidate); one that raises or differs is recorded and not timed. Then the fastest,
+    checked bit for bit (its pair ``quantize_mxfp8`` of its own z, its z within 1e-6 of the reference),
+    against the Triton grouped kernel (named) and bf16 bmm in ``rounds`` interleaved rounds. The row says
+    which won; nothing is written here."""
+    sets = Sets(t, groups)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    z_ref = grouped_wo_a_reference(sets.a[0], sets.w[0])
+    want_q, want_s = quantize_mxfp8_reference(z_ref.view(t, groups * N))
+    want = dequantize_mxfp8(want_q, want_s, scale_layout="e8m0")
+    row: dict[str, object] = {"T": t, "G": groups, "floor_us": fused_bytes(t, groups) / bandwidth * 1e6}
+    screened = []
+    for n, config in enumerate(gluon_candidates(t, groups, num_sms)):
+        if n and time.monotonic() > deadline:
+            print(f"  gluon G={groups} T={t}: budget spent; {config} and the rest not screened", flush=True)
+            break
+
+        def call(i: int, config=config):
+            _gluon.launch_grouped_wo_a_gluon(sets.a[i], sets.w[i], pair=sets.pair[i], config=config)
+
+        entry: dict[str, object] = {"config": config.to_json()}
+        try:
+            call(0)
+            entry["calc_diff"] = calc_diff(sets.pair[0].dequantize(), want)
+            entry["ok"] = entry["calc_diff"] <= SWEEP_MAX_DIFF
+            if entry["ok"]:
+                fns = [functools.partial(call, i) for i in range(sets.count)]
+                entry["us"] = bench_us(fns, target_ms=10.0, replays=7)
+        except Exception as error:  # recorded: the other candidates are still screened
+            entry["ok"], entry["error"] = False, f"{type(error).__name__}: {error}"
+        screened.append(entry)
+        shown = f"{entry['us']:8.2f} us" if "us" in entry else f"not timed ({entry.get('error', 'WRONG')})"
+        print(f"  gluon G={groups} T={t} {config} {shown}", flush=True)
+    row["screened"] = screened
+    timed = [e for e in screened if "us" in e]
+    if not timed:
+        return row
+    best = GluonConfig(**min(timed, key=lambda e: e["us"])["config"])
+    row["gluon_config"] = best.to_json()
+    z = sets.z[0]
+    _gluon.launch_grouped_wo_a_gluon(sets.a[0], sets.w[0], z=z, pair=sets.pair[0], config=best)
+    torch.cuda.synchronize()
+    quantized = quantize_mxfp8(z.view(t, -1), scale_layout="deepgemm")
+    row["gluon_pair_equals_quantized_z"] = bool(
+        torch.equal(sets.pair[0].data.view(torch.uint8), quantized.data.view(torch.uint8))
+        and torch.equal(sets.pair[0].scale, quantized.scale)
+    )
+    row["gluon_z_calc_diff_vs_reference"] = calc_diff(z, z_ref)
+    if not (row["gluon_pair_equals_quantized_z"] and row["gluon_z_calc_diff_vs_reference"] <= 1e-6):
+        print(f"  gluon G={groups} T={t} {best}: WRONG in the exact check; not compared", flush=True)
+        return row
+    variants = {
+        "triton": [
+            functools.partial(
+                lambda i: grouped_wo_a(sets.a[i], sets.w[i], out_pair=sets.pair[i], kernel="triton"), i
+            )
+            for i in range(sets.count)
+        ],
+        "gluon": [
+            functools.partial(
+                lambda i: _gluon.launch_grouped_wo_a_gluon(
+                    sets.a[i], sets.w[i], pair=sets.pair[i], config=best
+                ),
+                i,
+            )
+            for i in range(sets.count)
+        ],
+        "bmm_bf16": sets.calls("bmm_bf16"),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fns in variants.items():
+            times[name].append(bench_us(fns))
+    for name, values in times.items():
+        row[f"{name}_us"] = statistics.median(values)
+        row[f"{name}_rounds_us"] = values
+    row["rounds"] = rounds
+    return row
+
+
+def gluon_wins_table(rows: list[dict[str, object]], env: dict) -> dict:
+    """The Gluon grouped table (``gluon_configs.json``'s format) for ``env["gpu"]``: per ``"{G*R}x{r}"``, a
+    bucket for each T where the confirmed Gluon median beat the Triton kernel's, covering T down to past
+    the previous T swept for that G (the first swept T covers only itself); ``swept`` lists every T."""
+    shapes: dict[str, list] = {}
+    swept: dict[str, list[int]] = {}
+    for r in sorted(rows, key=lambda r: (r["G"], r["T"])):
+        key = f"{r['G'] * N}x{K}"
+        previous = swept.setdefault(key, [])
+        t_min = previous[-1] + 1 if previous else r["T"]
+        previous.append(r["T"])
+        if "gluon_us" not in r or not r["gluon_us"] < r["triton_us"]:
+            continue
+        measured = {
+            "G": r["G"],
+            "T": r["T"],
+            "gluon_us": round(r["gluon_us"], 3),
+            "triton_us": round(r["triton_us"], 3),
+            "bmm_bf16_us": round(r["bmm_bf16_us"], 3),
+            "x_triton": round(r["triton_us"] / r["gluon_us"], 3),
+            "rounds": r["rounds"],
+        }
+        shapes.setdefault(key, []).append(
+            {"m_min": t_min, "m_max": r["T"], "config": r["gluon_config"], "measured": measured}
+        )
+    source = (
+        f"benchmarks/grouped_wo_a.py --gluon-sweep, {env['date']}, {env['gpu']}, torch {env['torch']}, "
+        f"Triton {env['triton']}: the T where the Gluon grouped kernel's median beat the Triton kernel's"
+    )
+    return {"source": source, "shapes": shapes, "swept": swept}
+
+
+def write_gluon_table(path: Path, entry: dict, device_name: str) -> None:
+    """``path`` (a copy of the checked-in table, or a new one) with ``device_name``'s entry replaced by
+    ``entry``; checked with the launcher's reader before it is written (ValueError if it could not read
+    it), the other devices' entries kept."""
+    if path.exists():
+        table = json.loads(path.read_text())
+    else:
+        checked_in = Path(_gluon.__file__).with_name(_gluon.WO_A_GLUON_TABLE_FILE)
+        table = json.loads(checked_in.read_text())
+    table.setdefault("devices", {})[device_name] = entry
+    parse_gluon_table(json.loads(json.dumps(table)), source=str(path))
+    path.write_text(json.dumps(table, indent=1) + "\n")
+
+
 def _out_path(arg: str | None) -> Path:
     if arg:
         return Path(arg)
@@ -378,13 +536,34 @@ def main(argv: list[str] | None = None) -> int:
         default="triton",
         help="grouped kernels timed in the same run (triton, gluon: the Gluon kernel, sm_90, by name)",
     )
+    parser.add_argument(
+        "--gluon-sweep",
+        action="store_true",
+        help="also screen the Gluon grouped kernel's configurations per (G, T in --gluon-ts) and time the "
+        "fastest against the Triton kernel in interleaved rounds",
+    )
+    parser.add_argument("--gluon-ts", default="4,16,64", help="token counts the Gluon sweep times")
+    parser.add_argument(
+        "--gluon-budget-s",
+        type=float,
+        default=240.0,
+        help="seconds the Gluon sweep may spend screening (shared among its problems; the default "
+        "configuration and the confirming rounds always run)",
+    )
+    parser.add_argument(
+        "--table",
+        help="--gluon-sweep: write the Gluon table (the checked-in gluon_configs.json with this device's "
+        "entry replaced by the T the Gluon kernel won) here",
+    )
     args = parser.parse_args(argv)
+    if args.table and not args.gluon_sweep:
+        parser.error("--table is written by --gluon-sweep; give both")
     kernels = tuple(args.kernels.split(","))
     if not kernels or set(kernels) - set(KERNELS) or "triton" not in kernels:
         parser.error(
             f"--kernels: a comma-separated subset of {KERNELS} including triton; got {args.kernels!r}"
         )
-    ts = [int(v) for v in args.ts.split(",")]
+    ts = [int(v) for v in args.ts.split(",") if v]  # --ts "": only the sweeps
     gs = [int(v) for v in args.gs.split(",")]
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
@@ -416,9 +595,27 @@ def main(argv: list[str] | None = None) -> int:
             for t in [int(v) for v in args.sweep_ts.split(",")]:
                 sweep_rows += sweep(t, groups, tuple(args.sweep_dots.split(",")))
 
+    gluon_rows: list[dict[str, object]] = []
+    if args.gluon_sweep:
+        print("\nthe Gluon grouped kernel's configurations (fused, deepgemm pair):", flush=True)
+        problems = [(groups, int(t)) for groups in gs for t in args.gluon_ts.split(",")]
+        start = time.monotonic()
+        for n, (groups, t) in enumerate(problems):
+            # each problem's share of what is left of the budget, for screening
+            share = (args.gluon_budget_s - (time.monotonic() - start)) / (len(problems) - n)
+            gluon_rows.append(
+                gluon_sweep(t, groups, bandwidth=bandwidth, deadline=time.monotonic() + max(share, 0.0))
+            )
+        if args.table:
+            write_gluon_table(Path(args.table), gluon_wins_table(gluon_rows, env), env["gpu"])
+
     path = _out_path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"env": env, "rows": rows, "sweep": sweep_rows}, indent=1, default=str))
+    path.write_text(
+        json.dumps(
+            {"env": env, "rows": rows, "sweep": sweep_rows, "gluon_sweep": gluon_rows}, indent=1, default=str
+        )
+    )
 
     print(
         f"\n{env['date']}, {env['gpu']}, torch {env['torch']}, Triton {env['triton']}; r = {K}, R = {N}; "
@@ -486,5 +683,16 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if wrong:
                 print(f"  G={key[0]} T={key[1]}: WRONG RESULTS from {wrong}")
+    if gluon_rows:
+        print("\nthe Gluon grouped kernel, its fastest configuration against the Triton kernel (us, median of "
+              "3 interleaved rounds): G | T | floor | Triton | Gluon | bmm bf16 | Triton / Gluon | config")  # fmt: skip
+        for r in gluon_rows:
+            if "gluon_us" not in r:
+                print(f"  {r['G']} | {r['T']} | no configuration passed its checks")
+                continue
+            print(f"  {r['G']} | {r['T']} | {r['floor_us']:.2f} | {r['triton_us']:.2f} | {r['gluon_us']:.2f} | "
+                  f"{r['bmm_bf16_us']:.2f} | {r['triton_us'] / r['gluon_us']:.2f}x | {r['gluon_config']}")  # fmt: skip
+        if args.table:
+            print(f"Gluon table: {args.table}")
     print(f"\nJSON: {path}")
     return 0

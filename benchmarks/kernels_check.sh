@@ -6,6 +6,9 @@
 #              cuBLAS in the same run
 #   gemm-big   the same at M = 256 and 2048 (triton, bf16, fp8; the Gluon kernel is a decode kernel)
 #   wo_a       the grouped wo_a, triton and gluon, G = 2 and 8, T = 1, 4, 16, 64
+#   sweep-wo-a the Gluon grouped wo_a's configurations at G = 2 and 8, T = 4, 16, 64, the fastest against
+#              the Triton grouped kernel; its table ($OUT/wo_a_gluon_configs.json: the T Gluon won) put in
+#              place in this checkout, so that later steps run it
 #   attention  decode attention (the table's kernels, SDPA, the byte floor), T = 1 .. 128 at 4096 and
 #              32768 keys
 #   sweep-wqb  the Gluon sweep on wq_b (full and TP4), the shapes the first sweeps left out; its table
@@ -42,6 +45,11 @@ for step in "$@"; do
       --backends triton,bf16,fp8 --json "$out/mxfp8_gemm_big.json" ;;
     wo_a) run wo_a 150 python3 -m benchmarks grouped_wo_a --kernels triton,gluon --ts 1,4,16,64 --gs 2,8 \
       --json "$out/grouped_wo_a.json" ;;
+    sweep-wo-a) run sweep-wo-a 330 python3 -m benchmarks grouped_wo_a --ts "" --gs 2,8 --gluon-sweep \
+        --gluon-ts 4,16,64 --gluon-budget-s 200 --json "$out/grouped_wo_a_gluon_sweep.json" \
+        --table "$out/wo_a_gluon_configs.json"
+      [ -f "$out/wo_a_gluon_configs.json" ] && \
+        cp "$out/wo_a_gluon_configs.json" src/mxfuse/kernels/grouped_wo_a/gluon_configs.json ;;
     attention) run attention 200 python3 -m benchmarks attention \
       --tokens 1,4,16,64,128 --lengths 4096,32768 --json "$out/attention.json" ;;
     sweep-wqb) s=$(($(left) - 45)); [ "$s" -lt 60 ] && { echo "=== sweep-wqb: skipped"; continue; }
@@ -68,7 +76,7 @@ for step in "$@"; do
     sweep-attn) run sweep-attn 330 python3 -m benchmarks attention --sweep --budget-s 270 \
       --sweep-shapes 4:4096,4:32768,16:4096,16:32768,64:4096,64:32768 --tokens 16 --lengths 4096 \
       --table "$out/attention_configs.json" --json "$out/attention_sweep.json" ;;
-    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, attention, sweep-wqb, boundary, step, step-tables, step-tp4," \
+    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, sweep-wo-a, attention, sweep-wqb, boundary, step, step-tables, step-tp4," \
       "timeline, sweep-attn)"; exit 2 ;;
   esac
 done
