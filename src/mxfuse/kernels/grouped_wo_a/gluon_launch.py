@@ -17,7 +17,8 @@ group, ``block_t`` tokens, 128-wide K steps, which must divide r, ``split_k``, `
 measured table ``gluon_configs.json`` beside this file has the Gluon GEMM table's format
 (``gemm.gluon_launch.parse_gluon_table``), keyed by ``"{G*R}x{r}"`` (the programs' work depends on G and
 R only through G*R: ``G*R / block_n`` tiles of r) with T buckets; it holds only the (device, shape, T)
-where a GPU run measured this kernel faster than the Triton grouped kernel, and is empty until one has.
+where a GPU run (``benchmarks/grouped_wo_a.py --gluon-sweep --table``) measured this kernel faster than the
+Triton grouped kernel.
 """
 
 from __future__ import annotations
