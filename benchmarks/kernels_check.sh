@@ -19,7 +19,8 @@
 #              place in this checkout, then the boundary alone (fused, y and pair outputs, the unfused
 #              chain) at T = 1, 4, 16, 64 with that table
 #   step       the V4.1 decode step, T = 1, 4, 16, 64, with and without programmatic launches, the stage
-#              table at T = 1 (whatever table the checkout holds: after `boundary`, its new one)
+#              tables at T = 1 and 4, each kernel at T = 4 (whatever tables the checkout holds: after
+#              `boundary` or `sweep-wo-a`, their new ones)
 #   step-tables the step twice, T = 1, 4, 16, 64, the stage tables at T = 1 and 4, each kernel at T = 4:
 #              the GEMM tables' stand-ins off (MXFUSE_TABLE_STANDINS=0: a device without entries takes
 #              the default rule), then on (an H100 reads the H200's); on a device with its own entries
@@ -62,8 +63,8 @@ for step in "$@"; do
       [ -f "$out/hc_configs.json" ] && cp "$out/hc_configs.json" src/mxfuse/kernels/hc/configs.json
       run boundary 120 python3 -m benchmarks hc_boundary --hiddens 5120 --tokens 1,4,16,64 \
         --orderings shifted --compile off --outputs --json "$out/hc_boundary.json" ;;
-    step) run step 130 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1 --replays 30 \
-      --variants pdl,base --json "$out/dsv41_decode.json" ;;
+    step) run step 160 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 1,4 --replays 30 \
+      --profile-tokens 4 --variants pdl,base --json "$out/dsv41_decode.json" ;;
     step-tables) run step-defaults 110 env MXFUSE_TABLE_STANDINS=0 python3 -m benchmarks dsv41_decode \
         --tokens 1,4,16,64 --stage-tokens 1,4 --profile-tokens 4 --replays 20 --variants pdl \
         --json "$out/dsv41_defaults.json"

@@ -19,7 +19,7 @@ PASS = REPO_ROOT / "benchmarks" / "device_pass.sh"
 def _pass(tmp_path: Path, body: str, budget: int = 60) -> subprocess.CompletedProcess[str]:
     """Run a pass script that sources device_pass.sh, with a python3 that installs nothing."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "python3"
     fake.write_text('#!/bin/sh\necho "python3 $*"\n')
     fake.chmod(0o755)
@@ -203,3 +203,23 @@ def test_the_boundary_sweep_takes_its_token_counts_from_the_environment(tmp_path
         if line.startswith("=== boundary-sweep")
     )
     assert "--tokens 16 " in sweep
+
+
+def test_the_wo_a_sweep_puts_its_table_in_place_for_the_steps_after_it(tmp_path: Path) -> None:
+    target = tmp_path / "src" / "mxfuse" / "kernels" / "grouped_wo_a" / "gluon_configs.json"
+    target.parent.mkdir(parents=True)
+    target.write_text("checked in\n")
+    done = _kernels_pass(tmp_path, "sweep-wo-a", "step")
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "out" / "kernels.log").read_text()
+    starts = [line for line in log.splitlines() if line.startswith("=== ") and "(up to" in line]
+    assert [line.split(" (up to")[0] for line in starts] == ["=== sweep-wo-a", "=== step"]
+    sweep = starts[0]
+    assert "grouped_wo_a --ts  --gs 2,8 --gluon-sweep" in sweep
+    assert f"--table {tmp_path / 'out' / 'wo_a_gluon_configs.json'}" in sweep
+    assert target.read_text() == "checked in\n"  # the fake sweep wrote no table: nothing replaced
+
+    (tmp_path / "out" / "wo_a_gluon_configs.json").write_text("swept\n")
+    done = _kernels_pass(tmp_path, "sweep-wo-a")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert target.read_text() == "swept\n"
