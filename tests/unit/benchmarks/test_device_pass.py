@@ -19,7 +19,7 @@ PASS = REPO_ROOT / "benchmarks" / "device_pass.sh"
 def _pass(tmp_path: Path, body: str, budget: int = 60) -> subprocess.CompletedProcess[str]:
     """Run a pass script that sources device_pass.sh, with a python3 that installs nothing."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir()
     fake = bin_dir / "python3"
     fake.write_text('#!/bin/sh\necho "python3 $*"\n')
     fake.chmod(0o755)
@@ -131,7 +131,7 @@ def test_the_gluon_pass_keeps_its_side_files_out_of_the_returned_folder(tmp_path
 def _kernels_pass(tmp_path: Path, *steps: str) -> subprocess.CompletedProcess[str]:
     """benchmarks/kernels_check.sh with a python3, gpumatrix and nvidia-smi that print their arguments."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     for tool in ("python3", "gpumatrix", "nvidia-smi"):
         fake = bin_dir / tool
         fake.write_text(f'#!/bin/sh\necho "{tool} $*"\n')
