@@ -501,6 +501,14 @@ def write_gluon_table(path: Path, entry: dict, device_name: str) -> None:
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
+def _write_json(arg: str | None, env: dict, rows: list, sweep_rows: list, gluon_rows: list) -> Path:
+    path = _out_path(arg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"env": env, "rows": rows, "sweep": sweep_rows, "gluon_sweep": gluon_rows}
+    path.write_text(json.dumps(data, indent=1, default=str))
+    return path
+
+
 def _out_path(arg: str | None) -> Path:
     if arg:
         return Path(arg)
@@ -606,16 +614,12 @@ def main(argv: list[str] | None = None) -> int:
             gluon_rows.append(
                 gluon_sweep(t, groups, bandwidth=bandwidth, deadline=time.monotonic() + max(share, 0.0))
             )
-        if args.table:
-            write_gluon_table(Path(args.table), gluon_wins_table(gluon_rows, env), env["gpu"])
+            # after every problem: a run stopped at its time limit keeps what it measured
+            _write_json(args.json, env, rows, sweep_rows, gluon_rows)
+            if args.table:
+                write_gluon_table(Path(args.table), gluon_wins_table(gluon_rows, env), env["gpu"])
 
-    path = _out_path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {"env": env, "rows": rows, "sweep": sweep_rows, "gluon_sweep": gluon_rows}, indent=1, default=str
-        )
-    )
+    path = _write_json(args.json, env, rows, sweep_rows, gluon_rows)
 
     print(
         f"\n{env['date']}, {env['gpu']}, torch {env['torch']}, Triton {env['triton']}; r = {K}, R = {N}; "

@@ -215,7 +215,7 @@ def test_the_wo_a_sweep_puts_its_table_in_place_for_the_steps_after_it(tmp_path:
     starts = [line for line in log.splitlines() if line.startswith("=== ") and "(up to" in line]
     assert [line.split(" (up to")[0] for line in starts] == ["=== sweep-wo-a", "=== step"]
     sweep = starts[0]
-    assert "grouped_wo_a --ts  --gs 2,8 --gluon-sweep" in sweep
+    assert "grouped_wo_a --ts  --gs 8,2 --gluon-sweep" in sweep
     assert f"--table {tmp_path / 'out' / 'wo_a_gluon_configs.json'}" in sweep
     assert target.read_text() == "checked in\n"  # the fake sweep wrote no table: nothing replaced
 
