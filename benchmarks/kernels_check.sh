@@ -49,7 +49,7 @@ for step in "$@"; do
     wo_a) run wo_a 150 python3 -m benchmarks grouped_wo_a --kernels triton,gluon --ts 1,4,16,64 --gs 2,8 \
       --json "$out/grouped_wo_a.json" ;;
     sweep-wo-a) run sweep-wo-a 330 python3 -m benchmarks grouped_wo_a --ts "" --gs 8,2 --gluon-sweep \
-        --gluon-ts 16,64,4 --gluon-budget-s 150 --json "$out/grouped_wo_a_gluon_sweep.json" \
+        --gluon-ts 16,64,4 --gluon-budget-s 110 --json "$out/grouped_wo_a_gluon_sweep.json" \
         --table "$out/wo_a_gluon_configs.json"
       [ -f "$out/wo_a_gluon_configs.json" ] && \
         cp "$out/wo_a_gluon_configs.json" src/mxfuse/kernels/grouped_wo_a/gluon_configs.json ;;
