@@ -79,3 +79,105 @@ def test_a_table_the_launcher_cannot_read_is_not_written(tmp_path):
     with pytest.raises(ValueError, match="block_n"):
         write_gluon_table(path, entry, ENV["gpu"])
     assert not path.exists()
+
+
+class _CpuSets:
+    """``Sets`` on the CPU: two operand sets, the torch reference standing in for every kernel."""
+
+    def __init__(self, t, groups):
+        import torch
+
+        from mxfuse.einsum import prepare_wo_a_weight
+        from mxfuse.formats import MxTensor
+        from mxfuse.kernels import quantize_mxfp8
+
+        self.t, self.groups, self.count = t, groups, 2
+        g = torch.Generator().manual_seed(0)
+        self.w = [prepare_wo_a_weight(torch.randn(groups, N, K, generator=g).mul_(0.05).bfloat16())] * 2
+        x = torch.randn(t, groups * K, generator=g).bfloat16()
+        self.a = [quantize_mxfp8(x, scale_layout="deepgemm")] * 2
+        self.z = [torch.empty(t, groups, N, dtype=torch.bfloat16) for _ in range(2)]
+        self.pair = [MxTensor.empty(t, groups * N, scale_layout="deepgemm", device="cpu") for _ in range(2)]
+
+    def calls(self, name):
+        return [lambda: None] * self.count
+
+
+def test_the_sweep_times_only_checked_candidates_and_confirms_the_fastest(monkeypatch):
+    """The sweep's control flow on the CPU: a candidate whose pair is wrong is not timed, one that raises
+    is recorded, the fastest checked one is confirmed against the Triton kernel in interleaved rounds."""
+    import torch
+
+    from benchmarks import grouped_wo_a as bench
+    from mxfuse.einsum import grouped_wo_a_reference
+    from mxfuse.kernels import quantize_mxfp8
+
+    t, groups = 4, 2
+    candidates = gluon_candidates(t, groups, 132)
+    wrong, raising, fastest = candidates[1], candidates[2], candidates[3]
+
+    last = []
+
+    def fake_launch(a, w, *, z=None, pair=None, config=None):
+        last.append(config)
+        if config == raising:
+            raise RuntimeError("out of resources")
+        ref = grouped_wo_a_reference(a, w)
+        if z is not None:
+            z.copy_(ref)
+        if pair is not None:
+            quantize_mxfp8(ref.view(a.shape[0], -1), out=pair)
+            if config == wrong:
+                pair.data.view(torch.uint8)[:, :64] ^= 0x7F
+
+    timed = []
+
+    def fake_bench(fns, **kwargs):
+        last.clear()
+        fns[0]()
+        config = last[-1] if last else None  # None: a variant that is not the Gluon launcher
+        timed.append(config)
+        return 5.0 if config == fastest else 9.0
+
+    monkeypatch.setattr(bench, "Sets", _CpuSets)
+    monkeypatch.setattr(bench._gluon, "launch_grouped_wo_a_gluon", fake_launch)
+    monkeypatch.setattr(bench, "bench_us", fake_bench)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda _: type("P", (), {"multi_processor_count": 132})
+    )
+    row = bench.gluon_sweep(t, groups, bandwidth=3e12, deadline=float("inf"))
+    by_config = {GluonConfig(**e["config"]): e for e in row["screened"]}
+    assert len(by_config) == len(candidates)
+    assert by_config[wrong]["ok"] is False and "us" not in by_config[wrong]
+    assert "out of resources" in by_config[raising]["error"] and "us" not in by_config[raising]
+    assert wrong not in timed and raising not in timed
+    assert row["gluon_config"] == fastest.to_json()
+    assert row["gluon_pair_equals_quantized_z"] and row["gluon_z_calc_diff_vs_reference"] <= 1e-6
+    assert row["rounds"] == 3 and len(row["triton_rounds_us"]) == 3 and len(row["gluon_rounds_us"]) == 3
+
+
+def test_the_sweep_screens_the_default_even_past_its_deadline(monkeypatch):
+    import torch
+
+    from benchmarks import grouped_wo_a as bench
+    from mxfuse.einsum import grouped_wo_a_reference
+    from mxfuse.kernels import quantize_mxfp8
+
+    def fake_launch(a, w, *, z=None, pair=None, config=None):
+        ref = grouped_wo_a_reference(a, w)
+        if z is not None:
+            z.copy_(ref)
+        if pair is not None:
+            quantize_mxfp8(ref.view(a.shape[0], -1), out=pair)
+
+    monkeypatch.setattr(bench, "Sets", _CpuSets)
+    monkeypatch.setattr(bench._gluon, "launch_grouped_wo_a_gluon", fake_launch)
+    monkeypatch.setattr(bench, "bench_us", lambda fns, **kw: 7.0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda _: type("P", (), {"multi_processor_count": 132})
+    )
+    row = bench.gluon_sweep(4, 2, bandwidth=3e12, deadline=0.0)
+    assert [e["config"] for e in row["screened"]] == [gluon_candidates(4, 2, 132)[0].to_json()]
+    assert "gluon_us" in row
