@@ -132,6 +132,20 @@ class Sets:
         return [functools.partial(getattr(self, name), i) for i in range(self.count)]
 
 
+def interleaved(variants: dict[str, list], rounds: int) -> dict[str, object]:
+    """Each variant timed ``rounds`` times, the variants interleaved within a round: ``{name}_us`` (the
+    median) and ``{name}_rounds_us`` (every round's time)."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fns in variants.items():
+            times[name].append(bench_us(fns))
+    out: dict[str, object] = {}
+    for name, values in times.items():
+        out[f"{name}_us"] = statistics.median(values)
+        out[f"{name}_rounds_us"] = values
+    return out
+
+
 def check(sets: Sets) -> dict[str, object]:
     """Correctness before timing: the fused pair is quantize of the kernel's z; z is the reference's."""
     fused, unfused = sets.fused(0), sets.unfused(0)
@@ -209,13 +223,7 @@ def measure(
         + gluon
         + (STEP_VARIANTS if step_inputs else ())
     }
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, fns in variants.items():
-            times[name].append(bench_us(fns))
-    for name, values in times.items():
-        row[f"{name}_us"] = statistics.median(values)
-        row[f"{name}_rounds_us"] = values
+    row.update(interleaved(variants, rounds))
     return row
 
 
@@ -444,13 +452,7 @@ def gluon_sweep(
         ],
         "bmm_bf16": sets.calls("bmm_bf16"),
     }
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, fns in variants.items():
-            times[name].append(bench_us(fns))
-    for name, values in times.items():
-        row[f"{name}_us"] = statistics.median(values)
-        row[f"{name}_rounds_us"] = values
+    row.update(interleaved(variants, rounds))
     row["rounds"] = rounds
     return row
 
