@@ -3,6 +3,8 @@
     python -m benchmarks grouped_wo_a [--sweep | --sweep-only] [--json PATH] [--ts 1,4,16,64,256,2048]
                                       [--gs 2,8] [--sweep-ts 1,4,16,64,256,2048]
                                       [--sweep-dots stream,dq16,fp8,fold] [--kernels triton,gluon]
+                                      [--gluon-sweep [--gluon-ts 16,64,4] [--gluon-budget-s S]
+                                       [--table PATH]]
 
 For G in {2, 8} groups of r = 4096 -> R = 1024 (DeepSeek-V4.1-Flash wo_a under TP4 and DP4) and T tokens,
 in one run, after checking every variant's result first:
@@ -21,7 +23,10 @@ Each variant is one CUDA graph of many calls rotating through enough weight copi
 its weights from DRAM (``benchmarks.timing``: > 4x the 60 MB L2), timed over 15 replays; each is timed three
 times, interleaved, and the median of the three is reported. ``--sweep`` also times kernel configurations
 (tile, split-K, dot mode, warps, stages) per (G, T) on the fused path and reports the best; dot mode
-``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.gemm.fold_steps``).
+``fold`` is the GEMM's folded-scale mainloop (``mxfuse.kernels.gemm.fold_steps``). ``--gluon-sweep``
+screens the Gluon grouped kernel's configurations per (G, T) and times the fastest against the Triton
+kernel (``gluon_sweep``); ``--table`` writes the T it won in the launcher's table format
+(``gluon_wins_table``); ``--ts ""`` skips the main table.
 """
 
 from __future__ import annotations
