@@ -103,23 +103,20 @@ class _CpuSets:
         return [lambda: None] * self.count
 
 
-def test_the_sweep_times_only_checked_candidates_and_confirms_the_fastest(monkeypatch):
-    """The sweep's control flow on the CPU: a candidate whose pair is wrong is not timed, one that raises
-    is recorded, the fastest checked one is confirmed against the Triton kernel in interleaved rounds."""
+def _on_the_cpu(monkeypatch, bench_us, *, wrong=None, raising=None) -> list:
+    """The sweep's GPU calls replaced for a CPU run: ``_CpuSets``, ``bench_us``, and a launcher that writes
+    the torch reference (``raising`` raises, ``wrong`` corrupts its pair). Returns the configurations the
+    launcher ran, in order."""
     import torch
 
     from benchmarks import grouped_wo_a as bench
     from mxfuse.einsum import grouped_wo_a_reference
     from mxfuse.kernels import quantize_mxfp8
 
-    t, groups = 4, 2
-    candidates = gluon_candidates(t, groups, 132)
-    wrong, raising, fastest = candidates[1], candidates[2], candidates[3]
-
-    last = []
+    launched: list = []
 
     def fake_launch(a, w, *, z=None, pair=None, config=None):
-        last.append(config)
+        launched.append(config)
         if config == raising:
             raise RuntimeError("out of resources")
         ref = grouped_wo_a_reference(a, w)
@@ -130,22 +127,34 @@ def test_the_sweep_times_only_checked_candidates_and_confirms_the_fastest(monkey
             if config == wrong:
                 pair.data.view(torch.uint8)[:, :64] ^= 0x7F
 
-    timed = []
-
-    def fake_bench(fns, **kwargs):
-        last.clear()
-        fns[0]()
-        config = last[-1] if last else None  # None: a variant that is not the Gluon launcher
-        timed.append(config)
-        return 5.0 if config == fastest else 9.0
-
     monkeypatch.setattr(bench, "Sets", _CpuSets)
     monkeypatch.setattr(bench._gluon, "launch_grouped_wo_a_gluon", fake_launch)
-    monkeypatch.setattr(bench, "bench_us", fake_bench)
+    monkeypatch.setattr(bench, "bench_us", bench_us)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda _: type("P", (), {"multi_processor_count": 132})
     )
+    return launched
+
+
+def test_the_sweep_times_only_checked_candidates_and_confirms_the_fastest(monkeypatch):
+    """The sweep's control flow on the CPU: a candidate whose pair is wrong is not timed, one that raises
+    is recorded, the fastest checked one is confirmed against the Triton kernel in interleaved rounds."""
+    from benchmarks import grouped_wo_a as bench
+
+    t, groups = 4, 2
+    candidates = gluon_candidates(t, groups, 132)
+    wrong, raising, fastest = candidates[1], candidates[2], candidates[3]
+    timed = []
+
+    def fake_bench(fns, **kwargs):
+        launched.clear()
+        fns[0]()
+        config = launched[-1] if launched else None  # None: a variant that is not the Gluon launcher
+        timed.append(config)
+        return 5.0 if config == fastest else 9.0
+
+    launched = _on_the_cpu(monkeypatch, fake_bench, wrong=wrong, raising=raising)
     row = bench.gluon_sweep(t, groups, bandwidth=3e12, deadline=float("inf"))
     by_config = {GluonConfig(**e["config"]): e for e in row["screened"]}
     assert len(by_config) == len(candidates)
@@ -158,26 +167,9 @@ def test_the_sweep_times_only_checked_candidates_and_confirms_the_fastest(monkey
 
 
 def test_the_sweep_screens_the_default_even_past_its_deadline(monkeypatch):
-    import torch
-
     from benchmarks import grouped_wo_a as bench
-    from mxfuse.einsum import grouped_wo_a_reference
-    from mxfuse.kernels import quantize_mxfp8
 
-    def fake_launch(a, w, *, z=None, pair=None, config=None):
-        ref = grouped_wo_a_reference(a, w)
-        if z is not None:
-            z.copy_(ref)
-        if pair is not None:
-            quantize_mxfp8(ref.view(a.shape[0], -1), out=pair)
-
-    monkeypatch.setattr(bench, "Sets", _CpuSets)
-    monkeypatch.setattr(bench._gluon, "launch_grouped_wo_a_gluon", fake_launch)
-    monkeypatch.setattr(bench, "bench_us", lambda fns, **kw: 7.0)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda _: type("P", (), {"multi_processor_count": 132})
-    )
+    _on_the_cpu(monkeypatch, lambda fns, **kw: 7.0)
     row = bench.gluon_sweep(4, 2, bandwidth=3e12, deadline=0.0)
     assert [e["config"] for e in row["screened"]] == [gluon_candidates(4, 2, 132)[0].to_json()]
     assert "gluon_us" in row
