@@ -50,6 +50,7 @@ from mxfuse.kernels.hc import (
     HcInputs,
     HcParams,
     HcProjection,
+    HcSideStream,
     HcWeights,
     HcWorkspace,
     choose_config,
@@ -68,6 +69,7 @@ __all__ = [
     "HcInputs",
     "HcParams",
     "HcProjection",
+    "HcSideStream",
     "HcWeights",
     "HcWorkspace",
     "empty_hc_boundary_outputs",
@@ -95,6 +97,7 @@ def mhc_boundary(
     workspace: HcWorkspace | None = None,
     config: HcConfig | None = None,
     fused: bool = True,
+    side: HcSideStream | None = None,
 ) -> HcBoundaryOutputs:
     """The hyper-connection boundary after a sublayer: post step, then the next sublayer's pre and norm.
 
@@ -127,6 +130,13 @@ def mhc_boundary(
     collapse + RMSNorm, then ``quantize_mxfp8``; witness ``hc.boundary.unfused``): the baseline the fused
     kernel is measured against, whose R' is bit-identical to the fused kernel's. It allocates a
     temporary y when ``out.y`` is None.
+
+    ``side`` (an ``HcSideStream`` of the inputs' device): the call first joins the side stream's last
+    fork; then a fused boundary of the shifted ordering launched twice runs its Sinkhorn items on the
+    side stream, off the path to y and the pair: ``pre``, ``post`` and ``comb`` are ready on the
+    current stream after ``side.join()`` (which the next call given the same side runs). The same
+    bits as without it. Elsewhere (the normal ordering, one launch, the unfused chain, the CPU) nothing
+    is forked.
     """
     call = check_call(
         inputs,
@@ -140,7 +150,10 @@ def mhc_boundary(
         workspace=workspace,
         config=config,
         fused=fused,
+        side=side,
     )
+    if side is not None:
+        side.join()  # the previous boundary's Sinkhorn launch read the workspace this call writes
     if call.device.type == "cpu":
         _run_reference(call)
         witness.emit(
@@ -164,6 +177,7 @@ def mhc_boundary(
             params=call.params,
             workspace=workspace or workspace_for(call.device),
             config=config,
+            side=side,
         )
     if call.out.pair is not None:
         path, reason = "hc.boundary.kernel.pair", "fused boundary kernel wrote the next GEMM's MXFP8 pair"

@@ -19,6 +19,7 @@ from mxfuse.kernels.hc import (
     HcInputs,
     HcParams,
     HcProjection,
+    HcSideStream,
     HcWeights,
     HcWorkspace,
 )
@@ -176,6 +177,7 @@ def check_call(
     workspace: object,
     config: object,
     fused: object,
+    side: object = None,
 ) -> Call:
     """The arguments of ``mhc_boundary``, checked in order, as a ``Call`` (outputs allocated if not given)."""
     if not isinstance(inputs, HcInputs):
@@ -234,6 +236,13 @@ def check_call(
         raise TypeError(f"fused must be a bool; got {fused!r}")
     if workspace is not None and not isinstance(workspace, HcWorkspace):
         raise TypeError(f"workspace must be an HcWorkspace or None; got {type(workspace).__name__}")
+    if side is not None:
+        if not isinstance(side, HcSideStream):
+            raise TypeError(f"side must be an HcSideStream or None; got {type(side).__name__}")
+        if side.device != device:
+            raise ValueError(
+                f"side must be a side stream of {device}, the inputs' device; got one of {side.device}"
+            )
     if config is not None:
         if not isinstance(config, HcConfig):
             raise TypeError(f"config must be an HcConfig or None; got {type(config).__name__}")

@@ -3,7 +3,7 @@
 
 Device code: ``kernel`` (the entry and its counters), ``phase_a`` / ``phase_f`` / ``phase_s`` (the
 three kinds of item), ``post`` (the unfused post step), ``tile`` (the arithmetic they share). Host code:
-``launch`` and ``steps`` (launchers), ``tensors`` (how the boundary's tensors travel), ``config`` (``HcConfig``, the default rule, the measured table
+``launch`` and ``steps`` (launchers), ``side`` (the Sinkhorn items' side stream), ``tensors`` (how the boundary's tensors travel), ``config`` (``HcConfig``, the default rule, the measured table
 ``configs.json``), ``plan`` (ticket layout), ``workspace``, ``params`` (``HcParams``, ``HcProjection``).
 Launchers assume validated arguments: ``mxfuse.hc.mhc_boundary`` validates and dispatches.
 """
@@ -20,6 +20,7 @@ from mxfuse.kernels.hc.launch import (
     launch_phases,
 )
 from mxfuse.kernels.hc.params import HcParams, HcProjection
+from mxfuse.kernels.hc.side import HcSideStream
 from mxfuse.kernels.hc.steps import launch_mixes, launch_norm, launch_post
 from mxfuse.kernels.hc.tensors import HcBoundaryOutputs, HcInputs, HcWeights
 from mxfuse.kernels.hc.workspace import HcWorkspace, sm_count, workspace_for
@@ -33,6 +34,7 @@ __all__ = [
     "HcLaunchTensors",
     "HcParams",
     "HcProjection",
+    "HcSideStream",
     "HcWeights",
     "HcWorkspace",
     "MixTensors",

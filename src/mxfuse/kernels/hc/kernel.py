@@ -151,7 +151,7 @@ def hc_kernel(
                     if c == 0:
                         phase_f_coef(t, part_ptr, mix_ptr, pre_ptr, scale_ptr, base_ptr, H, S_A, F_STEPS,
                                       norm_eps, pre_eps, BT, SB)  # fmt: skip
-                if HAS_A or not S_OWN:
+                if TICKETS and (HAS_A or not S_OWN):
                     old = arrive(blocks + b * 3 + 1)
                     if not HAS_S:
                         if old == n_items - 1:
@@ -182,7 +182,7 @@ def hc_kernel(
                     phase_f_norm(t, pre, w_pre, ro_ptr, pp_ptr, w_ptr, v_ptr, y_ptr, q_ptr, s_ptr, T, H,
                                   rows_padded, rms_eps, rms_scale, floor, layout, PP_OWN, W_LOADED, W_BF16,
                                   WRITE_Y, WRITE_PAIR, HW_CVT, CW, F_CHUNKS)  # fmt: skip
-                if not (COEF and HAS_S):
+                if TICKETS and not (COEF and HAS_S):
                     old = arrive(blocks + b * 3 + 1)
                     if not HAS_S:
                         if old == tl.minimum(T - b * BT, BT) - 1:
@@ -216,6 +216,7 @@ def hc_kernel(
                     # Nothing here waited for the F items: every one of them must have passed its wait
                     # on the A counter before the counters are reset.
                     wait_for(blocks + b * 3 + 1, target)
-                old = arrive(blocks + b * 3 + 2)
-                if old == (n_rows + RS - 1) // RS - 1:
-                    reset(blocks + b * 3)
+                if TICKETS:
+                    old = arrive(blocks + b * 3 + 2)
+                    if old == (n_rows + RS - 1) // RS - 1:
+                        reset(blocks + b * 3)

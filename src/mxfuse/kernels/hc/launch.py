@@ -18,6 +18,7 @@ from mxfuse.kernels.hc.config import HcConfig, choose_config
 from mxfuse.kernels.hc.kernel import hc_kernel
 from mxfuse.kernels.hc.params import HcParams
 from mxfuse.kernels.hc.plan import Plan, split_chunks, split_words
+from mxfuse.kernels.hc.side import HcSideStream
 from mxfuse.kernels.hc.tensors import HcBoundaryOutputs, HcInputs, HcWeights
 from mxfuse.kernels.hc.workspace import HcWorkspace, sm_count
 from mxfuse.kernels.mxfp8 import mx_target
@@ -98,12 +99,15 @@ def launch_phases(
     config: HcConfig,
     hw_cvt: bool = True,
     pdl: bool = False,
+    side: HcSideStream | None = None,
 ) -> None:
     """Run ``items`` over ``tensors`` (validated): ``tensors.residual``'s T rows of H columns.
 
     ``config.launches == 2`` with A and F both on runs A as one launch and F and S as a second (a
-    programmatic dependent launch when ``pdl``). ``hw_cvt=False``: the integer conversions the Triton
-    interpreter runs exactly.
+    programmatic dependent launch when ``pdl``). With an enabled ``side`` stream and the split finish
+    (the shifted ordering, whose finish needs no logits) the S items leave the second launch: they run
+    as a launch of their own on ``side``, forked after the A items, each summing its row's records
+    (one row an item). ``hw_cvt=False``: the integer conversions the Triton interpreter runs exactly.
     """
     tokens, _, hidden = tensors.residual.shape
     config.check(hidden)
@@ -118,6 +122,12 @@ def launch_phases(
         rest = dataclasses.replace(
             items, phases=(0, phases[1], phases[2]), a_post=False, a_mix=True, a_collapse=False
         )
+        if side is not None and side.enabled and items.split and items.coef and phases[1] and phases[2]:
+            sinkhorn = dataclasses.replace(rest, phases=(0, 0, 1), split=False, norm=False)
+            with side.fork():
+                _launch(sinkhorn, tensors, params, workspace, dataclasses.replace(one, rows_s=1),
+                        hw_cvt=hw_cvt, pdl=_Pdl(), a_plan=a_plan)  # fmt: skip
+            rest = dataclasses.replace(rest, phases=(0, phases[1], 0), coef=False)
         # The second launch does not signal: the GEMM after it (a dependent) launches as its programs
         # exit; resident early, beside this launch's items, it ran slower (H200, benchmarks/RESULTS.md).
         _launch(rest, tensors, params, workspace, one, hw_cvt=hw_cvt, pdl=_Pdl(wait=pdl), a_plan=a_plan)
@@ -169,7 +179,15 @@ def _launch(
     # A launch without A items runs on warps_f; its one-step finish then loads the norm weight before
     # it waits (on 8 or more warps the extra registers fit; on 4 they would spill).
     warps = config.warps_f if config.warps_f and not phases[0] else config.num_warps
-    tickets = bool(phases[1] or phases[2])
+    # Tickets and counters where an item waits for another of the same launch: A before F or S, F
+    # before S (unless S sums its records itself). A launch of F items alone, or of S items alone,
+    # touches no counter, so it may run beside another launch on the same workspace.
+    s_own = bool(coef and phases[2] and config.rows_s == 1 and (phases[1] or not phases[0]))
+    tickets = bool(phases[0] and (phases[1] or phases[2])) or bool(phases[1] and phases[2])
+    if phases[2] and not phases[1] and not (phases[0] or s_own):
+        raise ValueError(
+            "a launch of Sinkhorn items alone needs coef and rows_s == 1 (they sum their records)"
+        )
     hc_kernel[(plan.total,)](
         *(counters if t is None else t for t in pointers),
         counters,
@@ -223,7 +241,7 @@ def _launch(
         NPART=triton.next_power_of_2(hidden // 16),
         # Sinkhorn items of one row sum their records themselves (and compute pre) instead of waiting
         # for an F item's logits.
-        S_OWN=bool(coef and phases[1] and phases[2] and config.rows_s == 1),
+        S_OWN=s_own,
         PDL_WAIT_TOP=pdl.wait_top,
         F_STEPS=-(-splits_a // sb),
         # A launch of A items alone (no tickets), each one step of CUDA-core mixes: the projection weights
@@ -245,9 +263,11 @@ def launch_boundary(
     workspace: HcWorkspace,
     config: HcConfig | None = None,
     hw_cvt: bool = True,
+    side: HcSideStream | None = None,
 ) -> None:
     """The fused boundary of ``inputs`` and the next sublayer's ``weights`` into ``out`` (all validated by
-    the caller): one launch, or two when the configuration says so. An ``HcProjection`` as
+    the caller): one launch, or two when the configuration says so (in the shifted ordering with an
+    enabled ``side`` stream, the Sinkhorn items as a third launch on it: ``HcSideStream``). An ``HcProjection`` as
     ``weights.fn`` lets the tensor-core mixes read its pieces instead of splitting fn in every step; the
     pair, when ``out`` has one, is written in its layout with its rounding.
 
@@ -275,5 +295,12 @@ def launch_boundary(
     items = HcItems((1, 1, 1), a_post=True, a_collapse=shifted, split=shifted, coef=True, norm=True)
     config = config or choose_config(tokens, hidden, shifted=shifted, sms=sm_count(inputs.x.device))
     launch_phases(
-        items, tensors, params=params, workspace=workspace, config=config, hw_cvt=hw_cvt, pdl=hw_cvt
+        items,
+        tensors,
+        params=params,
+        workspace=workspace,
+        config=config,
+        hw_cvt=hw_cvt,
+        pdl=hw_cvt,
+        side=side,
     )

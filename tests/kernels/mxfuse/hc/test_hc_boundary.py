@@ -335,6 +335,66 @@ def test_cuda_graph_capture_and_replay_with_fresh_inputs(tokens, layout, orderin
         assert_boundary_matches(out, _reference(fresh, layout), layout=layout)
 
 
+SIDE_CASES = [
+    (1, None),
+    (4, None),
+    (16, None),
+    (16, "bt16 dot two launches"),
+    (64, "bt32 two launches pipelined"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "config"), SIDE_CASES, ids=[f"T{t} {c or 'table'}" for t, c in SIDE_CASES]
+)
+def test_sinkhorn_on_a_side_stream_in_a_graph(tokens, config):
+    """Two boundaries in a row, as a step runs them (the second reads the first's pre, post' and comb'),
+    with the Sinkhorn items on a side stream, captured in a CUDA graph and replayed on fresh inputs:
+    every output the bits of the same boundaries without the side stream. The second boundary joins
+    the first's side launch before it reads the coefficients and the workspace."""
+    hidden, cfg = 5120, CONFIGS[config] if config else None
+    side = hc.HcSideStream(DEVICE)
+    inputs = _inputs(tokens, hidden, True, seed=tokens)
+
+    def chain(out1, out2, side):
+        hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), out=out1, config=cfg, side=side)
+        nxt = hc.HcInputs(inputs.x, out1.residual, out1.post, out1.comb, out1.pre)
+        hc.mhc_boundary(nxt, inputs.args()[1], **inputs.kwargs(), out=out2, config=cfg, side=side)
+        if side is not None:
+            side.join()
+
+    got = (_outputs(tokens, hidden), _outputs(tokens, hidden))
+    chain(*got, side)  # compile and size the workspace outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain(*got, side)
+    assert not side.pending
+    for seed in (31, 32):
+        fresh = make_inputs(tokens, hidden, shifted=True, seed=seed, device=DEVICE)
+        for name, tensor in inputs.tensors().items():
+            tensor.copy_(getattr(fresh, name))
+        for out in got:
+            poison_outputs(out, "deepgemm", byte=0x5A)
+        graph.replay()
+        want = (_outputs(tokens, hidden), _outputs(tokens, hidden))
+        chain(*want, None)
+        torch.cuda.synchronize()
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            for name in ("residual", "pre", "post", "comb", "y"):
+                assert_same_bits(getattr(a, name), getattr(b, name), name=f"boundary {i + 1} {name}")
+            assert_same_bits(a.pair.data.view(torch.uint8), b.pair.data.view(torch.uint8), name="pair")
+            assert_same_bits(a.pair.scale_storage(), b.pair.scale_storage(), name="scales")
+        assert_boundary_matches(got[0], _reference(fresh), layout="deepgemm")
+
+
+def test_a_side_stream_of_another_device_is_refused():
+    inputs = _inputs(3, 5120, True)
+    out = _outputs(3, 5120)
+    with pytest.raises(ValueError, match=r"side must be a side stream of cuda:0"):
+        hc.mhc_boundary(*inputs.args(), **inputs.kwargs(), out=out, side=hc.HcSideStream("cpu"))
+    assert (out.residual.view(torch.uint8) == 0xA5).all()
+
+
 def test_workspace_cannot_grow_during_capture():
     inputs = _inputs(3, 5120, False)
     out = _outputs(3, 5120)

@@ -38,7 +38,8 @@ class Case:
     hidden: int
     shifted: bool
     layout: str = "deepgemm"
-    kind: str = "fused"  # or "unfused": post, mixes, norm steps, then the quantize kernel
+    kind: str = "fused"  # "unfused": post, mixes, norm steps, then the quantize kernel; "side": fused,
+    # given an HcSideStream (the Sinkhorn items as a launch of their own)
     want_y: bool = True
     want_pair: bool = True
     rounding: str = "rceil"
@@ -150,6 +151,32 @@ CASES += [
          config=(1, 32, 1, 1, 2, 0, 4, 1, "fma", 1, 0, 1), seed=19),
     Case("T1 shifted swizzled, two launches, one-row Sinkhorn item", 1, 256, True, "swizzled_128x4",
          config=(1, 32, 1, 1, 2, 0, 4, 2, "fma", 1, 0, 1), seed=19),
+    # The Sinkhorn items on a side stream (here in place after the A items): a launch of their own, one
+    # row an item, beside the finish launch; each against the same tiles without the side stream.
+    Case("T1 shifted swizzled, Sinkhorn on the side", 1, 256, True, "swizzled_128x4", kind="side",
+         config=(1, 32, 1, 1, 2, 0, 4, 2, "fma", 1, 0, 1), seed=19),
+    Case("T6 shifted deepgemm, two launches, one-row Sinkhorn items, on the side", 6, 256, True, kind="side",
+         config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1, 0, 1), copies_of_row0=(5,), seed=18),
+    Case("T5 shifted swizzled, two launches, pair only, Sinkhorn of 2 rows on the side", 5, 384, True,
+         "swizzled_128x4", want_y=False, kind="side", config=(16, 32, 3, 2, 2, 0, 4, 2), seed=5),
+    Case("T37 shifted e8m0, 3 blocks, two launches", 37, 512, True, "e8m0",
+         config=(16, 16, 2, 4, 1, 0, 4, 2, "dot", 2, 0, 1), copies_of_row0=(5, 16, 33), seed=23),
+    Case("T37 shifted e8m0, 3 blocks, two launches, Sinkhorn on the side", 37, 512, True, "e8m0", kind="side",
+         config=(16, 16, 2, 4, 1, 0, 4, 2, "dot", 2, 0, 1), copies_of_row0=(5, 16, 33), seed=23),
+    # The normal ordering's finish needs pre: the side stream leaves its launches as they are.
+    Case("T6 normal e8m0, one-row Sinkhorn items, given a side stream", 6, 256, False, "e8m0", kind="side",
+         config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1), seed=17),
+]  # fmt: skip
+# Pairs of cases that run the same tiles with and without the Sinkhorn items on a side stream.
+SIDE_PAIRS = [
+    ("T1 shifted swizzled, Sinkhorn on the side", "T1 shifted swizzled, two launches, one-row Sinkhorn item"),
+    ("T6 shifted deepgemm, two launches, one-row Sinkhorn items, on the side",
+     "T6 shifted deepgemm, two launches, one-row Sinkhorn items"),
+    ("T5 shifted swizzled, two launches, pair only, Sinkhorn of 2 rows on the side",
+     "T5 shifted swizzled, two launches, pair only, two-step finish"),
+    ("T37 shifted e8m0, 3 blocks, two launches, Sinkhorn on the side", "T37 shifted e8m0, 3 blocks, two launches"),
+    ("T6 normal e8m0, one-row Sinkhorn items, given a side stream",
+     "T6 normal e8m0, one-row Sinkhorn items summing their records"),
 ]  # fmt: skip
 # The same cases with fn prepared (HcProjection): the same bits, checked pair by pair below.
 PREPARED = {
@@ -168,7 +195,7 @@ BY_NAME = {c.name: c for c in CASES}
 _WORKER = """
 import sys, torch
 from mxfuse.hc import empty_hc_boundary_outputs
-from mxfuse.kernels.hc import HcConfig, HcInputs, HcParams, HcProjection, HcWeights, HcWorkspace
+from mxfuse.kernels.hc import HcConfig, HcInputs, HcParams, HcProjection, HcSideStream, HcWeights, HcWorkspace
 from mxfuse.kernels.hc import launch as fused, steps
 from mxfuse.kernels.quantize.launch import launch_quantize
 cases = torch.load(sys.argv[1], weights_only=False)
@@ -191,8 +218,10 @@ for c in cases:
     inputs = HcInputs(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"])
     fn = HcProjection.prepare(x["fn"]) if c["prepared"] else x["fn"]
     weights = HcWeights(fn, x["scale"], x["base"], x["norm_weight"])
-    if c["kind"] == "fused":
-        fused.launch_boundary(inputs, weights, out, params=params, workspace=ws, config=config, hw_cvt=False)
+    if c["kind"] in ("fused", "side"):
+        side = HcSideStream("cpu") if c["kind"] == "side" else None
+        fused.launch_boundary(inputs, weights, out, params=params, workspace=ws, config=config, hw_cvt=False,
+                              side=side)
     else:
         steps.launch_post(inputs, residual_out=out.residual, hw_cvt=False)
         steps.launch_mixes(out, weights, params=params, workspace=ws, config=config, hw_cvt=False)
@@ -314,6 +343,18 @@ def test_one_launch_gives_the_bits_of_two_and_of_the_unfused_chain(interpreted, 
     one, two = interpreted[name], interpreted[other]
     for key in ("residual", "pre", "post", "comb", "y", "q", "scales"):
         assert_same_bits(two[key], one[key], name=f"{key}: {other}")
+
+
+@pytest.mark.parametrize(("name", "other"), SIDE_PAIRS, ids=[p[0] for p in SIDE_PAIRS])
+def test_sinkhorn_on_a_side_stream_gives_the_same_bits(interpreted, name, other):
+    """The Sinkhorn items as a launch of their own (one row an item, summing the records themselves) and
+    the finish launch without them: every output the bits of the same tiles in two launches."""
+    side, two = interpreted[name], interpreted[other]
+    for key in ("residual", "pre", "post", "comb", "y", "q", "scales"):
+        if two[key] is None:
+            assert side[key] is None, key
+        else:
+            assert_same_bits(side[key], two[key], name=f"{key}: {name}")
 
 
 def test_the_shifted_finish_does_not_depend_on_the_configuration(interpreted):

@@ -312,6 +312,7 @@ BAD = [
     ("fused not a bool", {"kwargs": {"fused": "no"}}, TypeError, "fused must be a bool"),
     ("workspace", {"kwargs": {"workspace": object()}}, TypeError, "workspace must be an HcWorkspace"),
     ("config", {"kwargs": {"config": {}}}, TypeError, "config must be an HcConfig"),
+    ("side a stream", {"kwargs": {"side": "stream"}}, TypeError, "side must be an HcSideStream or None; got str"),
     ("config for another H", {"kwargs": {"config": hc.HcConfig(16, 64, 3, 16, 1, 0)}}, ValueError, "block_h \\* steps_a must divide H"),
     ("x on meta", {"x": torch.zeros(3, 256, dtype=torch.bfloat16, device="meta")}, ValueError, "x must be on a CUDA device or the CPU"),
     ("a layout out.pair is not in", {"kwargs": {"scale_layout": "e8m0"}}, ValueError, "out.pair holds deepgemm scales; e8m0 scales are required here"),
@@ -329,6 +330,27 @@ def test_bad_arguments_are_refused_before_anything_is_written(name, changes, err
         _boundary(args, kwargs, **({} if out is None else {"out": out}))
     for t, b in zip(written, snapshot, strict=True):
         assert_same_bits(t, b, name="an out buffer after a refused call")
+
+
+def test_a_side_stream_on_the_cpu_runs_the_reference():
+    """The CPU has no stream: a side stream of it changes nothing (the reference's bits, its witness)."""
+    args, kwargs = _call()
+    plain = _boundary(args, kwargs)
+    with witness.capture() as records:
+        side = _boundary(args, kwargs, side=hc.HcSideStream("cpu"))
+    assert [r["path"] for r in records] == ["hc.boundary.reference"]
+    for name in ("residual", "pre", "post", "comb", "y"):
+        assert_same_bits(getattr(side, name), getattr(plain, name), name=name)
+
+
+def test_a_side_stream_takes_a_bool():
+    with pytest.raises(TypeError, match="enabled must be a bool; got int"):
+        hc.HcSideStream("cpu", enabled=1)
+    side = hc.HcSideStream("cpu", enabled=False)
+    ran = []
+    with side.fork():  # in place on the CPU: nothing left to join
+        ran.append(True)
+    assert ran and not side.pending
 
 
 @pytest.mark.parametrize(
