@@ -134,29 +134,32 @@ def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
 
 # Launch variants of the same step: (L2 prefetch fork on a side stream, programmatic dependent launches,
 # the dependent GEMMs requesting their weight rows into L2 before their wait, which kernels are dependents:
-# "all" or only the "gemm"s). "pdl" is the library's default.
+# "all" or only the "gemm"s, the boundaries' Sinkhorn items on a side stream). "pdl" is the library's
+# default.
 VARIANTS = {
-    "pdl": (False, True, False, "all"),
-    "pdl-gemm": (False, True, False, "gemm"),
-    "base": (False, False, False, "all"),
-    "pdl-prefetch": (False, True, True, "all"),
-    "l2": (True, False, False, "all"),
+    "pdl": (False, True, False, "all", False),
+    "pdl-gemm": (False, True, False, "gemm", False),
+    "base": (False, False, False, "all", False),
+    "pdl-prefetch": (False, True, True, "all", False),
+    "l2": (True, False, False, "all", False),
+    "pdl-side": (False, True, False, "all", True),
 }
 
 
 @contextmanager
 def variant(models: dict[str, AttentionSublayer], name: str) -> Iterator[None]:
     """Steps inside run (and graphs captured inside keep) launch variant ``name`` of ``VARIANTS``."""
-    l2, pdl, pdl_prefetch, scope = VARIANTS[name]
-    before = {p: m.prefetcher.enabled for p, m in models.items()}
+    l2, pdl, pdl_prefetch, scope, side = VARIANTS[name]
+    before = {p: (m.prefetcher.enabled, m.hc_side.enabled) for p, m in models.items()}
     for model in models.values():
         model.prefetcher.enabled = l2
+        model.hc_side.enabled = side
     try:
         with programmatic_launch(pdl, prefetch=pdl_prefetch, scope=scope):
             yield
     finally:
         for p, m in models.items():
-            m.prefetcher.enabled = before[p]
+            m.prefetcher.enabled, m.hc_side.enabled = before[p]
 
 
 def time_paths(
@@ -446,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write every number here (default: $OUT or reports/)")
     args = parser.parse_args(argv)
     tokens = [int(t) for t in args.tokens.split(",")]
-    stage_tokens = tokens if args.stage_tokens is None else [int(t) for t in args.stage_tokens.split(",")]
+    stage_tokens = (
+        tokens if args.stage_tokens is None else [int(t) for t in args.stage_tokens.split(",") if t]
+    )
     on_cpu = args.dry_run
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
@@ -517,7 +522,9 @@ def main(argv: list[str] | None = None) -> int:
         "kv": args.kv,
         "replays": args.replays,
         "variants": {
-            v: dict(zip(("l2_prefetch", "pdl", "pdl_prefetch", "pdl_scope"), VARIANTS[v], strict=True))
+            v: dict(
+                zip(("l2_prefetch", "pdl", "pdl_prefetch", "pdl_scope", "hc_side"), VARIANTS[v], strict=True)
+            )
             for v in variants
         },
         "l2_prefetch_mode": prefetcher.mode,

@@ -23,6 +23,8 @@
 #              `boundary` or `sweep-wo-a`, their new ones)
 #   step-pdl   the step with programmatic launches only (the default variant), T = 1, 4, 16, 64, the stage
 #              table at T = 16, each kernel at T = 4: the short form of `step`
+#   step-side  the step, T = 1, 4, 16, 64, the default variant beside the same with the boundaries'
+#              Sinkhorn items on a side stream (pdl-side)
 #   step-tables the step twice, T = 1, 4, 16, 64, the stage tables at T = 1 and 4, each kernel at T = 4:
 #              the GEMM tables' stand-ins off (MXFUSE_TABLE_STANDINS=0: a device without entries takes
 #              the default rule), then on (an H100 reads the H200's); on a device with its own entries
@@ -69,6 +71,8 @@ for step in "$@"; do
       --profile-tokens 4 --variants pdl,base --json "$out/dsv41_decode.json" ;;
     step-pdl) run step-pdl 130 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 16 --replays 20 \
       --profile-tokens 4 --variants pdl --json "$out/dsv41_decode_pdl.json" ;;
+    step-side) run step-side 90 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --replays 20 --stage-tokens "" --profile-tokens 0 \
+      --variants pdl,pdl-side --json "$out/dsv41_decode_side.json" ;;
     step-tables) run step-defaults 110 env MXFUSE_TABLE_STANDINS=0 python3 -m benchmarks dsv41_decode \
         --tokens 1,4,16,64 --stage-tokens 1,4 --profile-tokens 4 --replays 20 --variants pdl \
         --json "$out/dsv41_defaults.json"
@@ -81,7 +85,7 @@ for step in "$@"; do
     sweep-attn) run sweep-attn 330 python3 -m benchmarks attention --sweep --budget-s 270 \
       --sweep-shapes 4:4096,4:32768,16:4096,16:32768,64:4096,64:32768 --tokens 16 --lengths 4096 \
       --table "$out/attention_configs.json" --json "$out/attention_sweep.json" ;;
-    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, sweep-wo-a, attention, sweep-wqb, boundary, step, step-pdl, step-tables, step-tp4," \
+    *) echo "unknown step $step (job, gemm, gemm-big, wo_a, sweep-wo-a, attention, sweep-wqb, boundary, step, step-pdl, step-side, step-tables, step-tp4," \
       "timeline, sweep-attn)"; exit 2 ;;
   esac
 done

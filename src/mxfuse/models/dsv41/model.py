@@ -54,7 +54,7 @@ from torch import nn
 from mxfuse.einsum import WoAWeight, grouped_wo_a, prepare_wo_a_weight
 from mxfuse.formats import MxTensor, ScaleLayout, dequantize_mxfp8, parse_scale_layout
 from mxfuse.gemm import Availability, expand_block_scales
-from mxfuse.hc import N_STREAMS, HcInputs, HcProjection, HcWeights, mhc_boundary
+from mxfuse.hc import N_STREAMS, HcInputs, HcProjection, HcSideStream, HcWeights, mhc_boundary
 from mxfuse.kernels import quantize_mxfp8
 from mxfuse.kernels.l2_prefetch import L2Prefetcher
 from mxfuse.layers import (
@@ -124,7 +124,10 @@ class AttentionSublayer(nn.Module):
     before them run (``mxfuse.kernels.l2_prefetch``): wqkv_a's and wq_b's under boundary 1, wo_a's and
     wo_b's under the norms and the attention; a hint that changes no result (on every path, sm_90 and
     later; ``self.prefetcher.enabled`` switches it between steps or captures). Off by default: on the
-    H200 the step measured slower with it (benchmarks/RESULTS.md).
+    H200 the step measured slower with it (benchmarks/RESULTS.md). ``hc_side``: both boundaries launch
+    their Sinkhorn items on a side stream (``mxfuse.hc.HcSideStream``), off the path to the next GEMM's
+    input; the second boundary and the step's end join it. The same bits either way
+    (``self.hc_side.enabled`` switches it between steps or captures).
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class AttentionSublayer(nn.Module):
         backend_status: StatusFn | None = None,
         process_group: object | None = None,
         l2_prefetch: bool = False,
+        hc_side: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(config, Dsv41Config):
@@ -155,6 +159,7 @@ class AttentionSublayer(nn.Module):
         self.next_pair_layout = None if next_pair_layout is None else parse_scale_layout(next_pair_layout)
         self.process_group = check_process_group(process_group, config, self.device)
         self.prefetcher = L2Prefetcher(self.device, enabled=l2_prefetch)
+        self.hc_side = HcSideStream(self.device, enabled=hc_side)
         mx = self.path is not SublayerPath.BF16
         c, site = config, f"layers.{layer}.attn"
         common = {"mxfp8_input": mx, "device": self.device, "backend_status": backend_status}
@@ -303,6 +308,7 @@ class AttentionSublayer(nn.Module):
                 want_y=not pair_in,
                 want_pair=pair_in,
                 params=self.hc_params,
+                side=self.hc_side,
                 **self._pair_format(self.wqkv_a, pair_in),
             )
         with _stage("wqkv_a"):
@@ -383,11 +389,13 @@ class AttentionSublayer(nn.Module):
                 params=self.hc_params,
                 scale_layout=self.next_pair_layout or ScaleLayout.DEEPGEMM,
                 rounding=self.wqkv_a.rounding,
+                side=self.hc_side,
             )
             pair = b2.pair
             if pair_next and not fused:
                 pair = quantize_mxfp8(b2.y, rounding=self.wqkv_a.rounding, scale_layout=self.next_pair_layout)
         self.prefetcher.join()
+        self.hc_side.join()
         return StepOutputs(attn_out, b2.residual, b2.pre, b2.post, b2.comb, b2.y, pair)
 
     def _prefetch_group(self, group: int) -> list[torch.Tensor]:
