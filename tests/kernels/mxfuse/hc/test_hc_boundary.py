@@ -33,7 +33,7 @@ from mxfuse.kernels.hc import HcConfig, HcWorkspace, launch_boundary
 register(
     on=("h100", "b200", "gb300", "5090"),
     gpus=1,
-    est_time={"h100": 344, "b200": 150, "gb300": 150, "5090": 150},
+    est_time={"h100": 360, "b200": 160, "gb300": 160, "5090": 160},
 )
 
 DEVICE = "cuda"
