@@ -6,7 +6,7 @@
 #              cuBLAS in the same run
 #   gemm-big   the same at M = 256 and 2048 (triton, bf16, fp8; the Gluon kernel is a decode kernel)
 #   wo_a       the grouped wo_a, triton and gluon, G = 2 and 8, T = 1, 4, 16, 64
-#   sweep-wo-a the Gluon grouped wo_a's configurations at G = 8 and 2, T = 16, 64, 4, the fastest against
+#   sweep-wo-a the Gluon grouped wo_a's configurations at G = $WO_A_GS (default 8,2), T = 16, 64, 4, the fastest against
 #              the Triton grouped kernel; its table ($OUT/wo_a_gluon_configs.json: the T Gluon won) put in
 #              place in this checkout, so that later steps run it
 #   attention  decode attention (the table's kernels, SDPA, the byte floor), T = 1 .. 128 at 4096 and
@@ -50,7 +50,7 @@ for step in "$@"; do
       --backends triton,bf16,fp8 --json "$out/mxfp8_gemm_big.json" ;;
     wo_a) run wo_a 150 python3 -m benchmarks grouped_wo_a --kernels triton,gluon --ts 1,4,16,64 --gs 2,8 \
       --json "$out/grouped_wo_a.json" ;;
-    sweep-wo-a) run sweep-wo-a 330 python3 -m benchmarks grouped_wo_a --ts "" --gs 8,2 --gluon-sweep \
+    sweep-wo-a) run sweep-wo-a 330 python3 -m benchmarks grouped_wo_a --ts "" --gs "${WO_A_GS:-8,2}" --gluon-sweep \
         --gluon-ts 16,64,4 --gluon-budget-s 110 --json "$out/grouped_wo_a_gluon_sweep.json" \
         --table "$out/wo_a_gluon_configs.json"
       [ -f "$out/wo_a_gluon_configs.json" ] && \
