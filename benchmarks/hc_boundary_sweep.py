@@ -264,8 +264,11 @@ def sweep_shape(
     return rows
 
 
-def table_entries(rows: list[dict], measured: list[int]) -> list[dict]:
-    """One entry per (H, ordering, bucket): the winner of the smallest measured T >= the bucket."""
+def table_entries(rows: list[dict], measured: list[int], kept: list[dict] = ()) -> list[dict]:
+    """One entry per (H, ordering, bucket): the winner of the smallest measured T >= the bucket, down to
+    the bucket above the largest T measured below it, in this run or by an entry of ``kept`` (the
+    checked-in table's, whose ``measured_at`` says where): a run at T = 16 alone leaves the buckets an
+    earlier run measured at T = 1 and 4 to that run's winners."""
     winners = {}
     for r in rows:
         if "final_us" in r:
@@ -282,6 +285,13 @@ def table_entries(rows: list[dict], measured: list[int]) -> list[dict]:
             )
             if source is None:
                 continue
+            earlier = (
+                e.get("measured_at", e["tokens"])
+                for e in kept
+                if (e["hidden"], e["ordering"]) == (hidden, ordering)
+            )
+            if any(bucket <= t < source for t in earlier):
+                continue  # an earlier run measured closer to this bucket
             w = winners[(hidden, ordering, source)]
             entries.append({"hidden": hidden, "tokens": bucket, "ordering": ordering, "config": w["config"],
                             "measured_at": source, "us": round(w["final_us"], 2)})  # fmt: skip
@@ -371,7 +381,7 @@ def write(args: argparse.Namespace, env: dict, rows: list[dict], tokens: list[in
     path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
     if args.write:
         checked_in = json.loads(TABLE.read_text(encoding="utf-8")) if TABLE.exists() else {}
-        new = table_entries(rows, tokens)
+        new = table_entries(rows, tokens, checked_in.get("entries", []))
         entries = merged_entries(new, checked_in.get("entries", []))
         run = (
             f"benchmarks/hc_boundary_sweep.py, {env['date']}, {env['gpu']} ({env['sms']} SMs), "

@@ -99,6 +99,25 @@ def test_the_table_takes_each_shapes_fastest_checked_config_and_fills_the_bucket
     assert all(HcConfig(**by_bucket[b]["config"]) == BLOCK16 for b in (2, 4, 8, 16))
 
 
+def test_a_run_at_one_t_leaves_the_buckets_an_earlier_run_measured_below_it():
+    """A sweep of T = 16 alone fills buckets 8 and 16 only: buckets 1 to 4 keep the checked-in winners
+    measured at T = 1 and 4 (a run that filled them from T = 16 once replaced them)."""
+    rows = [{"T": 16, "H": 5120, "ordering": "shifted", "config": BLOCK16.to_json(), "check": "ok", "us": 15.3,
+             "final_us": 15.3}]  # fmt: skip
+    kept = [
+        {"hidden": 5120, "tokens": b, "ordering": "shifted", "config": ONE_ROW.to_json(), "measured_at": m}
+        for b, m in ((1, 1), (2, 4), (4, 4))
+    ] + [{"hidden": 5120, "tokens": 16, "ordering": "normal", "config": ONE_ROW.to_json(), "measured_at": 16}]
+    entries = table_entries(rows, [16], kept)
+    assert sorted(e["tokens"] for e in entries) == [8, 16]
+    assert all(e["measured_at"] == 16 and e["ordering"] == "shifted" for e in entries)
+    merged = merged_entries(entries, kept)
+    shifted = {e["tokens"]: e for e in merged if e["ordering"] == "shifted"}
+    assert [shifted[b]["measured_at"] for b in (1, 2, 4, 8, 16)] == [1, 4, 4, 16, 16]
+    # Without an earlier table the same run fills every bucket up to 16.
+    assert sorted(e["tokens"] for e in table_entries(rows, [16])) == [1, 2, 4, 8, 16]
+
+
 @pytest.mark.parametrize("tokens", [1, 2, 4, 16])
 @pytest.mark.parametrize("hidden", [5120, 7168])
 def test_the_latency_grid_tries_one_and_two_launches_and_one_row_sinkhorn_items(tokens, hidden):
