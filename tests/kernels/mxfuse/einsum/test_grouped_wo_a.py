@@ -31,9 +31,16 @@ from wo_a_cases import exact_case, numpy_wo_a, to_bf16_bits
 from gpumatrix import register
 from gpumatrix.compare import assert_close, assert_diff, assert_same_bits
 from mxfuse import MxfuseUnavailableError, witness
-from mxfuse.einsum import WoAWeight, grouped_wo_a, grouped_wo_a_reference, prepare_wo_a_weight
+from mxfuse.einsum import (
+    WoAWeight,
+    choose_wo_a_kernel,
+    grouped_wo_a,
+    grouped_wo_a_reference,
+    prepare_wo_a_weight,
+)
 from mxfuse.formats import MxTensor, as_mxtensor, quantize_mxfp8_reference
 from mxfuse.kernels.gemm.gluon_launch import GluonConfig
+from mxfuse.kernels.gemm.launch import device_facts
 
 register(
     on=("h100", "b200", "gb300", "5090"),
@@ -122,10 +129,22 @@ def test_matches_reference_and_quantizes_its_own_z(t, groups):
     torch.cuda.synchronize()
     assert got is pair
     assert [r["path"] for r in records] == ["einsum.wo_a.kernel.bf16", "einsum.wo_a.kernel.pair"]
-    assert {r["backend"] for r in records} == {"triton"} and records[1]["out_scale_layout"] == "deepgemm"
+    # The default ("auto") runs the kernel the pure rule names for this device and T: Gluon where the
+    # measured table has a win (on sm_90), else Triton.
+    assert {r["backend"] for r in records} == {_auto_kernel(t, w)}
+    assert records[1]["out_scale_layout"] == "deepgemm"
     _assert_z_close(z, grouped_wo_a_reference(a, w))
     _assert_pair_is_quantized_z(pair, z, "deepgemm")
     assert int(w.tickets.abs().sum()) == 0
+
+
+def _auto_kernel(t: int, w: WoAWeight) -> str:
+    device = torch.device("cuda", torch.cuda.current_device())
+    capability = torch.cuda.get_device_capability(device)
+    choice = choose_wo_a_kernel(
+        "auto", capability=capability, gluon_import=(True, ""), device_name=device_facts(device)[0], t=t, w=w
+    )
+    return choice.kernel
 
 
 @pytest.mark.parametrize("t", [1, 64, 129])
