@@ -17,7 +17,9 @@ The kernel's numerics run on the GPU: tests/kernels/mxfuse/einsum/test_grouped_w
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -214,8 +216,30 @@ def test_naming_gluon_where_it_cannot_run_raises(requested, capability, gluon_im
         )
 
 
-def test_the_checked_in_table_is_empty():
-    assert wo_a_gluon_table() == {}
+def test_the_checked_in_table_fits_its_shapes_and_the_h200_reads_the_h100s(monkeypatch):
+    """Every checked-in entry is a configuration the launcher takes for its weight (G x [R, r] from the
+    measured G and the '{G*R}x{r}' key), and the H200, without entries of its own, reads the H100's
+    through the stand-in; with stand-ins off it reads none."""
+    raw = json.loads((Path(gluon_launch.__file__).parent / "gluon_configs.json").read_text())
+    table = wo_a_gluon_table()
+    assert table and set(table) == set(raw["devices"])
+    for device, shapes in raw["devices"].items():
+        for key, buckets in shapes["shapes"].items():
+            gr, r = map(int, key.split("x"))
+            for bucket, (m_min, m_max, config) in zip(buckets, table[device][(gr, r)], strict=True):
+                groups = bucket["measured"]["G"]
+                check_wo_a_gluon_config(config, groups=groups, n=gr // groups, k=r)
+                assert m_min <= bucket["measured"]["T"] <= m_max
+                assert bucket["measured"]["gluon_us"] < bucket["measured"]["triton_us"]
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert "NVIDIA H200" not in table and h100 in table
+    key, buckets = next(iter(raw["devices"][h100]["shapes"].items()))
+    gr, r = map(int, key.split("x"))
+    groups, m_min = buckets[0]["measured"]["G"], buckets[0]["m_min"]
+    config = table[h100][(gr, r)][0][2]
+    assert gluon_launch.measured_wo_a_gluon_win("NVIDIA H200", groups, gr // groups, r, m_min) == config
+    monkeypatch.setenv("MXFUSE_TABLE_STANDINS", "0")
+    assert gluon_launch.measured_wo_a_gluon_win("NVIDIA H200", groups, gr // groups, r, m_min) is None
 
 
 def test_on_the_cpu_gluon_named_raises_and_the_others_run_the_reference():
