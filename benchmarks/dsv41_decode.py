@@ -135,14 +135,15 @@ def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
 # Launch variants of the same step: (L2 prefetch fork on a side stream, programmatic dependent launches,
 # the dependent GEMMs requesting their weight rows into L2 before their wait, which kernels are dependents:
 # "all" or only the "gemm"s, the boundaries' Sinkhorn items on a side stream). "pdl" is the library's
-# default.
+# default; "pdl-inline" the same with the Sinkhorn items inside the boundaries' second launch (the
+# default until 2026-12-05).
 VARIANTS = {
-    "pdl": (False, True, False, "all", False),
-    "pdl-gemm": (False, True, False, "gemm", False),
-    "base": (False, False, False, "all", False),
-    "pdl-prefetch": (False, True, True, "all", False),
-    "l2": (True, False, False, "all", False),
-    "pdl-side": (False, True, False, "all", True),
+    "pdl": (False, True, False, "all", True),
+    "pdl-inline": (False, True, False, "all", False),
+    "pdl-gemm": (False, True, False, "gemm", True),
+    "base": (False, False, False, "all", True),
+    "pdl-prefetch": (False, True, True, "all", True),
+    "l2": (True, False, False, "all", True),
 }
 
 

@@ -23,8 +23,8 @@
 #              `boundary` or `sweep-wo-a`, their new ones)
 #   step-pdl   the step with programmatic launches only (the default variant), T = 1, 4, 16, 64, the stage
 #              table at T = 16, each kernel at T = 4: the short form of `step`
-#   step-side  the step, T = 1, 4, 16, 64, the default variant beside the same with the boundaries'
-#              Sinkhorn items on a side stream (pdl-side)
+#   step-side  the step, T = 1, 4, 16, 64, the default variant (the boundaries' Sinkhorn items on a side
+#              stream) beside the same with them inside the boundaries' second launch (pdl-inline)
 #   step-tables the step twice, T = 1, 4, 16, 64, the stage tables at T = 1 and 4, each kernel at T = 4:
 #              the GEMM tables' stand-ins off (MXFUSE_TABLE_STANDINS=0: a device without entries takes
 #              the default rule), then on (an H100 reads the H200's); on a device with its own entries
@@ -72,7 +72,7 @@ for step in "$@"; do
     step-pdl) run step-pdl 130 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 16 --replays 20 \
       --profile-tokens 4 --variants pdl --json "$out/dsv41_decode_pdl.json" ;;
     step-side) run step-side 90 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --replays 20 --stage-tokens "" --profile-tokens 0 \
-      --variants pdl,pdl-side --json "$out/dsv41_decode_side.json" ;;
+      --variants pdl,pdl-inline --json "$out/dsv41_decode_side.json" ;;
     step-tables) run step-defaults 110 env MXFUSE_TABLE_STANDINS=0 python3 -m benchmarks dsv41_decode \
         --tokens 1,4,16,64 --stage-tokens 1,4 --profile-tokens 4 --replays 20 --variants pdl \
         --json "$out/dsv41_defaults.json"

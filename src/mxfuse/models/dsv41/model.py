@@ -127,7 +127,8 @@ class AttentionSublayer(nn.Module):
     H200 the step measured slower with it (benchmarks/RESULTS.md). ``hc_side``: both boundaries launch
     their Sinkhorn items on a side stream (``mxfuse.hc.HcSideStream``), off the path to the next GEMM's
     input; the second boundary and the step's end join it. The same bits either way
-    (``self.hc_side.enabled`` switches it between steps or captures).
+    (``self.hc_side.enabled`` switches it between steps or captures). On by default: the step measured
+    3 to 10 us faster with it at T = 1 to 64 on an H100 (benchmarks/RESULTS.md).
     """
 
     def __init__(
@@ -141,7 +142,7 @@ class AttentionSublayer(nn.Module):
         backend_status: StatusFn | None = None,
         process_group: object | None = None,
         l2_prefetch: bool = False,
-        hc_side: bool = False,
+        hc_side: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(config, Dsv41Config):
