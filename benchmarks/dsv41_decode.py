@@ -136,27 +136,29 @@ def capture(model: AttentionSublayer, state, cache) -> torch.cuda.CUDAGraph:
 # the dependent GEMMs requesting their weight rows into L2 before their wait, which kernels are dependents:
 # "all" or only the "gemm"s, the boundaries' Sinkhorn items on a side stream). "pdl" is the library's
 # default; "pdl-inline" the same with the Sinkhorn items inside the boundaries' second launch (the
-# default until 2026-12-05).
+# default until 2026-12-05); "pdl-quiet-combine" the same as "pdl" with the attention's combine not
+# signalling early (the kernels named in the last field: ``programmatic_launch(quiet=...)``).
 VARIANTS = {
-    "pdl": (False, True, False, "all", True),
-    "pdl-inline": (False, True, False, "all", False),
-    "pdl-gemm": (False, True, False, "gemm", True),
-    "base": (False, False, False, "all", True),
-    "pdl-prefetch": (False, True, True, "all", True),
-    "l2": (True, False, False, "all", True),
+    "pdl": (False, True, False, "all", True, ()),
+    "pdl-inline": (False, True, False, "all", False, ()),
+    "pdl-gemm": (False, True, False, "gemm", True, ()),
+    "base": (False, False, False, "all", True, ()),
+    "pdl-prefetch": (False, True, True, "all", True, ()),
+    "l2": (True, False, False, "all", True, ()),
+    "pdl-quiet-combine": (False, True, False, "all", True, ("attention.combine",)),
 }
 
 
 @contextmanager
 def variant(models: dict[str, AttentionSublayer], name: str) -> Iterator[None]:
     """Steps inside run (and graphs captured inside keep) launch variant ``name`` of ``VARIANTS``."""
-    l2, pdl, pdl_prefetch, scope, side = VARIANTS[name]
+    l2, pdl, pdl_prefetch, scope, side, quiet = VARIANTS[name]
     before = {p: (m.prefetcher.enabled, m.hc_side.enabled) for p, m in models.items()}
     for model in models.values():
         model.prefetcher.enabled = l2
         model.hc_side.enabled = side
     try:
-        with programmatic_launch(pdl, prefetch=pdl_prefetch, scope=scope):
+        with programmatic_launch(pdl, prefetch=pdl_prefetch, scope=scope, quiet=quiet):
             yield
     finally:
         for p, m in models.items():
@@ -524,7 +526,11 @@ def main(argv: list[str] | None = None) -> int:
         "replays": args.replays,
         "variants": {
             v: dict(
-                zip(("l2_prefetch", "pdl", "pdl_prefetch", "pdl_scope", "hc_side"), VARIANTS[v], strict=True)
+                zip(
+                    ("l2_prefetch", "pdl", "pdl_prefetch", "pdl_scope", "hc_side", "pdl_quiet"),
+                    VARIANTS[v],
+                    strict=True,
+                )
             )
             for v in variants
         },

@@ -17,9 +17,13 @@ not signal). Scope ``"gemm"``: only the GEMMs are dependents, the rest signal at
 start. ``prefetch``: the dependent GEMMs request their weight rows into L2 before their wait (measured
 slower: off by default). Only on CUDA devices of sm_90 and later, never under the Triton interpreter.
 
-``programmatic_launch(enabled, prefetch=..., scope=...)`` sets the policy for the launches inside it (a
-context variable, read at launch time: a CUDA graph keeps what its capture saw); the default is on, scope
-``"all"``, no prefetch.
+``quiet``: kernels (of ``QUIET_KERNELS``) that do not signal early either, for measuring whether their
+dependents run slower resident beside them: ``"attention.combine"``, whose dependent on the fused path is
+the grouped wo_a.
+
+``programmatic_launch(enabled, prefetch=..., scope=..., quiet=...)`` sets the policy for the launches
+inside it (a context variable, read at launch time: a CUDA graph keeps what its capture saw); the default
+is on, scope ``"all"``, no prefetch, none quiet.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["OFF", "SCOPES", "PdlPolicy", "pdl_policy", "programmatic_launch"]
+__all__ = ["OFF", "QUIET_KERNELS", "SCOPES", "PdlPolicy", "pdl_policy", "programmatic_launch"]
 
 
 @dataclass(frozen=True)
@@ -49,20 +53,28 @@ class PdlPolicy:
 
 OFF = PdlPolicy()
 SCOPES = ("all", "gemm")
-_SETTING: ContextVar[tuple[bool, bool, str]] = ContextVar("mxfuse_pdl", default=(True, False, "all"))
+QUIET_KERNELS = ("attention.combine",)
+_SETTING: ContextVar[tuple[bool, bool, str, frozenset[str]]] = ContextVar(
+    "mxfuse_pdl", default=(True, False, "all", frozenset())
+)
 
 
 @contextmanager
-def programmatic_launch(enabled: bool, *, prefetch: bool = False, scope: str = "all") -> Iterator[None]:
+def programmatic_launch(
+    enabled: bool, *, prefetch: bool = False, scope: str = "all", quiet: tuple[str, ...] = ()
+) -> Iterator[None]:
     """Launches inside use PDL (``enabled``), the GEMMs requesting their weight rows before their wait
     (``prefetch``). ``scope``: ``"all"``, every kernel of the step is a dependent; ``"gemm"``, only the
-    weight-streaming GEMMs are, the other kernels only signal (at their start)."""
+    weight-streaming GEMMs are, the other kernels only signal (at their start). ``quiet``: names from
+    ``QUIET_KERNELS`` whose launches do not signal early (their dependents launch as they exit)."""
     for name, value in (("enabled", enabled), ("prefetch", prefetch)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool; got {type(value).__name__}")
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}; got {scope!r}")
-    token = _SETTING.set((enabled, prefetch, scope))
+    if isinstance(quiet, str) or not all(q in QUIET_KERNELS for q in quiet):
+        raise ValueError(f"quiet must be a tuple of names from {QUIET_KERNELS}; got {quiet!r}")
+    token = _SETTING.set((enabled, prefetch, scope, frozenset(quiet)))
     try:
         yield
     finally:
@@ -80,12 +92,16 @@ def _supported(device: torch.device) -> bool:
     return _capability_ok(torch.cuda.current_device() if device.index is None else device.index)
 
 
-def pdl_policy(device: torch.device, *, gemm: bool = False) -> PdlPolicy:
+def pdl_policy(device: torch.device, *, gemm: bool = False, kernel: str | None = None) -> PdlPolicy:
     """The policy for a launch on ``device`` under the current setting (``OFF`` where unsupported);
-    ``gemm``: the launch is a weight-streaming GEMM's."""
-    enabled, prefetch, scope = _SETTING.get()
+    ``gemm``: the launch is a weight-streaming GEMM's; ``kernel``: its name in ``QUIET_KERNELS``, if
+    it has one (a quiet one does not signal)."""
+    if kernel is not None and kernel not in QUIET_KERNELS:
+        raise ValueError(f"kernel must be None or one of {QUIET_KERNELS}; got {kernel!r}")
+    enabled, prefetch, scope, quiet = _SETTING.get()
     if not enabled or not _supported(device):
         return OFF
+    signal = kernel not in quiet
     if scope == "gemm" and not gemm:
-        return PdlPolicy(signal=True)
-    return PdlPolicy(signal=True, wait=True, prefetch=prefetch and gemm)
+        return PdlPolicy(signal=signal)
+    return PdlPolicy(signal=signal, wait=True, prefetch=prefetch and gemm)

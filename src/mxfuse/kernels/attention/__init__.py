@@ -149,7 +149,7 @@ def launch_mqa_decode(
         FLOOR=floor,
         LAYOUT=layout_code,
         HW_CVT=hw_cvt,
-        PDL_SIGNAL=policy.signal,
+        PDL_SIGNAL=(OFF if fp32_dots else pdl_policy(q.device, kernel="attention.combine")).signal,
         num_warps=4,
         **({"launch_pdl": True} if use_pdl else {}),
     )

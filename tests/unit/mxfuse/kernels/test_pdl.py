@@ -45,6 +45,16 @@ def test_the_policy_is_off_on_the_cpu_and_follows_the_setting(monkeypatch):
     with pytest.raises(TypeError, match="prefetch must be a bool"):
         with programmatic_launch(True, prefetch=None):
             pass
+    with programmatic_launch(True, quiet=("attention.combine",)):  # waits, does not signal early
+        assert pdl_policy(cpu, kernel="attention.combine") == PdlPolicy(signal=False, wait=True)
+        assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True)
+    assert pdl_policy(cpu, kernel="attention.combine").signal
+    with pytest.raises(ValueError, match="kernel must be None or one of"):
+        pdl_policy(cpu, kernel="combine")
+    for bad in ("attention.combine", ("wo_a",)):
+        with pytest.raises(ValueError, match="quiet must be a tuple of names from"):
+            with programmatic_launch(True, quiet=bad):
+                pass
 
 
 _COMPILE = """
