@@ -136,7 +136,7 @@ def mhc_boundary(
     side stream, off the path to y and the pair: ``pre``, ``post`` and ``comb`` are ready on the
     current stream after ``side.join()`` (which the next call given the same side runs). The same
     bits as without it. Elsewhere (the normal ordering, one launch, the unfused chain, the CPU) nothing
-    is forked.
+    is forked. The fused kernel's witness record says where the Sinkhorn items ran (``sinkhorn``).
     """
     call = check_call(
         inputs,
@@ -170,7 +170,7 @@ def mhc_boundary(
         witness.emit("hc.boundary.unfused", reason, backend="triton", rows=call.tokens, **call.fields)
         return call.out
     with torch.cuda.device(call.device):
-        launch_boundary(
+        on_side = launch_boundary(
             call.inputs,
             call.weights,
             call.out,
@@ -183,7 +183,8 @@ def mhc_boundary(
         path, reason = "hc.boundary.kernel.pair", "fused boundary kernel wrote the next GEMM's MXFP8 pair"
     else:
         path, reason = "hc.boundary.kernel.bf16", "fused boundary kernel wrote y in bf16 only"
-    witness.emit(path, reason, backend="triton", rows=call.tokens, **call.fields)
+    sinkhorn = "side stream" if on_side else "in the boundary's launch"
+    witness.emit(path, reason, backend="triton", rows=call.tokens, sinkhorn=sinkhorn, **call.fields)
     return call.out
 
 

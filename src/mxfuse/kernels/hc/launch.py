@@ -100,8 +100,9 @@ def launch_phases(
     hw_cvt: bool = True,
     pdl: bool = False,
     side: HcSideStream | None = None,
-) -> None:
-    """Run ``items`` over ``tensors`` (validated): ``tensors.residual``'s T rows of H columns.
+) -> bool:
+    """Run ``items`` over ``tensors`` (validated): ``tensors.residual``'s T rows of H columns. True when
+    the S items ran on ``side`` (see below), else False.
 
     ``config.launches == 2`` with A and F both on runs A as one launch and F and S as a second (a
     programmatic dependent launch when ``pdl``). With an enabled ``side`` stream and the split finish
@@ -122,7 +123,10 @@ def launch_phases(
         rest = dataclasses.replace(
             items, phases=(0, phases[1], phases[2]), a_post=False, a_mix=True, a_collapse=False
         )
-        if side is not None and side.enabled and items.split and items.coef and phases[1] and phases[2]:
+        on_side = bool(
+            side is not None and side.enabled and items.split and items.coef and phases[1] and phases[2]
+        )
+        if on_side:
             sinkhorn = dataclasses.replace(rest, phases=(0, 0, 1), split=False, norm=False)
             with side.fork():
                 _launch(sinkhorn, tensors, params, workspace, dataclasses.replace(one, rows_s=1),
@@ -131,8 +135,9 @@ def launch_phases(
         # The second launch does not signal: the GEMM after it (a dependent) launches as its programs
         # exit; resident early, beside this launch's items, it ran slower (H200, benchmarks/RESULTS.md).
         _launch(rest, tensors, params, workspace, one, hw_cvt=hw_cvt, pdl=_Pdl(wait=pdl), a_plan=a_plan)
-        return
+        return on_side
     _launch(items, tensors, params, workspace, config, hw_cvt=hw_cvt, pdl=_Pdl(wait_top=top))
+    return False
 
 
 def _launch(
@@ -264,10 +269,10 @@ def launch_boundary(
     config: HcConfig | None = None,
     hw_cvt: bool = True,
     side: HcSideStream | None = None,
-) -> None:
+) -> bool:
     """The fused boundary of ``inputs`` and the next sublayer's ``weights`` into ``out`` (all validated by
     the caller): one launch, or two when the configuration says so (in the shifted ordering with an
-    enabled ``side`` stream, the Sinkhorn items as a third launch on it: ``HcSideStream``). An ``HcProjection`` as
+    enabled ``side`` stream, the Sinkhorn items as a third launch on it: ``HcSideStream``; then True). An ``HcProjection`` as
     ``weights.fn`` lets the tensor-core mixes read its pieces instead of splitting fn in every step; the
     pair, when ``out`` has one, is written in its layout with its rounding.
 
@@ -280,7 +285,7 @@ def launch_boundary(
     """
     tokens, hidden = inputs.x.shape
     if tokens == 0:
-        return
+        return False
     shifted = inputs.prev_pre is not None
     tensors = HcLaunchTensors(
         out.residual,
@@ -294,7 +299,7 @@ def launch_boundary(
     )
     items = HcItems((1, 1, 1), a_post=True, a_collapse=shifted, split=shifted, coef=True, norm=True)
     config = config or choose_config(tokens, hidden, shifted=shifted, sms=sm_count(inputs.x.device))
-    launch_phases(
+    return launch_phases(
         items,
         tensors,
         params=params,

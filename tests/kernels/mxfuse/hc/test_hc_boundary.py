@@ -364,7 +364,9 @@ def test_sinkhorn_on_a_side_stream_in_a_graph(tokens, config):
             side.join()
 
     got = (_outputs(tokens, hidden), _outputs(tokens, hidden))
-    chain(*got, side)  # compile and size the workspace outside the capture
+    with witness.capture() as records:
+        chain(*got, side)  # compile and size the workspace outside the capture
+    assert [r["sinkhorn"] for r in records] == ["side stream"] * 2  # not a silent fallback to inline
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         chain(*got, side)
@@ -377,8 +379,10 @@ def test_sinkhorn_on_a_side_stream_in_a_graph(tokens, config):
             poison_outputs(out, "deepgemm", byte=0x5A)
         graph.replay()
         want = (_outputs(tokens, hidden), _outputs(tokens, hidden))
-        chain(*want, None)
+        with witness.capture() as inline:
+            chain(*want, None)
         torch.cuda.synchronize()
+        assert [r["sinkhorn"] for r in inline] == ["in the boundary's launch"] * 2
         for i, (a, b) in enumerate(zip(got, want, strict=True)):
             for name in ("residual", "pre", "post", "comb", "y"):
                 assert_same_bits(getattr(a, name), getattr(b, name), name=f"boundary {i + 1} {name}")

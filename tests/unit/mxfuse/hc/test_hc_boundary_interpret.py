@@ -218,10 +218,11 @@ for c in cases:
     inputs = HcInputs(x["x"], x["residual"], x["post"], x["comb"], x["prev_pre"])
     fn = HcProjection.prepare(x["fn"]) if c["prepared"] else x["fn"]
     weights = HcWeights(fn, x["scale"], x["base"], x["norm_weight"])
+    on_side = None
     if c["kind"] in ("fused", "side"):
         side = HcSideStream("cpu") if c["kind"] == "side" else None
-        fused.launch_boundary(inputs, weights, out, params=params, workspace=ws, config=config, hw_cvt=False,
-                              side=side)
+        on_side = fused.launch_boundary(inputs, weights, out, params=params, workspace=ws, config=config,
+                                        hw_cvt=False, side=side)
     else:
         steps.launch_post(inputs, residual_out=out.residual, hw_cvt=False)
         steps.launch_mixes(out, weights, params=params, workspace=ws, config=config, hw_cvt=False)
@@ -235,6 +236,7 @@ for c in cases:
         "q": None if out.pair is None else out.pair.data.view(torch.uint8),
         "scales": None if out.pair is None else out.pair.scale_bytes().clone(),
         "counters": ws._counters.clone(),
+        "on_side": on_side,
     }
 torch.save(results, sys.argv[2])
 """
@@ -350,6 +352,8 @@ def test_sinkhorn_on_a_side_stream_gives_the_same_bits(interpreted, name, other)
     """The Sinkhorn items as a launch of their own (one row an item, summing the records themselves) and
     the finish launch without them: every output the bits of the same tiles in two launches."""
     side, two = interpreted[name], interpreted[other]
+    # The launcher says where the S items ran: on the side in the shifted ordering only.
+    assert side["on_side"] is BY_NAME[name].shifted and two["on_side"] is False
     for key in ("residual", "pre", "post", "comb", "y", "q", "scales"):
         if two[key] is None:
             assert side[key] is None, key
