@@ -272,9 +272,10 @@ def launch_boundary(
 ) -> bool:
     """The fused boundary of ``inputs`` and the next sublayer's ``weights`` into ``out`` (all validated by
     the caller): one launch, or two when the configuration says so (in the shifted ordering with an
-    enabled ``side`` stream, the Sinkhorn items as a third launch on it: ``HcSideStream``; then True). An ``HcProjection`` as
-    ``weights.fn`` lets the tensor-core mixes read its pieces instead of splitting fn in every step; the
-    pair, when ``out`` has one, is written in its layout with its rounding.
+    enabled ``side`` stream, the Sinkhorn items as a third launch on it, ``HcSideStream``: then it
+    returns True). An ``HcProjection`` as ``weights.fn`` lets the tensor-core mixes read its pieces
+    instead of splitting fn in every step; the pair, when ``out`` has one, is written in its layout with
+    its rounding.
 
     Shifted ordering when ``inputs.prev_pre`` is given (the collapse takes it), normal otherwise (the
     collapse takes the pre each row's finish computes). In the shifted ordering the A items compute the
