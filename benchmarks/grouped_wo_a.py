@@ -495,15 +495,28 @@ def gluon_wins_table(rows: list[dict[str, object]], env: dict) -> dict:
 
 
 def write_gluon_table(path: Path, entry: dict, device_name: str) -> None:
-    """``path`` (a copy of the checked-in table, or a new one) with ``device_name``'s entry replaced by
-    ``entry``; checked with the launcher's reader before it is written (ValueError if it could not read
-    it), the other devices' entries kept."""
+    """``path`` (a copy of the checked-in table, or a new one) with ``entry`` merged into
+    ``device_name``'s: each shape ``entry`` swept takes ``entry``'s buckets (none where Gluon won no T),
+    the device's other shapes stay (a run of G = 2 keeps G = 8's), and so do the other devices. Checked
+    with the launcher's reader before it is written (ValueError if it could not read it)."""
     if path.exists():
         table = json.loads(path.read_text())
     else:
         checked_in = Path(_gluon.__file__).with_name(_gluon.WO_A_GLUON_TABLE_FILE)
         table = json.loads(checked_in.read_text())
-    table.setdefault("devices", {})[device_name] = entry
+    old = table.setdefault("devices", {}).get(device_name, {})
+    kept = {k: v for k, v in old.get("shapes", {}).items() if k not in entry["swept"]}
+    kept_swept = {k: v for k, v in old.get("swept", {}).items() if k not in entry["swept"]}
+    source = (
+        entry["source"]
+        if not kept
+        else f"{entry['source']} ({', '.join(entry['swept'])}); the other shapes: {old['source']}"
+    )
+    table["devices"][device_name] = {
+        "source": source,
+        "shapes": {**kept, **entry["shapes"]},
+        "swept": {**kept_swept, **entry["swept"]},
+    }
     parse_gluon_table(json.loads(json.dumps(table)), source=str(path))
     path.write_text(json.dumps(table, indent=1) + "\n")
 

@@ -4,6 +4,7 @@ the table it writes, read back by the launcher's own reader."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from benchmarks.grouped_wo_a import K, N, gluon_candidates, gluon_wins_table, wr
 from gpumatrix import register
 from mxfuse.kernels.gemm.configs import device_entries
 from mxfuse.kernels.gemm.gluon_launch import GluonConfig, effective_split_k, parse_gluon_table
+from mxfuse.kernels.grouped_wo_a import gluon_launch as wo_a_gluon
 from mxfuse.kernels.grouped_wo_a.gluon_launch import check_wo_a_gluon_config, default_wo_a_gluon_config
 
 register(on=("cpu",), est_time=2)
@@ -61,14 +63,23 @@ def test_the_table_holds_only_the_tokens_gluon_won_and_the_launcher_reads_it(tmp
     measured = data["devices"][ENV["gpu"]]["shapes"][big][0]["measured"]
     assert measured["x_triton"] == pytest.approx(1.6) and measured["T"] == 16
 
-    # A second device's run keeps the first's entry; the same device's replaces it.
+    # A second device's run keeps the first's entry; the same device's run of one G replaces that
+    # shape's buckets (here none: Triton won) and keeps the other G's.
     write_gluon_table(
         path, gluon_wins_table([_row(8, 64, 75.0, 30.0)], {**ENV, "gpu": "Other GPU"}), "Other GPU"
     )
     write_gluon_table(path, gluon_wins_table([_row(8, 16, 10.0, 30.0)], ENV), ENV["gpu"])
     data = json.loads(path.read_text())
-    assert set(data["devices"]) == {"Some GPU", "Other GPU"}
-    assert data["devices"]["Some GPU"]["shapes"] == {}
+    checked_in = set(
+        json.loads(Path(wo_a_gluon.__file__).with_name("gluon_configs.json").read_text())["devices"]
+    )
+    assert set(data["devices"]) == checked_in | {"Some GPU", "Other GPU"}
+    mine = data["devices"]["Some GPU"]
+    assert big not in mine["shapes"] and mine["swept"][big] == [16]
+    assert [(b["m_min"], b["m_max"]) for b in mine["shapes"][small]] == [(17, 64)] and mine["swept"][
+        small
+    ] == [4, 16, 64]
+    assert f"({big}); the other shapes: " in mine["source"]
     assert parse_gluon_table(data, source="test")["Other GPU"][(8 * N, K)][0][:2] == (64, 64)
 
 
