@@ -12,7 +12,10 @@ on disk, so the timing process only loads), then checked and timed here:
     reference (the test suite's tolerances); a candidate failing a check is never chosen;
   * timed: the fused boundary (MXFP8 pair out, deepgemm scales, no bf16 y) as one CUDA graph of many
     calls cycling through enough input sets to miss the L2 (``benchmarks.timing.bench_us``); the three
-    fastest of a shape are timed again in three interleaved rounds and the median decides.
+    fastest of a shape are timed again in three interleaved rounds and the median decides. ``--side``:
+    the shifted ordering with the Sinkhorn items on two side streams that consecutive calls alternate
+    between (``SideStreams``), so each call is timed to its y, as the step runs the boundary (and
+    checked: every output the bits of the call without a side stream).
 
 The shifted ordering is timed on the default and the normal ordering's six fastest of the same shape
 (``--full-shifted``: the whole grid; ``--latency``: at T <= 16 the launch-structure grid of
@@ -201,13 +204,21 @@ def precompile(
     return time.perf_counter() - start
 
 
-def check(s: dict, ref, config: HcConfig) -> str:
-    """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference."""
+def check(s: dict, ref, config: HcConfig, side: SideStreams | None = None) -> str:
+    """'ok', or what failed: fused vs the unfused chain of the same config, and vs the reference; with
+    ``side``, the Sinkhorn items on a side stream vs without, every output."""
     fused = hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config)
     unfused = hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, fused=False)
     for name in ("residual", "pre", "y"):
         if not torch.equal(getattr(fused, name), getattr(unfused, name)):
             return f"fused {name} != unfused"
+    if side is not None:
+        forked = hc.mhc_boundary(*kernel_args(s), params=PARAMS, config=config, side=side.streams[0],
+                                 workspace=side.workspaces[0])  # fmt: skip
+        side.join()
+        for name in ("residual", "pre", "post", "comb", "y"):
+            if not torch.equal(getattr(forked, name), getattr(fused, name)):
+                return f"{name} with the side stream != without"
     want = quantize_mxfp8(fused.y)
     q, sc = want.data, want.scale
     if not (
@@ -225,10 +236,37 @@ def check(s: dict, ref, config: HcConfig) -> str:
     return "ok"
 
 
-def time_config(sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0) -> float:
-    fns = [functools.partial(hc.mhc_boundary, *kernel_args(s), params=PARAMS, out=o, config=config)
-           for s, o in zip(sets, outs, strict=True)]  # fmt: skip
-    return bench_us(fns, target_ms=target_ms, replays=7)
+@dataclasses.dataclass(frozen=True)
+class SideStreams:
+    """Two side streams, each with its own workspace, that consecutive boundaries alternate between (the
+    sweep's ``--side``): a boundary's Sinkhorn launch then runs beside the next boundary, as it runs
+    beside the next GEMM in the step, and each call is timed to its y."""
+
+    streams: tuple[hc.HcSideStream, hc.HcSideStream]
+    workspaces: tuple[hc.HcWorkspace, hc.HcWorkspace]
+
+    @staticmethod
+    def make() -> SideStreams:
+        return SideStreams(
+            (hc.HcSideStream("cuda"), hc.HcSideStream("cuda")),
+            (hc.HcWorkspace("cuda"), hc.HcWorkspace("cuda")),
+        )
+
+    def join(self) -> None:
+        for side in self.streams:
+            side.join()
+
+
+def time_config(
+    sets: list[dict], outs: list, config: HcConfig, *, target_ms: float = 2.0, side: SideStreams | None = None
+) -> float:
+    """us per boundary of ``config``, as one CUDA graph cycling through ``sets``; with ``side`` (an even
+    number of sets), call i on side stream and workspace i % 2."""
+    extra = [{} if side is None else {"side": side.streams[i % 2], "workspace": side.workspaces[i % 2]}
+             for i in range(len(sets))]  # fmt: skip
+    fns = [functools.partial(hc.mhc_boundary, *kernel_args(s), params=PARAMS, out=o, config=config, **e)
+           for s, o, e in zip(sets, outs, extra, strict=True)]  # fmt: skip
+    return bench_us(fns, target_ms=target_ms, replays=7, after=None if side is None else side.join)
 
 
 def sweep_shape(
@@ -239,9 +277,16 @@ def sweep_shape(
     *,
     quick: bool = False,
     latency: bool = False,
+    side: bool = False,
 ) -> list[dict]:
+    """Check and time every candidate of one shape; ``side`` (the shifted ordering only): time each
+    boundary to its y, the Sinkhorn items on alternating side streams (``SideStreams``)."""
     moved = floor_bytes(tokens, hidden)
-    sets = [make_set(tokens, hidden, shifted, seed) for seed in range(rotation_count(moved, cap=32))]
+    count = rotation_count(moved, cap=32)
+    streams = SideStreams.make() if side and shifted else None
+    if streams is not None:
+        count += count % 2  # alternating streams: an even cycle
+    sets = [make_set(tokens, hidden, shifted, seed) for seed in range(count)]
     outs = [hc.empty_hc_boundary_outputs(tokens, hidden, device="cuda", y=False) for _ in sets]
     ordering = "shifted" if shifted else "normal"
     ref = hc.mhc_boundary_reference(*boundary_args(sets[0]), params=PARAMS)
@@ -249,8 +294,8 @@ def sweep_shape(
     for config in only or _shape_candidates(tokens, hidden, shifted, quick=quick, latency=latency):
         row = {"T": tokens, "H": hidden, "ordering": ordering, "config": config.to_json()}
         try:
-            row["check"] = check(sets[0], ref, config)
-            row["us"] = time_config(sets, outs, config)
+            row["check"] = check(sets[0], ref, config, streams)
+            row["us"] = time_config(sets, outs, config, side=streams)
         except Exception as exc:
             row["check"], row["us"] = f"error: {exc!r}"[:200], float("nan")
         rows.append(row)
@@ -258,7 +303,9 @@ def sweep_shape(
     rounds: dict[int, list[float]] = {id(r): [] for r in good}
     for _ in range(3):
         for r in good:
-            rounds[id(r)].append(time_config(sets, outs, HcConfig(**r["config"]), target_ms=5.0))
+            rounds[id(r)].append(
+                time_config(sets, outs, HcConfig(**r["config"]), target_ms=5.0, side=streams)
+            )
     for r in good:
         r["final_us"] = statistics.median(rounds[id(r)])
     return rows
@@ -324,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the shifted ordering at T <= 16: the launch-structure grid (latency_candidates)",
     )
+    parser.add_argument(
+        "--side",
+        action="store_true",
+        help="the shifted ordering timed with the Sinkhorn items on side streams, as the step runs it: "
+        "each boundary to its y, the previous one's Sinkhorn launch beside it",
+    )
     parser.add_argument("--compile-jobs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.compile_jobs:
@@ -359,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             best = sorted(normal, key=lambda r: r["us"])[:6]
             only = [default_config(t, h)] + [HcConfig(**r["config"]) for r in best]
             only = list(dict.fromkeys(only))
-        shape_rows = sweep_shape(t, h, s, only, quick=args.quick, latency=args.latency)
+        shape_rows = sweep_shape(t, h, s, only, quick=args.quick, latency=args.latency, side=args.side)
         rows += shape_rows
         good = sorted((r for r in shape_rows if "final_us" in r), key=lambda r: r["final_us"])
         default = shape_rows[0]

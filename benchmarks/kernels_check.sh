@@ -14,7 +14,8 @@
 #   sweep-wqb  the Gluon sweep on wq_b (full and TP4), the shapes the first sweeps left out; its table
 #              in $OUT/gluon_configs_wqb.json
 #   boundary   the boundary's launch structure in the shifted ordering at T = $BOUNDARY_TOKENS (default
-#              1,4,16; H = 5120, V4.1's;
+#              1,4,16; H = 5120, V4.1's; each boundary timed to its y, its Sinkhorn items on a side
+#              stream as the step runs them;
 #              the default timed beside every candidate), its table in $OUT/hc_configs.json and put in
 #              place in this checkout, then the boundary alone (fused, y and pair outputs, the unfused
 #              chain) at T = 1, 4, 16, 64 with that table
@@ -64,7 +65,7 @@ for step in "$@"; do
         --shapes "v41 wq_b,v41 wq_b tp4" --ms 1,4,16,64 --json "$out/gluon_sweep_wqb.json" \
         --table "$out/gluon_configs_wqb.json" ;;
     boundary) run boundary-sweep 240 python3 -m benchmarks hc_boundary_sweep --hiddens 5120 \
-        --tokens "${BOUNDARY_TOKENS:-1,4,16}" --orderings shifted --latency --json "$out/hc_boundary_sweep.json" \
+        --tokens "${BOUNDARY_TOKENS:-1,4,16}" --orderings shifted --latency --side --json "$out/hc_boundary_sweep.json" \
         --write "$out/hc_configs.json"
       [ -f "$out/hc_configs.json" ] && cp "$out/hc_configs.json" src/mxfuse/kernels/hc/configs.json
       run boundary 120 python3 -m benchmarks hc_boundary --hiddens 5120 --tokens 1,4,16,64 \

@@ -38,15 +38,26 @@ def rotation_count(bytes_per_set: int, *, cap: int = 64) -> int:
     return max(1, min(cap, math.ceil(ROTATE_BYTES / max(bytes_per_set, 1))))
 
 
-def bench_us(fns: list[Callable[[], object]], *, target_ms: float = 20.0, replays: int = 15) -> float:
-    """Median microseconds per call of ``fns`` (called round-robin) replayed from one CUDA graph."""
+def bench_us(
+    fns: list[Callable[[], object]],
+    *,
+    target_ms: float = 20.0,
+    replays: int = 15,
+    after: Callable[[], object] | None = None,
+) -> float:
+    """Median microseconds per call of ``fns`` (called round-robin) replayed from one CUDA graph.
+    ``after``: called once after each run of the calls (inside the graph too), e.g. to join side
+    streams the calls forked."""
+    finish = after or (lambda: None)
     for fn in fns:
         fn()
+    finish()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for fn in fns:
         fn()
+    finish()
     end.record()
     torch.cuda.synchronize()
     per_call_ms = max(start.elapsed_time(end) / len(fns), 1e-3)
@@ -55,6 +66,7 @@ def bench_us(fns: list[Callable[[], object]], *, target_ms: float = 20.0, replay
     with torch.cuda.graph(graph):
         for i in range(calls):
             fns[i % len(fns)]()
+        finish()
     graph.replay()  # warm
     torch.cuda.synchronize()
     times = []

@@ -132,11 +132,10 @@ def mhc_boundary(
     temporary y when ``out.y`` is None.
 
     ``side`` (an ``HcSideStream`` of the inputs' device): the call first joins the side stream's last
-    fork; then a fused boundary of the shifted ordering launched twice runs its Sinkhorn items on the
-    side stream, off the path to y and the pair: ``pre``, ``post`` and ``comb`` are ready on the
-    current stream after ``side.join()`` (which the next call given the same side runs). The same
-    bits as without it. Elsewhere (the normal ordering, one launch, the unfused chain, the CPU) nothing
-    is forked. The fused kernel's witness record says where the Sinkhorn items ran (``sinkhorn``).
+    fork; then a fused boundary of the shifted ordering runs its Sinkhorn items on the side stream,
+    off the path to y and the pair: ``pre``, ``post`` and ``comb`` are ready on the current stream
+    after ``side.join()`` (which the next call given the same side runs). The same bits as without it.
+    Elsewhere (the normal ordering, the unfused chain, the CPU) nothing is forked. The fused kernel's witness record says where the Sinkhorn items ran (``sinkhorn``).
     """
     call = check_call(
         inputs,

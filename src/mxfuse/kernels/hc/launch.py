@@ -106,9 +106,10 @@ def launch_phases(
 
     ``config.launches == 2`` with A and F both on runs A as one launch and F and S as a second (a
     programmatic dependent launch when ``pdl``). With an enabled ``side`` stream and the split finish
-    (the shifted ordering, whose finish needs no logits) the S items leave the second launch: they run
-    as a launch of their own on ``side``, forked after the A items, each summing its row's records
-    (one row an item). ``hw_cvt=False``: the integer conversions the Triton interpreter runs exactly.
+    (the shifted ordering, whose finish needs no logits) the S items leave the finish's launch: they run
+    as a launch of their own on ``side``, forked after the A items (two launches: after the first; one
+    launch: after it), each summing its row's records (one row an item). ``hw_cvt=False``: the integer
+    conversions the Triton interpreter runs exactly.
     """
     tokens, _, hidden = tensors.residual.shape
     config.check(hidden)
@@ -136,6 +137,19 @@ def launch_phases(
         # exit; resident early, beside this launch's items, it ran slower (H200, benchmarks/RESULTS.md).
         _launch(rest, tensors, params, workspace, one, hw_cvt=hw_cvt, pdl=_Pdl(wait=pdl), a_plan=a_plan)
         return on_side
+    if side is not None and side.enabled and items.split and items.coef and phases == (1, 1, 1):
+        # One launch of the A and F items (the F items wait on the A counter), then the S items on the
+        # side stream once it has ended (they read every A item's records).
+        _launch(dataclasses.replace(items, phases=(1, 1, 0), coef=False), tensors, params, workspace, config,
+                hw_cvt=hw_cvt, pdl=_Pdl(wait_top=top))  # fmt: skip
+        sinkhorn = dataclasses.replace(
+            items, phases=(0, 0, 1), a_post=False, a_mix=True, a_collapse=False, split=False, norm=False
+        )
+        a_plan = Plan.make(tokens, hidden, config, phases=(1, 0, 0))
+        with side.fork():
+            _launch(sinkhorn, tensors, params, workspace, dataclasses.replace(config, rows_s=1),
+                    hw_cvt=hw_cvt, pdl=_Pdl(), a_plan=a_plan)  # fmt: skip
+        return True
     _launch(items, tensors, params, workspace, config, hw_cvt=hw_cvt, pdl=_Pdl(wait_top=top))
     return False
 

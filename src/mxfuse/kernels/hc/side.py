@@ -2,9 +2,10 @@
 
 In the shifted ordering (V4.1) the boundary's y and pair need only the collapse with the previous
 boundary's ``pre`` and the norm; the new coefficients (``pre``, ``post'`` and ``comb'``: the records
-summed into the logits, then Sinkhorn) are read only by the next boundary. A two-launch boundary given
-an ``HcSideStream`` therefore launches its Sinkhorn items as a third launch on the side stream, forked
-after the A items, while the finish launch, which the next GEMM waits for, holds only the finish items:
+summed into the logits, then Sinkhorn) are read only by the next boundary. A boundary given an
+``HcSideStream`` therefore launches its Sinkhorn items as a launch of their own on the side stream,
+forked after the A items (after the first of two launches, or after the one launch of the A and finish
+items), while the finish, which the next GEMM waits for, holds only the finish items:
 the Sinkhorn items' dependent chain (about 20 iterations on 4 x 4, after the records' exact sum) leaves
 the path to y. The coefficients are ready on the current stream once ``join`` has run, which the next
 boundary given the same side stream does before it touches anything; a CUDA graph capture must join

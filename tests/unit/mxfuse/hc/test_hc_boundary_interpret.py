@@ -163,6 +163,11 @@ CASES += [
          config=(16, 16, 2, 4, 1, 0, 4, 2, "dot", 2, 0, 1), copies_of_row0=(5, 16, 33), seed=23),
     Case("T37 shifted e8m0, 3 blocks, two launches, Sinkhorn on the side", 37, 512, True, "e8m0", kind="side",
          config=(16, 16, 2, 4, 1, 0, 4, 2, "dot", 2, 0, 1), copies_of_row0=(5, 16, 33), seed=23),
+    # One launch of the A and F items, then the S items on the side: one block, and two blocks (lag 2).
+    Case("T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1, on the side", 6, 256, True, kind="side",
+         config=(4, 32, 2, 1, 2, 1, 4, 1, "fma", 1, 0, 1), copies_of_row0=(5,), seed=18),
+    Case("T37 shifted deepgemm, 2 blocks, lag 2, on the side", 37, 512, True, "deepgemm", kind="side",
+         config=(32, 16, 4, 8, 1, 2), copies_of_row0=(5, 16, 33), seed=7),
     # The normal ordering's finish needs pre: the side stream leaves its launches as they are.
     Case("T6 normal e8m0, one-row Sinkhorn items, given a side stream", 6, 256, False, "e8m0", kind="side",
          config=(4, 32, 2, 1, 2, 0, 4, 2, "fma", 1), seed=17),
@@ -177,6 +182,9 @@ SIDE_PAIRS = [
     ("T37 shifted e8m0, 3 blocks, two launches, Sinkhorn on the side", "T37 shifted e8m0, 3 blocks, two launches"),
     ("T6 normal e8m0, one-row Sinkhorn items, given a side stream",
      "T6 normal e8m0, one-row Sinkhorn items summing their records"),
+    ("T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1, on the side",
+     "T6 shifted deepgemm, one launch, one-row Sinkhorn items, lag 1"),
+    ("T37 shifted deepgemm, 2 blocks, lag 2, on the side", "T37 shifted deepgemm, 2 blocks, lag 2"),
 ]  # fmt: skip
 # The same cases with fn prepared (HcProjection): the same bits, checked pair by pair below.
 PREPARED = {

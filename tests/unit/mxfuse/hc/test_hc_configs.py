@@ -14,7 +14,7 @@ from benchmarks.hc_boundary_sweep import (
     table_entries,
 )
 from gpumatrix import register
-from mxfuse.kernels.hc import HcConfig, choose_config, default_config
+from mxfuse.kernels.hc import HcConfig, HcSideStream, HcWorkspace, choose_config, default_config
 from mxfuse.kernels.hc import config as hc_config
 
 register(on=("cpu",), est_time=3)
@@ -157,3 +157,27 @@ def test_a_sweep_of_some_shapes_keeps_the_checked_in_entries_of_the_others():
     )
     assert merged_source("run B", new, new, "run A") == "run B"  # nothing of run A is left
     assert merged_source("run B", new, merged, None) == "run B"
+
+
+def test_the_sweeps_side_mode_alternates_two_streams_and_joins_them(monkeypatch):
+    """``--side``: consecutive calls alternate between two side streams, each with its own workspace (a
+    call's Sinkhorn launch reads records the next call would otherwise overwrite), and every run of the
+    calls ends by joining both (a CUDA graph capture must)."""
+    from benchmarks import hc_boundary_sweep as sweep
+
+    seen = {}
+
+    def fake_bench(fns, *, target_ms, replays, after):
+        seen["calls"] = [(f.keywords["side"], f.keywords["workspace"]) for f in fns]
+        seen["after"] = after
+        return 1.0
+
+    monkeypatch.setattr(sweep, "bench_us", fake_bench)
+    monkeypatch.setattr(sweep, "kernel_args", lambda s: ())
+    streams = (HcSideStream("cpu"), HcSideStream("cpu"))
+    workspaces = (HcWorkspace("cpu"), HcWorkspace("cpu"))
+    side = sweep.SideStreams(streams, workspaces)
+    assert sweep.time_config([{}] * 4, [None] * 4, BLOCK16, side=side) == 1.0
+    pairs = list(zip(streams, workspaces, strict=True))
+    assert seen["calls"] == [pairs[0], pairs[1], pairs[0], pairs[1]]
+    assert seen["after"] == side.join
