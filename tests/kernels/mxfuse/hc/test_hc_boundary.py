@@ -341,6 +341,8 @@ SIDE_CASES = [
     (16, None),
     (16, "bt16 dot two launches"),
     (64, "bt32 two launches pipelined"),
+    (1, "bt1 fma one launch, one-row Sinkhorn"),  # one launch of A and F items, then S on the side
+    (16, "bt16 dot one launch, one-row Sinkhorn"),
 ]
 
 
