@@ -80,6 +80,7 @@ def launch_mqa_decode(
     rows = new * heads
     cfg = config
     policy = OFF if fp32_dots else pdl_policy(q.device)
+    combine_signal = not fp32_dots and pdl_policy(q.device, kernel="attention.combine").signal
     use_pdl = (cfg.pdl or policy.wait) and not fp32_dots
     block_d = triton.next_power_of_2(dim)
     mqa_split_kernel[(sequences, cfg.splits, triton.cdiv(rows, cfg.block_m) * cfg.d_parts)](
@@ -149,7 +150,7 @@ def launch_mqa_decode(
         FLOOR=floor,
         LAYOUT=layout_code,
         HW_CVT=hw_cvt,
-        PDL_SIGNAL=(OFF if fp32_dots else pdl_policy(q.device, kernel="attention.combine")).signal,
+        PDL_SIGNAL=combine_signal,
         num_warps=4,
         **({"launch_pdl": True} if use_pdl else {}),
     )

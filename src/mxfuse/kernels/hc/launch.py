@@ -116,6 +116,7 @@ def launch_phases(
     phases = items.phases
     # The first launch is a programmatic dependent of the kernel before it when the policy says so.
     top = bool(pdl and phases[0] and pdl_policy(workspace.device).wait)
+    on_side = bool(side is not None and side.enabled and items.split and items.coef and phases == (1, 1, 1))
     if config.launches == 2 and phases[0] and (phases[1] or phases[2]):
         one = dataclasses.replace(config, launches=1)
         a_items = HcItems((1, 0, 0), a_post=items.a_post, a_mix=items.a_mix, a_collapse=items.a_collapse)
@@ -124,34 +125,44 @@ def launch_phases(
         rest = dataclasses.replace(
             items, phases=(0, phases[1], phases[2]), a_post=False, a_mix=True, a_collapse=False
         )
-        on_side = bool(
-            side is not None and side.enabled and items.split and items.coef and phases[1] and phases[2]
-        )
         if on_side:
-            sinkhorn = dataclasses.replace(rest, phases=(0, 0, 1), split=False, norm=False)
-            with side.fork():
-                _launch(sinkhorn, tensors, params, workspace, dataclasses.replace(one, rows_s=1),
-                        hw_cvt=hw_cvt, pdl=_Pdl(), a_plan=a_plan)  # fmt: skip
+            _sinkhorn_on_side(items, tensors, params, workspace, one, side, hw_cvt=hw_cvt)
             rest = dataclasses.replace(rest, phases=(0, phases[1], 0), coef=False)
         # The second launch does not signal: the GEMM after it (a dependent) launches as its programs
         # exit; resident early, beside this launch's items, it ran slower (H200, benchmarks/RESULTS.md).
         _launch(rest, tensors, params, workspace, one, hw_cvt=hw_cvt, pdl=_Pdl(wait=pdl), a_plan=a_plan)
         return on_side
-    if side is not None and side.enabled and items.split and items.coef and phases == (1, 1, 1):
-        # One launch of the A and F items (the F items wait on the A counter), then the S items on the
-        # side stream once it has ended (they read every A item's records).
+    if on_side:
+        # One launch of the A and F items (the F items wait on the A counter), then the S items.
         _launch(dataclasses.replace(items, phases=(1, 1, 0), coef=False), tensors, params, workspace, config,
                 hw_cvt=hw_cvt, pdl=_Pdl(wait_top=top))  # fmt: skip
-        sinkhorn = dataclasses.replace(
-            items, phases=(0, 0, 1), a_post=False, a_mix=True, a_collapse=False, split=False, norm=False
-        )
-        a_plan = Plan.make(tokens, hidden, config, phases=(1, 0, 0))
-        with side.fork():
-            _launch(sinkhorn, tensors, params, workspace, dataclasses.replace(config, rows_s=1),
-                    hw_cvt=hw_cvt, pdl=_Pdl(), a_plan=a_plan)  # fmt: skip
+        _sinkhorn_on_side(items, tensors, params, workspace, config, side, hw_cvt=hw_cvt)
         return True
     _launch(items, tensors, params, workspace, config, hw_cvt=hw_cvt, pdl=_Pdl(wait_top=top))
     return False
+
+
+def _sinkhorn_on_side(
+    items: HcItems,
+    tensors: HcLaunchTensors,
+    params: HcParams,
+    workspace: HcWorkspace,
+    config: HcConfig,
+    side: HcSideStream,
+    *,
+    hw_cvt: bool,
+) -> None:
+    """``items``' S items as a launch of their own on ``side``, after the work queued so far (which has
+    written every A item's records): one row an item, each summing its row's records. It touches no
+    counter, so it runs beside the boundary's other launches on the same workspace."""
+    tokens, _, hidden = tensors.residual.shape
+    one = dataclasses.replace(config, launches=1)
+    sinkhorn = dataclasses.replace(
+        items, phases=(0, 0, 1), a_post=False, a_mix=True, a_collapse=False, split=False, norm=False
+    )
+    with side.fork():
+        _launch(sinkhorn, tensors, params, workspace, dataclasses.replace(one, rows_s=1), hw_cvt=hw_cvt,
+                pdl=_Pdl(), a_plan=Plan.make(tokens, hidden, one, phases=(1, 0, 0)))  # fmt: skip
 
 
 def _launch(
