@@ -25,9 +25,10 @@
 #   step-pdl   the step with programmatic launches only (the default variant), T = 1, 4, 16, 64, the stage
 #              table at T = 16, each kernel at T = 4: the short form of `step`
 #   step-side  the step, T = 1, 4, 16, 64, the default variant (the boundaries' Sinkhorn items on a side
-#              stream) beside the same with them inside the boundaries' second launch (pdl-inline) and
-#              with the attention's combine not signalling early (pdl-quiet-combine), then the kernel
-#              timeline at T = 4 of the default and the quiet combine
+#              stream, the attention's combine not signalling early) beside the same with the Sinkhorn
+#              items inside the boundaries' second launch (pdl-inline) and with the combine signalling
+#              early (pdl-signal-combine), then the kernel timeline at T = 4 of the default and the
+#              signalling combine
 #   step-tables the step twice, T = 1, 4, 16, 64, the stage tables at T = 1 and 4, each kernel at T = 4:
 #              the GEMM tables' stand-ins off (MXFUSE_TABLE_STANDINS=0: a device without entries takes
 #              the default rule), then on (an H100 reads the H200's); on a device with its own entries
@@ -75,8 +76,8 @@ for step in "$@"; do
     step-pdl) run step-pdl 130 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --stage-tokens 16 --replays 20 \
       --profile-tokens 4 --variants pdl --json "$out/dsv41_decode_pdl.json" ;;
     step-side) run step-side 110 python3 -m benchmarks dsv41_decode --tokens 1,4,16,64 --replays 20 --stage-tokens "" --profile-tokens 0 \
-      --variants pdl,pdl-inline,pdl-quiet-combine --json "$out/dsv41_decode_side.json"
-      run timeline-t4 60 python3 -m benchmarks dsv41_timeline --tokens 4 --variants pdl,pdl-quiet-combine \
+      --variants pdl,pdl-inline,pdl-signal-combine --json "$out/dsv41_decode_side.json"
+      run timeline-t4 60 python3 -m benchmarks dsv41_timeline --tokens 4 --variants pdl,pdl-signal-combine \
         --replays 11 --json "$out/dsv41_timeline_t4.json" ;;
     step-tables) run step-defaults 110 env MXFUSE_TABLE_STANDINS=0 python3 -m benchmarks dsv41_decode \
         --tokens 1,4,16,64 --stage-tokens 1,4 --profile-tokens 4 --replays 20 --variants pdl \

@@ -26,6 +26,9 @@ def test_the_policy_is_off_on_the_cpu_and_follows_the_setting(monkeypatch):
     monkeypatch.setattr("mxfuse.kernels.pdl._supported", lambda device: True)
     cpu = torch.device("cpu")
     assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=False)  # the default
+    assert pdl_policy(cpu, kernel="attention.combine") == PdlPolicy(
+        signal=False, wait=True
+    )  # quiet by default
     with programmatic_launch(True, prefetch=True):
         assert pdl_policy(cpu, gemm=True) == PdlPolicy(signal=True, wait=True, prefetch=True)
         assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True, prefetch=False)  # only GEMMs prefetch
@@ -45,10 +48,12 @@ def test_the_policy_is_off_on_the_cpu_and_follows_the_setting(monkeypatch):
     with pytest.raises(TypeError, match="prefetch must be a bool"):
         with programmatic_launch(True, prefetch=None):
             pass
-    with programmatic_launch(True, quiet=("attention.combine",)):  # waits, does not signal early
+    with programmatic_launch(True):  # the default inside a setting too: waits, does not signal early
         assert pdl_policy(cpu, kernel="attention.combine") == PdlPolicy(signal=False, wait=True)
         assert pdl_policy(cpu) == PdlPolicy(signal=True, wait=True)
-    assert pdl_policy(cpu, kernel="attention.combine").signal
+    with programmatic_launch(True, quiet=()):  # the combine signals at its start
+        assert pdl_policy(cpu, kernel="attention.combine") == PdlPolicy(signal=True, wait=True)
+    assert not pdl_policy(cpu, kernel="attention.combine").signal
     with pytest.raises(ValueError, match="kernel must be None or one of"):
         pdl_policy(cpu, kernel="combine")
     for bad in ("attention.combine", ("wo_a",)):
@@ -64,6 +69,7 @@ from sm90_compile import compile_launches
 from mxfuse.formats import MxTensor, quantize_mxfp8_reference
 pdl._supported = lambda device: True
 PREFETCH = {prefetch}
+QUIET = {quiet}
 kept = []
 def run():
     from mxfuse.gemm.weights import quantize_weight
@@ -73,7 +79,7 @@ def run():
     from mxfuse.kernels.attention import MqaConfig, launch_mqa_decode, mqa_partials_numel
     from mxfuse.einsum import prepare_wo_a_weight
     from mxfuse.kernels.grouped_wo_a import launch_grouped_wo_a
-    with pdl.programmatic_launch(True, prefetch=PREFETCH):
+    with pdl.programmatic_launch(True, prefetch=PREFETCH, **QUIET):
         wq, ws = quantize_weight(torch.randn(256, 512))
         a = MxTensor(*quantize_mxfp8_reference(torch.randn(1, 512), scale_layout="deepgemm"), "deepgemm")
         out = torch.empty(1, 256, dtype=torch.bfloat16)
@@ -96,9 +102,10 @@ print(json.dumps({{name: k.asm["ptx"] for name, k in kept}}))
 _WAIT, _SIGNAL, _BULK = "griddepcontrol.wait", "griddepcontrol.launch_dependents", "cp.async.bulk.prefetch.L2"
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
-    done = run_in_child(_COMPILE.format(prefetch=prefetch))
+# (prefetch, quiet): the default quiet combine with the prefetch, then the signalling combine without it.
+@pytest.mark.parametrize("prefetch, quiet", [(True, None), (False, ())])
+def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch, quiet):
+    done = run_in_child(_COMPILE.format(prefetch=prefetch, quiet={} if quiet is None else {"quiet": quiet}))
     assert done.returncode == 0, done.stderr[-4000:]
     ptx = json.loads(done.stdout.strip().splitlines()[-1])
     for name in ("mxfp8_stream_kernel", "grouped_wo_a_kernel"):
@@ -108,13 +115,19 @@ def test_dependents_wait_and_prefetch_and_their_predecessors_signal(prefetch):
             assert ptx[name].index(_BULK) < ptx[name].index(_WAIT)
     # Every kernel of the step is a dependent: it waits, and signals its own dependents only after that
     # (a dependent's work before its wait must not run ahead of its predecessor's predecessor).
-    for name in ("mxfp8_stream_kernel", "rms_norm_kernel", "quantize_mxfp8_kernel", "mqa_combine_kernel"):
+    signalling = ["mxfp8_stream_kernel", "rms_norm_kernel", "quantize_mxfp8_kernel"]
+    signalling += [] if quiet is None else ["mqa_combine_kernel"]
+    for name in signalling:
         assert _SIGNAL in ptx[name], f"{name}: should signal its dependents"
         assert _WAIT in ptx[name], f"{name}: should wait as a dependent"
         assert ptx[name].index(_WAIT) < ptx[name].index(_SIGNAL), f"{name}: signals before it waits"
     assert _WAIT in ptx["mqa_split_kernel"], "the attention's split kernel waits for the cache write"
-    # The grouped wo_a lets wo_b launch only as its programs exit (no early residency beside its stream).
+    assert _WAIT in ptx["mqa_combine_kernel"], "the combine waits for the split kernel"
+    # The grouped wo_a lets wo_b launch only as its programs exit (no early residency beside its stream),
+    # and by default the combine lets the grouped wo_a launch only as it exits.
     assert _SIGNAL not in ptx["grouped_wo_a_kernel"]
+    if quiet is None:
+        assert _SIGNAL not in ptx["mqa_combine_kernel"], "the combine is quiet by default"
 
 
 _BOUNDARY = """
