@@ -186,7 +186,7 @@ PLOTS: dict[str, tuple[str, Callable[[DataFile], Plot]]] = {
     "hc_boundary": ("hc_boundary_2026-12-02f.json", _hc_boundary),
     "grouped_wo_a": ("grouped_wo_a_2026-12-02e.json", _grouped_wo_a),
     "attention": ("attention_2026-12-02.json", _attention),
-    "dsv41_decode": ("dsv41_decode_pdl_2026-12-02q.json", _decode_step),
+    "dsv41_decode": ("dsv41_decode_main_2026-12-05f.json", _decode_step),
 }
 
 
