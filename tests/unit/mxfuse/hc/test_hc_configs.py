@@ -92,11 +92,22 @@ def test_the_table_takes_each_shapes_fastest_checked_config_and_fills_the_bucket
     del rows[-1]["final_us"]
     entries = table_entries(rows, [1, 16])
     by_bucket = {e["tokens"]: e for e in entries}
-    assert sorted(by_bucket) == [1, 2, 4, 8, 16]
+    assert sorted(by_bucket) == [1, 8, 16]
     assert HcConfig(**by_bucket[1]["config"]) == BLOCK16 and by_bucket[1]["us"] == 8.0
-    # Buckets between two measured T take the larger one's winner, and say where it was measured.
-    assert all(by_bucket[b]["measured_at"] == 16 for b in (2, 4, 8, 16))
-    assert all(HcConfig(**by_bucket[b]["config"]) == BLOCK16 for b in (2, 4, 8, 16))
+    # The bucket below a measured T takes its winner, and says where it was measured; buckets further
+    # below (2 and 4 here) take the default configuration.
+    assert all(by_bucket[b]["measured_at"] == 16 for b in (8, 16))
+    assert all(HcConfig(**by_bucket[b]["config"]) == BLOCK16 for b in (8, 16))
+
+
+def test_a_winner_fills_its_own_bucket_and_the_one_below_only():
+    """T = 2048's winner (blocks of 64 tokens) took 223 us at T = 256 against 44 for the default: a large
+    T's winner does not reach the buckets far below it."""
+    rows = [{"T": t, "H": 5120, "ordering": "shifted", "config": c.to_json(), "check": "ok", "us": us,
+             "final_us": us} for t, c, us in ((64, ONE_ROW, 19.5), (2048, BLOCK16, 272.3))]  # fmt: skip
+    entries = table_entries(rows, [64, 2048])
+    assert sorted(e["tokens"] for e in entries) == [32, 64, 1024, 2048]
+    assert {e["tokens"]: e["measured_at"] for e in entries} == {32: 64, 64: 64, 1024: 2048, 2048: 2048}
 
 
 def test_a_run_at_one_t_leaves_the_buckets_an_earlier_run_measured_below_it():
@@ -114,8 +125,8 @@ def test_a_run_at_one_t_leaves_the_buckets_an_earlier_run_measured_below_it():
     merged = merged_entries(entries, kept)
     shifted = {e["tokens"]: e for e in merged if e["ordering"] == "shifted"}
     assert [shifted[b]["measured_at"] for b in (1, 2, 4, 8, 16)] == [1, 4, 4, 16, 16]
-    # Without an earlier table the same run fills every bucket up to 16.
-    assert sorted(e["tokens"] for e in table_entries(rows, [16])) == [1, 2, 4, 8, 16]
+    # Without an earlier table the same run fills the same two buckets: the rest take the default.
+    assert sorted(e["tokens"] for e in table_entries(rows, [16])) == [8, 16]
 
 
 @pytest.mark.parametrize("tokens", [1, 2, 4, 16])
