@@ -21,7 +21,7 @@ never under the Triton interpreter.
 ``quiet``: the kernels (of ``QUIET_KERNELS``) that do not signal early; ``QUIET_DEFAULT`` unless given.
 ``"attention.combine"``: its dependent on the fused path is the grouped wo_a, which measured 4.4 us slower
 at T = 4 resident beside the combine than launched as it exits (the V4.1 step, one H100, 2026-12-05:
-fused 142.2 against 137.6 us, the same within 0.5 us at T = 1, 16 and 64). ``quiet=()`` lets it signal.
+fused 142.2 against 137.6 us, the same within 1 us at T = 1, 16 and 64). ``quiet=()`` lets it signal.
 
 ``programmatic_launch(enabled, prefetch=..., scope=..., quiet=...)`` sets the policy for the launches
 inside it (a context variable, read at launch time: a CUDA graph keeps what its capture saw); the default
